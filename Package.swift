@@ -1,0 +1,88 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "BoardBus",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "BusCore", targets: ["BusCore"]),
+        .library(name: "BoardKit", targets: ["BoardKit"]),
+        .library(name: "BoardKitTesting", targets: ["BoardKitTesting"]),
+        .library(name: "MotherboardCore", targets: ["MotherboardCore"]),
+        .executable(name: "motherboard", targets: ["motherboard"]),
+        .executable(name: "busctl", targets: ["busctl"]),
+        .executable(name: "Login", targets: ["Login"]),
+        .executable(name: "Dashboard", targets: ["Dashboard"]),
+        .executable(name: "Greeter", targets: ["Greeter"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+    ],
+    targets: [
+        // libzmq from Debian's libzmq3-dev; only BusZeroMQ imports it.
+        .systemLibrary(
+            name: "CZeroMQ",
+            pkgConfig: "libzmq",
+            providers: [.apt(["libzmq3-dev"])]
+        ),
+        // Envelope, header codec, errors, settings: no I/O.
+        .target(name: "BusCore", dependencies: [.product(name: "Logging", package: "swift-log")]),
+        // The only module that calls libzmq.
+        .target(name: "BusZeroMQ", dependencies: ["CZeroMQ", "BusCore"]),
+        .target(
+            name: "MotherboardCore",
+            dependencies: [
+                "BusCore", "BusZeroMQ",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .executableTarget(
+            name: "motherboard",
+            dependencies: [
+                "MotherboardCore",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .target(
+            name: "BoardKit",
+            dependencies: [
+                "BusCore", "BusZeroMQ",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .target(name: "BoardKitTesting", dependencies: ["BusCore"]),
+        .executableTarget(
+            name: "busctl",
+            dependencies: [
+                "BoardKit", "BusCore",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
+
+        // Example fleet: one executable per board, one interface library per board.
+        .target(name: "LoginIO", dependencies: ["BoardKit"], path: "Services/LoginIO"),
+        .target(name: "DashboardIO", dependencies: ["BoardKit", "LoginIO"], path: "Services/DashboardIO"),
+        .target(name: "GreeterIO", dependencies: ["BoardKit"], path: "Services/GreeterIO"),
+        .executableTarget(name: "Login", dependencies: ["BoardKit", "LoginIO"], path: "Services/Login"),
+        .executableTarget(
+            name: "Dashboard",
+            dependencies: ["BoardKit", "DashboardIO", "LoginIO", "GreeterIO"],
+            path: "Services/Dashboard"
+        ),
+        .executableTarget(name: "Greeter", dependencies: ["BoardKit", "GreeterIO", "LoginIO"], path: "Services/Greeter"),
+
+        .testTarget(name: "BusCoreTests", dependencies: ["BusCore"]),
+        .testTarget(name: "MotherboardCoreTests", dependencies: ["MotherboardCore", "BusCore"]),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: ["BoardKitTesting", "BusCore", "LoginIO", "DashboardIO", "GreeterIO"]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

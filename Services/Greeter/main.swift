@@ -1,0 +1,30 @@
+import BoardKit
+import GreeterIO
+import LoginIO
+
+/// What the greeter has seen.
+actor GreeterMemory {
+    private(set) var seen = GreeterIO.Seen()
+    func welcome(_ name: String) { seen.welcomed.append(name) }
+    func announce(_ text: String) { seen.announcements.append(text) }
+    func loginSeen(_ user: String) { seen.loginsSeen.append(user) }
+    func greeted() { seen.greetings += 1 }
+}
+
+let memory = GreeterMemory()
+var board = Board(id: GreeterIO.id)
+board.onActivate(GreeterIO.Welcome.self) { welcome, _ in
+    await memory.welcome(welcome.name)
+}
+board.onCommand(GreeterIO.Greet.self) { greet, _ in
+    await memory.greeted()
+    return GreeterIO.Greeting(message: "Hello, \(greet.name)!")
+}
+board.onCommand(GreeterIO.Stats.self) { _, _ in await memory.seen }
+board.onAction(GreeterIO.Announcement.self) { announcement, _ in
+    await memory.announce(announcement.text)
+}
+board.onAction(LoginIO.UserLoggedIn.self) { login, _ in
+    await memory.loginSeen(login.username)
+}
+try await board.run()

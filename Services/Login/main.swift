@@ -1,0 +1,23 @@
+import BoardKit
+import Foundation
+import LoginIO
+
+/// The users who logged in, in order.
+actor LoginLedger {
+    private(set) var users: [String] = []
+    func record(_ user: String) { users.append(user) }
+}
+
+let ledger = LoginLedger()
+var board = Board(id: LoginIO.id)
+board.onActivate(LoginIO.LogIn.self) { request, context in
+    let username = request.username.trimmingCharacters(in: .whitespaces)
+    guard !username.isEmpty else { throw BusError(.badArgument, "username must not be empty") }
+    await ledger.record(username)
+    try await context.sendAction(LoginIO.UserLoggedIn(username: username))
+    try await context.sendToMotherboard(LoginIO.LoginSucceeded(username: username, token: UUID().uuidString))
+}
+board.onCommand(LoginIO.Users.self) { _, _ in
+    LoginIO.UserList(users: await ledger.users)
+}
+try await board.run()

@@ -1,0 +1,89 @@
+import BusCore
+import Foundation
+import Logging
+import ServiceLifecycle
+
+/// A board: what a service author writes to make a board process.
+///
+/// ```swift
+/// var board = Board(id: GreeterIO.id)
+/// board.onCommand(GreeterIO.Greet.self) { greet, context in
+///     GreeterIO.Greeting(message: "Hello, \(greet.name)!")
+/// }
+/// try await board.run()
+/// ```
+/// `run()` connects to the motherboard named by the environment, registers with the board's
+/// interface, prints `READY <id>`, handles messages until SIGTERM/SIGINT or `complete()`, then
+/// says goodbye and returns.
+public struct Board: Sendable {
+    typealias Handler = @Sendable (Envelope, BoardContext) async throws -> Data
+
+    /// The board's id. `$BOARDBUS_BOARD_ID` overrides it, so one executable can serve several ids.
+    public let id: BoardID
+    /// The motherboard scope (`$BOARDBUS_SCOPE`, else the root scope).
+    public let scope: String
+    var inputType: String?
+    var activationHandler: Handler?
+    var commandHandlers: [String: Handler] = [:]
+    var actionHandlers: [String: Handler] = [:]
+
+    public init(id: BoardID, environment: [String: String] = ProcessInfo.processInfo.environment) {
+        let override = environment["BOARDBUS_BOARD_ID"].flatMap { try? BoardID(validating: $0) }
+        self.id = override ?? id
+        self.scope = environment["BOARDBUS_SCOPE"] ?? ""
+    }
+
+    /// Handles `activate(input)`. The board declares `Input` as its input type (a guaranteed
+    /// board): an input of another type is refused with `typeMismatch`.
+    public mutating func onActivate<Input: BusPayload>(
+        _: Input.Type, _ handler: @escaping @Sendable (Input, BoardContext) async throws -> Void
+    ) {
+        inputType = Input.busTypeName
+        activationHandler = { envelope, context in
+            let received = envelope.header.typeName
+            if !received.isEmpty && received != Input.busTypeName {
+                throw BusError(.typeMismatch, "board '\(context.id)' expects input \(Input.busTypeName), received \(received)")
+            }
+            try await handler(PayloadCodec.decode(Input.self, from: envelope.payload), context)
+            return Data()
+        }
+    }
+
+    /// Handles an interaction command and answers with its reply.
+    public mutating func onCommand<Command: BoardCommand>(
+        _: Command.Type, _ handler: @escaping @Sendable (Command, BoardContext) async throws -> Command.Reply
+    ) {
+        commandHandlers[Command.commandName] = { envelope, context in
+            let reply = try await handler(PayloadCodec.decode(Command.self, from: envelope.payload), context)
+            return try PayloadCodec.encode(reply)
+        }
+    }
+
+    /// Subscribes to an action name: every `sendAction` of that name reaches this handler.
+    public mutating func onAction<Action: BoardAction>(
+        _: Action.Type, _ handler: @escaping @Sendable (Action, BoardContext) async throws -> Void
+    ) {
+        actionHandlers[Action.actionName] = { envelope, context in
+            try await handler(PayloadCodec.decode(Action.self, from: envelope.payload), context)
+            return Data()
+        }
+    }
+
+    /// The registration the board sends to the motherboard.
+    var registration: Registration {
+        Registration(
+            id: id, pid: getpid(), scope: scope, inputType: inputType,
+            commands: commandHandlers.keys.sorted(), actions: actionHandlers.keys.sorted())
+    }
+
+    /// Connects, registers and serves until SIGTERM/SIGINT or `complete()`.
+    public func run(environment: [String: String] = ProcessInfo.processInfo.environment) async throws {
+        BusLogging.bootstrap(environment: environment)
+        var logger = Logger(label: "board")
+        logger[metadataKey: "board"] = "\(id)"
+        let client = try BusClient(environment: environment, probe: false)
+        let runtime = BoardRuntime(board: self, client: client, logger: logger)
+        let group = ServiceGroup(configuration: .init(services: [runtime], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await group.run()
+    }
+}

@@ -1,0 +1,171 @@
+import BusCore
+import Foundation
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// Runs a ``Board`` as a service: registration, heartbeats, message dispatch, goodbye.
+final class BoardRuntime: Service, Sendable {
+    private let board: Board
+    private let client: BusClient
+    private let logger: Logger
+    private let completion = AsyncStream<Void>.makeStream()
+    private let heartbeat = Mutex<Heartbeat>(Heartbeat())
+    private let registering = Atomic<Bool>(false)
+
+    private struct Heartbeat {
+        var interval: Duration = .milliseconds(500)
+        var lastSent = ContinuousClock.now
+        var active = false
+    }
+
+    init(board: Board, client: BusClient, logger: Logger) {
+        self.board = board
+        self.client = client
+        self.logger = logger
+    }
+
+    var context: BoardContext {
+        let completion = self.completion.continuation
+        return BoardContext(id: board.id, scope: board.scope, logger: logger, client: client) {
+            completion.yield()
+            completion.finish()
+        }
+    }
+
+    func run() async throws {
+        let inbox = AsyncStream<Envelope>.makeStream()
+        client.onMessage { inbox.continuation.yield($0) }
+        client.onTick { [self] in sendHeartbeatIfDue() }
+        defer {
+            inbox.continuation.finish()
+            client.close()
+        }
+        try await register(deadline: .seconds(30))
+        FileHandle.standardOutput.write(Data("READY \(board.id)\n".utf8))
+
+        let completed = await withTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                await withDiscardingTaskGroup { handlers in
+                    for await envelope in inbox.stream {
+                        handlers.addTask { await self.handle(envelope) }
+                    }
+                }
+                return false
+            }
+            group.addTask {
+                try? await gracefulShutdown()
+                return false
+            }
+            group.addTask {
+                for await _ in self.completion.stream { return true }
+                return false
+            }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+        heartbeat.withLock { $0.active = false }
+        if !completed {
+            let goodbye = Envelope(header: EnvelopeHeader(kind: .unregister, source: board.id.rawValue))
+            _ = try? await client.request(goodbye, timeout: .seconds(1))
+        }
+        logger.info("board stopped", metadata: ["completed": "\(completed)"])
+    }
+
+    /// Registers, retrying while the broker is not there yet (it may be starting or restarting).
+    private func register(deadline: Duration) async throws {
+        let end = ContinuousClock.now.advanced(by: deadline)
+        let envelope = Envelope(
+            header: EnvelopeHeader(kind: .register, source: board.id.rawValue, scope: board.scope),
+            payload: try PayloadCodec.encode(board.registration))
+        while true {
+            do {
+                let reply = try await client.request(envelope, timeout: .seconds(2))
+                let accepted = try PayloadCodec.decode(RegistrationAccepted.self, from: reply.payload)
+                heartbeat.withLock {
+                    $0.interval = .milliseconds(max(50, accepted.heartbeatIntervalMilliseconds))
+                    $0.active = true
+                }
+                logger.info("registered", metadata: ["endpoint": "\(client.address.endpoint)"])
+                return
+            } catch let error as BusError where error.code == .timeout && ContinuousClock.now < end {
+                logger.debug("registration not answered yet; retrying")
+            }
+        }
+    }
+
+    private func sendHeartbeatIfDue() {
+        let due = heartbeat.withLock { state -> Bool in
+            let now = ContinuousClock.now
+            guard state.active, state.lastSent.duration(to: now) >= state.interval else { return false }
+            state.lastSent = now
+            return true
+        }
+        if due {
+            try? client.send(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: board.id.rawValue)))
+        }
+    }
+
+    private func handle(_ envelope: Envelope) async {
+        let header = envelope.header
+        switch header.kind {
+        case .activate:
+            await answer(envelope) { [board] in
+                guard let handler = board.activationHandler else {
+                    throw BusError(.typeMismatch, "board '\(board.id)' takes no activation input")
+                }
+                return try await handler(envelope, self.context)
+            }
+        case .command:
+            await answer(envelope) { [board] in
+                guard let handler = board.commandHandlers[header.typeName] else {
+                    let known = board.commandHandlers.keys.sorted().joined(separator: ", ")
+                    throw BusError(.unknownCommand, "board '\(board.id)' has no command '\(header.typeName)' (it has: \(known))")
+                }
+                return try await handler(envelope, self.context)
+            }
+        case .action:
+            await answer(envelope) { [board] in
+                try await board.actionHandlers[header.typeName]?(envelope, self.context) ?? Data()
+            }
+        case .error where envelope.carriedError?.code == .notRegistered:
+            await reregister()
+        default:
+            break
+        }
+    }
+
+    /// Runs a handler and, when the sender waits, answers with its result or its error.
+    private func answer(_ envelope: Envelope, _ body: () async throws -> Data) async {
+        var result: Envelope
+        do {
+            result = envelope.reply(payload: try await body(), source: board.id.rawValue)
+        } catch let error as BusError {
+            logger.warning("refused \(envelope.header.kind)", metadata: ["type": "\(envelope.header.typeName)", "error": "\(error)"])
+            result = envelope.errorReply(error, source: board.id.rawValue)
+        } catch {
+            let failure = BusError(.handlerFailed, "board '\(board.id)' failed handling \(envelope.header.typeName): \(error)")
+            logger.warning("handler failed", metadata: ["type": "\(envelope.header.typeName)", "error": "\(error)"])
+            result = envelope.errorReply(failure, source: board.id.rawValue)
+        }
+        guard envelope.header.flags.contains(.replyExpected) else { return }
+        do {
+            try client.send(result)
+        } catch let error as BusError {
+            try? client.send(envelope.errorReply(error, source: board.id.rawValue))
+        } catch {}
+    }
+
+    /// The broker does not know us (it restarted): register again, once at a time.
+    private func reregister() async {
+        guard !registering.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        defer { registering.store(false, ordering: .releasing) }
+        logger.notice("motherboard does not know this board; registering again")
+        do {
+            try await register(deadline: .seconds(30))
+        } catch {
+            logger.error("re-registration failed", metadata: ["error": "\(error)"])
+        }
+    }
+}

@@ -1,0 +1,82 @@
+import BusCore
+import Foundation
+
+/// The bus operations on raw JSON payloads, as `busctl` uses them. Typed versions are in
+/// `BusClient+Typed.swift`.
+extension BusClient {
+    /// The live boards (`busctl list`).
+    public func list(timeout: Duration = BusClient.defaultTimeout) async throws -> BoardList {
+        let reply = try await request(Envelope(header: EnvelopeHeader(kind: .control, typeName: ControlOperation.list)), timeout: timeout)
+        return try PayloadCodec.decode(BoardList.self, from: reply.payload)
+    }
+
+    /// One board (`busctl status ID`).
+    public func status(_ id: BoardID, timeout: Duration = BusClient.defaultTimeout) async throws -> BoardInfo {
+        let envelope = Envelope(
+            header: EnvelopeHeader(kind: .control, typeName: ControlOperation.status),
+            payload: try PayloadCodec.encode(StatusRequest(id: id)))
+        let reply = try await request(envelope, timeout: timeout)
+        return try PayloadCodec.decode(BoardInfo.self, from: reply.payload)
+    }
+
+    /// Sends an interaction command to a live board and returns its raw reply payload.
+    public func call(_ board: BoardID, command: String, payload: Data, timeout: Duration = BusClient.defaultTimeout) async throws -> Data {
+        let envelope = Envelope(header: EnvelopeHeader(kind: .command, target: board.rawValue, typeName: command), payload: payload)
+        return try await request(envelope, timeout: timeout).payload
+    }
+
+    /// Activates a live board with an input (`nextToBoard`); returns when the board accepted it.
+    public func activate(_ board: BoardID, typeName: String = "", payload: Data, timeout: Duration = BusClient.defaultTimeout) async throws {
+        let envelope = Envelope(header: EnvelopeHeader(kind: .activate, target: board.rawValue, typeName: typeName), payload: payload)
+        _ = try await request(envelope, timeout: timeout)
+    }
+
+    /// Emits an output as if `source` had sent it (`sendToMotherboard`); returns how many flows ran.
+    /// A registered board always emits as itself, whatever `source` says.
+    public func emit(from source: BoardID, typeName: String, payload: Data, timeout: Duration = BusClient.defaultTimeout) async throws -> Delivery {
+        let envelope = Envelope(header: EnvelopeHeader(kind: .output, source: source.rawValue, typeName: typeName), payload: payload)
+        let reply = try await request(envelope, timeout: timeout)
+        return try PayloadCodec.decode(Delivery.self, from: reply.payload)
+    }
+
+    /// Sends an action to every board subscribed to `name` (`sendAction`); returns how many got it.
+    public func action(_ name: String, payload: Data, timeout: Duration = BusClient.defaultTimeout) async throws -> Delivery {
+        let envelope = Envelope(header: EnvelopeHeader(kind: .action, typeName: name), payload: payload)
+        let reply = try await request(envelope, timeout: timeout)
+        return try PayloadCodec.decode(Delivery.self, from: reply.payload)
+    }
+
+    /// Waits until `board` is live, polling `status`, or throws `timeout`.
+    public func waitForBoard(_ board: BoardID, timeout: Duration = BusClient.defaultTimeout) async throws -> BoardInfo {
+        try await poll(timeout: timeout, what: "board '\(board)' to register") {
+            let info = try await self.status(board, timeout: .seconds(2))
+            return info.state == "running" ? info : nil
+        } retryingOn: { [.boardNotRunning, .noSuchBoard] }
+    }
+
+    /// Waits until every always-on board of the manifest is live.
+    public func waitForFleet(timeout: Duration = BusClient.defaultTimeout) async throws -> BoardList {
+        try await poll(timeout: timeout, what: "the fleet to be ready") {
+            let list = try await self.list(timeout: .seconds(2))
+            return list.waitingFor.isEmpty ? list : nil
+        } retryingOn: { [] }
+    }
+
+    private func poll<T>(
+        timeout: Duration, what: String, _ attempt: @escaping () async throws -> T?,
+        retryingOn codes: () -> Set<BusError.Code>
+    ) async throws -> T {
+        let deadline = ContinuousClock.now.advanced(by: timeout)
+        let retryable = codes().union([.timeout])
+        var lastError: BusError?
+        while ContinuousClock.now < deadline {
+            do {
+                if let value = try await attempt() { return value }
+            } catch let error as BusError where retryable.contains(error.code) {
+                lastError = error
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw BusError(.timeout, "timed out waiting for \(what)" + (lastError.map { " (last: \($0))" } ?? ""))
+    }
+}

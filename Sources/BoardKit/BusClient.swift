@@ -1,0 +1,188 @@
+import BusCore
+import BusZeroMQ
+import CZeroMQ
+import Foundation
+import Synchronization
+
+/// A connection to the motherboard: a DEALER socket on its own thread, with requests matched to
+/// replies by correlation id and every wait bounded by a deadline.
+///
+/// Boards use it through ``Board``; tools such as `busctl` and tests use it directly.
+public final class BusClient: Sendable {
+    /// The default deadline of a request, as systemd's busctl: 25 s.
+    public static let defaultTimeout: Duration = .seconds(25)
+
+    public let address: BusAddress
+    let limits: BusLimits
+    private let context: ZMQContext
+    private let loop: SocketLoop
+    private let state: ClientState
+
+    /// Connects to the broker at `address`. With `probe`, fails at once with `brokerNotRunning`
+    /// when nothing listens on an `ipc://` endpoint, instead of waiting for a timeout.
+    public init(address: BusAddress, probe: Bool = true, limits: BusLimits = .default) throws {
+        if probe { try EndpointProbe.checkListening(address) }
+        self.address = address
+        self.limits = limits
+        let context = try ZMQContext()
+        do {
+            let socket = try ZMQSocket(context: context, kind: .dealer)
+            try socket.setOption(ZMQ_SNDHWM, Int32(10_000))
+            try socket.setOption(ZMQ_RCVHWM, Int32(10_000))
+            try socket.setOption(ZMQ_RECONNECT_IVL, Int32(100))
+            try socket.setOption(ZMQ_RECONNECT_IVL_MAX, Int32(1000))
+            try socket.connect(address.endpoint)
+            let state = ClientState(limits: limits)
+            self.loop = try SocketLoop(name: "bus-client", socket: socket, handler: state, tickInterval: .milliseconds(50))
+            self.state = state
+            self.context = context
+        } catch {
+            context.terminate()
+            throw error
+        }
+        loop.start()
+    }
+
+    /// Connects to the bus named by the environment (`$BOARDBUS_ADDRESS`, `$BOARDBUS_RUNTIME_DIR`…).
+    public convenience init(environment: [String: String] = ProcessInfo.processInfo.environment, probe: Bool = true) throws {
+        try self.init(address: BusAddress.resolve(environment: environment, userID: getuid()), probe: probe)
+    }
+
+    /// Messages that are not replies to this client's requests (activations, commands, actions,
+    /// heartbeats, unsolicited errors) go to `handler`, on the socket thread: keep it short.
+    public func onMessage(_ handler: @escaping @Sendable (Envelope) -> Void) {
+        state.setMessageHandler(handler)
+    }
+
+    /// Runs `handler` on the socket thread about every 50 ms, with a way to send without a hop.
+    public func onTick(_ handler: @escaping @Sendable () -> Void) {
+        state.setTickHandler(handler)
+    }
+
+    /// Sends a message that expects no reply.
+    public func send(_ envelope: Envelope) throws {
+        try checkSize(envelope)
+        loop.send(envelope.frames())
+    }
+
+    /// Sends a request and waits for its reply. Throws the ``BusError`` of an error reply, or
+    /// `timeout` when no answer comes before `timeout` (which travels in the header, so the broker
+    /// gives up at the same moment).
+    public func request(_ envelope: Envelope, timeout: Duration = BusClient.defaultTimeout) async throws -> Envelope {
+        try checkSize(envelope)
+        var request = envelope
+        request.header.flags.insert(.replyExpected)
+        request.header.correlationID = state.makeCorrelationID()
+        request.header.timeoutMilliseconds = UInt32(clamping: timeout.wholeMilliseconds)
+        let correlationID = request.header.correlationID
+        let deadline = ContinuousClock.now.advanced(by: timeout)
+        let frames = request.frames()
+        let loop = self.loop
+        let state = self.state
+        let reply: Envelope = try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                state.addPending(correlationID, deadline: deadline, description: "\(request.header.kind) to '\(request.header.target)'", continuation: continuation)
+                loop.send(frames)
+            }
+        } onCancel: {
+            state.fail(correlationID, with: CancellationError())
+        }
+        if let error = reply.carriedError { throw error }
+        return reply
+    }
+
+    /// Closes the socket and the context. Pending requests fail with `transport`.
+    public func close() {
+        loop.stop()
+        state.failAll(BusError(.transport, "connection closed"))
+        context.terminate()
+    }
+
+    private func checkSize(_ envelope: Envelope) throws {
+        guard envelope.payload.count <= limits.maximumPayloadBytes else {
+            throw BusError(.tooLarge, "payload of \(envelope.payload.count) bytes is over the limit of \(limits.maximumPayloadBytes)")
+        }
+    }
+}
+
+/// The client's shared state: pending requests and handlers. The socket thread reads it, callers
+/// add to it; a mutex guards it.
+final class ClientState: SocketLoopHandler, @unchecked Sendable {
+    private struct Pending {
+        var deadline: ContinuousClock.Instant
+        var description: String
+        var continuation: CheckedContinuation<Envelope, any Error>
+    }
+
+    private struct Guarded {
+        var pending: [UInt64: Pending] = [:]
+        var nextCorrelationID: UInt64 = 1
+        var messageHandler: (@Sendable (Envelope) -> Void)?
+        var tickHandler: (@Sendable () -> Void)?
+    }
+
+    private let guarded = Mutex(Guarded())
+    private let limits: BusLimits
+
+    init(limits: BusLimits) {
+        self.limits = limits
+    }
+
+    func makeCorrelationID() -> UInt64 {
+        guarded.withLock { state in
+            defer { state.nextCorrelationID &+= 1 }
+            return state.nextCorrelationID
+        }
+    }
+
+    func setMessageHandler(_ handler: @escaping @Sendable (Envelope) -> Void) {
+        guarded.withLock { $0.messageHandler = handler }
+    }
+
+    func setTickHandler(_ handler: @escaping @Sendable () -> Void) {
+        guarded.withLock { $0.tickHandler = handler }
+    }
+
+    func addPending(_ id: UInt64, deadline: ContinuousClock.Instant, description: String, continuation: CheckedContinuation<Envelope, any Error>) {
+        guarded.withLock { $0.pending[id] = Pending(deadline: deadline, description: description, continuation: continuation) }
+    }
+
+    func fail(_ id: UInt64, with error: any Error) {
+        let pending = guarded.withLock { $0.pending.removeValue(forKey: id) }
+        pending?.continuation.resume(throwing: error)
+    }
+
+    func failAll(_ error: BusError) {
+        let all = guarded.withLock { state in
+            defer { state.pending.removeAll() }
+            return Array(state.pending.values)
+        }
+        for pending in all { pending.continuation.resume(throwing: error) }
+    }
+
+    func received(_ frames: [Data], on socket: ZMQSocket) {
+        guard let envelope = try? Envelope(frames: frames, limits: limits) else { return }
+        let kind = envelope.header.kind
+        if kind == .reply || kind == .error, envelope.header.correlationID != 0 {
+            let pending = guarded.withLock { $0.pending.removeValue(forKey: envelope.header.correlationID) }
+            pending?.continuation.resume(returning: envelope)
+            return
+        }
+        let handler = guarded.withLock { $0.messageHandler }
+        handler?(envelope)
+    }
+
+    func tick(on socket: ZMQSocket) {
+        let now = ContinuousClock.now
+        let (expired, tickHandler) = guarded.withLock { state -> ([Pending], (@Sendable () -> Void)?) in
+            let ids = state.pending.filter { $0.value.deadline <= now }.map(\.key)
+            return (ids.compactMap { state.pending.removeValue(forKey: $0) }, state.tickHandler)
+        }
+        for pending in expired {
+            pending.continuation.resume(throwing: BusError(.timeout, "no answer to \(pending.description) in time"))
+        }
+        tickHandler?()
+    }
+
+    func stopping(on socket: ZMQSocket) {}
+}

@@ -1,0 +1,60 @@
+/// The name of a board, e.g. `auth.login`: dot-separated segments of letters, digits, `_` and `-`.
+///
+/// Board ids are unique within a motherboard scope. They travel on the wire as UTF-8 in the
+/// envelope header, so they are short (at most ``BoardID/maximumLength`` bytes).
+public struct BoardID: Hashable, Sendable, Codable, Comparable, CustomStringConvertible,
+    ExpressibleByStringLiteral
+{
+    /// The longest id the header accepts, in UTF-8 bytes.
+    public static let maximumLength = 255
+
+    /// The id as written, e.g. `auth.login`.
+    public let rawValue: String
+
+    /// Makes an id, checking its syntax; throws ``BusError/Code/badArgument`` when it is not valid.
+    public init(validating rawValue: String) throws {
+        guard BoardID.isValid(rawValue) else {
+            throw BusError(.badArgument, "invalid board id '\(rawValue)': use dot-separated segments of letters, digits, '_' and '-'")
+        }
+        self.rawValue = rawValue
+    }
+
+    /// Makes an id from a literal written in code; an invalid literal is a programming error.
+    public init(stringLiteral value: String) {
+        precondition(BoardID.isValid(value), "invalid board id literal '\(value)'")
+        self.rawValue = value
+    }
+
+    /// Wraps a string that is already known to be valid (e.g. decoded from a checked header).
+    init(unchecked rawValue: String) {
+        self.rawValue = rawValue
+    }
+
+    /// Whether `text` is a well-formed board id.
+    public static func isValid(_ text: String) -> Bool {
+        guard !text.isEmpty, text.utf8.count <= maximumLength else { return false }
+        return text.split(separator: ".", omittingEmptySubsequences: false).allSatisfy { segment in
+            !segment.isEmpty && segment.utf8.allSatisfy { byte in
+                (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A)
+                    || (byte >= 0x61 && byte <= 0x7A) || byte == 0x5F || byte == 0x2D
+            }
+        }
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        guard BoardID.isValid(text) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "invalid board id '\(text)'"))
+        }
+        self.rawValue = text
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
+
+    public var description: String { rawValue }
+
+    public static func < (lhs: BoardID, rhs: BoardID) -> Bool { lhs.rawValue < rhs.rawValue }
+}

@@ -1,0 +1,38 @@
+/// Where a fleet lives: its runtime directory and the broker's endpoint.
+///
+/// Resolution order (docs/PROTOCOL.md, "Finding the bus"):
+/// - runtime dir: `$BOARDBUS_RUNTIME_DIR`, else `$XDG_RUNTIME_DIR/boardbus`, else `/tmp/boardbus-$UID`;
+/// - endpoint: an explicit `--bus`, else `$BOARDBUS_ADDRESS`, else `ipc://<runtime dir>/motherboard.sock`.
+public struct BusAddress: Sendable, Hashable {
+    /// The file name of the broker socket inside the runtime directory.
+    public static let socketName = "motherboard.sock"
+
+    /// The runtime directory of the fleet.
+    public var runtimeDirectory: String
+    /// The ZeroMQ endpoint of the broker, e.g. `ipc:///tmp/boardbus-0/motherboard.sock`.
+    public var endpoint: String
+
+    public init(runtimeDirectory: String, endpoint: String? = nil) {
+        self.runtimeDirectory = runtimeDirectory
+        self.endpoint = endpoint ?? "ipc://\(runtimeDirectory)/\(BusAddress.socketName)"
+    }
+
+    /// Resolves the address from an explicit endpoint and the environment.
+    public static func resolve(explicitEndpoint: String? = nil, environment: [String: String], userID: UInt32) -> BusAddress {
+        let runtime = runtimeDirectory(environment: environment, userID: userID)
+        let endpoint = explicitEndpoint ?? environment["BOARDBUS_ADDRESS"].flatMap { $0.isEmpty ? nil : $0 }
+        return BusAddress(runtimeDirectory: runtime, endpoint: endpoint)
+    }
+
+    /// The runtime directory named by the environment.
+    public static func runtimeDirectory(environment: [String: String], userID: UInt32) -> String {
+        if let explicit = environment["BOARDBUS_RUNTIME_DIR"], !explicit.isEmpty { return explicit }
+        if let xdg = environment["XDG_RUNTIME_DIR"], !xdg.isEmpty { return "\(xdg)/boardbus" }
+        return "/tmp/boardbus-\(userID)"
+    }
+
+    /// The socket path when the endpoint is `ipc://`, else nil.
+    public var ipcPath: String? {
+        endpoint.hasPrefix("ipc://") ? String(endpoint.dropFirst("ipc://".count)) : nil
+    }
+}

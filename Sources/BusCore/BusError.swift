@@ -1,0 +1,66 @@
+/// A typed error of the bus. It travels on the wire as an `error` message whose payload is
+/// `{"code": "...", "message": "..."}`, so every peer sees the same code.
+public struct BusError: Error, Sendable, Hashable, CustomStringConvertible {
+    /// What went wrong, as a stable name. New codes can be added without breaking users:
+    /// a peer that receives a code it does not know keeps its name.
+    public struct Code: Hashable, Sendable, CustomStringConvertible, Codable {
+        /// The wire name, e.g. `noSuchBoard`.
+        public let name: String
+
+        public init(name: String) { self.name = name }
+
+        /// No live board has that id and the manifest cannot start one.
+        public static let noSuchBoard = Code(name: "noSuchBoard")
+        /// The manifest knows the board but it is not running (or it died while handling a call).
+        public static let boardNotRunning = Code(name: "boardNotRunning")
+        /// A payload did not decode as the type the board declared.
+        public static let typeMismatch = Code(name: "typeMismatch")
+        /// No reply came before the deadline.
+        public static let timeout = Code(name: "timeout")
+        /// Frames that do not follow the protocol (truncated, wrong version, garbage).
+        public static let malformed = Code(name: "malformed")
+        /// A frame larger than the limit.
+        public static let tooLarge = Code(name: "tooLarge")
+        /// The board does not handle that command.
+        public static let unknownCommand = Code(name: "unknownCommand")
+        /// Another live board already holds that id.
+        public static let idInUse = Code(name: "idInUse")
+        /// The sender must register before it can do this (e.g. after a broker restart).
+        public static let notRegistered = Code(name: "notRegistered")
+        /// The board's handler threw; the message says why.
+        public static let handlerFailed = Code(name: "handlerFailed")
+        /// No motherboard answers at the bus address.
+        public static let brokerNotRunning = Code(name: "brokerNotRunning")
+        /// A caller-side argument is invalid (bad JSON, bad id).
+        public static let badArgument = Code(name: "badArgument")
+        /// A failure of the local transport (socket, context).
+        public static let transport = Code(name: "transport")
+
+        public init(from decoder: any Decoder) throws {
+            self.name = try decoder.singleValueContainer().decode(String.self)
+        }
+
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.singleValueContainer()
+            try container.encode(name)
+        }
+
+        public var description: String { name }
+    }
+
+    /// What went wrong.
+    public var code: Code
+    /// A sentence for a person, saying what and, where possible, what to do.
+    public var message: String
+
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "\(code.name): \(message)" }
+}
+
+extension BusError: Codable {
+    private enum CodingKeys: String, CodingKey { case code, message }
+}

@@ -1,0 +1,31 @@
+import Foundation
+import Logging
+
+/// Logging set-up shared by the broker, boards and tools: swift-log to standard error, with the
+/// level taken from `$BOARDBUS_LOG` (trace, debug, info, notice, warning, error, critical).
+public enum BusLogging {
+    /// Installs the stderr handler once per process. Later calls do nothing (swift-log allows one bootstrap).
+    public static func bootstrap(environment: [String: String] = ProcessInfo.processInfo.environment) {
+        let level = environment["BOARDBUS_LOG"].flatMap { Logger.Level(rawValue: $0.lowercased()) } ?? .info
+        once.bootstrap(level: level)
+    }
+
+    private static let once = Once()
+
+    private final class Once: Sendable {
+        private let done = NSLock()
+        nonisolated(unsafe) private var installed = false
+
+        func bootstrap(level: Logger.Level) {
+            done.lock()
+            defer { done.unlock() }
+            guard !installed else { return }
+            installed = true
+            LoggingSystem.bootstrap { label in
+                var handler = StreamLogHandler.standardError(label: label)
+                handler.logLevel = level
+                return handler
+            }
+        }
+    }
+}

@@ -1,0 +1,115 @@
+/// The payloads of the broker's own messages (registration, `list`, `status`, acknowledgements).
+/// They are JSON like every payload, so a client in any language can read them.
+
+/// What a board tells the broker when it registers: who it is and what it handles.
+public struct Registration: BusPayload, Hashable {
+    public var id: BoardID
+    public var pid: Int32
+    /// The motherboard scope the board lives in; empty means the root scope.
+    public var scope: String
+    /// The input type the board accepts on activation, when it declares one.
+    public var inputType: String?
+    /// The command names the board answers.
+    public var commands: [String]
+    /// The action names the board subscribes to.
+    public var actions: [String]
+
+    public init(id: BoardID, pid: Int32, scope: String = "", inputType: String? = nil, commands: [String] = [], actions: [String] = []) {
+        self.id = id
+        self.pid = pid
+        self.scope = scope
+        self.inputType = inputType
+        self.commands = commands
+        self.actions = actions
+    }
+}
+
+/// One board as `list` and `status` show it.
+public struct BoardInfo: BusPayload, Hashable {
+    public var id: BoardID
+    public var scope: String
+    public var pid: Int32
+    /// `running` for a live board, `stopped` for a manifest board that is not running.
+    public var state: String
+    /// How the manifest starts it (`always`, `on-demand`), or `external` for a board no manifest names.
+    public var start: String
+    public var inputType: String?
+    public var commands: [String]
+    public var actions: [String]
+    /// Seconds since the board registered (0 when not running).
+    public var uptimeSeconds: Double
+    /// Activations, commands and actions delivered to this board since it registered.
+    public var activations: Int
+    public var commandsHandled: Int
+    public var actionsDelivered: Int
+
+    public init(
+        id: BoardID, scope: String, pid: Int32, state: String, start: String, inputType: String?,
+        commands: [String], actions: [String], uptimeSeconds: Double, activations: Int, commandsHandled: Int,
+        actionsDelivered: Int
+    ) {
+        self.id = id
+        self.scope = scope
+        self.pid = pid
+        self.state = state
+        self.start = start
+        self.inputType = inputType
+        self.commands = commands
+        self.actions = actions
+        self.uptimeSeconds = uptimeSeconds
+        self.activations = activations
+        self.commandsHandled = commandsHandled
+        self.actionsDelivered = actionsDelivered
+    }
+}
+
+/// The answer to `list`.
+public struct BoardList: BusPayload, Hashable {
+    /// Live boards, sorted by id.
+    public var boards: [BoardInfo]
+    /// Always-on boards of the manifest that are not live yet.
+    public var waitingFor: [BoardID]
+
+    public init(boards: [BoardInfo], waitingFor: [BoardID]) {
+        self.boards = boards
+        self.waitingFor = waitingFor
+    }
+}
+
+/// The question of `status ID`.
+public struct StatusRequest: BusPayload, Hashable {
+    public var id: BoardID
+    public init(id: BoardID) { self.id = id }
+}
+
+/// The broker's acknowledgement of an output, an action or an activation.
+public struct Delivery: BusPayload, Hashable {
+    /// How many boards the message was delivered to (flows run, subscribers reached).
+    public var delivered: Int
+    public init(delivered: Int) { self.delivered = delivered }
+}
+
+/// The payload of `complete`.
+public struct Completion: BusPayload, Hashable {
+    public var isDone: Bool
+    public init(isDone: Bool) { self.isDone = isDone }
+}
+
+/// Names of the broker's control operations (the header's type name on a `control` message).
+public enum ControlOperation {
+    public static let list = "list"
+    public static let status = "status"
+}
+
+/// The broker's answer to a successful `register`: the cadence the board must keep.
+public struct RegistrationAccepted: BusPayload, Hashable {
+    /// How often the board should send a heartbeat.
+    public var heartbeatIntervalMilliseconds: Int
+    /// After this long without hearing from the board, the broker drops it.
+    public var livenessTimeoutMilliseconds: Int
+
+    public init(heartbeatIntervalMilliseconds: Int, livenessTimeoutMilliseconds: Int) {
+        self.heartbeatIntervalMilliseconds = heartbeatIntervalMilliseconds
+        self.livenessTimeoutMilliseconds = livenessTimeoutMilliseconds
+    }
+}

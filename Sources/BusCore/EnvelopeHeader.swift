@@ -1,0 +1,46 @@
+/// The routing part of an envelope. The broker reads only this; payloads pass through untouched.
+public struct EnvelopeHeader: Sendable, Hashable, Codable {
+    /// The protocol version this code speaks.
+    public static let currentVersion: UInt8 = 1
+
+    /// Protocol version of the sender.
+    public var version: UInt8
+    /// What the message is.
+    public var kind: MessageKind
+    /// Options, e.g. whether a reply is expected.
+    public var flags: MessageFlags
+    /// Chosen by the requester; the reply carries the same value. 0 when no reply is expected.
+    public var correlationID: UInt64
+    /// How long the sender will wait for a reply, in milliseconds; 0 means no deadline.
+    public var timeoutMilliseconds: UInt32
+    /// The board the message comes from (empty for clients such as busctl).
+    public var source: String
+    /// The board the message is for (empty when it is for the broker).
+    public var target: String
+    /// The motherboard scope of the source (empty means the root scope).
+    public var scope: String
+    /// The payload's type name: input/output/command type, action name or control operation.
+    public var typeName: String
+
+    public init(
+        version: UInt8 = EnvelopeHeader.currentVersion,
+        kind: MessageKind,
+        flags: MessageFlags = [],
+        correlationID: UInt64 = 0,
+        timeoutMilliseconds: UInt32 = 0,
+        source: String = "",
+        target: String = "",
+        scope: String = "",
+        typeName: String = ""
+    ) {
+        self.version = version
+        self.kind = kind
+        self.flags = flags
+        self.correlationID = correlationID
+        self.timeoutMilliseconds = timeoutMilliseconds
+        self.source = source
+        self.target = target
+        self.scope = scope
+        self.typeName = typeName
+    }
+}

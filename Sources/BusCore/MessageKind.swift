@@ -1,0 +1,52 @@
+/// The kind of an envelope: the one byte the broker switches on.
+///
+/// The values are part of the wire protocol (docs/PROTOCOL.md); never renumber them.
+public enum MessageKind: UInt8, Sendable, Codable, CaseIterable, CustomStringConvertible {
+    /// board → broker: "I am board X", payload ``Registration``. Answered by `reply` or `error`.
+    case register = 1
+    /// board → broker: graceful goodbye; the broker forgets the board.
+    case unregister = 2
+    /// both ways, no reply: liveness.
+    case heartbeat = 3
+    /// any → broker → board: activate the target with an input (Boardy's `nextToBoard` / `activate`).
+    case activate = 4
+    /// any → broker → board: an interaction command, answered by the board.
+    case command = 5
+    /// board → broker: `sendToMotherboard(output)`; the broker runs the matching flows.
+    case output = 6
+    /// any → broker → subscribers: `sendAction`, delivered to every board subscribed to that name.
+    case action = 7
+    /// board → broker: `complete(isDone)`; the board leaves the registry.
+    case complete = 8
+    /// client → broker: a question for the broker itself (`list`, `status`).
+    case control = 9
+    /// a successful answer to a request, carrying the request's correlation id.
+    case reply = 16
+    /// a failed answer: payload is a ``BusError``.
+    case error = 17
+
+    public var description: String {
+        switch self {
+        case .register: "register"
+        case .unregister: "unregister"
+        case .heartbeat: "heartbeat"
+        case .activate: "activate"
+        case .command: "command"
+        case .output: "output"
+        case .action: "action"
+        case .complete: "complete"
+        case .control: "control"
+        case .reply: "reply"
+        case .error: "error"
+        }
+    }
+}
+
+/// Header flags (a 16-bit field on the wire).
+public struct MessageFlags: OptionSet, Sendable, Hashable, Codable {
+    public let rawValue: UInt16
+    public init(rawValue: UInt16) { self.rawValue = rawValue }
+
+    /// The sender waits for a `reply` or `error` with the same correlation id.
+    public static let replyExpected = MessageFlags(rawValue: 1 << 0)
+}

@@ -1,0 +1,37 @@
+import BusCore
+import CZeroMQ
+import Foundation
+
+/// Checks whether a broker listens on an `ipc://` endpoint before a client waits on it.
+///
+/// ZeroMQ connects lazily and retries forever, so a client of a dead broker would only learn of it
+/// at its timeout. A plain `connect(2)` on the socket file answers at once.
+public enum EndpointProbe {
+    /// Throws ``BusError/Code/brokerNotRunning`` when nothing accepts connections on the path.
+    /// Endpoints other than `ipc://` are not probed.
+    public static func checkListening(_ address: BusAddress) throws {
+        guard let path = address.ipcPath else { return }
+        let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard descriptor >= 0 else { return }
+        defer { close(descriptor) }
+        var socketAddress = sockaddr_un()
+        socketAddress.sun_family = sa_family_t(AF_UNIX)
+        let capacity = MemoryLayout.size(ofValue: socketAddress.sun_path)
+        guard path.utf8.count < capacity else {
+            throw BusError(.badArgument, "socket path '\(path)' is longer than \(capacity - 1) bytes")
+        }
+        withUnsafeMutableBytes(of: &socketAddress.sun_path) { buffer in
+            buffer.copyBytes(from: path.utf8)
+            buffer[path.utf8.count] = 0
+        }
+        let rc = withUnsafePointer(to: &socketAddress) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        if rc != 0 {
+            let code = errno
+            throw BusError(.brokerNotRunning, "no motherboard at \(address.endpoint) (\(String(cString: strerror(code)))); start one with scripts/fleet up")
+        }
+    }
+}

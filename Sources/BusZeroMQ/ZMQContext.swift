@@ -1,0 +1,33 @@
+import BusCore
+import CZeroMQ
+
+/// A libzmq context. The context itself is thread-safe; its sockets are not.
+public final class ZMQContext: @unchecked Sendable {
+    let handle: UnsafeMutableRawPointer
+
+    /// Makes a context with one I/O thread (enough for Unix-domain sockets).
+    public init() throws {
+        guard let handle = zmq_ctx_new() else { throw ZMQContext.lastError("zmq_ctx_new") }
+        zmq_ctx_set(handle, ZMQ_IO_THREADS, 1)
+        self.handle = handle
+    }
+
+    /// Terminates the context. Every socket must be closed first (they all use linger 0, so this
+    /// returns at once).
+    public func terminate() {
+        while zmq_ctx_term(handle) == -1 && zmq_errno() == EINTR {}
+    }
+
+    /// The libzmq version, e.g. "4.3.4".
+    public static var libraryVersion: String {
+        var major: Int32 = 0, minor: Int32 = 0, patch: Int32 = 0
+        zmq_version(&major, &minor, &patch)
+        return "\(major).\(minor).\(patch)"
+    }
+
+    static func lastError(_ call: String) -> BusError {
+        let code = zmq_errno()
+        let text = String(cString: zmq_strerror(code))
+        return BusError(.transport, "\(call) failed: \(text) (errno \(code))")
+    }
+}

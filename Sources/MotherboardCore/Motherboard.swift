@@ -1,0 +1,200 @@
+import BusCore
+import Foundation
+import Logging
+
+/// How the broker's logic sends messages. The ZeroMQ ROUTER implements it in production, an
+/// in-memory recorder in unit tests.
+public protocol MotherboardTransport: AnyObject {
+    /// Sends without blocking. Returns false when the peer is gone or its queue is full.
+    func send(_ envelope: Envelope, to peer: PeerID) -> Bool
+}
+
+/// The broker's logic: registry, routing of the four message families, heartbeats and deadlines.
+///
+/// It does no I/O of its own and is driven from one thread (the socket loop): ``receive(_:from:now:)``
+/// for each incoming message and ``tick(now:)`` periodically. The broker routes on headers only;
+/// it decodes payloads of its own control messages and never those between boards.
+public final class Motherboard {
+    /// A request forwarded to a board, waiting for its reply.
+    struct PendingRequest {
+        var client: PeerID
+        var clientCorrelationID: UInt64
+        var board: BoardID
+        var boardPeer: PeerID
+        var deadline: ContinuousClock.Instant
+    }
+
+    public let manifest: FleetManifest
+    public let settings: MotherboardSettings
+    public internal(set) var counters = MotherboardCounters()
+    let flows: [FlowEdge]
+    var registry = BoardRegistry()
+    var pending: [UInt64: PendingRequest] = [:]
+    private var nextCorrelationID: UInt64 = 1
+    private var lastHeartbeat: ContinuousClock.Instant?
+    private let transport: any MotherboardTransport
+    let logger: Logger
+
+    public init(manifest: FleetManifest, settings: MotherboardSettings = .init(), transport: any MotherboardTransport, logger: Logger) throws {
+        self.manifest = manifest
+        self.settings = settings
+        self.flows = try manifest.flowEdges()
+        self.transport = transport
+        self.logger = logger
+    }
+
+    // MARK: - Input
+
+    /// Handles the frames of one message (after the routing id) from `peer`.
+    public func receive(_ frames: [Data], from peer: PeerID, now: ContinuousClock.Instant) {
+        let envelope: Envelope
+        do {
+            envelope = try Envelope(frames: frames, limits: settings.limits)
+        } catch let error as BusError {
+            counters.malformedMessages += 1
+            logger.debug("refused message", metadata: ["peer": "\(peer)", "error": "\(error)"])
+            // Answer when the header is readable, so the sender can match the error to its request.
+            if frames.count >= 1, let header = try? HeaderCodec.decode(frames[0]), header.kind != .reply, header.kind != .error {
+                send(Envelope(header: header).errorReply(error), to: peer)
+            }
+            return
+        } catch {
+            counters.malformedMessages += 1
+            return
+        }
+        if let board = registry.board(for: peer) {
+            registry.update(board.id) { $0.lastSeen = now }
+        }
+        switch envelope.header.kind {
+        case .register: register(envelope, from: peer, now: now)
+        case .unregister: unregister(envelope, from: peer)
+        case .heartbeat: heartbeat(from: peer)
+        case .activate, .command: forward(envelope, from: peer, now: now)
+        case .output: routeOutput(envelope, from: peer)
+        case .action: deliverAction(envelope, from: peer)
+        case .complete: complete(envelope, from: peer)
+        case .control: answerControl(envelope, from: peer, now: now)
+        case .reply, .error: relayReply(envelope, from: peer)
+        }
+    }
+
+    /// Heartbeats boards, drops the silent ones and fails requests past their deadline.
+    public func tick(now: ContinuousClock.Instant) {
+        for board in registry.boards.values where board.lastSeen.duration(to: now) > settings.livenessTimeout {
+            drop(board.id, reason: "no heartbeat for \(settings.livenessTimeout)")
+        }
+        if lastHeartbeat.map({ $0.duration(to: now) >= settings.heartbeatInterval }) ?? true {
+            lastHeartbeat = now
+            for board in registry.boards.values {
+                send(Envelope(header: EnvelopeHeader(kind: .heartbeat, target: board.id.rawValue)), to: board.peer)
+            }
+        }
+        for (correlationID, request) in pending where request.deadline <= now {
+            pending[correlationID] = nil
+            counters.timedOutRequests += 1
+            replyError(
+                BusError(.timeout, "board '\(request.board)' did not answer in time"),
+                correlationID: request.clientCorrelationID, to: request.client
+            )
+        }
+    }
+
+    /// A process the broker started has exited: drop its board at once rather than at the next
+    /// missed heartbeat.
+    public func processExited(pid: Int32, status: String) {
+        for board in registry.boards.values where board.registration.pid == pid {
+            drop(board.id, reason: "process \(pid) exited (\(status))")
+        }
+    }
+
+    // MARK: - Registration and liveness
+
+    private func register(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
+        let registration: Registration
+        do {
+            registration = try PayloadCodec.decode(Registration.self, from: envelope.payload)
+        } catch let error as BusError {
+            return reply(to: envelope, from: peer, error: error)
+        } catch {
+            return
+        }
+        if let holder = registry[registration.id], holder.peer != peer, holder.registration.pid != registration.pid {
+            return reply(to: envelope, from: peer, error: BusError(
+                .idInUse, "board id '\(registration.id)' is held by live process \(holder.registration.pid)"))
+        }
+        registry.insert(LiveBoard(registration: registration, peer: peer, registeredAt: now, lastSeen: now))
+        logger.info("board registered", metadata: ["board": "\(registration.id)", "pid": "\(registration.pid)"])
+        let accepted = RegistrationAccepted(
+            heartbeatIntervalMilliseconds: settings.heartbeatInterval.wholeMilliseconds,
+            livenessTimeoutMilliseconds: settings.livenessTimeout.wholeMilliseconds)
+        send(envelope.reply(payload: PayloadCodec.encodeOrEmpty(accepted)), to: peer)
+    }
+
+    private func unregister(_ envelope: Envelope, from peer: PeerID) {
+        if let board = registry.board(for: peer) { drop(board.id, reason: "unregistered") }
+        reply(to: envelope, from: peer, with: Delivery(delivered: 0))
+    }
+
+    private func heartbeat(from peer: PeerID) {
+        // A heartbeat from a peer we do not know means the board registered with an earlier
+        // broker: tell it to register again.
+        if registry.board(for: peer) == nil {
+            let error = BusError(.notRegistered, "this motherboard does not know you; register again")
+            send(Envelope(header: EnvelopeHeader(kind: .error, typeName: error.code.name), payload: PayloadCodec.encodeOrEmpty(error)), to: peer)
+        }
+    }
+
+    /// Removes a board and fails every request waiting on it.
+    func drop(_ id: BoardID, reason: String) {
+        guard let board = registry.remove(id) else { return }
+        logger.info("board dropped", metadata: ["board": "\(id)", "pid": "\(board.registration.pid)", "reason": "\(reason)"])
+        for (correlationID, request) in pending where request.board == id && request.boardPeer == board.peer {
+            pending[correlationID] = nil
+            replyError(
+                BusError(.boardNotRunning, "board '\(id)' stopped before answering (\(reason))"),
+                correlationID: request.clientCorrelationID, to: request.client)
+        }
+    }
+
+    // MARK: - Sending
+
+    func send(_ envelope: Envelope, to peer: PeerID) {
+        if !transport.send(envelope, to: peer) {
+            counters.undeliverable += 1
+            if let board = registry.board(for: peer), envelope.header.kind != .error {
+                drop(board.id, reason: "its socket is gone or full")
+            }
+        }
+    }
+
+    func reply(to request: Envelope, from peer: PeerID, error: BusError) {
+        guard request.header.flags.contains(.replyExpected) else {
+            logger.debug("dropped message", metadata: ["peer": "\(peer)", "error": "\(error)"])
+            return
+        }
+        send(request.errorReply(error), to: peer)
+    }
+
+    func reply<T: BusPayload>(to request: Envelope, from peer: PeerID, with value: T) {
+        guard request.header.flags.contains(.replyExpected) else { return }
+        send(request.reply(payload: PayloadCodec.encodeOrEmpty(value)), to: peer)
+    }
+
+    func replyError(_ error: BusError, correlationID: UInt64, to peer: PeerID) {
+        let header = EnvelopeHeader(kind: .error, correlationID: correlationID, typeName: error.code.name)
+        send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(error)), to: peer)
+    }
+
+    func makeCorrelationID() -> UInt64 {
+        defer { nextCorrelationID &+= 1 }
+        return nextCorrelationID
+    }
+
+    /// The error for a target that is not live: the manifest decides between "not running" and "no such board".
+    func notLiveError(_ id: String) -> BusError {
+        if let boardID = try? BoardID(validating: id), manifest.board(boardID) != nil {
+            return BusError(.boardNotRunning, "board '\(id)' is in the manifest but not running")
+        }
+        return BusError(.noSuchBoard, "no board '\(id)' is running and the manifest cannot start one")
+    }
+}

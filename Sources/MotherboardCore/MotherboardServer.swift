@@ -1,0 +1,148 @@
+import BusCore
+import BusZeroMQ
+import CZeroMQ
+import Foundation
+import Logging
+import ServiceLifecycle
+
+/// The `motherboard` daemon as a service: binds the ROUTER socket, runs ``Motherboard`` on the
+/// socket's thread, starts the manifest's always-on boards, and on graceful shutdown stops them,
+/// closes the socket and removes its files.
+public final class MotherboardServer: Service {
+    /// Where and how the server runs.
+    public struct Options: Sendable {
+        public var address: BusAddress
+        public var manifest: FleetManifest
+        /// Where board executables named in the manifest are found.
+        public var binaryDirectory: String
+        public var settings: MotherboardSettings
+
+        public init(address: BusAddress, manifest: FleetManifest, binaryDirectory: String, settings: MotherboardSettings = .init()) {
+            self.address = address
+            self.manifest = manifest
+            self.binaryDirectory = binaryDirectory
+            self.settings = settings
+        }
+    }
+
+    private let options: Options
+    private let logger: Logger
+
+    public init(options: Options, logger: Logger) {
+        self.options = options
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        let address = options.address
+        try RuntimeDirectory.prepare(address.runtimeDirectory)
+        if let path = address.ipcPath {
+            if (try? EndpointProbe.checkListening(address)) != nil {
+                throw BusError(.idInUse, "a motherboard already listens at \(address.endpoint)")
+            }
+            try? FileManager.default.removeItem(atPath: path)  // stale socket of a killed broker
+        }
+
+        let context = try ZMQContext()
+        let socket = try ZMQSocket(context: context, kind: .router)
+        try socket.setOption(ZMQ_ROUTER_MANDATORY, Int32(1))
+        try socket.setOption(ZMQ_SNDHWM, Int32(10_000))
+        try socket.setOption(ZMQ_RCVHWM, Int32(10_000))
+        // Hard cap: frames far beyond the soft limit disconnect the peer inside libzmq; those
+        // between the two get a typed `tooLarge` answer from the broker.
+        try socket.setOption(ZMQ_MAXMSGSIZE, Int64(options.settings.limits.maximumPayloadBytes * 2 + 65_536))
+        try socket.bind(address.endpoint)
+
+        let transport = RouterTransport(socket: socket)
+        let motherboard = try Motherboard(manifest: options.manifest, settings: options.settings, transport: transport, logger: logger)
+        let handler = RouterLoopHandler(motherboard: motherboard)
+        let loop = try SocketLoop(name: "motherboard", socket: socket, handler: handler, tickInterval: .milliseconds(100))
+        loop.start()
+
+        let pidFile = "\(address.runtimeDirectory)/motherboard.pid"
+        try "\(getpid())\n".write(toFile: pidFile, atomically: true, encoding: .utf8)
+
+        let owner = LoopBound(motherboard)
+        let launcher = BoardLauncher(address: address, binaryDirectory: options.binaryDirectory, logger: logger) { pid, status in
+            loop.execute { _ in owner.value.processExited(pid: pid, status: status) }
+        }
+        var startFailure: (any Error)?
+        for board in options.manifest.boards where board.start == .always {
+            do {
+                try launcher.start(board)
+            } catch {
+                startFailure = error
+                logger.error("cannot start board", metadata: ["board": "\(board.id)", "error": "\(error)"])
+                break
+            }
+        }
+        if startFailure == nil {
+            logger.info("motherboard ready", metadata: ["endpoint": "\(address.endpoint)", "pid": "\(getpid())"])
+            FileHandle.standardOutput.write(Data("READY \(address.endpoint)\n".utf8))
+            try? await gracefulShutdown()
+            logger.info("motherboard stopping")
+        }
+
+        await launcher.stopAll()
+        loop.stop()
+        context.terminate()
+        try? FileManager.default.removeItem(atPath: pidFile)
+        if let path = address.ipcPath { try? FileManager.default.removeItem(atPath: path) }
+        if let startFailure { throw startFailure }
+    }
+}
+
+/// Sends the broker's envelopes on the ROUTER socket, prefixed with the peer's routing id.
+final class RouterTransport: MotherboardTransport {
+    private let socket: ZMQSocket
+
+    init(socket: ZMQSocket) {
+        self.socket = socket
+    }
+
+    func send(_ envelope: Envelope, to peer: PeerID) -> Bool {
+        let result = try? socket.send([peer.bytes] + envelope.frames())
+        return result == .sent
+    }
+}
+
+/// Feeds the ROUTER's messages and ticks to the motherboard, on the socket's thread.
+final class RouterLoopHandler: SocketLoopHandler {
+    private let motherboard: Motherboard
+    private let clock = ContinuousClock()
+
+    init(motherboard: Motherboard) {
+        self.motherboard = motherboard
+    }
+
+    func received(_ frames: [Data], on socket: ZMQSocket) {
+        guard frames.count >= 2 else { return }
+        motherboard.receive(Array(frames.dropFirst()), from: PeerID(frames[0]), now: clock.now)
+    }
+
+    func tick(on socket: ZMQSocket) {
+        motherboard.tick(now: clock.now)
+    }
+
+    func stopping(on socket: ZMQSocket) {}
+}
+
+/// A value that is only ever used on its socket loop's thread, carried there in a closure.
+struct LoopBound<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}
+
+/// The runtime directory: created with mode 0700, since its socket gives access to the fleet.
+public enum RuntimeDirectory {
+    public static func prepare(_ path: String) throws {
+        do {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw BusError(.badArgument, "cannot create runtime directory \(path): \(error.localizedDescription)")
+        }
+        guard chmod(path, 0o700) == 0 else {
+            throw BusError(.badArgument, "cannot set mode 0700 on runtime directory \(path)")
+        }
+    }
+}

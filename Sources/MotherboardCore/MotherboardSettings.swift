@@ -1,0 +1,38 @@
+import BusCore
+
+/// Timing and limits of the broker, with documented defaults.
+public struct MotherboardSettings: Sendable, Hashable {
+    /// How often the broker heartbeats each board, and asks boards to heartbeat. Default 500 ms.
+    public var heartbeatInterval: Duration
+    /// A board not heard from for this long is dropped. Default 2.5 s, so that a dead board leaves
+    /// `list` within 3 s.
+    public var livenessTimeout: Duration
+    /// Deadline for forwarded requests whose header carries none. Default 25 s.
+    public var defaultRequestTimeout: Duration
+    /// Size limits of incoming messages.
+    public var limits: BusLimits
+
+    public init(
+        heartbeatInterval: Duration = .milliseconds(500),
+        livenessTimeout: Duration = .milliseconds(2500),
+        defaultRequestTimeout: Duration = .seconds(25),
+        limits: BusLimits = .default
+    ) {
+        self.heartbeatInterval = heartbeatInterval
+        self.livenessTimeout = livenessTimeout
+        self.defaultRequestTimeout = defaultRequestTimeout
+        self.limits = limits
+    }
+}
+
+/// Counters the broker keeps for `status` and logs.
+public struct MotherboardCounters: Sendable, Hashable {
+    /// Frames that could not be parsed.
+    public var malformedMessages = 0
+    /// Outputs no flow listened to.
+    public var droppedOutputs = 0
+    /// Messages that could not be delivered because the peer's queue was full or it was gone.
+    public var undeliverable = 0
+    /// Requests that reached their deadline in the broker.
+    public var timedOutRequests = 0
+}

@@ -1,0 +1,154 @@
+import ArgumentParser
+import BoardKit
+import Foundation
+
+/// `busctl`: inspect and drive a BoardBus fleet, in the manner of systemd's busctl.
+@main
+struct Busctl: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "busctl",
+        abstract: "Inspect and drive a BoardBus fleet.",
+        subcommands: [List.self, Status.self, Call.self, Activate.self, Emit.self, Action.self, Wait.self])
+}
+
+extension Busctl {
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the live boards.")
+        @OptionGroup var options: GlobalOptions
+
+        func run() async throws {
+            try await options.withClient { client in
+                let list = try await client.list(timeout: options.deadline)
+                if options.json { return try options.printJSON(list) }
+                let rows = list.boards.map { board in
+                    [board.id.rawValue, "\(board.pid)", board.scope.isEmpty ? "-" : board.scope, board.state, board.start,
+                     String(format: "%.1fs", board.uptimeSeconds), board.commands.joined(separator: ",")]
+                }
+                printTable(header: ["ID", "PID", "SCOPE", "STATE", "START", "UPTIME", "COMMANDS"], rows: rows)
+                if !list.waitingFor.isEmpty {
+                    print("waiting for: \(list.waitingFor.map(\.rawValue).joined(separator: ", "))")
+                }
+            }
+        }
+    }
+
+    struct Status: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show one board.")
+        @OptionGroup var options: GlobalOptions
+        @Argument(help: "The board id.") var id: String
+
+        func run() async throws {
+            try await options.withClient { client in
+                let info = try await client.status(try boardID(id), timeout: options.deadline)
+                if options.json { return try options.printJSON(info) }
+                print("""
+                    id:         \(info.id)
+                    state:      \(info.state)
+                    pid:        \(info.pid)
+                    scope:      \(info.scope.isEmpty ? "(root)" : info.scope)
+                    start:      \(info.start)
+                    input:      \(info.inputType ?? "-")
+                    commands:   \(info.commands.isEmpty ? "-" : info.commands.joined(separator: ", "))
+                    actions:    \(info.actions.isEmpty ? "-" : info.actions.joined(separator: ", "))
+                    uptime:     \(String(format: "%.1f", info.uptimeSeconds)) s
+                    delivered:  \(info.activations) activations, \(info.commandsHandled) commands, \(info.actionsDelivered) actions
+                    """)
+            }
+        }
+    }
+
+    struct Call: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Send a command to a live board and print its reply.")
+        @OptionGroup var options: GlobalOptions
+        @Argument(help: "The board id.") var id: String
+        @Argument(help: "The command name.") var command: String
+        @Argument(help: "The command as JSON (default {}).") var payload: String?
+
+        func run() async throws {
+            try await options.withClient { client in
+                let reply = try await client.call(try boardID(id), command: command, payload: try jsonPayload(payload), timeout: options.deadline)
+                print(options.json ? String(decoding: reply, as: UTF8.self) : prettyJSON(reply))
+            }
+        }
+    }
+
+    struct Activate: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Activate a live board with an input (nextToBoard).")
+        @OptionGroup var options: GlobalOptions
+        @Argument(help: "The board id.") var id: String
+        @Argument(help: "The input as JSON (default {}).") var payload: String?
+        @Option(help: "The input's type name, checked by guaranteed boards.") var type: String = ""
+
+        func run() async throws {
+            try await options.withClient { client in
+                let target = try boardID(id)
+                try await client.activate(target, typeName: type, payload: try jsonPayload(payload), timeout: options.deadline)
+                if options.json { return try options.printJSON(Delivery(delivered: 1)) }
+                print("activated \(target)")
+            }
+        }
+    }
+
+    struct Emit: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Emit an output on a board's behalf (sendToMotherboard), to test flows.")
+        @OptionGroup var options: GlobalOptions
+        @Argument(help: "The source board id.") var id: String
+        @Argument(help: "The output's type name.") var output: String
+        @Argument(help: "The output as JSON (default {}).") var payload: String?
+
+        func run() async throws {
+            try await options.withClient { client in
+                let delivery = try await client.emit(from: try boardID(id), typeName: output, payload: try jsonPayload(payload), timeout: options.deadline)
+                if options.json { return try options.printJSON(delivery) }
+                print("\(output) from \(id) ran \(delivery.delivered) flow(s)")
+            }
+        }
+    }
+
+    struct Action: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Send an action to every board subscribed to its name (sendAction).")
+        @OptionGroup var options: GlobalOptions
+        @Argument(help: "The action name.") var name: String
+        @Argument(help: "The action as JSON (default {}).") var payload: String?
+
+        func run() async throws {
+            try await options.withClient { client in
+                let delivery = try await client.action(name, payload: try jsonPayload(payload), timeout: options.deadline)
+                if options.json { return try options.printJSON(delivery) }
+                print("action \(name) delivered to \(delivery.delivered) board(s)")
+            }
+        }
+    }
+
+    struct Wait: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Wait until a board is live, or with no id until every always-on board is.")
+        @OptionGroup var options: GlobalOptions
+        @Argument(help: "The board id.") var id: String?
+
+        func run() async throws {
+            try await options.withClient { client in
+                if let id {
+                    let info = try await client.waitForBoard(try boardID(id), timeout: options.deadline)
+                    if options.json { return try options.printJSON(info) }
+                    print("\(info.id) is running (pid \(info.pid))")
+                } else {
+                    let list = try await client.waitForFleet(timeout: options.deadline)
+                    if options.json { return try options.printJSON(list) }
+                    print("fleet ready: \(list.boards.count) board(s) running")
+                }
+            }
+        }
+    }
+}
+
+/// Prints rows in aligned columns.
+func printTable(header: [String], rows: [[String]]) {
+    let all = [header] + rows
+    let widths = header.indices.map { column in all.map { $0[column].count }.max() ?? 0 }
+    for row in all {
+        let cells = row.enumerated().map { index, cell in
+            index == row.count - 1 ? cell : cell.padding(toLength: widths[index], withPad: " ", startingAt: 0)
+        }
+        print(cells.joined(separator: "  "))
+    }
+}

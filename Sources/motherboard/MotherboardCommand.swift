@@ -1,0 +1,46 @@
+import ArgumentParser
+import BusCore
+import Foundation
+import Logging
+import MotherboardCore
+import ServiceLifecycle
+
+/// The BoardBus broker: routes messages between board processes and starts the fleet's boards.
+@main
+struct MotherboardCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "motherboard",
+        abstract: "The BoardBus broker: routes outputs, activations, actions and commands between boards.")
+
+    @Option(help: "The fleet manifest (JSON).")
+    var manifest: String?
+
+    @Option(help: "The runtime directory (default: $BOARDBUS_RUNTIME_DIR, $XDG_RUNTIME_DIR/boardbus or /tmp/boardbus-$UID).")
+    var runtimeDir: String?
+
+    @Option(help: "The endpoint to bind (default: ipc://<runtime dir>/motherboard.sock).")
+    var bus: String?
+
+    @Option(help: "Where board executables are (default: the directory of this executable).")
+    var binDir: String?
+
+    func run() async throws {
+        BusLogging.bootstrap()
+        var environment = ProcessInfo.processInfo.environment
+        if let runtimeDir { environment["BOARDBUS_RUNTIME_DIR"] = runtimeDir }
+        let address = BusAddress.resolve(explicitEndpoint: bus, environment: environment, userID: getuid())
+        let fleet = try manifest.map(FleetManifest.load(path:)) ?? FleetManifest()
+        let binaries = binDir ?? URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path
+        let logger = Logger(label: "motherboard")
+        let server = MotherboardServer(options: .init(address: address, manifest: fleet, binaryDirectory: binaries), logger: logger)
+        let group = ServiceGroup(configuration: .init(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        do {
+            try await group.run()
+        } catch let error as BusError {
+            FileHandle.standardError.write(Data("motherboard: \(error)\n".utf8))
+            throw ExitCode(1)
+        }
+    }
+}
+
+
