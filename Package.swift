@@ -56,7 +56,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
-        .target(name: "BoardKitTesting", dependencies: ["BusCore"]),
+        .target(name: "BoardKitTesting", dependencies: ["BoardKit", "BusCore"]),
         .executableTarget(
             name: "busctl",
             dependencies: [
@@ -81,7 +81,7 @@ let package = Package(
         .testTarget(name: "MotherboardCoreTests", dependencies: ["MotherboardCore", "BusCore"]),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["BoardKitTesting", "BusCore", "LoginIO", "DashboardIO", "GreeterIO"]
+            dependencies: ["BoardKitTesting", "BoardKit", "BusCore", "LoginIO", "DashboardIO", "GreeterIO"]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -1,1 +1,166 @@
+import BoardKit
 import BusCore
+import Foundation
+
+/// A real fleet for a test: a `motherboard` and its boards in a fresh `mktemp -d` runtime
+/// directory, talking over real ZeroMQ `ipc://` sockets.
+///
+/// ```swift
+/// try await TestFleet.with(manifest: json) { fleet in
+///     let result = try await fleet.busctl("call", "demo.greeter", "greet", #"{"name":"Ann"}"#)
+///     #expect(result.exitCode == 0)
+/// }
+/// ```
+/// `with` always stops what it started (broker, boards, extra processes), by pid, and removes
+/// the directory, whether the body passes, fails or throws.
+public final class TestFleet: @unchecked Sendable {
+    /// The temporary directory; the runtime directory is inside it.
+    public let directory: String
+    public let address: BusAddress
+    /// Where `motherboard`, `busctl` and the service executables are.
+    public let binaryDirectory: String
+    private let broker: ChildProcess
+    private var extras: [ChildProcess] = []
+    private let lock = NSLock()
+    private var outputCounter = 0
+
+    /// Starts a fleet from a manifest (JSON text), runs `body`, and stops everything.
+    public static func with<T>(
+        manifest: String, waitForFleet: Bool = true, startupTimeout: Duration = .seconds(60),
+        _ body: (TestFleet) async throws -> T
+    ) async throws -> T {
+        let fleet = try await TestFleet(manifest: manifest, startupTimeout: startupTimeout, waitForFleet: waitForFleet)
+        do {
+            let result = try await body(fleet)
+            await fleet.stop()
+            return result
+        } catch {
+            await fleet.stop()
+            throw error
+        }
+    }
+
+    private init(manifest: String, startupTimeout: Duration, waitForFleet: Bool) async throws {
+        binaryDirectory = try TestFleet.locateBinaries()
+        let template = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-test-XXXXXX").path
+        var buffer = Array(template.utf8CString)
+        guard mkdtemp(&buffer) != nil else { throw BusError(.transport, "mkdtemp failed") }
+        directory = String(cString: buffer)
+        address = BusAddress(runtimeDirectory: "\(directory)/run")
+        let manifestPath = "\(directory)/fleet.json"
+        try manifest.write(toFile: manifestPath, atomically: true, encoding: .utf8)
+        do {
+            broker = try ChildProcess(
+                executable: "\(binaryDirectory)/motherboard",
+                arguments: ["--manifest", manifestPath, "--runtime-dir", address.runtimeDirectory, "--exit-with-parent"],
+                environment: TestFleet.environment(for: address), directory: directory, name: "motherboard")
+        } catch {
+            try? FileManager.default.removeItem(atPath: directory)
+            throw error
+        }
+        do {
+            try await broker.waitForOutput("READY", timeout: startupTimeout)
+            if waitForFleet {
+                let result = try await busctl("wait", timeout: startupTimeout)
+                guard result.exitCode == 0 else {
+                    throw BusError(.timeout, "fleet not ready: \(result.standardError)")
+                }
+            }
+        } catch {
+            await stop()
+            throw error
+        }
+    }
+
+    /// The environment a client of this fleet needs.
+    public static func environment(for address: BusAddress) -> [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["BOARDBUS_RUNTIME_DIR"] = address.runtimeDirectory
+        environment["BOARDBUS_ADDRESS"] = address.endpoint
+        environment["BOARDBUS_BOARD_ID"] = nil
+        return environment
+    }
+
+    /// Runs `busctl` against this fleet and returns its exit code and output.
+    public func busctl(_ arguments: String..., timeout: Duration = .seconds(30)) async throws -> ChildProcess.Result {
+        try await run("busctl", arguments: arguments, timeout: timeout)
+    }
+
+    /// Runs one of the package's executables to completion against this fleet.
+    public func run(_ executable: String, arguments: [String], timeout: Duration = .seconds(30)) async throws -> ChildProcess.Result {
+        let child = try ChildProcess(
+            executable: "\(binaryDirectory)/\(executable)", arguments: arguments,
+            environment: TestFleet.environment(for: address), directory: directory, name: nextOutputName(executable))
+        return try await child.wait(timeout: timeout)
+    }
+
+    /// Starts a board executable by hand (outside the manifest) under `id`, and waits for its READY line.
+    public func startBoard(_ executable: String, id: BoardID, timeout: Duration = .seconds(30)) async throws -> ChildProcess {
+        var environment = TestFleet.environment(for: address)
+        environment["BOARDBUS_BOARD_ID"] = id.rawValue
+        let child = try ChildProcess(
+            executable: "\(binaryDirectory)/\(executable)", arguments: [], environment: environment,
+            directory: directory, name: nextOutputName(id.rawValue))
+        lock.withLock { extras.append(child) }
+        try await child.waitForOutput("READY", timeout: timeout)
+        return child
+    }
+
+    /// A client connected to this fleet, closed when `body` returns.
+    public func withClient<T>(_ body: (BusClient) async throws -> T) async throws -> T {
+        let client = try BusClient(address: address)
+        defer { client.close() }
+        return try await body(client)
+    }
+
+    /// The pid the broker recorded for a board it started, from its pid file.
+    public func pid(of board: BoardID) -> Int32? {
+        let path = "\(address.runtimeDirectory)/pids/\(board).pid"
+        return (try? String(contentsOfFile: path, encoding: .utf8)).flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+    }
+
+    /// The broker's log so far.
+    public var brokerLog: String { broker.standardError }
+
+    /// Stops the broker (which stops its boards), the extra boards, then anything whose pid file
+    /// is left; removes the directory.
+    public func stop() async {
+        for child in lock.withLock({ extras }) { await child.stop() }
+        await broker.stop(grace: .seconds(10))
+        let pidDirectory = "\(address.runtimeDirectory)/pids"
+        for file in (try? FileManager.default.contentsOfDirectory(atPath: pidDirectory)) ?? [] {
+            if let text = try? String(contentsOfFile: "\(pidDirectory)/\(file)", encoding: .utf8),
+               let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0,
+               isOurs(pid) {
+                kill(pid, SIGKILL)
+            }
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// Whether `pid` still runs one of this package's executables (a pid file may outlive its process).
+    private func isOurs(_ pid: Int32) -> Bool {
+        let executable = URL(fileURLWithPath: "/proc/\(pid)/exe").resolvingSymlinksInPath().path
+        return executable.hasPrefix(binaryDirectory + "/")
+    }
+
+    private func nextOutputName(_ base: String) -> String {
+        lock.withLock {
+            outputCounter += 1
+            return "\(base)-\(outputCounter)"
+        }
+    }
+
+    /// Finds the build products: `$BOARDBUS_BIN_DIR`, else the directory of the running test binary.
+    static func locateBinaries() throws -> String {
+        if let explicit = ProcessInfo.processInfo.environment["BOARDBUS_BIN_DIR"], !explicit.isEmpty { return explicit }
+        var directory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+        for _ in 0..<4 {
+            if FileManager.default.isExecutableFile(atPath: directory.appendingPathComponent("motherboard").path) {
+                return directory.path
+            }
+            directory = directory.deletingLastPathComponent()
+        }
+        throw BusError(.badArgument, "cannot find the motherboard executable; run `swift build` first or set BOARDBUS_BIN_DIR")
+    }
+}

@@ -16,12 +16,19 @@ public final class MotherboardServer: Service {
         /// Where board executables named in the manifest are found.
         public var binaryDirectory: String
         public var settings: MotherboardSettings
+        /// Stop when the parent process exits (test harnesses use it so that no broker outlives a
+        /// crashed test run).
+        public var exitWithParent: Bool
 
-        public init(address: BusAddress, manifest: FleetManifest, binaryDirectory: String, settings: MotherboardSettings = .init()) {
+        public init(
+            address: BusAddress, manifest: FleetManifest, binaryDirectory: String, settings: MotherboardSettings = .init(),
+            exitWithParent: Bool = false
+        ) {
             self.address = address
             self.manifest = manifest
             self.binaryDirectory = binaryDirectory
             self.settings = settings
+            self.exitWithParent = exitWithParent
         }
     }
 
@@ -79,7 +86,7 @@ public final class MotherboardServer: Service {
         if startFailure == nil {
             logger.info("motherboard ready", metadata: ["endpoint": "\(address.endpoint)", "pid": "\(getpid())"])
             FileHandle.standardOutput.write(Data("READY \(address.endpoint)\n".utf8))
-            try? await gracefulShutdown()
+            await waitForShutdown()
             logger.info("motherboard stopping")
         }
 
@@ -89,6 +96,26 @@ public final class MotherboardServer: Service {
         try? FileManager.default.removeItem(atPath: pidFile)
         if let path = address.ipcPath { try? FileManager.default.removeItem(atPath: path) }
         if let startFailure { throw startFailure }
+    }
+}
+
+extension MotherboardServer {
+    /// Returns on SIGTERM/SIGINT (graceful shutdown) or, with `exitWithParent`, when the parent exits.
+    private func waitForShutdown() async {
+        let watchParent = options.exitWithParent
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { try? await gracefulShutdown() }
+            if watchParent {
+                let parent = getppid()
+                group.addTask {
+                    while getppid() == parent && !Task.isCancelled {
+                        try? await Task.sleep(for: .milliseconds(250))
+                    }
+                }
+            }
+            await group.next()
+            group.cancelAll()
+        }
     }
 }
 

@@ -24,6 +24,9 @@ struct MotherboardCommand: AsyncParsableCommand {
     @Option(help: "Where board executables are (default: the directory of this executable).")
     var binDir: String?
 
+    @Flag(help: "Stop when the parent process exits (for test harnesses).")
+    var exitWithParent = false
+
     func run() async throws {
         BusLogging.bootstrap()
         var environment = ProcessInfo.processInfo.environment
@@ -32,7 +35,7 @@ struct MotherboardCommand: AsyncParsableCommand {
         let fleet = try manifest.map(FleetManifest.load(path:)) ?? FleetManifest()
         let binaries = binDir ?? URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path
         let logger = Logger(label: "motherboard")
-        let server = MotherboardServer(options: .init(address: address, manifest: fleet, binaryDirectory: binaries), logger: logger)
+        let server = MotherboardServer(options: .init(address: address, manifest: fleet, binaryDirectory: binaries, exitWithParent: exitWithParent), logger: logger)
         let group = ServiceGroup(configuration: .init(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         do {
             try await group.run()

@@ -1,0 +1,80 @@
+import BoardKit
+import BoardKitTesting
+import Foundation
+import GreeterIO
+import Testing
+
+/// Boards that die: the broker notices within 3 s and callers fail fast with a typed error.
+@Suite("Failures", .serialized, .timeLimit(.minutes(3)))
+struct FailureIntegrationTests {
+    /// Polls the broker until `id` is gone from `list`; returns how long that took.
+    func timeUntilGone(_ id: BoardID, from fleet: TestFleet) async throws -> Duration {
+        let clock = ContinuousClock()
+        let start = clock.now
+        let gone = try await fleet.withClient { client in
+            try await eventually(timeout: .seconds(10)) {
+                try await !client.list(timeout: .seconds(2)).boards.contains { $0.id == id }
+            }
+        }
+        #expect(gone, "\(id) still listed after 10 s")
+        return start.duration(to: clock.now)
+    }
+
+    @Test func aKilledManifestBoardLeavesTheListAndCallsFailFast() async throws {
+        try await TestFleet.with(manifest: exampleManifest) { fleet in
+            let pid = try #require(fleet.pid(of: GreeterIO.id))
+            #expect(kill(pid, SIGKILL) == 0)
+            let elapsed = try await timeUntilGone(GreeterIO.id, from: fleet)
+            #expect(elapsed < .seconds(3), "took \(elapsed)")
+
+            let call = try await fleet.busctl("call", "demo.greeter", "greet", #"{"name":"x"}"#)
+            #expect(call.exitCode != 0)
+            #expect(call.standardError.hasPrefix("busctl: boardNotRunning:"))
+            // The other boards are untouched.
+            #expect(try await fleet.busctl("call", "app.dashboard", "show").exitCode == 0)
+        }
+    }
+
+    @Test func aKilledExternalBoardIsFoundByHeartbeat() async throws {
+        try await TestFleet.with(manifest: exampleManifest) { fleet in
+            // Started by hand, not by the broker: only heartbeats and the socket tell the broker.
+            let board = try await fleet.startBoard("Greeter", id: "ext.greeter")
+            let listed = try await fleet.withClient { try await $0.waitForBoard("ext.greeter", timeout: .seconds(10)) }
+            #expect(listed.pid == board.pid)
+            #expect(kill(board.pid, SIGKILL) == 0)
+            let elapsed = try await timeUntilGone("ext.greeter", from: fleet)
+            #expect(elapsed < .seconds(3), "took \(elapsed)")
+
+            let call = try await fleet.busctl("call", "ext.greeter", "greet", #"{"name":"x"}"#, "--timeout", "20")
+            #expect(call.exitCode != 0)
+            #expect(call.standardError.hasPrefix("busctl: noSuchBoard:"))
+        }
+    }
+
+    @Test func aDuplicateIDIsRefused() async throws {
+        try await TestFleet.with(manifest: exampleManifest) { fleet in
+            var environment = TestFleet.environment(for: fleet.address)
+            environment["BOARDBUS_BOARD_ID"] = "demo.greeter"
+            let impostor = try ChildProcess(
+                executable: "\(fleet.binaryDirectory)/Greeter", arguments: [], environment: environment,
+                directory: fleet.directory, name: "impostor")
+            let result = try await impostor.wait(timeout: .seconds(30))
+            #expect(result.exitCode != 0)
+            #expect(result.standardError.contains("idInUse"))
+        }
+    }
+
+    @Test func stoppingTheFleetEndsEveryProcess() async throws {
+        var pids: [Int32] = []
+        var runtime = ""
+        try await TestFleet.with(manifest: exampleManifest) { fleet in
+            pids = ["auth.login", "app.dashboard", "demo.greeter"].compactMap { fleet.pid(of: $0) }
+            runtime = fleet.address.runtimeDirectory
+        }
+        #expect(pids.count == 3)
+        for pid in pids {
+            #expect(kill(pid, 0) != 0, "process \(pid) still runs")
+        }
+        #expect(!FileManager.default.fileExists(atPath: runtime))
+    }
+}

@@ -1,0 +1,153 @@
+import BoardKit
+import BoardKitTesting
+import DashboardIO
+import Foundation
+import GreeterIO
+import LoginIO
+import Testing
+
+/// The four message families and busctl, between real processes over real ipc:// sockets.
+@Suite("Fleet end to end", .serialized, .timeLimit(.minutes(3)))
+struct FleetIntegrationTests {
+    @Test func registrationShowsInBusctlList() async throws {
+        try await TestFleet.with(manifest: exampleManifest) { fleet in
+            let result = try await fleet.busctl("list", "--json")
+            #expect(result.exitCode == 0, "\(result.standardError)")
+            let list = try decode(BoardList.self, from: result)
+            #expect(list.boards.map(\.id) == ["app.dashboard", "auth.login", "demo.greeter"])
+            #expect(list.waitingFor.isEmpty)
+            let greeter = try #require(list.boards.first { $0.id == GreeterIO.id })
+            #expect(greeter.pid == fleet.pid(of: GreeterIO.id))
+            #expect(greeter.commands == ["greet", "stats"])
+            #expect(greeter.actions == ["app.announce", "auth.userLoggedIn"])
+            #expect(greeter.inputType == "Welcome")
+
+            let text = try await fleet.busctl("list")
+            #expect(text.standardOutput.contains("demo.greeter"))
+            let status = try await fleet.busctl("status", "demo.spare", "--json")
+            #expect(try decode(BoardInfo.self, from: status).state == "stopped")
+        }
+    }
+
+    @Test func aCommandRoundTripsThroughBusctlCall() async throws {
+        try await TestFleet.with(manifest: exampleManifest) { fleet in
+            let result = try await fleet.busctl("call", "demo.greeter", "greet", #"{"name":"Ann"}"#, "--json")
+            #expect(result.exitCode == 0, "\(result.standardError)")
+            #expect(try decode(GreeterIO.Greeting.self, from: result) == GreeterIO.Greeting(message: "Hello, Ann!"))
+
+            // The same through the SDK with the typed interface library.
+            let greeting = try await fleet.withClient { client in
+                try await client.interact(with: GreeterIO.id, GreeterIO.Greet(name: "Bo"))
+            }
+            #expect(greeting.message == "Hello, Bo!")
+
+            // Board-to-board interaction: the dashboard asks the greeter.
+            try await fleet.withClient { client in
+                try await client.activate(DashboardIO.destination, with: LoginIO.LoginSucceeded(username: "cy", token: "t"))
+                let greeted = try await client.interact(with: DashboardIO.id, DashboardIO.GreetUser())
+                #expect(greeted.message == "Hello, cy!")
+            }
+        }
+    }
+
+    @Test func anOutputFlowsFromLoginToDashboard() async throws {
+        try await TestFleet.with(manifest: exampleManifest) { fleet in
+            let emitted = try await fleet.busctl("emit", "auth.login", "LoginSucceeded", #"{"username":"dee","token":"x"}"#, "--json")
+            #expect(emitted.exitCode == 0, "\(emitted.standardError)")
+            #expect(try decode(Delivery.self, from: emitted).delivered == 1)
+            let shown = try await eventually {
+                try await fleet.withClient { try await $0.interact(with: DashboardIO.id, DashboardIO.Show()) }.user == "dee"
+            }
+            #expect(shown)
+
+            // An output no flow listens to is acknowledged with 0 deliveries, not an error.
+            let unheard = try await fleet.busctl("emit", "demo.greeter", "Anything", "--json")
+            #expect(unheard.exitCode == 0)
+            #expect(try decode(Delivery.self, from: unheard).delivered == 0)
+        }
+    }
+
+    @Test func activatingLoginRunsTheWholeChain() async throws {
+        try await TestFleet.with(manifest: exampleManifest) { fleet in
+            // busctl activate → login board → sendAction + sendToMotherboard → flow → dashboard
+            // → nextToBoard → greeter.
+            let result = try await fleet.busctl("activate", "auth.login", #"{"username":"eve"}"#)
+            #expect(result.exitCode == 0, "\(result.standardError)")
+            let reached = try await eventually {
+                let seen = try await fleet.withClient { try await $0.interact(with: GreeterIO.id, GreeterIO.Stats()) }
+                return seen.welcomed == ["eve"] && seen.loginsSeen == ["eve"]
+            }
+            #expect(reached)
+            let view = try await fleet.withClient { try await $0.interact(with: DashboardIO.id, DashboardIO.Show()) }
+            #expect(view == DashboardIO.View(user: "eve", activations: 1))
+        }
+    }
+
+    @Test func nextToBoardActivatesTheTarget() async throws {
+        try await TestFleet.with(manifest: exampleManifest) { fleet in
+            let result = try await fleet.busctl("activate", "app.dashboard", "--type", "LoginSucceeded", #"{"username":"fay","token":"t"}"#)
+            #expect(result.exitCode == 0, "\(result.standardError)")
+            let welcomed = try await eventually {
+                try await fleet.withClient { try await $0.interact(with: GreeterIO.id, GreeterIO.Stats()) }.welcomed == ["fay"]
+            }
+            #expect(welcomed)
+        }
+    }
+
+    @Test func anActionReachesItsSubscriber() async throws {
+        try await TestFleet.with(manifest: exampleManifest) { fleet in
+            let result = try await fleet.busctl("action", "app.announce", #"{"text":"release 1.0"}"#, "--json")
+            #expect(result.exitCode == 0, "\(result.standardError)")
+            #expect(try decode(Delivery.self, from: result).delivered == 1)
+            let heard = try await eventually {
+                try await fleet.withClient { try await $0.interact(with: GreeterIO.id, GreeterIO.Stats()) }.announcements == ["release 1.0"]
+            }
+            #expect(heard)
+        }
+    }
+
+    @Test func errorsAreTypedAndBusctlExitsNonZero() async throws {
+        try await TestFleet.with(manifest: exampleManifest) { fleet in
+            let unknown = try await fleet.busctl("call", "no.such", "greet")
+            #expect(unknown.exitCode != 0)
+            #expect(unknown.standardError.hasPrefix("busctl: noSuchBoard:"))
+            #expect(unknown.standardError.split(separator: "\n").count == 1)
+
+            let stopped = try await fleet.busctl("call", "demo.spare", "greet")
+            #expect(stopped.exitCode != 0)
+            #expect(stopped.standardError.hasPrefix("busctl: boardNotRunning:"))
+
+            let badJSON = try await fleet.busctl("call", "demo.greeter", "greet", "{nope")
+            #expect(badJSON.exitCode == 2)
+            #expect(badJSON.standardError.hasPrefix("busctl: badArgument:"))
+
+            let wrongType = try await fleet.busctl("call", "demo.greeter", "greet", #"{"nom":"x"}"#)
+            #expect(wrongType.exitCode != 0)
+            #expect(wrongType.standardError.hasPrefix("busctl: typeMismatch:"))
+
+            let wrongInput = try await fleet.busctl("activate", "demo.greeter", "--type", "LoginSucceeded", "{}")
+            #expect(wrongInput.standardError.contains("expects input Welcome, received LoginSucceeded"))
+
+            let unknownCommand = try await fleet.busctl("call", "demo.greeter", "dance")
+            #expect(unknownCommand.standardError.hasPrefix("busctl: unknownCommand:"))
+
+            let failing = try await fleet.busctl("activate", "auth.login", #"{"username":" "}"#)
+            #expect(failing.standardError.hasPrefix("busctl: badArgument: username must not be empty"))
+
+            // The broker is unharmed by all of it.
+            #expect(try await fleet.busctl("list").exitCode == 0)
+        }
+    }
+
+    @Test func busctlFailsFastWhenNoBrokerRuns() async throws {
+        try await TestFleet.with(manifest: #"{"boards": []}"#) { fleet in
+            let result = try await fleet.busctl("list", "--bus", "ipc://\(fleet.directory)/nobody.sock")
+            #expect(result.exitCode == 1)
+            #expect(result.standardError.hasPrefix("busctl: brokerNotRunning:"))
+
+            let timedOut = try await fleet.busctl("wait", "never.comes", "--timeout", "0.5")
+            #expect(timedOut.exitCode == 1)
+            #expect(timedOut.standardError.hasPrefix("busctl: timeout:"))
+        }
+    }
+}

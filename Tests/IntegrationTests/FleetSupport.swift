@@ -1,0 +1,33 @@
+import BoardKit
+import BoardKitTesting
+import Foundation
+import Testing
+
+/// The example fleet, as the integration tests start it.
+let exampleManifest = """
+    {
+      "boards": [
+        { "id": "auth.login", "executable": "Login", "start": "always" },
+        { "id": "app.dashboard", "executable": "Dashboard", "start": "always" },
+        { "id": "demo.greeter", "executable": "Greeter", "start": "always" },
+        { "id": "demo.spare", "executable": "Greeter", "start": "on-demand" }
+      ],
+      "flows": [ "auth.login ->> app.dashboard" ]
+    }
+    """
+
+/// Polls `condition` until it holds or `timeout` passes; returns whether it held. Tests wait on
+/// state this way, never on a fixed sleep.
+func eventually(timeout: Duration = .seconds(10), _ condition: () async throws -> Bool) async rethrows -> Bool {
+    let deadline = ContinuousClock.now.advanced(by: timeout)
+    while ContinuousClock.now < deadline {
+        if try await condition() { return true }
+        try? await Task.sleep(for: .milliseconds(25))
+    }
+    return try await condition()
+}
+
+/// Decodes busctl's JSON output.
+func decode<T: Decodable>(_ type: T.Type, from result: ChildProcess.Result) throws -> T {
+    try JSONDecoder().decode(T.self, from: Data(result.standardOutput.utf8))
+}

@@ -1,0 +1,266 @@
+import BusCore
+import Foundation
+import Logging
+import Testing
+
+@testable import MotherboardCore
+
+/// Records what the broker sends, in memory (the unit-test transport).
+final class RecordingTransport: MotherboardTransport {
+    var sent: [(peer: PeerID, envelope: Envelope)] = []
+    var unreachable: Set<PeerID> = []
+
+    func send(_ envelope: Envelope, to peer: PeerID) -> Bool {
+        guard !unreachable.contains(peer) else { return false }
+        sent.append((peer, envelope))
+        return true
+    }
+
+    func take(for peer: PeerID) -> [Envelope] {
+        let mine = sent.filter { $0.peer == peer }.map(\.envelope)
+        sent.removeAll { $0.peer == peer }
+        return mine
+    }
+}
+
+/// A broker with a recording transport and a clock the test moves by hand.
+final class Harness {
+    let transport = RecordingTransport()
+    let motherboard: Motherboard
+    var now = ContinuousClock.now
+    let client = PeerID(Data([0xC0]))
+
+    init(manifest: FleetManifest = FleetManifest()) throws {
+        motherboard = try Motherboard(manifest: manifest, transport: transport, logger: Logger(label: "test"))
+    }
+
+    func deliver(_ envelope: Envelope, from peer: PeerID) {
+        motherboard.receive(envelope.frames(), from: peer, now: now)
+    }
+
+    func request(_ header: EnvelopeHeader, payload: Data = Data(), from peer: PeerID, correlation: UInt64 = 77) {
+        var header = header
+        header.flags.insert(.replyExpected)
+        header.correlationID = correlation
+        deliver(Envelope(header: header, payload: payload), from: peer)
+    }
+
+    @discardableResult
+    func register(_ id: BoardID, peer: PeerID, pid: Int32 = 100, actions: [String] = []) -> [Envelope] {
+        let registration = Registration(id: id, pid: pid, commands: ["greet"], actions: actions)
+        request(EnvelopeHeader(kind: .register, source: id.rawValue), payload: try! PayloadCodec.encode(registration), from: peer)
+        return transport.take(for: peer)
+    }
+
+    func list() throws -> BoardList {
+        request(EnvelopeHeader(kind: .control, typeName: ControlOperation.list), from: client)
+        let reply = try #require(transport.take(for: client).last)
+        return try PayloadCodec.decode(BoardList.self, from: reply.payload)
+    }
+}
+
+@Suite("Motherboard routing")
+struct MotherboardTests {
+    let login = PeerID(Data([1]))
+    let dashboard = PeerID(Data([2]))
+    let greeter = PeerID(Data([3]))
+
+    @Test func registrationIsAcceptedAndListed() throws {
+        let harness = try Harness()
+        let replies = harness.register("auth.login", peer: login)
+        #expect(replies.map(\.header.kind) == [.reply])
+        #expect(replies[0].header.correlationID == 77)
+        let accepted = try PayloadCodec.decode(RegistrationAccepted.self, from: replies[0].payload)
+        #expect(accepted.livenessTimeoutMilliseconds == 2500)
+        #expect(try harness.list().boards.map(\.id) == ["auth.login"])
+    }
+
+    @Test func anIDHeldByAnotherLiveProcessIsRefused() throws {
+        let harness = try Harness()
+        harness.register("auth.login", peer: login, pid: 100)
+        let replies = harness.register("auth.login", peer: dashboard, pid: 200)
+        #expect(replies.first?.carriedError?.code == .idInUse)
+        #expect(try harness.list().boards.map(\.pid) == [100])
+    }
+
+    @Test func commandsAreForwardedAndRepliesRelayed() throws {
+        let harness = try Harness()
+        harness.register("demo.greeter", peer: greeter)
+        harness.request(EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"), payload: Data("{}".utf8), from: harness.client, correlation: 41)
+        let forwarded = try #require(harness.transport.take(for: greeter).first)
+        #expect(forwarded.header.kind == .command)
+        #expect(forwarded.header.correlationID != 41)
+        harness.deliver(forwarded.reply(payload: Data(#"{"message":"hi"}"#.utf8)), from: greeter)
+        let reply = try #require(harness.transport.take(for: harness.client).first)
+        #expect(reply.header.kind == .reply)
+        #expect(reply.header.correlationID == 41)
+        #expect(reply.header.source == "demo.greeter")
+        #expect(reply.payload == Data(#"{"message":"hi"}"#.utf8))
+    }
+
+    @Test func aReplyFromTheWrongPeerIsIgnored() throws {
+        let harness = try Harness()
+        harness.register("demo.greeter", peer: greeter)
+        harness.register("app.dashboard", peer: dashboard)
+        harness.request(EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"), from: harness.client)
+        let forwarded = try #require(harness.transport.take(for: greeter).first)
+        harness.deliver(forwarded.reply(), from: dashboard)
+        #expect(harness.transport.take(for: harness.client).isEmpty)
+    }
+
+    @Test func unknownAndStoppedBoardsGetTypedErrors() throws {
+        let manifest = FleetManifest(boards: [.init(id: "app.dashboard", executable: "Dashboard")])
+        let harness = try Harness(manifest: manifest)
+        harness.request(EnvelopeHeader(kind: .command, target: "nope.board", typeName: "x"), from: harness.client)
+        #expect(harness.transport.take(for: harness.client).first?.carriedError?.code == .noSuchBoard)
+        harness.request(EnvelopeHeader(kind: .activate, target: "app.dashboard"), from: harness.client)
+        #expect(harness.transport.take(for: harness.client).first?.carriedError?.code == .boardNotRunning)
+        harness.request(EnvelopeHeader(kind: .command, target: "not a board id"), from: harness.client)
+        #expect(harness.transport.take(for: harness.client).first?.carriedError?.code == .noSuchBoard)
+    }
+
+    @Test func outputsRunEveryFlowInOrderAndUnheardOutputsAreCounted() throws {
+        let manifest = FleetManifest(flows: ["auth.login ->> app.dashboard", "auth.login ->> demo.greeter ->> app.dashboard"])
+        let harness = try Harness(manifest: manifest)
+        harness.register("auth.login", peer: login)
+        harness.register("app.dashboard", peer: dashboard)
+        harness.register("demo.greeter", peer: greeter)
+        harness.request(EnvelopeHeader(kind: .output, typeName: "LoginSucceeded"), payload: Data(#"{"u":1}"#.utf8), from: login)
+        let order = harness.transport.sent.map(\.peer)
+        #expect(order == [dashboard, greeter, login])
+        let activation = try #require(harness.transport.take(for: dashboard).first)
+        #expect(activation.header.kind == .activate)
+        #expect(activation.header.source == "auth.login")
+        #expect(activation.header.typeName == "LoginSucceeded")
+        #expect(activation.payload == Data(#"{"u":1}"#.utf8))
+        let ack = try #require(harness.transport.take(for: login).first)
+        #expect(try PayloadCodec.decode(Delivery.self, from: ack.payload).delivered == 2)
+
+        // No flow starts at the dashboard: dropped and counted, and still acknowledged.
+        harness.request(EnvelopeHeader(kind: .output, typeName: "Nothing"), from: dashboard)
+        #expect(harness.motherboard.counters.droppedOutputs == 1)
+        let dropped = try #require(harness.transport.take(for: dashboard).first)
+        #expect(try PayloadCodec.decode(Delivery.self, from: dropped.payload).delivered == 0)
+        _ = harness.transport.take(for: greeter)
+        harness.request(EnvelopeHeader(kind: .output, typeName: "Nothing"), from: greeter)
+        #expect(harness.transport.take(for: dashboard).map(\.header.kind) == [.activate])
+        harness.request(EnvelopeHeader(kind: .output, typeName: "Nothing"), from: harness.client)
+        #expect(harness.transport.take(for: harness.client).first?.carriedError?.code == .badArgument)
+    }
+
+    @Test func aBoardSpeaksAsItselfEvenWhenItNamesAnotherSource() throws {
+        let harness = try Harness(manifest: FleetManifest(flows: ["auth.login ->> app.dashboard"]))
+        harness.register("auth.login", peer: login)
+        harness.register("app.dashboard", peer: dashboard)
+        harness.register("demo.greeter", peer: greeter)
+        harness.request(EnvelopeHeader(kind: .output, source: "auth.login", typeName: "Forged"), from: greeter)
+        #expect(harness.transport.take(for: dashboard).isEmpty)
+        #expect(harness.motherboard.counters.droppedOutputs == 1)
+    }
+
+    @Test func actionsReachSubscribersOnly() throws {
+        let harness = try Harness()
+        harness.register("app.dashboard", peer: dashboard, actions: ["app.announce"])
+        harness.register("demo.greeter", peer: greeter, actions: ["app.announce", "other"])
+        harness.register("auth.login", peer: login)
+        harness.request(EnvelopeHeader(kind: .action, typeName: "app.announce"), payload: Data("{}".utf8), from: harness.client)
+        #expect(harness.transport.take(for: dashboard).map(\.header.kind) == [.action])
+        #expect(harness.transport.take(for: greeter).map(\.header.kind) == [.action])
+        #expect(harness.transport.take(for: login).isEmpty)
+        let ack = try #require(harness.transport.take(for: harness.client).first)
+        #expect(try PayloadCodec.decode(Delivery.self, from: ack.payload).delivered == 2)
+    }
+
+    @Test func aSilentBoardIsDroppedAndItsCallersFailFast() throws {
+        let harness = try Harness(manifest: FleetManifest(boards: [.init(id: "demo.greeter", executable: "Greeter")]))
+        harness.register("demo.greeter", peer: greeter)
+        harness.request(EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"), from: harness.client, correlation: 5)
+        harness.now = harness.now.advanced(by: .milliseconds(2000))
+        harness.motherboard.tick(now: harness.now)
+        #expect(try harness.list().boards.count == 1)
+        harness.now = harness.now.advanced(by: .milliseconds(600))
+        harness.motherboard.tick(now: harness.now)
+        let failure = try #require(harness.transport.take(for: harness.client).first { $0.header.correlationID == 5 })
+        #expect(failure.carriedError?.code == .boardNotRunning)
+        #expect(try harness.list().boards.isEmpty)
+    }
+
+    @Test func heartbeatsKeepABoardAlive() throws {
+        let harness = try Harness()
+        harness.register("demo.greeter", peer: greeter)
+        for _ in 0..<10 {
+            harness.now = harness.now.advanced(by: .milliseconds(500))
+            harness.deliver(Envelope(header: EnvelopeHeader(kind: .heartbeat)), from: greeter)
+            harness.motherboard.tick(now: harness.now)
+        }
+        #expect(try harness.list().boards.count == 1)
+        #expect(harness.transport.take(for: greeter).contains { $0.header.kind == .heartbeat })
+    }
+
+    @Test func requestsPastTheirDeadlineTimeOut() throws {
+        let harness = try Harness()
+        harness.register("demo.greeter", peer: greeter)
+        harness.request(EnvelopeHeader(kind: .command, timeoutMilliseconds: 300, target: "demo.greeter", typeName: "greet"), from: harness.client, correlation: 8)
+        harness.deliver(Envelope(header: EnvelopeHeader(kind: .heartbeat)), from: greeter)
+        harness.now = harness.now.advanced(by: .milliseconds(301))
+        harness.motherboard.tick(now: harness.now)
+        let failure = try #require(harness.transport.take(for: harness.client).first)
+        #expect(failure.carriedError?.code == .timeout)
+        #expect(failure.header.correlationID == 8)
+    }
+
+    @Test func anUnknownHeartbeatIsToldToRegister() throws {
+        let harness = try Harness()
+        harness.deliver(Envelope(header: EnvelopeHeader(kind: .heartbeat)), from: greeter)
+        #expect(harness.transport.take(for: greeter).first?.carriedError?.code == .notRegistered)
+    }
+
+    @Test func anUnreachableBoardIsDropped() throws {
+        let harness = try Harness()
+        harness.register("demo.greeter", peer: greeter)
+        harness.transport.unreachable.insert(greeter)
+        harness.request(EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"), from: harness.client)
+        #expect(harness.transport.take(for: harness.client).first?.carriedError?.code == .boardNotRunning)
+        #expect(try harness.list().boards.isEmpty)
+    }
+
+    @Test func completionRemovesTheBoard() throws {
+        let harness = try Harness()
+        harness.register("demo.greeter", peer: greeter)
+        harness.request(EnvelopeHeader(kind: .complete), payload: try PayloadCodec.encode(Completion(isDone: true)), from: greeter)
+        #expect(harness.transport.take(for: greeter).first?.header.kind == .reply)
+        #expect(try harness.list().boards.isEmpty)
+        harness.request(EnvelopeHeader(kind: .complete), from: greeter)
+        #expect(harness.transport.take(for: greeter).first?.carriedError?.code == .notRegistered)
+    }
+
+    @Test func malformedFramesAreCountedAndAnsweredWhenPossible() throws {
+        let harness = try Harness()
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<2000 {
+            let frames = (0..<Int.random(in: 0...4, using: &generator)).map { _ in
+                Data((0..<Int.random(in: 0...40, using: &generator)).map { _ in UInt8.random(in: 0...255, using: &generator) })
+            }
+            harness.motherboard.receive(frames, from: harness.client, now: harness.now)
+        }
+        #expect(harness.motherboard.counters.malformedMessages > 0)
+        let oversized = [Data(HeaderCodec.encode(EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 3))), Data(count: (4 << 20) + 1)]
+        harness.transport.sent.removeAll()
+        harness.motherboard.receive(oversized, from: harness.client, now: harness.now)
+        let reply = try #require(harness.transport.take(for: harness.client).first)
+        #expect(reply.carriedError?.code == .tooLarge)
+        #expect(reply.header.correlationID == 3)
+        harness.register("demo.greeter", peer: greeter)
+        #expect(try harness.list().boards.count == 1)
+    }
+
+    @Test func flowChainsParseIntoEdges() throws {
+        let edges = try FlowEdge.parseChain("a ->> b.c ->> d")
+        #expect(edges == [FlowEdge(source: "a", target: "b.c"), FlowEdge(source: "b.c", target: "d")])
+        #expect(throws: BusError.self) { try FlowEdge.parseChain("a -> b") }
+        #expect(throws: BusError.self) { try FlowEdge.parseChain("a ->> bad id") }
+        #expect(throws: BusError.self) {
+            try FleetManifest(boards: [.init(id: "a", executable: "A"), .init(id: "a", executable: "B")]).validate()
+        }
+    }
+}
