@@ -1,4 +1,5 @@
 import BusCore
+import BusZeroMQ
 import Foundation
 
 /// A process started by a test, with its output in files (no pipe can fill up and block it)
@@ -28,7 +29,7 @@ public final class ChildProcess: @unchecked Sendable {
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = FileHandle(forWritingAtPath: outputPath)
         process.standardError = FileHandle(forWritingAtPath: errorPath)
-        try process.run()
+        try process.runWithDefaultSignalMask()
     }
 
     public var pid: Int32 { process.processIdentifier }
@@ -72,17 +73,28 @@ public final class ChildProcess: @unchecked Sendable {
         }
     }
 
+    /// How ``stop(grace:)`` ended a process.
+    public enum Ending: Sendable, Equatable {
+        /// It had already exited.
+        case alreadyExited
+        /// It exited after SIGTERM.
+        case terminated
+        /// It ignored SIGTERM for the whole grace period and was killed.
+        case killed
+    }
+
     /// SIGTERM, then SIGKILL after `grace`; returns once the process is gone.
-    public func stop(grace: Duration = .seconds(5)) async {
-        guard process.isRunning else { return }
+    @discardableResult
+    public func stop(grace: Duration = .seconds(5)) async -> Ending {
+        guard process.isRunning else { return .alreadyExited }
         kill(pid, SIGTERM)
         let deadline = ContinuousClock.now.advanced(by: grace)
         while process.isRunning && ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(10))
         }
-        if process.isRunning {
-            kill(pid, SIGKILL)
-            process.waitUntilExit()
-        }
+        guard process.isRunning else { return .terminated }
+        kill(pid, SIGKILL)
+        process.waitUntilExit()
+        return .killed
     }
 }

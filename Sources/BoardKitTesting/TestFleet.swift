@@ -96,10 +96,16 @@ public final class TestFleet: @unchecked Sendable {
 
     /// Starts a board executable by hand (outside the manifest) under `id`, and waits for its READY line.
     public func startBoard(_ executable: String, id: BoardID, timeout: Duration = .seconds(30)) async throws -> ChildProcess {
+        try await startBoard(path: "\(binaryDirectory)/\(executable)", arguments: [], id: id, timeout: timeout)
+    }
+
+    /// Starts any board program (e.g. one written in another language) with this fleet's
+    /// environment and `BOARDBUS_BOARD_ID`, and waits for its READY line.
+    public func startBoard(path: String, arguments: [String], id: BoardID, timeout: Duration = .seconds(30)) async throws -> ChildProcess {
         var environment = TestFleet.environment(for: address)
         environment["BOARDBUS_BOARD_ID"] = id.rawValue
         let child = try ChildProcess(
-            executable: "\(binaryDirectory)/\(executable)", arguments: [], environment: environment,
+            executable: path, arguments: arguments, environment: environment,
             directory: directory, name: nextOutputName(id.rawValue))
         lock.withLock { extras.append(child) }
         try await child.waitForOutput("READY", timeout: timeout)

@@ -66,7 +66,7 @@ public final class BoardLauncher: Sendable {
                 ? "signal \(finished.terminationStatus)" : "exit \(finished.terminationStatus)"
             self?.finished(pid: finished.processIdentifier, id: id, pidFile: pidFile, status: status)
         }
-        try process.run()
+        try process.runWithDefaultSignalMask()
         try? log.close()
         let pid = process.processIdentifier
         children.withLock { $0[pid] = Child(id: id, process: process) }

@@ -70,6 +70,9 @@ struct FailureIntegrationTests {
         try await TestFleet.with(manifest: exampleManifest) { fleet in
             pids = ["auth.login", "app.dashboard", "demo.greeter"].compactMap { fleet.pid(of: $0) }
             runtime = fleet.address.runtimeDirectory
+            // A board started by hand stops on SIGTERM, without needing SIGKILL.
+            let board = try await fleet.startBoard("Greeter", id: "ext.greeter")
+            #expect(await board.stop() == .terminated)
         }
         #expect(pids.count == 3)
         for pid in pids {

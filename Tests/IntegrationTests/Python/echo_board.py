@@ -1,0 +1,72 @@
+"""A BoardBus board written from docs/PROTOCOL.md alone, with pyzmq: it registers as
+$BOARDBUS_BOARD_ID, answers the command `echo` with its payload, heartbeats, and exits on SIGTERM."""
+import json
+import os
+import signal
+import struct
+import sys
+
+import zmq
+
+REGISTER, UNREGISTER, HEARTBEAT, COMMAND, REPLY, ERROR = 1, 2, 3, 5, 16, 17
+REPLY_EXPECTED = 1
+
+
+def encode_header(kind, corr=0, flags=0, timeout_ms=0, source="", target="", scope="", type_name=""):
+    out = struct.pack(">2sBBHQI", b"BB", 1, kind, flags, corr, timeout_ms)
+    for text in (source, target, scope, type_name):
+        raw = text.encode()
+        out += struct.pack(">H", len(raw)) + raw
+    return out
+
+
+def decode_header(buf):
+    magic, version, kind, flags, corr, timeout_ms = struct.unpack_from(">2sBBHQI", buf, 0)
+    if magic != b"BB" or version != 1:
+        raise ValueError("not a BoardBus v1 header")
+    off, fields = 18, []
+    for _ in range(4):
+        (n,) = struct.unpack_from(">H", buf, off)
+        fields.append(buf[off + 2: off + 2 + n].decode())
+        off += 2 + n
+    return dict(kind=kind, flags=flags, corr=corr, timeout_ms=timeout_ms,
+                source=fields[0], target=fields[1], scope=fields[2], type_name=fields[3])
+
+
+def main():
+    board_id = os.environ.get("BOARDBUS_BOARD_ID", "py.echo")
+    running = [True]
+    signal.signal(signal.SIGTERM, lambda *_: running.__setitem__(0, False))
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(os.environ["BOARDBUS_ADDRESS"])
+    registration = {"id": board_id, "pid": os.getpid(), "scope": "", "commands": ["echo"], "actions": []}
+    sock.send_multipart([encode_header(REGISTER, corr=1, flags=REPLY_EXPECTED, timeout_ms=5000, source=board_id),
+                         json.dumps(registration).encode()])
+    if not sock.poll(10_000):
+        sys.exit("no answer to register")
+    header, payload = sock.recv_multipart()
+    answer = decode_header(header)
+    if answer["kind"] != REPLY or answer["corr"] != 1:
+        sys.exit("registration refused: " + payload.decode())
+    interval = json.loads(payload)["heartbeatIntervalMilliseconds"]
+    print("READY", board_id, flush=True)
+    while running[0]:
+        if sock.poll(interval):
+            header, payload = sock.recv_multipart()
+            message = decode_header(header)
+            if message["kind"] == COMMAND and message["flags"] & REPLY_EXPECTED:
+                if message["type_name"] == "echo":
+                    sock.send_multipart([encode_header(REPLY, corr=message["corr"], source=board_id), payload])
+                else:
+                    error = {"code": "unknownCommand", "message": "py board has only 'echo'"}
+                    sock.send_multipart([encode_header(ERROR, corr=message["corr"], source=board_id,
+                                                       type_name="unknownCommand"), json.dumps(error).encode()])
+        sock.send_multipart([encode_header(HEARTBEAT, source=board_id), b""])
+    sock.send_multipart([encode_header(UNREGISTER, source=board_id), b""])
+    sock.close()
+    zmq.Context.instance().term()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,19 @@
+# Shared by scripts/fleet, scripts/test and scripts/bench: make sure libzmq's headers (and, for the
+# protocol test of a board written in Python, Debian's pyzmq) are installed.
+# Sourced, not run.
+
+ensure_libzmq() {
+    if [ -f /usr/include/zmq.h ] && pkg-config --exists libzmq 2>/dev/null \
+        && /usr/bin/python3 -c 'import zmq' 2>/dev/null; then
+        return 0
+    fi
+    echo "==> installing libzmq3-dev and python3-zmq with apt-get" >&2
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+    $sudo apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libzmq3-dev pkg-config python3 python3-zmq >&2
+}
+
+repo_root() {
+    cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd
+}
