@@ -14,11 +14,13 @@ let package = Package(
         .executable(name: "Login", targets: ["Login"]),
         .executable(name: "Dashboard", targets: ["Dashboard"]),
         .executable(name: "Greeter", targets: ["Greeter"]),
+        .executable(name: "boardbus-bench", targets: ["boardbus-bench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
     ],
     targets: [
         // libzmq from Debian's libzmq3-dev; only BusZeroMQ imports it.
@@ -76,6 +78,19 @@ let package = Package(
             path: "Services/Dashboard"
         ),
         .executableTarget(name: "Greeter", dependencies: ["BoardKit", "GreeterIO", "LoginIO"], path: "Services/Greeter"),
+
+        // Benchmark: the C baseline (zmq_proxy + echo peer), the echo board, the driver.
+        .executableTarget(name: "zmq-baseline-proxy", linkerSettings: [.linkedLibrary("zmq")]),
+        .executableTarget(name: "zmq-baseline-echo", linkerSettings: [.linkedLibrary("zmq")]),
+        .executableTarget(name: "bench-echo-board", dependencies: ["BoardKit"]),
+        .executableTarget(
+            name: "boardbus-bench",
+            dependencies: [
+                "BoardKit", "BoardKitTesting", "BusCore", "BusZeroMQ",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ]
+        ),
 
         .testTarget(name: "BusCoreTests", dependencies: ["BusCore"]),
         .testTarget(name: "MotherboardCoreTests", dependencies: ["MotherboardCore", "BusCore"]),

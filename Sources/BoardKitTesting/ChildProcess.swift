@@ -20,8 +20,8 @@ public final class ChildProcess: @unchecked Sendable {
     public init(executable: String, arguments: [String], environment: [String: String], directory: String, name: String) throws {
         outputPath = "\(directory)/\(name).out"
         errorPath = "\(directory)/\(name).err"
-        FileManager.default.createFile(atPath: outputPath, contents: nil)
-        FileManager.default.createFile(atPath: errorPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: errorPath, contents: nil)
         process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments

@@ -45,7 +45,7 @@ public final class TestFleet: @unchecked Sendable {
         let template = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-test-XXXXXX").path
         var buffer = Array(template.utf8CString)
         guard mkdtemp(&buffer) != nil else { throw BusError(.transport, "mkdtemp failed") }
-        directory = String(cString: buffer)
+        directory = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         address = BusAddress(runtimeDirectory: "\(directory)/run")
         let manifestPath = "\(directory)/fleet.json"
         try manifest.write(toFile: manifestPath, atomically: true, encoding: .utf8)
@@ -124,6 +124,9 @@ public final class TestFleet: @unchecked Sendable {
         let path = "\(address.runtimeDirectory)/pids/\(board).pid"
         return (try? String(contentsOfFile: path, encoding: .utf8)).flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
     }
+
+    /// The broker's process id.
+    public var brokerPID: Int32 { broker.pid }
 
     /// The broker's log so far.
     public var brokerLog: String { broker.standardError }

@@ -31,3 +31,9 @@ public final class ZMQContext: @unchecked Sendable {
         return BusError(.transport, "\(call) failed: \(text) (errno \(code))")
     }
 }
+
+/// The version of the libzmq this process runs on.
+public enum ZMQVersion {
+    /// e.g. "4.3.4".
+    public static var string: String { ZMQContext.libraryVersion }
+}

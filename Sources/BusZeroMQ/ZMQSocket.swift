@@ -110,6 +110,13 @@ public final class ZMQSocket {
         }
     }
 
+    /// Waits until a message can be received, up to `timeoutMilliseconds` (-1: forever).
+    /// For callers that own the socket on a thread of their own (e.g. a benchmark client).
+    public func waitReadable(timeoutMilliseconds: Int) -> Bool {
+        var item = zmq_pollitem_t(socket: handle, fd: 0, events: Int16(ZMQ_POLLIN), revents: 0)
+        return zmq_poll(&item, 1, timeoutMilliseconds) > 0
+    }
+
     /// The raw handle, for `zmq_poll` inside this module.
     var pollHandle: UnsafeMutableRawPointer? { handle }
 

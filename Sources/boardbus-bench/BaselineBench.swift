@@ -1,0 +1,120 @@
+import BusCore
+import BusZeroMQ
+import CZeroMQ
+import Foundation
+import Histogram
+
+/// The baseline: a client DEALER → C `zmq_proxy` (ROUTER/DEALER) → C echo DEALER → back.
+/// Its clients block on their own threads, so nothing but ZeroMQ sits on the path.
+struct BaselineBench: Sendable {
+    let endpoint: String
+
+    /// The request frames: a BoardBus-sized header and the payload, so both sides move the same bytes.
+    static func frames(payload: Data) -> [Data] {
+        let header = EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 1, target: "bench.echo", typeName: "echo")
+        return [Data(HeaderCodec.encode(header)), payload]
+    }
+
+    func latency(payload: Data, requests: Int, warmup: Int) throws -> LatencySummary {
+        try onThread {
+            let context = try ZMQContext()
+            defer { context.terminate() }
+            let socket = try connect(context)
+            defer { socket.close() }
+            let frames = Self.frames(payload: payload)
+            var histogram = makeHistogram()
+            for index in 0..<(warmup + requests) {
+                let start = monotonicNanoseconds()
+                try roundTrip(socket, frames)
+                if index >= warmup { _ = histogram.record(monotonicNanoseconds() - start) }
+            }
+            return LatencySummary(histogram)
+        }
+    }
+
+    /// `clients` sockets on their own threads, each keeping `window` requests in flight.
+    func throughput(payload: Data, clients: Int, window: Int, seconds: Double) throws -> Double {
+        let frames = Self.frames(payload: payload)
+        let results = (0..<clients).map { _ in
+            Thread.detachedResult { () throws -> Int in
+                let context = try ZMQContext()
+                defer { context.terminate() }
+                let socket = try connect(context)
+                defer { socket.close() }
+                let deadline = monotonicNanoseconds() + UInt64(seconds * 1e9)
+                var outstanding = 0
+                var completed = 0
+                for _ in 0..<window {
+                    try send(socket, frames)
+                    outstanding += 1
+                }
+                while outstanding > 0 {
+                    guard socket.waitReadable(timeoutMilliseconds: 5_000), try socket.receive() != nil else {
+                        throw BusError(.timeout, "baseline reply missing")
+                    }
+                    outstanding -= 1
+                    completed += 1
+                    if monotonicNanoseconds() < deadline {
+                        try send(socket, frames)
+                        outstanding += 1
+                    }
+                }
+                return completed
+            }
+        }
+        let start = monotonicNanoseconds()
+        let total = try results.map { try $0.wait() }.reduce(0, +)
+        return Double(total) / (Double(monotonicNanoseconds() - start) / 1e9)
+    }
+
+    private func connect(_ context: ZMQContext) throws -> ZMQSocket {
+        let socket = try ZMQSocket(context: context, kind: .dealer)
+        try socket.setOption(ZMQ_SNDHWM, Int32(10_000))
+        try socket.setOption(ZMQ_RCVHWM, Int32(10_000))
+        try socket.connect(endpoint)
+        return socket
+    }
+
+    private func send(_ socket: ZMQSocket, _ frames: [Data]) throws {
+        while try socket.send(frames) == .wouldBlock {
+            _ = socket.waitReadable(timeoutMilliseconds: 1)
+        }
+    }
+
+    private func roundTrip(_ socket: ZMQSocket, _ frames: [Data]) throws {
+        try send(socket, frames)
+        guard socket.waitReadable(timeoutMilliseconds: 5_000), try socket.receive() != nil else {
+            throw BusError(.timeout, "baseline reply missing")
+        }
+    }
+}
+
+/// Runs blocking work on a thread of its own (never on the concurrency pool).
+func onThread<T>(_ body: @escaping @Sendable () throws -> T) throws -> T {
+    try Thread.detachedResult(body).wait()
+}
+
+/// A result computed on a detached thread.
+final class ThreadResult<T>: @unchecked Sendable {
+    private let done = DispatchSemaphore(value: 0)
+    private var result: Result<T, any Error>?
+
+    init(_ body: @escaping @Sendable () throws -> T) {
+        let thread = Thread { [self] in
+            result = Result { try body() }
+            done.signal()
+        }
+        thread.start()
+    }
+
+    func wait() throws -> T {
+        done.wait()
+        return try result!.get()
+    }
+}
+
+extension Thread {
+    static func detachedResult<T>(_ body: @escaping @Sendable () throws -> T) -> ThreadResult<T> {
+        ThreadResult(body)
+    }
+}

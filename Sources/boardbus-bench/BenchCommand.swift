@@ -1,0 +1,111 @@
+import ArgumentParser
+import BoardKit
+import BoardKitTesting
+import BusZeroMQ
+import Foundation
+
+/// `boardbus-bench`: BoardBus against a C ZeroMQ baseline, in one run on one machine.
+@main
+struct BenchCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "boardbus-bench",
+        abstract: "Measure BoardBus round trips, throughput, start-up and memory against a C zmq_proxy baseline.")
+
+    @Flag(help: "A short run (under a minute).")
+    var quick = false
+
+    func run() async throws {
+        let settings = quick ? BenchSettings.quick : BenchSettings.full
+        let report = Report()
+        let machine = MachineDescription.current()
+        print("boardbus-bench (\(quick ? "quick" : "full")) on \(machine)")
+
+        let baseline = try await BaselineProcesses.start()
+        defer { baseline.stop() }
+        let manifest = #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board", "start": "always"}]}"#
+        try await TestFleet.with(manifest: manifest) { fleet in
+            let bus = BoardBusBench(fleet: fleet)
+            let base = BaselineBench(endpoint: baseline.frontEndpoint)
+            let brokerPID = fleet.brokerPID
+
+            for (label, bytes, requests) in [("100 B", 100, settings.latencyRequests), ("64 KiB", 65_536, settings.largeLatencyRequests)] {
+                let payload = echoPayload(bytes: bytes)
+                progress("round trip \(label): baseline")
+                let baseLatency = try base.latency(payload: payload, requests: requests, warmup: settings.warmupRequests)
+                progress("round trip \(label): BoardBus")
+                let busLatency = try await bus.latency(payload: payload, requests: requests, warmup: settings.warmupRequests)
+                report.latency(label, baseline: baseLatency, boardBus: busLatency)
+
+                progress("throughput \(label): baseline")
+                let baseRate = try base.throughput(payload: payload, clients: settings.clients, window: settings.window, seconds: settings.throughputSeconds)
+                progress("throughput \(label): BoardBus")
+                let busRate = try await bus.throughput(payload: payload, clients: settings.clients, window: settings.window, seconds: settings.throughputSeconds)
+                report.throughput("\(label), \(settings.clients)×\(settings.window) in flight", baseline: baseRate, boardBus: busRate)
+            }
+
+            progress("broker memory over \(Int(settings.memorySeconds)) s of load")
+            let memoryStart = residentKiB(of: brokerPID) ?? 0
+            let messages = try await bus.throughput(
+                payload: echoPayload(bytes: 100), clients: settings.clients, window: settings.window,
+                seconds: settings.memorySeconds) * settings.memorySeconds
+            let memoryEnd = residentKiB(of: brokerPID) ?? 0
+            report.memory(startKiB: memoryStart, endKiB: memoryEnd, messages: Int(messages), seconds: settings.memorySeconds)
+
+            progress("cold start and busctl")
+            var coldStarts: [Double] = []
+            for index in 0..<settings.coldStarts { coldStarts.append(try await bus.coldStart(index: index)) }
+            var busctlRuns: [Double] = []
+            for _ in 0..<settings.busctlRuns { busctlRuns.append(try await bus.busctlList()) }
+            report.single("start a board process → first reply (median of \(settings.coldStarts))", milliseconds: median(coldStarts))
+            report.single("one `busctl list` process, wall time (median of \(settings.busctlRuns))", milliseconds: median(busctlRuns))
+        }
+        print("")
+        print(report.render())
+    }
+}
+
+func progress(_ text: String) {
+    FileHandle.standardError.write(Data("… \(text)\n".utf8))
+}
+
+/// The C baseline's two processes in a temporary directory.
+struct BaselineProcesses {
+    let directory: String
+    let proxy: ChildProcess
+    let echo: ChildProcess
+    var frontEndpoint: String { "ipc://\(directory)/front.sock" }
+
+    static func start() async throws -> BaselineProcesses {
+        let binaries = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-baseline-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let environment = ProcessInfo.processInfo.environment
+        let proxy = try ChildProcess(
+            executable: "\(binaries)/zmq-baseline-proxy", arguments: ["ipc://\(directory)/front.sock", "ipc://\(directory)/back.sock"],
+            environment: environment, directory: directory, name: "proxy")
+        try await proxy.waitForOutput("READY", timeout: .seconds(10))
+        let echo = try ChildProcess(
+            executable: "\(binaries)/zmq-baseline-echo", arguments: ["ipc://\(directory)/back.sock"],
+            environment: environment, directory: directory, name: "echo")
+        try await echo.waitForOutput("READY", timeout: .seconds(10))
+        return BaselineProcesses(directory: directory, proxy: proxy, echo: echo)
+    }
+
+    func stop() {
+        for child in [echo, proxy] where child.isRunning {
+            kill(child.pid, SIGKILL)
+            child.process.waitUntilExit()
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+/// Cores and CPU model, for the report.
+enum MachineDescription {
+    static func current() -> String {
+        let cpuinfo = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8)) ?? ""
+        let model = cpuinfo.split(separator: "\n").first { $0.hasPrefix("model name") }
+            .map { $0.split(separator: ":", maxSplits: 1).last.map { $0.trimmingCharacters(in: .whitespaces) } ?? "" } ?? "unknown CPU"
+        return "\(ProcessInfo.processInfo.activeProcessorCount) cores, \(model), libzmq \(ZMQVersion.string)"
+    }
+}

@@ -1,0 +1,69 @@
+import Foundation
+import Histogram
+
+/// Latency percentiles of one scenario, in microseconds.
+struct LatencySummary {
+    var p50: Double
+    var p90: Double
+    var p99: Double
+    var p999: Double
+    var count: UInt64
+
+    init(_ histogram: Histogram<UInt64>) {
+        // The histogram records nanoseconds.
+        func micros(_ percentile: Double) -> Double { Double(histogram.valueAtPercentile(percentile)) / 1000 }
+        p50 = micros(50)
+        p90 = micros(90)
+        p99 = micros(99)
+        p999 = micros(99.9)
+        count = histogram.totalCount
+    }
+}
+
+/// A histogram of nanoseconds from 100 ns to 10 s with three significant digits.
+func makeHistogram() -> Histogram<UInt64> {
+    Histogram<UInt64>(lowestDiscernibleValue: 100, highestTrackableValue: 10_000_000_000, numberOfSignificantValueDigits: .three)
+}
+
+/// Nanoseconds on the monotonic clock.
+@inline(__always)
+func monotonicNanoseconds() -> UInt64 {
+    var time = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &time)
+    return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+}
+
+/// Resident memory of a process, in KiB, from /proc.
+func residentKiB(of pid: Int32) -> Int? {
+    guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
+    for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+        return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "")
+    }
+    return nil
+}
+
+/// How hard each scenario runs.
+struct BenchSettings {
+    var latencyRequests: Int
+    var warmupRequests: Int
+    var largeLatencyRequests: Int
+    var throughputSeconds: Double
+    var clients: Int
+    var window: Int
+    var memorySeconds: Double
+    var coldStarts: Int
+    var busctlRuns: Int
+
+    static let quick = BenchSettings(
+        latencyRequests: 5_000, warmupRequests: 500, largeLatencyRequests: 1_000, throughputSeconds: 2,
+        clients: 4, window: 16, memorySeconds: 10, coldStarts: 3, busctlRuns: 10)
+    static let full = BenchSettings(
+        latencyRequests: 50_000, warmupRequests: 2_000, largeLatencyRequests: 5_000, throughputSeconds: 10,
+        clients: 4, window: 16, memorySeconds: 60, coldStarts: 10, busctlRuns: 30)
+}
+
+/// The payload of a request: a JSON echo command of about `bytes` bytes.
+func echoPayload(bytes: Int) -> Data {
+    let filler = String(repeating: "x", count: max(0, bytes - 11))
+    return Data(#"{"data":"\#(filler)"}"#.utf8)
+}

@@ -1,0 +1,67 @@
+import Foundation
+
+/// The benchmark's table: each figure beside the baseline's and their ratio, with the targets.
+final class Report {
+    private var rows: [[String]] = []
+    private var verdicts: [String] = []
+
+    func latency(_ label: String, baseline: LatencySummary, boardBus: LatencySummary) {
+        let pairs: [(String, Double, Double)] = [
+            ("p50", baseline.p50, boardBus.p50), ("p90", baseline.p90, boardBus.p90),
+            ("p99", baseline.p99, boardBus.p99), ("p99.9", baseline.p999, boardBus.p999),
+        ]
+        for (name, base, bus) in pairs {
+            rows.append(["round trip \(label) \(name) (µs)", format(base), format(bus), ratio(bus, base)])
+        }
+        if label == "100 B" {
+            verdict("round trip p50 ≤ 1.2 × baseline", holds: boardBus.p50 <= 1.2 * baseline.p50, ratio: boardBus.p50 / baseline.p50)
+            verdict("round trip p99 ≤ 2 × baseline", holds: boardBus.p99 <= 2 * baseline.p99, ratio: boardBus.p99 / baseline.p99)
+        }
+    }
+
+    func throughput(_ label: String, baseline: Double, boardBus: Double) {
+        rows.append(["throughput \(label) (msg/s)", format(baseline, decimals: 0), format(boardBus, decimals: 0), ratio(boardBus, baseline)])
+        if label.hasPrefix("100 B") {
+            verdict("throughput ≥ 50 % of baseline", holds: boardBus >= 0.5 * baseline, ratio: boardBus / baseline)
+        }
+    }
+
+    func memory(startKiB: Int, endKiB: Int, messages: Int, seconds: Double) {
+        let growth = endKiB - startKiB
+        rows.append(["broker RSS before → after \(Int(seconds)) s load (KiB)", "", "\(startKiB) → \(endKiB)", ""])
+        rows.append(["broker RSS growth per million messages (KiB)", "", format(Double(growth) / max(1, Double(messages)) * 1e6), "\(messages) msgs"])
+        // Flat: under 1 KiB per 10 000 messages would still be a leak of 100 B/message; allow allocator noise of 2 MiB.
+        verdict("broker memory flat under load", holds: growth < 2048, ratio: nil, detail: "\(growth) KiB over \(messages) messages")
+    }
+
+    func single(_ label: String, milliseconds: Double) {
+        rows.append(["\(label) (ms)", "", format(milliseconds), ""])
+    }
+
+    private func verdict(_ target: String, holds: Bool, ratio: Double?, detail: String? = nil) {
+        let figure = detail ?? ratio.map { String(format: "%.2f×", $0) } ?? ""
+        verdicts.append("\(holds ? "HOLDS " : "MISSED") \(target): \(figure)")
+    }
+
+    func render() -> String {
+        let header = ["metric", "baseline (C zmq_proxy)", "BoardBus", "BoardBus / baseline"]
+        let all = [header] + rows
+        let widths = header.indices.map { column in all.map { $0[column].count }.max() ?? 0 }
+        func line(_ row: [String]) -> String {
+            "| " + row.enumerated().map { $1.padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(separator: " | ") + " |"
+        }
+        var text = [line(header), "|" + widths.map { String(repeating: "-", count: $0 + 2) }.joined(separator: "|") + "|"]
+        text += rows.map(line)
+        text.append("")
+        text += verdicts
+        return text.joined(separator: "\n")
+    }
+
+    private func format(_ value: Double, decimals: Int = 1) -> String {
+        String(format: "%.\(decimals)f", value)
+    }
+
+    private func ratio(_ value: Double, _ base: Double) -> String {
+        base > 0 ? String(format: "%.2f×", value / base) : ""
+    }
+}
