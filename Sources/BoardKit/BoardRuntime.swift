@@ -45,7 +45,9 @@ final class BoardRuntime: Service, Sendable {
         FileHandle.standardOutput.write(Data("READY \(board.id)\n".utf8))
 
         let completed = await withTaskGroup(of: Bool.self) { group in
-            group.addTask {
+            // Handlers run on the socket's thread (the client's executor), as on an event loop:
+            // a message reaches its handler, and the answer leaves, without a thread hop.
+            group.addTask(executorPreference: client.executor) {
                 await withDiscardingTaskGroup { handlers in
                     for await envelope in inbox.stream {
                         handlers.addTask { await self.handle(envelope) }

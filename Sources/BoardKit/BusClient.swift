@@ -91,8 +91,18 @@ public final class BusClient: Sendable {
         return reply
     }
 
+    /// The executor of the client's socket thread. Tasks that prefer it
+    /// (`withTaskExecutorPreference(client.executor) { … }`) run beside the socket: a reply resumes
+    /// them and their next request goes out with no thread hop. They must not block.
+    public var executor: any TaskExecutor { loop }
+
     /// Closes the socket and the context. Pending requests fail with `transport`.
     public func close() {
+        if loop.isOnLoopThread {
+            // The socket thread cannot wait for itself: finish closing from another thread.
+            Thread { self.close() }.start()
+            return
+        }
         loop.stop()
         state.failAll(BusError(.transport, "connection closed"))
         context.terminate()

@@ -13,20 +13,31 @@ public protocol SocketLoopHandler: AnyObject {
     func stopping(on socket: ZMQSocket)
 }
 
-/// A thread that owns one ZeroMQ socket and polls it.
+/// A thread that owns one ZeroMQ socket and polls it, and a task executor that runs on it.
 ///
 /// Other threads never touch the socket: they hand frames or closures to ``send(_:)`` and
 /// ``execute(_:)``, which queue them and wake the loop through an `eventfd` that `zmq_poll`
 /// watches beside the socket. The handler runs on the loop thread, so a broker can route a
 /// message without any thread hop.
-public final class SocketLoop: @unchecked Sendable {
+///
+/// The loop is also a `TaskExecutor`: tasks that prefer it (`withTaskExecutorPreference`) run on
+/// the socket's thread, so a reply resumes its waiting task, and that task's next send goes
+/// out, without waking another thread. As with an event loop, such tasks must not block.
+public final class SocketLoop: TaskExecutor, @unchecked Sendable {
     private enum Work {
         case send([Data])
         case run(@Sendable (ZMQSocket) -> Void)
+        case job(UnownedJob)
+    }
+
+    private enum Phase: Int {
+        case created, running, stopping, finished
     }
 
     private let queue = Mutex<[Work]>([])
-    private let stopRequested = Atomic<Bool>(false)
+    private let phase = Atomic<Int>(Phase.created.rawValue)
+    /// `pthread_self()` of the loop thread, 0 before it starts.
+    private let loopThread = Atomic<UInt>(0)
     private let wakeDescriptor: Int32
     private let finished = DispatchSemaphore(value: 0)
     private let tickInterval: Duration
@@ -34,7 +45,6 @@ public final class SocketLoop: @unchecked Sendable {
     // Owned by the loop thread once `start` has run.
     private let socket: ZMQSocket
     private let handler: any SocketLoopHandler
-    private let started = Atomic<Bool>(false)
 
     /// - Parameters:
     ///   - socket: a socket configured by the caller; the loop owns it from `start` on.
@@ -56,8 +66,9 @@ public final class SocketLoop: @unchecked Sendable {
 
     /// Starts the loop thread.
     public func start() {
-        guard !started.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        guard phase.compareExchange(expected: Phase.created.rawValue, desired: Phase.running.rawValue, ordering: .acquiringAndReleasing).exchanged else { return }
         let thread = Thread { [self] in
+            loopThread.store(UInt(pthread_self()), ordering: .releasing)
             run()
             finished.signal()
         }
@@ -65,9 +76,18 @@ public final class SocketLoop: @unchecked Sendable {
         thread.start()
     }
 
-    /// Queues a message for the socket; it is sent from the loop thread.
+    /// Whether the caller runs on the loop thread.
+    public var isOnLoopThread: Bool {
+        loopThread.load(ordering: .acquiring) == UInt(pthread_self())
+    }
+
+    /// Sends a message from the loop thread: at once when called there, else queued.
     public func send(_ frames: [Data]) {
-        enqueue(.send(frames))
+        if isOnLoopThread {
+            _ = try? socket.send(frames)
+        } else {
+            enqueue(.send(frames))
+        }
     }
 
     /// Runs `work` on the loop thread, with the socket.
@@ -75,23 +95,44 @@ public final class SocketLoop: @unchecked Sendable {
         enqueue(.run(work))
     }
 
-    /// Stops the loop, lets the handler say goodbye, closes the socket and waits for the thread.
-    public func stop() {
-        guard started.load(ordering: .acquiring) else {
-            socket.close()
-            return
+    /// Runs a task's job on the loop thread (the `TaskExecutor` requirement). After the loop has
+    /// stopped, jobs go to the global concurrent executor so that no task is stranded.
+    public func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        if !enqueue(.job(job)) {
+            globalConcurrentExecutor.enqueue(job)
         }
-        if stopRequested.exchange(true, ordering: .acquiringAndReleasing) { return }
-        wake()
-        finished.wait()
     }
 
-    private func enqueue(_ work: Work) {
-        let wasEmpty = queue.withLock { queue in
-            queue.append(work)
-            return queue.count == 1
+    /// Stops the loop, lets the handler say goodbye, closes the socket and waits for the thread.
+    /// Called on the loop thread itself, it asks the loop to stop and returns at once.
+    public func stop() {
+        let previous = phase.exchange(Phase.stopping.rawValue, ordering: .acquiringAndReleasing)
+        switch Phase(rawValue: previous) {
+        case .created:
+            phase.store(Phase.finished.rawValue, ordering: .releasing)
+            socket.close()
+        case .running:
+            if isOnLoopThread { return }
+            wake()
+            finished.wait()
+        default:
+            if previous == Phase.finished.rawValue { phase.store(previous, ordering: .releasing) }
         }
-        if wasEmpty { wake() }
+    }
+
+    /// Queues work; returns false when the loop has finished and will never run it.
+    @discardableResult
+    private func enqueue(_ work: Work) -> Bool {
+        let (accepted, wasEmpty) = queue.withLock { queue -> (Bool, Bool) in
+            guard phase.load(ordering: .acquiring) != Phase.finished.rawValue else { return (false, false) }
+            queue.append(work)
+            return (true, queue.count == 1)
+        }
+        // The loop drains its queue before it polls again, so work queued from the loop thread
+        // needs no wake-up.
+        if accepted && wasEmpty && !isOnLoopThread { wake() }
+        return accepted
     }
 
     private func wake() {
@@ -106,19 +147,19 @@ public final class SocketLoop: @unchecked Sendable {
         ]
         let clock = ContinuousClock()
         var nextTick = clock.now.advanced(by: tickInterval)
-        while !stopRequested.load(ordering: .acquiring) {
-            let remaining = clock.now.duration(to: nextTick)
-            let timeout = max(0, remaining.wholeMilliseconds)
+        while phase.load(ordering: .acquiring) == Phase.running.rawValue {
+            let pendingWork = queue.withLock { !$0.isEmpty }
+            let timeout = pendingWork ? 0 : max(0, clock.now.duration(to: nextTick).wholeMilliseconds)
             let rc = zmq_poll(&items, 2, timeout)
             if rc < 0 && zmq_errno() != EINTR { break }
             if items[1].revents & Int16(ZMQ_POLLIN) != 0 {
                 var counter: UInt64 = 0
                 _ = Glibc.read(wakeDescriptor, &counter, MemoryLayout<UInt64>.size)
             }
-            drainQueue()
             if items[0].revents & Int16(ZMQ_POLLIN) != 0 {
                 receiveBatch()
             }
+            drainQueue()
             if clock.now >= nextTick {
                 handler.tick(on: socket)
                 nextTick = clock.now.advanced(by: tickInterval)
@@ -127,23 +168,37 @@ public final class SocketLoop: @unchecked Sendable {
         drainQueue()
         handler.stopping(on: socket)
         socket.close()
+        // From here on, enqueue refuses work; jobs still queued go to the global executor.
+        let stranded = queue.withLock { queue -> [Work] in
+            phase.store(Phase.finished.rawValue, ordering: .releasing)
+            defer { queue.removeAll() }
+            return queue
+        }
+        loopThread.store(0, ordering: .releasing)
+        for case .job(let job) in stranded { globalConcurrentExecutor.enqueue(job) }
     }
 
+    /// Runs what other threads (and tasks on this executor) queued, a bounded number of rounds so
+    /// that a task that keeps queueing work cannot starve the socket.
     private func drainQueue() {
-        let work = queue.withLock { queue -> [Work] in
-            let taken = queue
-            queue.removeAll(keepingCapacity: true)
-            return taken
-        }
-        for item in work {
-            switch item {
-            case .send(let frames): _ = try? socket.send(frames)
-            case .run(let closure): closure(socket)
+        for _ in 0..<64 {
+            let work = queue.withLock { queue -> [Work] in
+                let taken = queue
+                queue.removeAll(keepingCapacity: true)
+                return taken
+            }
+            if work.isEmpty { return }
+            for item in work {
+                switch item {
+                case .send(let frames): _ = try? socket.send(frames)
+                case .run(let closure): closure(socket)
+                case .job(let job): job.runSynchronously(on: asUnownedTaskExecutor())
+                }
             }
         }
     }
 
-    /// Receives what is waiting, up to a batch, so queued sends and ticks are not starved.
+    /// Receives what is waiting, up to a batch, so queued work and ticks are not starved.
     private func receiveBatch() {
         for _ in 0..<256 {
             guard let frames = try? socket.receive() else { return }
