@@ -80,7 +80,7 @@ public final class BusClient: Sendable {
         let loop = self.loop
         let state = self.state
         let reply: Envelope = try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { continuation in
+            try await withUnsafeThrowingContinuation { continuation in
                 state.addPending(correlationID, deadline: deadline, description: "\(request.header.kind) to '\(request.header.target)'", continuation: continuation)
                 loop.send(frames)
             }
@@ -121,7 +121,7 @@ final class ClientState: SocketLoopHandler, @unchecked Sendable {
     private struct Pending {
         var deadline: ContinuousClock.Instant
         var description: String
-        var continuation: CheckedContinuation<Envelope, any Error>
+        var continuation: UnsafeContinuation<Envelope, any Error>
     }
 
     private struct Guarded {
@@ -153,7 +153,7 @@ final class ClientState: SocketLoopHandler, @unchecked Sendable {
         guarded.withLock { $0.tickHandler = handler }
     }
 
-    func addPending(_ id: UInt64, deadline: ContinuousClock.Instant, description: String, continuation: CheckedContinuation<Envelope, any Error>) {
+    func addPending(_ id: UInt64, deadline: ContinuousClock.Instant, description: String, continuation: UnsafeContinuation<Envelope, any Error>) {
         guarded.withLock { $0.pending[id] = Pending(deadline: deadline, description: description, continuation: continuation) }
     }
 

@@ -18,10 +18,18 @@ public struct Empty: BusPayload, Hashable {
 
 /// JSON encoding of payloads, the bus's default payload format.
 public enum PayloadCodec {
-    /// Encodes a payload as JSON with sorted keys (stable output for tools and tests).
-    public static func encode<T: Encodable>(_ value: T) throws -> Data {
+    // Shared: making a coder per message costs more than a small payload's coding. Both are
+    // safe to use from several threads as long as their options never change.
+    @usableFromInline static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
+        return encoder
+    }()
+    @usableFromInline static let decoder = JSONDecoder()
+
+    /// Encodes a payload as JSON with sorted keys (stable output for tools and tests).
+    @inlinable
+    public static func encode<T: Encodable>(_ value: T) throws -> Data {
         do {
             return try encoder.encode(value)
         } catch {
@@ -35,10 +43,11 @@ public enum PayloadCodec {
     }
 
     /// Decodes a JSON payload; a payload that does not fit the type is a `typeMismatch`.
+    @inlinable
     public static func decode<T: Decodable>(_ type: T.Type, from data: Data) throws -> T {
         let payload = data.isEmpty ? Data("{}".utf8) : data
         do {
-            return try JSONDecoder().decode(T.self, from: payload)
+            return try decoder.decode(T.self, from: payload)
         } catch let error as DecodingError {
             throw BusError(.typeMismatch, "payload is not a valid \(T.self): \(describe(error))")
         } catch {
@@ -47,6 +56,7 @@ public enum PayloadCodec {
     }
 
     /// A one-line account of a decoding error (Foundation's default is a multi-line dump).
+    @usableFromInline
     static func describe(_ error: DecodingError) -> String {
         func path(_ context: DecodingError.Context) -> String {
             let keys = context.codingPath.map(\.stringValue).joined(separator: ".")

@@ -7,9 +7,10 @@ extension Motherboard {
     /// relays the board's answer, or an error if the board dies or the deadline passes.
     func forward(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
         let targetName = envelope.header.target
-        guard let targetID = try? BoardID(validating: targetName), let target = registry[targetID] else {
+        guard let target = registry[name: targetName] else {
             return reply(to: envelope, from: peer, error: notLiveError(targetName))
         }
+        let targetID = target.id
         var header = envelope.header
         if let sender = registry.board(for: peer) {
             header.source = sender.id.rawValue
@@ -24,9 +25,7 @@ extension Motherboard {
                 boardPeer: target.peer, deadline: now.advanced(by: timeout))
             header.correlationID = correlationID
         }
-        registry.update(targetID) { board in
-            if header.kind == .activate { board.activations += 1 } else { board.commandsHandled += 1 }
-        }
+        if header.kind == .activate { target.activations += 1 } else { target.commandsHandled += 1 }
         send(Envelope(header: header, payload: envelope.payload), to: target.peer)
     }
 
@@ -65,7 +64,7 @@ extension Motherboard {
             let header = EnvelopeHeader(
                 kind: .activate, source: source.rawValue, target: flow.target.rawValue,
                 scope: sender?.registration.scope ?? "", typeName: envelope.header.typeName)
-            registry.update(flow.target) { $0.activations += 1 }
+            target.activations += 1
             send(Envelope(header: header, payload: envelope.payload), to: target.peer)
             delivered += 1
         }
@@ -87,7 +86,7 @@ extension Motherboard {
         let subscribers = registry.subscribers(of: header.typeName)
         for subscriber in subscribers {
             header.target = subscriber.id.rawValue
-            registry.update(subscriber.id) { $0.actionsDelivered += 1 }
+            subscriber.actionsDelivered += 1
             send(Envelope(header: header, payload: envelope.payload), to: subscriber.peer)
         }
         reply(to: envelope, from: peer, with: Delivery(delivered: subscribers.count))

@@ -62,9 +62,7 @@ public final class Motherboard {
             counters.malformedMessages += 1
             return
         }
-        if let board = registry.board(for: peer) {
-            registry.update(board.id) { $0.lastSeen = now }
-        }
+        registry.board(for: peer)?.lastSeen = now
         switch envelope.header.kind {
         case .register: register(envelope, from: peer, now: now)
         case .unregister: unregister(envelope, from: peer)
