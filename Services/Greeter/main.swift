@@ -21,6 +21,7 @@ board.onCommand(GreeterIO.Greet.self) { greet, _ in
     return GreeterIO.Greeting(message: "Hello, \(greet.name)!")
 }
 board.onCommand(GreeterIO.Stats.self) { _, _ in await memory.seen }
+board.onCommand(GreeterIO.Ping.self) { ping, _ in GreeterIO.Pong(sequence: ping.sequence) }
 board.onAction(GreeterIO.Announcement.self) { announcement, _ in
     await memory.announce(announcement.text)
 }

@@ -26,6 +26,20 @@ public enum GreeterIO {
         public init(message: String) { self.message = message }
     }
 
+    /// Command `ping`: answered at once on the board's socket thread (a synchronous handler).
+    public struct Ping: BoardCommand, Hashable {
+        public static let commandName = "ping"
+        public typealias Reply = Pong
+        public var sequence: Int
+        public init(sequence: Int) { self.sequence = sequence }
+    }
+
+    /// Reply of ``Ping``: the same sequence number.
+    public struct Pong: BusPayload, Hashable {
+        public var sequence: Int
+        public init(sequence: Int) { self.sequence = sequence }
+    }
+
     /// Command `stats`: what the greeter has seen.
     public struct Stats: BoardCommand, Hashable {
         public static let commandName = "stats"

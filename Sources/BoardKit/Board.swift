@@ -17,6 +17,7 @@ import ServiceLifecycle
 /// says goodbye and returns.
 public struct Board: Sendable {
     typealias Handler = @Sendable (Envelope, BoardContext) async throws -> Data
+    typealias ImmediateHandler = @Sendable (Envelope, BoardContext) throws -> Data
 
     /// The board's id. `$BOARDBUS_BOARD_ID` overrides it, so one executable can serve several ids.
     public let id: BoardID
@@ -25,6 +26,7 @@ public struct Board: Sendable {
     var inputType: String?
     var activationHandler: Handler?
     var commandHandlers: [String: Handler] = [:]
+    var immediateCommandHandlers: [String: ImmediateHandler] = [:]
     var actionHandlers: [String: Handler] = [:]
 
     public init(id: BoardID, environment: [String: String] = ProcessInfo.processInfo.environment) {
@@ -53,9 +55,22 @@ public struct Board: Sendable {
     public mutating func onCommand<Command: BoardCommand>(
         _: Command.Type, _ handler: @escaping @Sendable (Command, BoardContext) async throws -> Command.Reply
     ) {
+        immediateCommandHandlers[Command.commandName] = nil
         commandHandlers[Command.commandName] = { envelope, context in
             let reply = try await handler(PayloadCodec.decode(Command.self, from: envelope.payload), context)
             return try PayloadCodec.encode(reply)
+        }
+    }
+
+    /// Handles an interaction command with a synchronous handler (one with no `await`, which
+    /// Swift picks for such closures). It runs on the socket's thread as the message arrives and
+    /// answers with no task and no thread hop: the fast path for queries. It must not block.
+    public mutating func onCommand<Command: BoardCommand>(
+        _: Command.Type, _ handler: @escaping @Sendable (Command, BoardContext) throws -> Command.Reply
+    ) {
+        commandHandlers[Command.commandName] = nil
+        immediateCommandHandlers[Command.commandName] = { envelope, context in
+            try PayloadCodec.encode(handler(PayloadCodec.decode(Command.self, from: envelope.payload), context))
         }
     }
 
@@ -73,7 +88,8 @@ public struct Board: Sendable {
     var registration: Registration {
         Registration(
             id: id, pid: getpid(), scope: scope, inputType: inputType,
-            commands: commandHandlers.keys.sorted(), actions: actionHandlers.keys.sorted())
+            commands: Set(commandHandlers.keys).union(immediateCommandHandlers.keys).sorted(),
+            actions: actionHandlers.keys.sorted())
     }
 
     /// Connects, registers and serves until SIGTERM/SIGINT or `complete()`.

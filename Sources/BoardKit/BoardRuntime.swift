@@ -35,7 +35,15 @@ final class BoardRuntime: Service, Sendable {
 
     func run() async throws {
         let inbox = AsyncStream<Envelope>.makeStream()
-        client.onMessage { inbox.continuation.yield($0) }
+        client.onMessage { [self] envelope in
+            // Synchronous command handlers answer right here on the socket thread; everything
+            // else goes through the inbox, in order, to tasks on the same thread.
+            if envelope.header.kind == .command, let handler = board.immediateCommandHandlers[envelope.header.typeName] {
+                respond(to: envelope, with: Result { try handler(envelope, context) })
+            } else {
+                inbox.continuation.yield(envelope)
+            }
+        }
         client.onTick { [self] in sendHeartbeatIfDue() }
         defer {
             inbox.continuation.finish()
@@ -122,7 +130,7 @@ final class BoardRuntime: Service, Sendable {
         case .command:
             await answer(envelope) { [board] in
                 guard let handler = board.commandHandlers[header.typeName] else {
-                    let known = board.commandHandlers.keys.sorted().joined(separator: ", ")
+                    let known = board.registration.commands.joined(separator: ", ")
                     throw BusError(.unknownCommand, "board '\(board.id)' has no command '\(header.typeName)' (it has: \(known))")
                 }
                 return try await handler(envelope, self.context)
@@ -140,20 +148,30 @@ final class BoardRuntime: Service, Sendable {
 
     /// Runs a handler and, when the sender waits, answers with its result or its error.
     private func answer(_ envelope: Envelope, _ body: () async throws -> Data) async {
-        var result: Envelope
         do {
-            result = envelope.reply(payload: try await body(), source: board.id.rawValue)
-        } catch let error as BusError {
-            logger.warning("refused \(envelope.header.kind)", metadata: ["type": "\(envelope.header.typeName)", "error": "\(error)"])
-            result = envelope.errorReply(error, source: board.id.rawValue)
+            respond(to: envelope, with: .success(try await body()))
         } catch {
+            respond(to: envelope, with: .failure(error))
+        }
+    }
+
+    /// Sends the answer to a request (when the sender waits for one); logs refusals.
+    private func respond(to envelope: Envelope, with result: Result<Data, any Error>) {
+        let answer: Envelope
+        switch result {
+        case .success(let payload):
+            answer = envelope.reply(payload: payload, source: board.id.rawValue)
+        case .failure(let error as BusError):
+            logger.warning("refused \(envelope.header.kind)", metadata: ["type": "\(envelope.header.typeName)", "error": "\(error)"])
+            answer = envelope.errorReply(error, source: board.id.rawValue)
+        case .failure(let error):
             let failure = BusError(.handlerFailed, "board '\(board.id)' failed handling \(envelope.header.typeName): \(error)")
             logger.warning("handler failed", metadata: ["type": "\(envelope.header.typeName)", "error": "\(error)"])
-            result = envelope.errorReply(failure, source: board.id.rawValue)
+            answer = envelope.errorReply(failure, source: board.id.rawValue)
         }
         guard envelope.header.flags.contains(.replyExpected) else { return }
         do {
-            try client.send(result)
+            try client.send(answer)
         } catch let error as BusError {
             try? client.send(envelope.errorReply(error, source: board.id.rawValue))
         } catch {}

@@ -15,7 +15,7 @@ struct BaselineBench: Sendable {
         return [Data(HeaderCodec.encode(header)), payload]
     }
 
-    func latency(payload: Data, requests: Int, warmup: Int) throws -> LatencySummary {
+    func latency(payload: Data, requests: Int, warmup: Int) throws -> Histogram<UInt64> {
         try onThread {
             let context = try ZMQContext()
             defer { context.terminate() }
@@ -28,7 +28,7 @@ struct BaselineBench: Sendable {
                 try roundTrip(socket, frames)
                 if index >= warmup { _ = histogram.record(monotonicNanoseconds() - start) }
             }
-            return LatencySummary(histogram)
+            return histogram
         }
     }
 

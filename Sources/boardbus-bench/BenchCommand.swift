@@ -3,6 +3,7 @@ import BoardKit
 import BoardKitTesting
 import BusZeroMQ
 import Foundation
+import Histogram
 
 /// `boardbus-bench`: BoardBus against a C ZeroMQ baseline, in one run on one machine.
 @main
@@ -30,11 +31,16 @@ struct BenchCommand: AsyncParsableCommand {
 
             for (label, bytes, requests) in [("100 B", 100, settings.latencyRequests), ("64 KiB", 65_536, settings.largeLatencyRequests)] {
                 let payload = echoPayload(bytes: bytes)
-                progress("round trip \(label): baseline")
-                let baseLatency = try base.latency(payload: payload, requests: requests, warmup: settings.warmupRequests)
-                progress("round trip \(label): BoardBus")
-                let busLatency = try await bus.latency(payload: payload, requests: requests, warmup: settings.warmupRequests)
-                report.latency(label, baseline: baseLatency, boardBus: busLatency)
+                // Alternate the two in rounds, so that drift in the machine's speed hits both alike.
+                var baseHistogram = makeHistogram()
+                var busHistogram = makeHistogram()
+                let rounds = 5
+                for round in 1...rounds {
+                    progress("round trip \(label): round \(round)/\(rounds)")
+                    baseHistogram.add(try base.latency(payload: payload, requests: requests / rounds, warmup: settings.warmupRequests / rounds))
+                    busHistogram.add(try await bus.latency(payload: payload, requests: requests / rounds, warmup: settings.warmupRequests / rounds))
+                }
+                report.latency(label, baseline: LatencySummary(baseHistogram), boardBus: LatencySummary(busHistogram))
 
                 progress("throughput \(label): baseline")
                 let baseRate = try base.throughput(payload: payload, clients: settings.clients, window: settings.window, seconds: settings.throughputSeconds)

@@ -9,7 +9,7 @@ struct BoardBusBench {
     let fleet: TestFleet
     static let board: BoardID = "bench.echo"
 
-    func latency(payload: Data, requests: Int, warmup: Int) async throws -> LatencySummary {
+    func latency(payload: Data, requests: Int, warmup: Int) async throws -> Histogram<UInt64> {
         let client = try BusClient(address: fleet.address)
         defer { client.close() }
         // The caller runs on the client's socket thread (its task executor), as a board's handlers do.
@@ -20,7 +20,7 @@ struct BoardBusBench {
                 _ = try await client.call(Self.board, command: "echo", payload: payload, timeout: .seconds(5))
                 if index >= warmup { _ = histogram.record(monotonicNanoseconds() - start) }
             }
-            return LatencySummary(histogram)
+            return histogram
         }
     }
 

@@ -18,7 +18,7 @@ struct FleetIntegrationTests {
             #expect(list.waitingFor.isEmpty)
             let greeter = try #require(list.boards.first { $0.id == GreeterIO.id })
             #expect(greeter.pid == fleet.pid(of: GreeterIO.id))
-            #expect(greeter.commands == ["greet", "stats"])
+            #expect(greeter.commands == ["greet", "ping", "stats"])
             #expect(greeter.actions == ["app.announce", "auth.userLoggedIn"])
             #expect(greeter.inputType == "Welcome")
 
@@ -40,6 +40,19 @@ struct FleetIntegrationTests {
                 try await client.interact(with: GreeterIO.id, GreeterIO.Greet(name: "Bo"))
             }
             #expect(greeting.message == "Hello, Bo!")
+
+            // A synchronous handler answers on the board's socket thread; many in flight at once.
+            let pongs = try await fleet.withClient { client in
+                try await withThrowingTaskGroup(of: Int.self) { group in
+                    for sequence in 0..<50 {
+                        group.addTask { try await client.interact(with: GreeterIO.id, GreeterIO.Ping(sequence: sequence)).sequence }
+                    }
+                    return try await group.reduce(into: Set<Int>()) { $0.insert($1) }
+                }
+            }
+            #expect(pongs == Set(0..<50))
+            let wrongPing = try await fleet.busctl("call", "demo.greeter", "ping", #"{"sequence":"one"}"#)
+            #expect(wrongPing.standardError.hasPrefix("busctl: typeMismatch:"))
 
             // Board-to-board interaction: the dashboard asks the greeter.
             try await fleet.withClient { client in
