@@ -28,6 +28,8 @@ public struct Board: Sendable {
     var commandHandlers: [String: Handler] = [:]
     var immediateCommandHandlers: [String: ImmediateHandler] = [:]
     var actionHandlers: [String: Handler] = [:]
+    var outputTypes: [String] = []
+    var startHandlers: [@Sendable (BoardContext) async throws -> Void] = []
 
     public init(id: BoardID, environment: [String: String] = ProcessInfo.processInfo.environment) {
         let override = environment["BOARDBUS_BOARD_ID"].flatMap { try? BoardID(validating: $0) }
@@ -84,12 +86,23 @@ public struct Board: Sendable {
         }
     }
 
+    /// Declares an output type the board sends with `sendToMotherboard` (shown by `busctl introspect`).
+    public mutating func declaresOutput<Output: BusPayload>(_: Output.Type) {
+        if !outputTypes.contains(Output.busTypeName) { outputTypes.append(Output.busTypeName) }
+    }
+
+    /// Runs once the board has registered, before any message is handled: the place to register
+    /// run-time flows (`context.registerFlow`). A failure stops the board.
+    public mutating func onStart(_ handler: @escaping @Sendable (BoardContext) async throws -> Void) {
+        startHandlers.append(handler)
+    }
+
     /// The registration the board sends to the motherboard.
     var registration: Registration {
         Registration(
             id: id, pid: getpid(), scope: scope, inputType: inputType,
             commands: Set(commandHandlers.keys).union(immediateCommandHandlers.keys).sorted(),
-            actions: actionHandlers.keys.sorted())
+            actions: actionHandlers.keys.sorted(), outputTypes: outputTypes)
     }
 
     /// Connects, registers and serves until SIGTERM/SIGINT or `complete()`.

@@ -9,7 +9,8 @@ final class BoardRuntime: Service, Sendable {
     private let board: Board
     private let client: BusClient
     private let logger: Logger
-    private let completion = AsyncStream<Void>.makeStream()
+    private let completion = CompletionLatch()
+    private let flowHandlers = FlowHandlers()
     private let heartbeat = Mutex<Heartbeat>(Heartbeat())
     private let registering = Atomic<Bool>(false)
 
@@ -26,11 +27,7 @@ final class BoardRuntime: Service, Sendable {
     }
 
     var context: BoardContext {
-        let completion = self.completion.continuation
-        return BoardContext(id: board.id, scope: board.scope, logger: logger, client: client) {
-            completion.yield()
-            completion.finish()
-        }
+        BoardContext(id: board.id, scope: board.scope, logger: logger, client: client, flowHandlers: flowHandlers, completion: completion)
     }
 
     func run() async throws {
@@ -50,6 +47,7 @@ final class BoardRuntime: Service, Sendable {
             client.close()
         }
         try await register(deadline: .seconds(30))
+        for start in board.startHandlers { try await start(context) }
         FileHandle.standardOutput.write(Data("READY \(board.id)\n".utf8))
 
         let completed = await withTaskGroup(of: Bool.self) { group in
@@ -68,7 +66,7 @@ final class BoardRuntime: Service, Sendable {
                 return false
             }
             group.addTask {
-                for await _ in self.completion.stream { return true }
+                for await _ in self.completion.signal.stream { return true }
                 return false
             }
             let first = await group.next() ?? false
@@ -138,6 +136,13 @@ final class BoardRuntime: Service, Sendable {
         case .action:
             await answer(envelope) { [board] in
                 try await board.actionHandlers[header.typeName]?(envelope, self.context) ?? Data()
+            }
+        case .flowEvent:
+            guard let handler = flowHandlers.handler(for: Int(truncatingIfNeeded: header.correlationID)) else { return }
+            do {
+                try await handler(envelope, context)
+            } catch {
+                logger.warning("flow handler failed", metadata: ["flow": "\(header.correlationID)", "error": "\(error)"])
             }
         case .error where envelope.carriedError?.code == .notRegistered:
             await reregister()

@@ -11,47 +11,67 @@ extension BusClient {
     }
 
     /// One board (`busctl status ID`).
-    public func status(_ id: BoardID, timeout: Duration = BusClient.defaultTimeout) async throws -> BoardInfo {
+    public func status(_ id: BoardID, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws -> BoardInfo {
         let envelope = Envelope(
             header: EnvelopeHeader(kind: .control, typeName: ControlOperation.status),
-            payload: try PayloadCodec.encode(StatusRequest(id: id)))
+            payload: try PayloadCodec.encode(StatusRequest(id: id, scope: scope)))
         let reply = try await request(envelope, timeout: timeout)
         return try PayloadCodec.decode(BoardInfo.self, from: reply.payload)
     }
 
     /// Sends an interaction command to a live board and returns its raw reply payload.
-    public func call(_ board: BoardID, command: String, payload: Data, timeout: Duration = BusClient.defaultTimeout) async throws -> Data {
-        let envelope = Envelope(header: EnvelopeHeader(kind: .command, target: board.rawValue, typeName: command), payload: payload)
+    public func call(_ board: BoardID, command: String, payload: Data, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws -> Data {
+        let envelope = Envelope(header: EnvelopeHeader(kind: .command, target: board.rawValue, scope: scope, typeName: command), payload: payload)
         return try await request(envelope, timeout: timeout).payload
     }
 
     /// Activates a live board with an input (`nextToBoard`); returns when the board accepted it.
-    public func activate(_ board: BoardID, typeName: String = "", payload: Data, timeout: Duration = BusClient.defaultTimeout) async throws {
-        let envelope = Envelope(header: EnvelopeHeader(kind: .activate, target: board.rawValue, typeName: typeName), payload: payload)
+    public func activate(_ board: BoardID, typeName: String = "", payload: Data, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws {
+        let envelope = Envelope(header: EnvelopeHeader(kind: .activate, target: board.rawValue, scope: scope, typeName: typeName), payload: payload)
         _ = try await request(envelope, timeout: timeout)
     }
 
     /// Emits an output as if `source` had sent it (`sendToMotherboard`); returns how many flows ran.
     /// A registered board always emits as itself, whatever `source` says.
-    public func emit(from source: BoardID, typeName: String, payload: Data, timeout: Duration = BusClient.defaultTimeout) async throws -> Delivery {
-        let envelope = Envelope(header: EnvelopeHeader(kind: .output, source: source.rawValue, typeName: typeName), payload: payload)
+    public func emit(from source: BoardID, typeName: String, payload: Data, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws -> Delivery {
+        let envelope = Envelope(header: EnvelopeHeader(kind: .output, source: source.rawValue, scope: scope, typeName: typeName), payload: payload)
         let reply = try await request(envelope, timeout: timeout)
         return try PayloadCodec.decode(Delivery.self, from: reply.payload)
     }
 
     /// Sends an action to every board subscribed to `name` (`sendAction`); returns how many got it.
-    public func action(_ name: String, payload: Data, timeout: Duration = BusClient.defaultTimeout) async throws -> Delivery {
-        let envelope = Envelope(header: EnvelopeHeader(kind: .action, typeName: name), payload: payload)
+    public func action(_ name: String, payload: Data, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws -> Delivery {
+        let envelope = Envelope(header: EnvelopeHeader(kind: .action, scope: scope, typeName: name), payload: payload)
         let reply = try await request(envelope, timeout: timeout)
         return try PayloadCodec.decode(Delivery.self, from: reply.payload)
     }
 
     /// Waits until `board` is live, polling `status`, or throws `timeout`.
-    public func waitForBoard(_ board: BoardID, timeout: Duration = BusClient.defaultTimeout) async throws -> BoardInfo {
+    public func waitForBoard(_ board: BoardID, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws -> BoardInfo {
         try await poll(timeout: timeout, what: "board '\(board)' to register") {
-            let info = try await self.status(board, timeout: .seconds(2))
+            let info = try await self.status(board, scope: scope, timeout: .seconds(2))
             return info.state == "running" ? info : nil
         } retryingOn: { [.boardNotRunning, .noSuchBoard] }
+    }
+
+    /// A board's interface and the flows that touch it (`busctl introspect ID`).
+    public func introspect(_ id: BoardID, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws -> Introspection {
+        let envelope = Envelope(
+            header: EnvelopeHeader(kind: .control, typeName: ControlOperation.introspect),
+            payload: try PayloadCodec.encode(StatusRequest(id: id, scope: scope)))
+        return try PayloadCodec.decode(Introspection.self, from: try await request(envelope, timeout: timeout).payload)
+    }
+
+    /// The scopes and their boards (`busctl tree`).
+    public func tree(timeout: Duration = BusClient.defaultTimeout) async throws -> ScopeTree {
+        let reply = try await request(Envelope(header: EnvelopeHeader(kind: .control, typeName: ControlOperation.tree)), timeout: timeout)
+        return try PayloadCodec.decode(ScopeTree.self, from: reply.payload)
+    }
+
+    /// Every flow the broker holds (`busctl flows`).
+    public func flows(timeout: Duration = BusClient.defaultTimeout) async throws -> FlowList {
+        let reply = try await request(Envelope(header: EnvelopeHeader(kind: .control, typeName: ControlOperation.flows)), timeout: timeout)
+        return try PayloadCodec.decode(FlowList.self, from: reply.payload)
     }
 
     /// Waits until every always-on board of the manifest is live.

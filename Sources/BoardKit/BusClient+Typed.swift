@@ -5,20 +5,22 @@ import Foundation
 extension BusClient {
     /// Sends a command to a live board and decodes its reply (`interactWithOtherBoard`).
     public func interact<Command: BoardCommand>(
-        with board: BoardID, _ command: Command, timeout: Duration = BusClient.defaultTimeout
+        with board: BoardID, _ command: Command, scope: String = "", timeout: Duration = BusClient.defaultTimeout
     ) async throws -> Command.Reply {
-        let reply = try await call(board, command: Command.commandName, payload: PayloadCodec.encode(command), timeout: timeout)
+        let reply = try await call(board, command: Command.commandName, payload: PayloadCodec.encode(command), scope: scope, timeout: timeout)
         return try PayloadCodec.decode(Command.Reply.self, from: reply)
     }
 
     /// Activates a board through its typed destination.
-    public func activate<Input>(_ destination: BoardDestination<Input>, with input: Input, timeout: Duration = BusClient.defaultTimeout) async throws {
-        try await activate(destination.id, typeName: Input.busTypeName, payload: PayloadCodec.encode(input), timeout: timeout)
+    public func activate<Input>(
+        _ destination: BoardDestination<Input>, with input: Input, scope: String = "", timeout: Duration = BusClient.defaultTimeout
+    ) async throws {
+        try await activate(destination.id, typeName: Input.busTypeName, payload: PayloadCodec.encode(input), scope: scope, timeout: timeout)
     }
 
     /// Sends an action; returns how many boards received it.
     @discardableResult
-    public func send<Action: BoardAction>(action: Action, timeout: Duration = BusClient.defaultTimeout) async throws -> Int {
-        try await self.action(Action.actionName, payload: PayloadCodec.encode(action), timeout: timeout).delivered
+    public func send<Action: BoardAction>(action: Action, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws -> Int {
+        try await self.action(Action.actionName, payload: PayloadCodec.encode(action), scope: scope, timeout: timeout).delivered
     }
 }

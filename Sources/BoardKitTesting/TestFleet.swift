@@ -120,8 +120,9 @@ public final class TestFleet: @unchecked Sendable {
     }
 
     /// The pid the broker recorded for a board it started, from its pid file.
-    public func pid(of board: BoardID) -> Int32? {
-        let path = "\(address.runtimeDirectory)/pids/\(board).pid"
+    public func pid(of board: BoardID, scope: String = "") -> Int32? {
+        let stem = scope.isEmpty ? board.rawValue : "\(board)@\(scope)"
+        let path = "\(address.runtimeDirectory)/pids/\(stem).pid"
         return (try? String(contentsOfFile: path, encoding: .utf8)).flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
     }
 

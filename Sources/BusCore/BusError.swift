@@ -35,6 +35,12 @@ public struct BusError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let badArgument = Code(name: "badArgument")
         /// A failure of the local transport (socket, context).
         public static let transport = Code(name: "transport")
+        /// The requester may not do this (e.g. remove another board's flow).
+        public static let unauthorized = Code(name: "unauthorized")
+        /// The board is busy with a task and refuses another, or a bounded queue is full.
+        public static let busy = Code(name: "busy")
+        /// The task was cancelled (a barrier cancelled, a newer task replaced it).
+        public static let cancelled = Code(name: "cancelled")
 
         public init(from decoder: any Decoder) throws {
             self.name = try decoder.singleValueContainer().decode(String.self)

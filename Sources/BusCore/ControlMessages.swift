@@ -13,14 +13,31 @@ public struct Registration: BusPayload, Hashable {
     public var commands: [String]
     /// The action names the board subscribes to.
     public var actions: [String]
+    /// The output types the board declares it sends (for introspection).
+    public var outputTypes: [String]
 
-    public init(id: BoardID, pid: Int32, scope: String = "", inputType: String? = nil, commands: [String] = [], actions: [String] = []) {
+    public init(
+        id: BoardID, pid: Int32, scope: String = "", inputType: String? = nil, commands: [String] = [], actions: [String] = [],
+        outputTypes: [String] = []
+    ) {
         self.id = id
         self.pid = pid
         self.scope = scope
         self.inputType = inputType
         self.commands = commands
         self.actions = actions
+        self.outputTypes = outputTypes
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        id = try container.decode(BoardID.self, forKey: .id)
+        pid = try container.decode(Int32.self, forKey: .pid)
+        scope = try container.decodeIfPresent(String.self, forKey: .scope) ?? ""
+        inputType = try container.decodeIfPresent(String.self, forKey: .inputType)
+        commands = try container.decodeIfPresent([String].self, forKey: .commands) ?? []
+        actions = try container.decodeIfPresent([String].self, forKey: .actions) ?? []
+        outputTypes = try container.decodeIfPresent([String].self, forKey: .outputTypes) ?? []
     }
 }
 
@@ -76,10 +93,20 @@ public struct BoardList: BusPayload, Hashable {
     }
 }
 
-/// The question of `status ID`.
+/// The question of `status ID` and `introspect ID`; the scope defaults to the root.
 public struct StatusRequest: BusPayload, Hashable {
     public var id: BoardID
-    public init(id: BoardID) { self.id = id }
+    public var scope: String
+    public init(id: BoardID, scope: String = "") {
+        self.id = id
+        self.scope = scope
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        id = try container.decode(BoardID.self, forKey: .id)
+        scope = try container.decodeIfPresent(String.self, forKey: .scope) ?? ""
+    }
 }
 
 /// The broker's acknowledgement of an output, an action or an activation.
@@ -99,6 +126,11 @@ public struct Completion: BusPayload, Hashable {
 public enum ControlOperation {
     public static let list = "list"
     public static let status = "status"
+    public static let introspect = "introspect"
+    public static let tree = "tree"
+    public static let flows = "flows"
+    public static let registerFlow = "flow.register"
+    public static let removeFlow = "flow.remove"
 }
 
 /// The broker's answer to a successful `register`: the cadence the board must keep.

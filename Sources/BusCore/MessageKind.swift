@@ -18,8 +18,11 @@ public enum MessageKind: UInt8, Sendable, Codable, CaseIterable, CustomStringCon
     case action = 7
     /// board → broker: `complete(isDone)`; the board leaves the registry.
     case complete = 8
-    /// client → broker: a question for the broker itself (`list`, `status`).
+    /// client → broker: a question for the broker itself (`list`, `status`, `flows`…).
     case control = 9
+    /// broker → board: an output matched a flow the board registered with "deliver to me";
+    /// the correlation id carries the flow's id, the source the board that produced the output.
+    case flowEvent = 10
     /// a successful answer to a request, carrying the request's correlation id.
     case reply = 16
     /// a failed answer: payload is a ``BusError``.
@@ -36,6 +39,7 @@ public enum MessageKind: UInt8, Sendable, Codable, CaseIterable, CustomStringCon
         case .action: "action"
         case .complete: "complete"
         case .control: "control"
+        case .flowEvent: "flowEvent"
         case .reply: "reply"
         case .error: "error"
         }

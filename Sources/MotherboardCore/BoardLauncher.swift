@@ -7,7 +7,8 @@ import Synchronization
 ///
 /// Each board gets `BOARDBUS_ADDRESS`, `BOARDBUS_RUNTIME_DIR`, `BOARDBUS_BOARD_ID` and
 /// `BOARDBUS_SCOPE` in its environment, its output in `<runtime>/logs/<id>.log` and a pid file in
-/// `<runtime>/pids/<id>.pid`, so `scripts/fleet` and tests can find it.
+/// `<runtime>/pids/<id>.pid` (`<id>@<scope>` outside the root scope), so `scripts/fleet` and tests
+/// can find it.
 public final class BoardLauncher: Sendable {
     private struct Child: @unchecked Sendable {
         let id: BoardID
@@ -40,7 +41,8 @@ public final class BoardLauncher: Sendable {
         guard fileManager.isExecutableFile(atPath: executable) else {
             throw BusError(.badArgument, "board '\(board.id)': no executable at \(executable)")
         }
-        let logPath = "\(logDirectory)/\(board.id).log"
+        let stem = BoardLauncher.fileStem(board)
+        let logPath = "\(logDirectory)/\(stem).log"
         if !fileManager.fileExists(atPath: logPath) { _ = fileManager.createFile(atPath: logPath, contents: nil) }
         guard let log = FileHandle(forWritingAtPath: logPath) else {
             throw BusError(.transport, "cannot open log file \(logPath)")
@@ -60,7 +62,7 @@ public final class BoardLauncher: Sendable {
         process.standardOutput = log
         process.standardError = log
         let id = board.id
-        let pidFile = "\(pidDirectory)/\(id).pid"
+        let pidFile = "\(pidDirectory)/\(stem).pid"
         process.terminationHandler = { [weak self] finished in
             let status = finished.terminationReason == .uncaughtSignal
                 ? "signal \(finished.terminationStatus)" : "exit \(finished.terminationStatus)"
@@ -73,6 +75,11 @@ public final class BoardLauncher: Sendable {
         try "\(pid)\n".write(toFile: pidFile, atomically: true, encoding: .utf8)
         logger.info("started board", metadata: ["board": "\(id)", "pid": "\(pid)", "log": "\(logPath)"])
         return pid
+    }
+
+    /// The name of a board's pid and log files: `<id>` in the root scope, `<id>@<scope>` elsewhere.
+    public static func fileStem(_ board: FleetManifest.Board) -> String {
+        board.scope.isEmpty ? board.id.rawValue : "\(board.id)@\(board.scope)"
     }
 
     private func finished(pid: Int32, id: BoardID, pidFile: String, status: String) {

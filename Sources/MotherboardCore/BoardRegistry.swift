@@ -27,50 +27,46 @@ final class LiveBoard {
     }
 
     var id: BoardID { registration.id }
+    var scope: String { registration.scope }
+    var name: ScopedName { ScopedName(scope: registration.scope, name: registration.id.rawValue) }
 }
 
-/// The live boards, by id and by peer.
+/// The live boards, by scoped name and by peer.
 struct BoardRegistry {
-    private(set) var boards: [BoardID: LiveBoard] = [:]
-    private var idsByPeer: [PeerID: BoardID] = [:]
-    private var namesToIDs: [String: BoardID] = [:]
-
-    subscript(id: BoardID) -> LiveBoard? {
-        boards[id]
-    }
+    private(set) var boards: [ScopedName: LiveBoard] = [:]
+    private var namesByPeer: [PeerID: ScopedName] = [:]
 
     /// Looks a board up by the id as written in a header, without validating it first: an
     /// invalid id is simply not found.
-    subscript(name name: String) -> LiveBoard? {
-        namesToIDs[name].flatMap { boards[$0] }
+    subscript(name: ScopedName) -> LiveBoard? {
+        boards[name]
     }
 
     func board(for peer: PeerID) -> LiveBoard? {
-        idsByPeer[peer].flatMap { boards[$0] }
+        namesByPeer[peer].flatMap { boards[$0] }
     }
 
     mutating func insert(_ board: LiveBoard) {
-        if let previous = boards[board.id] { idsByPeer[previous.peer] = nil }
-        if let oldID = idsByPeer[board.peer], oldID != board.id {
-            boards[oldID] = nil
-            namesToIDs[oldID.rawValue] = nil
-        }
-        boards[board.id] = board
-        idsByPeer[board.peer] = board.id
-        namesToIDs[board.id.rawValue] = board.id
+        if let previous = boards[board.name] { namesByPeer[previous.peer] = nil }
+        if let oldName = namesByPeer[board.peer], oldName != board.name { boards[oldName] = nil }
+        boards[board.name] = board
+        namesByPeer[board.peer] = board.name
     }
 
     @discardableResult
-    mutating func remove(_ id: BoardID) -> LiveBoard? {
-        guard let board = boards.removeValue(forKey: id) else { return nil }
-        idsByPeer[board.peer] = nil
-        namesToIDs[id.rawValue] = nil
+    mutating func remove(_ name: ScopedName) -> LiveBoard? {
+        guard let board = boards.removeValue(forKey: name) else { return nil }
+        namesByPeer[board.peer] = nil
         return board
     }
 
+    /// Live boards of a scope subscribed to an action name, sorted by id for a stable order.
+    func subscribers(of action: String, in scope: String) -> [LiveBoard] {
+        boards.values.filter { $0.scope == scope && $0.registration.actions.contains(action) }.sorted { $0.id < $1.id }
+    }
 
-    /// Live boards subscribed to an action name, sorted by id for a stable delivery order.
-    func subscribers(of action: String) -> [LiveBoard] {
-        boards.values.filter { $0.registration.actions.contains(action) }.sorted { $0.id < $1.id }
+    /// All live boards, sorted by scope then id.
+    var sorted: [LiveBoard] {
+        boards.values.sorted { ($0.scope, $0.id.rawValue) < ($1.scope, $1.id.rawValue) }
     }
 }

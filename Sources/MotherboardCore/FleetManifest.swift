@@ -50,19 +50,103 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         }
     }
 
-    public var boards: [Board]
-    /// Flow declarations as written, e.g. `"auth.login ->> app.dashboard"`.
-    public var flows: [String]
+    /// A scope of the tree: nested motherboards. The root scope (named "") always exists.
+    public struct Scope: Sendable, Hashable, Codable {
+        public var name: String
+        /// The parent scope; the root when absent.
+        public var parent: String
 
-    public init(boards: [Board] = [], flows: [String] = []) {
+        public init(name: String, parent: String = "") {
+            self.name = name
+            self.parent = parent
+        }
+
+        public init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            name = try container.decode(String.self, forKey: .name)
+            parent = try container.decodeIfPresent(String.self, forKey: .parent) ?? ""
+        }
+    }
+
+    /// A flow as the manifest writes it: either a chain `"a ->> b ->> c"` or an object
+    /// `{"from": ["a", "b"], "output": "Type", "on": "output" | "complete", "to": "c", "scope": "s"}`.
+    public enum Flow: Sendable, Hashable, Codable {
+        case chain(String)
+        case rule(Rule)
+
+        public struct Rule: Sendable, Hashable, Codable {
+            public var from: [BoardID]
+            public var output: String?
+            public var on: FlowSpec.Trigger
+            public var to: BoardID
+            public var scope: String
+
+            public init(from: [BoardID], output: String? = nil, on: FlowSpec.Trigger = .output, to: BoardID, scope: String = "") {
+                self.from = from
+                self.output = output
+                self.on = on
+                self.to = to
+                self.scope = scope
+            }
+
+            public init(from decoder: any Decoder) throws {
+                let container = try decoder.container(keyedBy: CodingKeys.self)
+                if let single = try? container.decode(BoardID.self, forKey: .from) {
+                    from = [single]
+                } else {
+                    from = try container.decode([BoardID].self, forKey: .from)
+                }
+                output = try container.decodeIfPresent(String.self, forKey: .output)
+                let trigger = try container.decodeIfPresent(String.self, forKey: .on) ?? "output"
+                switch trigger {
+                case "output": on = .output
+                case "complete", "completion": on = .completion
+                default:
+                    throw DecodingError.dataCorruptedError(forKey: .on, in: container, debugDescription: "'on' must be 'output' or 'complete'")
+                }
+                to = try container.decode(BoardID.self, forKey: .to)
+                scope = try container.decodeIfPresent(String.self, forKey: .scope) ?? ""
+            }
+        }
+
+        public init(from decoder: any Decoder) throws {
+            if let text = try? decoder.singleValueContainer().decode(String.self) {
+                self = .chain(text)
+            } else {
+                self = .rule(try Rule(from: decoder))
+            }
+        }
+
+        public func encode(to encoder: any Encoder) throws {
+            switch self {
+            case .chain(let text):
+                var container = encoder.singleValueContainer()
+                try container.encode(text)
+            case .rule(let rule): try rule.encode(to: encoder)
+            }
+        }
+    }
+
+    public var scopes: [Scope]
+    public var boards: [Board]
+    public var flows: [Flow]
+
+    public init(scopes: [Scope] = [], boards: [Board] = [], flows: [Flow] = []) {
+        self.scopes = scopes
         self.boards = boards
         self.flows = flows
     }
 
+    /// A manifest with chain flows only, e.g. `["a ->> b"]`.
+    public init(scopes: [Scope] = [], boards: [Board] = [], flows chains: [String]) {
+        self.init(scopes: scopes, boards: boards, flows: chains.map(Flow.chain))
+    }
+
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
+        scopes = try container.decodeIfPresent([Scope].self, forKey: .scopes) ?? []
         boards = try container.decodeIfPresent([Board].self, forKey: .boards) ?? []
-        flows = try container.decodeIfPresent([String].self, forKey: .flows) ?? []
+        flows = try container.decodeIfPresent([Flow].self, forKey: .flows) ?? []
     }
 
     /// Reads and checks a manifest file.
@@ -83,23 +167,37 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         return manifest
     }
 
-    /// Checks ids are unique and flows are well formed.
+    /// Checks the scope tree, that ids are unique per scope, and that flows are well formed.
     public func validate() throws {
-        var seen = Set<BoardID>()
-        for board in boards where !seen.insert(board.id).inserted {
-            throw BusError(.badArgument, "manifest names board '\(board.id)' twice")
+        _ = try ScopeTable(self)
+        var seen = Set<ScopedName>()
+        for board in boards where !seen.insert(ScopedName(scope: board.scope, name: board.id.rawValue)).inserted {
+            throw BusError(.badArgument, "manifest names board '\(board.id)' twice in scope '\(board.scope)'")
         }
-        _ = try flowEdges()
+        _ = try flowSpecs()
     }
 
-    /// The manifest entry for an id.
-    public func board(_ id: BoardID) -> Board? {
-        boards.first { $0.id == id }
+    /// The manifest entry for an id in a scope.
+    public func board(_ id: BoardID, scope: String = "") -> Board? {
+        boards.first { $0.id == id && $0.scope == scope }
     }
 
-    /// Every flow edge, in declaration order.
-    public func flowEdges() throws -> [FlowEdge] {
-        try flows.flatMap { try FlowEdge.parseChain($0) }
+    /// The manifest entry for a name as written in a header.
+    func board(named name: String, scope: String) -> Board? {
+        boards.first { $0.id.rawValue == name && $0.scope == scope }
+    }
+
+    /// Every flow of the manifest with its scope, in declaration order (chains give one flow per edge).
+    public func flowSpecs() throws -> [(scope: String, spec: FlowSpec)] {
+        try flows.flatMap { flow -> [(scope: String, spec: FlowSpec)] in
+            switch flow {
+            case .chain(let text):
+                return try FlowEdge.parseChain(text).map { ("", FlowSpec(sources: [$0.source], target: $0.target)) }
+            case .rule(let rule):
+                guard !rule.from.isEmpty else { throw BusError(.badArgument, "a flow needs at least one source") }
+                return [(rule.scope, FlowSpec(sources: rule.from, trigger: rule.on, outputType: rule.output, target: rule.to))]
+            }
+        }
     }
 }
 

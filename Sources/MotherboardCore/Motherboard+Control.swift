@@ -2,32 +2,70 @@ import BusCore
 import Foundation
 
 extension Motherboard {
-    /// Questions for the broker itself: `list` and `status`.
+    /// Questions for the broker itself, and run-time flow registration.
     func answerControl(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        switch envelope.header.typeName {
-        case ControlOperation.list:
-            let boards = registry.boards.values.sorted { $0.id < $1.id }.map { info(for: $0, now: now) }
-            let waiting = manifest.boards.filter { $0.start == .always && registry[$0.id] == nil }.map(\.id)
-            reply(to: envelope, from: peer, with: BoardList(boards: boards, waitingFor: waiting))
-        case ControlOperation.status:
-            do {
+        do {
+            switch envelope.header.typeName {
+            case ControlOperation.list:
+                let waiting = manifest.boards.filter {
+                    $0.start == .always && registry[ScopedName(scope: $0.scope, name: $0.id.rawValue)] == nil
+                }.map(\.id)
+                reply(to: envelope, from: peer, with: BoardList(boards: registry.sorted.map { info(for: $0, now: now) }, waitingFor: waiting))
+            case ControlOperation.status:
                 let request = try PayloadCodec.decode(StatusRequest.self, from: envelope.payload)
-                if let board = registry[request.id] {
-                    reply(to: envelope, from: peer, with: info(for: board, now: now))
-                } else if let entry = manifest.board(request.id) {
-                    reply(to: envelope, from: peer, with: BoardInfo(
-                        id: entry.id, scope: entry.scope, pid: 0, state: "stopped", start: entry.start.rawValue,
-                        inputType: nil, commands: [], actions: [], uptimeSeconds: 0, activations: 0,
-                        commandsHandled: 0, actionsDelivered: 0))
-                } else {
-                    reply(to: envelope, from: peer, error: notLiveError(request.id.rawValue))
+                reply(to: envelope, from: peer, with: try boardInfo(ScopedName(scope: request.scope, name: request.id.rawValue), now: now))
+            case ControlOperation.introspect:
+                let request = try PayloadCodec.decode(StatusRequest.self, from: envelope.payload)
+                let name = ScopedName(scope: request.scope, name: request.id.rawValue)
+                let board = try boardInfo(name, now: now)
+                reply(to: envelope, from: peer, with: Introspection(
+                    board: board, outputTypes: registry[name]?.registration.outputTypes ?? [], flows: flows.touching(name)))
+            case ControlOperation.tree:
+                reply(to: envelope, from: peer, with: tree(now: now))
+            case ControlOperation.flows:
+                reply(to: envelope, from: peer, with: FlowList(flows: flows.flows, droppedOutputs: counters.droppedOutputs))
+            case ControlOperation.registerFlow:
+                guard let owner = registry.board(for: peer) else {
+                    throw BusError(.notRegistered, "only a registered board can register a flow; it owns the flow")
                 }
-            } catch let error as BusError {
-                reply(to: envelope, from: peer, error: error)
-            } catch {}
-        default:
-            reply(to: envelope, from: peer, error: BusError(.malformed, "unknown control operation '\(envelope.header.typeName)'"))
+                let spec = try PayloadCodec.decode(FlowSpec.self, from: envelope.payload)
+                guard !spec.sources.isEmpty else { throw BusError(.badArgument, "a flow needs at least one source") }
+                reply(to: envelope, from: peer, with: flows.add(scope: owner.scope, owner: owner.id, spec: spec))
+            case ControlOperation.removeFlow:
+                let removal = try PayloadCodec.decode(FlowRemoval.self, from: envelope.payload)
+                try flows.remove(id: removal.id, requester: registry.board(for: peer)?.id)
+                reply(to: envelope, from: peer, with: Delivery(delivered: 0))
+            default:
+                throw BusError(.malformed, "unknown control operation '\(envelope.header.typeName)'")
+            }
+        } catch let error as BusError {
+            reply(to: envelope, from: peer, error: error)
+        } catch {
+            reply(to: envelope, from: peer, error: BusError(.malformed, "\(error)"))
         }
+    }
+
+    /// A live board's info, or a stopped manifest board's, or `noSuchBoard`.
+    private func boardInfo(_ name: ScopedName, now: ContinuousClock.Instant) throws -> BoardInfo {
+        if let board = registry[name] { return info(for: board, now: now) }
+        if let entry = manifest.board(named: name.name, scope: name.scope) { return stoppedInfo(entry) }
+        throw notLiveError(name)
+    }
+
+    private func tree(now: ContinuousClock.Instant) -> ScopeTree {
+        ScopeTree(scopes: scopes.names.map { scope in
+            var boards = registry.sorted.filter { $0.scope == scope }.map { info(for: $0, now: now) }
+            let live = Set(boards.map(\.id))
+            boards += manifest.boards.filter { $0.scope == scope && !live.contains($0.id) }.map(stoppedInfo)
+            return ScopeNode(name: scope, parent: scopes.parent(of: scope), boards: boards.sorted { $0.id < $1.id })
+        })
+    }
+
+    private func stoppedInfo(_ entry: FleetManifest.Board) -> BoardInfo {
+        let state = starting[ScopedName(scope: entry.scope, name: entry.id.rawValue)] != nil ? "starting" : "stopped"
+        return BoardInfo(
+            id: entry.id, scope: entry.scope, pid: 0, state: state, start: entry.start.rawValue,
+            inputType: nil, commands: [], actions: [], uptimeSeconds: 0, activations: 0, commandsHandled: 0, actionsDelivered: 0)
     }
 
     private func info(for board: LiveBoard, now: ContinuousClock.Instant) -> BoardInfo {
@@ -35,7 +73,7 @@ extension Motherboard {
         let uptime = board.registeredAt.duration(to: now)
         return BoardInfo(
             id: registration.id, scope: registration.scope, pid: registration.pid, state: "running",
-            start: manifest.board(registration.id)?.start.rawValue ?? "external",
+            start: manifest.board(registration.id, scope: registration.scope)?.start.rawValue ?? "external",
             inputType: registration.inputType, commands: registration.commands, actions: registration.actions,
             uptimeSeconds: Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18,
             activations: board.activations, commandsHandled: board.commandsHandled, actionsDelivered: board.actionsDelivered)

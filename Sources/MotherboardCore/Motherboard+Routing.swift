@@ -2,30 +2,103 @@ import BusCore
 import Foundation
 
 extension Motherboard {
-    /// `activate` (nextToBoard) and `command` (interaction): forwarded to a live board only. When the
-    /// sender expects a reply, the broker remembers the request under its own correlation id and
-    /// relays the board's answer, or an error if the board dies or the deadline passes.
-    func forward(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        let targetName = envelope.header.target
-        guard let target = registry[name: targetName] else {
-            return reply(to: envelope, from: peer, error: notLiveError(targetName))
+    /// `command` (interaction): forwarded to a live board only; never starts one.
+    func command(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
+        let sender = registry.board(for: peer)
+        let name = ScopedName(scope: scope(of: envelope, sender: sender), name: envelope.header.target)
+        guard let target = registry[name] else {
+            return reply(to: envelope, from: peer, error: notLiveError(name))
         }
-        let targetID = target.id
+        target.commandsHandled += 1
+        deliver(envelope, to: target, from: peer, sender: sender, now: now)
+    }
+
+    /// `activate` (nextToBoard): to the live board in the sender's scope, or, when the manifest can
+    /// produce it, to a process started for it (the input waits in a bounded queue until it registers).
+    func activate(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
+        let sender = registry.board(for: peer)
+        let name = ScopedName(scope: scope(of: envelope, sender: sender), name: envelope.header.target)
         var header = envelope.header
-        if let sender = registry.board(for: peer) {
+        if let sender {
             header.source = sender.id.rawValue
-            header.scope = sender.registration.scope
         }
-        if header.flags.contains(.replyExpected) {
+        header.scope = name.scope
+        activate(name, with: Envelope(header: header, payload: envelope.payload), client: peer, now: now)
+    }
+
+    /// Activates `name` with `envelope` (an `activate` message), starting its process if needed.
+    /// `client` is the peer to answer, nil for activations made by flows.
+    func activate(_ name: ScopedName, with envelope: Envelope, client: PeerID?, now: ContinuousClock.Instant) {
+        if let target = registry[name] {
+            target.activations += 1
+            return deliver(envelope, to: target, from: client, sender: nil, now: now)
+        }
+        guard let entry = manifest.board(named: name.name, scope: name.scope), let producer else {
+            logger.warning("activation of a board that is not running", metadata: ["board": "\(name)"])
+            if let client { reply(to: envelope, from: client, error: notLiveError(name)) }
+            return
+        }
+        if var start = starting[name] {
+            guard start.queue.count < settings.activationQueueLimit else {
+                if let client {
+                    reply(to: envelope, from: client, error: BusError(.busy, "board '\(name)' is starting and \(settings.activationQueueLimit) inputs already wait"))
+                }
+                return
+            }
+            start.queue.append((envelope, client))
+            starting[name] = start
+            return
+        }
+        do {
+            let pid = try producer.start(entry)
+            counters.onDemandStarts += 1
+            logger.info("started board on demand", metadata: ["board": "\(name)", "pid": "\(pid)"])
+            starting[name] = StartingBoard(pid: pid, since: now, queue: [(envelope, client)])
+        } catch {
+            let failure = error as? BusError ?? BusError(.boardNotRunning, "cannot start board '\(name)': \(error)")
+            if let client { reply(to: envelope, from: client, error: failure) }
+        }
+    }
+
+    /// A board started on demand registered: its queued inputs go to it, in order.
+    func deliverQueuedActivations(to board: LiveBoard, now: ContinuousClock.Instant) {
+        guard let start = starting.removeValue(forKey: board.name) else { return }
+        for (envelope, client) in start.queue {
+            board.activations += 1
+            deliver(envelope, to: board, from: client, sender: nil, now: now)
+        }
+    }
+
+    /// A start failed: everything waiting for it gets `error`.
+    func failStart(_ name: ScopedName, _ error: BusError) {
+        guard let start = starting.removeValue(forKey: name) else { return }
+        logger.warning("on-demand start failed", metadata: ["board": "\(name)", "error": "\(error)"])
+        for (envelope, client) in start.queue {
+            if let client { reply(to: envelope, from: client, error: error) }
+        }
+    }
+
+    /// Sends a request on to a live board. When its sender (`client`) expects a reply, the broker
+    /// remembers the request under its own correlation id and relays the board's answer, or an
+    /// error if the board dies or the deadline passes.
+    func deliver(_ envelope: Envelope, to target: LiveBoard, from client: PeerID?, sender: LiveBoard?, now: ContinuousClock.Instant) {
+        var header = envelope.header
+        if let sender {
+            header.source = sender.id.rawValue
+            header.scope = sender.scope
+        }
+        if let client, header.flags.contains(.replyExpected) {
             let timeout = header.timeoutMilliseconds > 0
                 ? Duration.milliseconds(Int64(header.timeoutMilliseconds)) : settings.defaultRequestTimeout
             let correlationID = makeCorrelationID()
             pending[correlationID] = PendingRequest(
-                client: peer, clientCorrelationID: header.correlationID, board: targetID,
+                client: client, clientCorrelationID: header.correlationID, board: target.name,
                 boardPeer: target.peer, deadline: now.advanced(by: timeout))
             header.correlationID = correlationID
+        } else {
+            header.flags.remove(.replyExpected)
+            header.correlationID = 0
         }
-        if header.kind == .activate { target.activations += 1 } else { target.commandsHandled += 1 }
         send(Envelope(header: header, payload: envelope.payload), to: target.peer)
     }
 
@@ -39,35 +112,25 @@ extension Motherboard {
         pending[correlationID] = nil
         var header = envelope.header
         header.correlationID = request.clientCorrelationID
-        header.source = request.board.rawValue
+        header.source = request.board.name
         header.target = ""
         send(Envelope(header: header, payload: envelope.payload), to: request.client)
     }
 
-    /// `sendToMotherboard(output)`: every flow whose source is the sender activates its target with
-    /// the output, in declaration order. An output nobody listens to is dropped and counted.
+    /// `sendToMotherboard(output)`: every output flow of the sender's scope whose sources include
+    /// the sender runs, in registration order. A guaranteed flow skips outputs of another type.
+    /// An output nobody listens to is dropped and counted.
     ///
     /// A registered board always speaks as itself; an unregistered client (busctl `emit`) may name
-    /// the source it emits for, to test flows.
-    func routeOutput(_ envelope: Envelope, from peer: PeerID) {
+    /// the source and scope it emits for, to test flows.
+    func routeOutput(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
         let sender = registry.board(for: peer)
         let sourceName = sender?.id.rawValue ?? envelope.header.source
-        guard let source = try? BoardID(validating: sourceName) else {
+        guard BoardID.isValid(sourceName) else {
             return reply(to: envelope, from: peer, error: BusError(.badArgument, "output without a valid source board id"))
         }
-        var delivered = 0
-        for flow in flows where flow.source == source {
-            guard let target = registry[flow.target] else {
-                logger.warning("flow target not running", metadata: ["flow": "\(flow)"])
-                continue
-            }
-            let header = EnvelopeHeader(
-                kind: .activate, source: source.rawValue, target: flow.target.rawValue,
-                scope: sender?.registration.scope ?? "", typeName: envelope.header.typeName)
-            target.activations += 1
-            send(Envelope(header: header, payload: envelope.payload), to: target.peer)
-            delivered += 1
-        }
+        let source = ScopedName(scope: scope(of: envelope, sender: sender), name: sourceName)
+        let delivered = runFlows(.output, from: source, typeName: envelope.header.typeName, payload: envelope.payload, now: now)
         if delivered == 0 {
             counters.droppedOutputs += 1
             logger.debug("output dropped: no flow", metadata: ["board": "\(source)", "type": "\(envelope.header.typeName)"])
@@ -75,30 +138,69 @@ extension Motherboard {
         reply(to: envelope, from: peer, with: Delivery(delivered: delivered))
     }
 
-    /// `sendAction(action)`: delivered to every live board subscribed to the action's name.
+    /// Runs the flows of `trigger` from `source`; returns how many ran.
+    @discardableResult
+    func runFlows(_ trigger: FlowSpec.Trigger, from source: ScopedName, typeName: String, payload: Data, now: ContinuousClock.Instant) -> Int {
+        var ran = 0
+        for flow in flows.matching(scope: source.scope, source: source.name, trigger: trigger) {
+            if let expected = flow.spec.outputType, expected != typeName {
+                counters.ignoredByType += 1
+                logger.notice("guaranteed flow ignored an output of another type", metadata: [
+                    "flow": "\(flow.id)", "expected": "\(expected)", "received": "\(typeName)", "board": "\(source)",
+                ])
+                continue
+            }
+            flows.countRun(flow.id)
+            ran += 1
+            if let target = flow.spec.target {
+                let header = EnvelopeHeader(kind: .activate, source: source.name, target: target.rawValue, scope: source.scope, typeName: typeName)
+                activate(ScopedName(scope: source.scope, name: target.rawValue), with: Envelope(header: header, payload: payload), client: nil, now: now)
+            } else if let owner = flow.owner, let board = registry[ScopedName(scope: flow.scope, name: owner.rawValue)] {
+                let header = EnvelopeHeader(
+                    kind: .flowEvent, correlationID: UInt64(flow.id), source: source.name, target: owner.rawValue,
+                    scope: source.scope, typeName: typeName)
+                send(Envelope(header: header, payload: payload), to: board.peer)
+            }
+        }
+        return ran
+    }
+
+    /// `sendAction(action)`: bubbles from the sender's scope up through every ancestor; in each
+    /// scope every live board subscribed to the action's name gets it (inner scopes first).
     func deliverAction(_ envelope: Envelope, from peer: PeerID) {
         let sender = registry.board(for: peer)
+        let origin = scope(of: envelope, sender: sender)
+        guard scopes.contains(origin) else {
+            return reply(to: envelope, from: peer, error: BusError(.badArgument, "no scope '\(origin)'"))
+        }
         var header = envelope.header
         header.flags.remove(.replyExpected)
         header.correlationID = 0
         header.source = sender?.id.rawValue ?? ""
-        header.scope = sender?.registration.scope ?? ""
-        let subscribers = registry.subscribers(of: header.typeName)
-        for subscriber in subscribers {
-            header.target = subscriber.id.rawValue
-            subscriber.actionsDelivered += 1
-            send(Envelope(header: header, payload: envelope.payload), to: subscriber.peer)
+        header.scope = origin
+        var delivered = 0
+        for scope in scopes.chain(from: origin) {
+            for subscriber in registry.subscribers(of: header.typeName, in: scope) where subscriber.peer != peer {
+                header.target = subscriber.id.rawValue
+                subscriber.actionsDelivered += 1
+                send(Envelope(header: header, payload: envelope.payload), to: subscriber.peer)
+                delivered += 1
+            }
         }
-        reply(to: envelope, from: peer, with: Delivery(delivered: subscribers.count))
+        reply(to: envelope, from: peer, with: Delivery(delivered: delivered))
     }
 
-    /// `complete(isDone)`: the board leaves the registry; its process then exits.
-    func complete(_ envelope: Envelope, from peer: PeerID) {
+    /// `complete(isDone)`: fires the board's completion flows exactly once, removes it from the
+    /// registry and refuses later messages from that instance; its process then exits. Activating
+    /// the id again starts a fresh instance.
+    func complete(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
         guard let board = registry.board(for: peer) else {
             return reply(to: envelope, from: peer, error: BusError(.notRegistered, "only a registered board can complete"))
         }
-        let isDone = (try? PayloadCodec.decode(Completion.self, from: envelope.payload))?.isDone ?? true
-        reply(to: envelope, from: peer, with: Delivery(delivered: 0))
-        drop(board.id, reason: "completed (isDone: \(isDone))")
+        let completion = (try? PayloadCodec.decode(Completion.self, from: envelope.payload)) ?? Completion(isDone: true)
+        retiredPeers.insert(peer)
+        drop(board.name, reason: "completed (isDone: \(completion.isDone))")
+        let ran = runFlows(.completion, from: board.name, typeName: Completion.busTypeName, payload: PayloadCodec.encodeOrEmpty(completion), now: now)
+        reply(to: envelope, from: peer, with: Delivery(delivered: ran))
     }
 }

@@ -9,7 +9,14 @@ public protocol MotherboardTransport: AnyObject {
     func send(_ envelope: Envelope, to peer: PeerID) -> Bool
 }
 
-/// The broker's logic: registry, routing of the four message families, heartbeats and deadlines.
+/// Starts a board's process: the motherboard's producer for on-demand activation.
+public protocol BoardProducer: AnyObject {
+    /// Starts the process of a manifest board and returns its pid; must not block for long.
+    func start(_ board: FleetManifest.Board) throws -> Int32
+}
+
+/// The broker's logic: registry, scopes, flows, on-demand activation, routing of the four message
+/// families, heartbeats and deadlines.
 ///
 /// It does no I/O of its own and is driven from one thread (the socket loop): ``receive(_:from:now:)``
 /// for each incoming message and ``tick(now:)`` periodically. The broker routes on headers only;
@@ -19,28 +26,48 @@ public final class Motherboard {
     struct PendingRequest {
         var client: PeerID
         var clientCorrelationID: UInt64
-        var board: BoardID
+        var board: ScopedName
         var boardPeer: PeerID
         var deadline: ContinuousClock.Instant
+    }
+
+    /// A manifest board whose process was started on demand and has not registered yet.
+    struct StartingBoard {
+        var pid: Int32
+        var since: ContinuousClock.Instant
+        /// Activations waiting for it, with their senders (nil for flows).
+        var queue: [(envelope: Envelope, client: PeerID?)]
     }
 
     public let manifest: FleetManifest
     public let settings: MotherboardSettings
     public internal(set) var counters = MotherboardCounters()
-    let flows: [FlowEdge]
+    let scopes: ScopeTable
+    var flows = FlowTable()
     var registry = BoardRegistry()
     var pending: [UInt64: PendingRequest] = [:]
+    var starting: [ScopedName: StartingBoard] = [:]
+    /// Peers of board instances that completed: their later messages are refused.
+    var retiredPeers = RetiredPeers(capacity: 1024)
     private var nextCorrelationID: UInt64 = 1
     private var lastHeartbeat: ContinuousClock.Instant?
     private let transport: any MotherboardTransport
+    let producer: (any BoardProducer)?
     let logger: Logger
 
-    public init(manifest: FleetManifest, settings: MotherboardSettings = .init(), transport: any MotherboardTransport, logger: Logger) throws {
+    public init(
+        manifest: FleetManifest, settings: MotherboardSettings = .init(), transport: any MotherboardTransport,
+        producer: (any BoardProducer)? = nil, logger: Logger
+    ) throws {
         self.manifest = manifest
         self.settings = settings
-        self.flows = try manifest.flowEdges()
+        self.scopes = try ScopeTable(manifest)
         self.transport = transport
+        self.producer = producer
         self.logger = logger
+        for (scope, spec) in try manifest.flowSpecs() {
+            flows.add(scope: scope, owner: nil, spec: spec)
+        }
     }
 
     // MARK: - Input
@@ -62,24 +89,30 @@ public final class Motherboard {
             counters.malformedMessages += 1
             return
         }
-        registry.board(for: peer)?.lastSeen = now
+        let sender = registry.board(for: peer)
+        sender?.lastSeen = now
+        if sender == nil, retiredPeers.contains(peer), envelope.header.kind != .control {
+            return reply(to: envelope, from: peer, error: BusError(.notRegistered, "this board instance has completed"))
+        }
         switch envelope.header.kind {
         case .register: register(envelope, from: peer, now: now)
         case .unregister: unregister(envelope, from: peer)
         case .heartbeat: heartbeat(from: peer)
-        case .activate, .command: forward(envelope, from: peer, now: now)
-        case .output: routeOutput(envelope, from: peer)
+        case .activate: activate(envelope, from: peer, now: now)
+        case .command: command(envelope, from: peer, now: now)
+        case .output: routeOutput(envelope, from: peer, now: now)
         case .action: deliverAction(envelope, from: peer)
-        case .complete: complete(envelope, from: peer)
+        case .complete: complete(envelope, from: peer, now: now)
         case .control: answerControl(envelope, from: peer, now: now)
         case .reply, .error: relayReply(envelope, from: peer)
+        case .flowEvent: reply(to: envelope, from: peer, error: BusError(.malformed, "flowEvent is sent by the broker only"))
         }
     }
 
-    /// Heartbeats boards, drops the silent ones and fails requests past their deadline.
+    /// Heartbeats boards, drops the silent ones and fails requests and starts past their deadline.
     public func tick(now: ContinuousClock.Instant) {
         for board in registry.boards.values where board.lastSeen.duration(to: now) > settings.livenessTimeout {
-            drop(board.id, reason: "no heartbeat for \(settings.livenessTimeout)")
+            drop(board.name, reason: "no heartbeat for \(settings.livenessTimeout)")
         }
         if lastHeartbeat.map({ $0.duration(to: now) >= settings.heartbeatInterval }) ?? true {
             lastHeartbeat = now
@@ -95,13 +128,19 @@ public final class Motherboard {
                 correlationID: request.clientCorrelationID, to: request.client
             )
         }
+        for (name, start) in starting where start.since.duration(to: now) > settings.startTimeout {
+            failStart(name, BusError(.boardNotRunning, "board '\(name)' did not register within \(settings.startTimeout) of its start"))
+        }
     }
 
     /// A process the broker started has exited: drop its board at once rather than at the next
-    /// missed heartbeat.
+    /// missed heartbeat, and fail what waited for a start that will not come.
     public func processExited(pid: Int32, status: String) {
         for board in registry.boards.values where board.registration.pid == pid {
-            drop(board.id, reason: "process \(pid) exited (\(status))")
+            drop(board.name, reason: "process \(pid) exited (\(status))")
+        }
+        for (name, start) in starting where start.pid == pid {
+            failStart(name, BusError(.boardNotRunning, "board '\(name)' exited (\(status)) before it registered"))
         }
     }
 
@@ -116,40 +155,46 @@ public final class Motherboard {
         } catch {
             return
         }
-        if let holder = registry[registration.id], holder.peer != peer, holder.registration.pid != registration.pid {
+        guard scopes.contains(registration.scope) else {
+            return reply(to: envelope, from: peer, error: BusError(.badArgument, "no scope '\(registration.scope)' in the manifest"))
+        }
+        let board = LiveBoard(registration: registration, peer: peer, registeredAt: now, lastSeen: now)
+        if let holder = registry[board.name], holder.peer != peer, holder.registration.pid != registration.pid {
             return reply(to: envelope, from: peer, error: BusError(
                 .idInUse, "board id '\(registration.id)' is held by live process \(holder.registration.pid)"))
         }
-        registry.insert(LiveBoard(registration: registration, peer: peer, registeredAt: now, lastSeen: now))
-        logger.info("board registered", metadata: ["board": "\(registration.id)", "pid": "\(registration.pid)"])
+        registry.insert(board)
+        logger.info("board registered", metadata: ["board": "\(board.name)", "pid": "\(registration.pid)"])
         let accepted = RegistrationAccepted(
             heartbeatIntervalMilliseconds: settings.heartbeatInterval.wholeMilliseconds,
             livenessTimeoutMilliseconds: settings.livenessTimeout.wholeMilliseconds)
         send(envelope.reply(payload: PayloadCodec.encodeOrEmpty(accepted)), to: peer)
+        deliverQueuedActivations(to: board, now: now)
     }
 
     private func unregister(_ envelope: Envelope, from peer: PeerID) {
-        if let board = registry.board(for: peer) { drop(board.id, reason: "unregistered") }
+        if let board = registry.board(for: peer) { drop(board.name, reason: "unregistered") }
         reply(to: envelope, from: peer, with: Delivery(delivered: 0))
     }
 
     private func heartbeat(from peer: PeerID) {
         // A heartbeat from a peer we do not know means the board registered with an earlier
         // broker: tell it to register again.
-        if registry.board(for: peer) == nil {
+        if registry.board(for: peer) == nil && !retiredPeers.contains(peer) {
             let error = BusError(.notRegistered, "this motherboard does not know you; register again")
             send(Envelope(header: EnvelopeHeader(kind: .error, typeName: error.code.name), payload: PayloadCodec.encodeOrEmpty(error)), to: peer)
         }
     }
 
-    /// Removes a board and fails every request waiting on it.
-    func drop(_ id: BoardID, reason: String) {
-        guard let board = registry.remove(id) else { return }
-        logger.info("board dropped", metadata: ["board": "\(id)", "pid": "\(board.registration.pid)", "reason": "\(reason)"])
-        for (correlationID, request) in pending where request.board == id && request.boardPeer == board.peer {
+    /// Removes a board, its run-time flows, and fails every request waiting on it.
+    func drop(_ name: ScopedName, reason: String) {
+        guard let board = registry.remove(name) else { return }
+        flows.removeFlows(ownedBy: name)
+        logger.info("board dropped", metadata: ["board": "\(name)", "pid": "\(board.registration.pid)", "reason": "\(reason)"])
+        for (correlationID, request) in pending where request.board == name && request.boardPeer == board.peer {
             pending[correlationID] = nil
             replyError(
-                BusError(.boardNotRunning, "board '\(id)' stopped before answering (\(reason))"),
+                BusError(.boardNotRunning, "board '\(name)' stopped before answering (\(reason))"),
                 correlationID: request.clientCorrelationID, to: request.client)
         }
     }
@@ -160,7 +205,7 @@ public final class Motherboard {
         if !transport.send(envelope, to: peer) {
             counters.undeliverable += 1
             if let board = registry.board(for: peer), envelope.header.kind != .error {
-                drop(board.id, reason: "its socket is gone or full")
+                drop(board.name, reason: "its socket is gone or full")
             }
         }
     }
@@ -188,11 +233,33 @@ public final class Motherboard {
         return nextCorrelationID
     }
 
+    /// The scope a message acts in: a registered board's own, else the one the header names.
+    func scope(of envelope: Envelope, sender: LiveBoard?) -> String {
+        sender?.scope ?? envelope.header.scope
+    }
+
     /// The error for a target that is not live: the manifest decides between "not running" and "no such board".
-    func notLiveError(_ id: String) -> BusError {
-        if let boardID = try? BoardID(validating: id), manifest.board(boardID) != nil {
-            return BusError(.boardNotRunning, "board '\(id)' is in the manifest but not running")
+    func notLiveError(_ name: ScopedName) -> BusError {
+        if manifest.board(named: name.name, scope: name.scope) != nil {
+            return BusError(.boardNotRunning, "board '\(name)' is in the manifest but not running")
         }
-        return BusError(.noSuchBoard, "no board '\(id)' is running and the manifest cannot start one")
+        return BusError(.noSuchBoard, "no board '\(name)' is running and the manifest cannot start one")
+    }
+}
+
+/// A bounded set of peers, forgetting the oldest first.
+struct RetiredPeers {
+    private var order: [PeerID] = []
+    private var members: Set<PeerID> = []
+    let capacity: Int
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    func contains(_ peer: PeerID) -> Bool { members.contains(peer) }
+
+    mutating func insert(_ peer: PeerID) {
+        guard members.insert(peer).inserted else { return }
+        order.append(peer)
+        if order.count > capacity { members.remove(order.removeFirst()) }
     }
 }

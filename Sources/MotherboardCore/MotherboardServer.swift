@@ -60,19 +60,23 @@ public final class MotherboardServer: Service {
         try socket.setOption(ZMQ_MAXMSGSIZE, Int64(options.settings.limits.maximumPayloadBytes * 2 + 65_536))
         try socket.bind(address.endpoint)
 
+        // The launcher reports exits from its own threads; they reach the motherboard on the loop.
+        let exits = ExitForwarder()
+        let launcher = BoardLauncher(address: address, binaryDirectory: options.binaryDirectory, logger: logger) { pid, status in
+            exits.forward(pid: pid, status: status)
+        }
         let transport = RouterTransport(socket: socket)
-        let motherboard = try Motherboard(manifest: options.manifest, settings: options.settings, transport: transport, logger: logger)
+        let motherboard = try Motherboard(
+            manifest: options.manifest, settings: options.settings, transport: transport,
+            producer: LauncherProducer(launcher: launcher), logger: logger)
         let handler = RouterLoopHandler(motherboard: motherboard)
         let loop = try SocketLoop(name: "motherboard", socket: socket, handler: handler, tickInterval: .milliseconds(100))
+        exits.connect(loop: loop, motherboard: motherboard)
         loop.start()
 
         let pidFile = "\(address.runtimeDirectory)/motherboard.pid"
         try "\(getpid())\n".write(toFile: pidFile, atomically: true, encoding: .utf8)
 
-        let owner = LoopBound(motherboard)
-        let launcher = BoardLauncher(address: address, binaryDirectory: options.binaryDirectory, logger: logger) { pid, status in
-            loop.execute { _ in owner.value.processExited(pid: pid, status: status) }
-        }
         var startFailure: (any Error)?
         for board in options.manifest.boards where board.start == .always {
             do {
@@ -154,10 +158,31 @@ final class RouterLoopHandler: SocketLoopHandler {
     func stopping(on socket: ZMQSocket) {}
 }
 
-/// A value that is only ever used on its socket loop's thread, carried there in a closure.
-struct LoopBound<Value>: @unchecked Sendable {
-    let value: Value
-    init(_ value: Value) { self.value = value }
+/// Carries process exits from the launcher's threads to the motherboard on its loop thread.
+final class ExitForwarder: @unchecked Sendable {
+    private let lock = NSLock()
+    private var loop: SocketLoop?
+    // Touched only on the loop thread, inside `execute`.
+    private var motherboard: Motherboard?
+
+    func connect(loop: SocketLoop, motherboard: Motherboard) {
+        lock.withLock {
+            self.loop = loop
+            self.motherboard = motherboard
+        }
+    }
+
+    func forward(pid: Int32, status: String) {
+        guard let loop = lock.withLock({ self.loop }) else { return }
+        loop.execute { [self] _ in motherboard?.processExited(pid: pid, status: status) }
+    }
+}
+
+/// Starts on-demand boards with the launcher (on the loop thread; spawning takes a millisecond).
+final class LauncherProducer: BoardProducer {
+    private let launcher: BoardLauncher
+    init(launcher: BoardLauncher) { self.launcher = launcher }
+    func start(_ board: FleetManifest.Board) throws -> Int32 { try launcher.start(board) }
 }
 
 /// The runtime directory: created with mode 0700, since its socket gives access to the fleet.

@@ -9,6 +9,10 @@ public struct MotherboardSettings: Sendable, Hashable {
     public var livenessTimeout: Duration
     /// Deadline for forwarded requests whose header carries none. Default 25 s.
     public var defaultRequestTimeout: Duration
+    /// How long a board started on demand has to register before its queued inputs fail. Default 15 s.
+    public var startTimeout: Duration
+    /// Inputs queued per board while it starts; more are refused with `busy`. Default 64.
+    public var activationQueueLimit: Int
     /// Size limits of incoming messages.
     public var limits: BusLimits
 
@@ -16,23 +20,31 @@ public struct MotherboardSettings: Sendable, Hashable {
         heartbeatInterval: Duration = .milliseconds(500),
         livenessTimeout: Duration = .milliseconds(2500),
         defaultRequestTimeout: Duration = .seconds(25),
+        startTimeout: Duration = .seconds(15),
+        activationQueueLimit: Int = 64,
         limits: BusLimits = .default
     ) {
         self.heartbeatInterval = heartbeatInterval
         self.livenessTimeout = livenessTimeout
         self.defaultRequestTimeout = defaultRequestTimeout
+        self.startTimeout = startTimeout
+        self.activationQueueLimit = activationQueueLimit
         self.limits = limits
     }
 }
 
-/// Counters the broker keeps for `status` and logs.
+/// Counters the broker keeps for `flows`, `status` and logs.
 public struct MotherboardCounters: Sendable, Hashable {
     /// Frames that could not be parsed.
     public var malformedMessages = 0
     /// Outputs no flow listened to.
     public var droppedOutputs = 0
+    /// Outputs a guaranteed flow ignored because of their type.
+    public var ignoredByType = 0
     /// Messages that could not be delivered because the peer's queue was full or it was gone.
     public var undeliverable = 0
     /// Requests that reached their deadline in the broker.
     public var timedOutRequests = 0
+    /// Board processes started on demand.
+    public var onDemandStarts = 0
 }

@@ -8,7 +8,9 @@ struct Busctl: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "busctl",
         abstract: "Inspect and drive a BoardBus fleet.",
-        subcommands: [List.self, Status.self, Call.self, Activate.self, Emit.self, Action.self, Wait.self])
+        subcommands: [
+            List.self, Status.self, Introspect.self, Tree.self, Flows.self, Call.self, Activate.self, Emit.self, Action.self, Wait.self,
+        ])
 }
 
 extension Busctl {
@@ -39,7 +41,7 @@ extension Busctl {
 
         func run() async throws {
             try await options.withClient { client in
-                let info = try await client.status(try boardID(id), timeout: options.deadline)
+                let info = try await client.status(try boardID(id), scope: options.scope, timeout: options.deadline)
                 if options.json { return try options.printJSON(info) }
                 print("""
                     id:         \(info.id)
@@ -57,6 +59,73 @@ extension Busctl {
         }
     }
 
+    struct Introspect: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show a board's interface and the flows that touch it.")
+        @OptionGroup var options: GlobalOptions
+        @Argument(help: "The board id.") var id: String
+
+        func run() async throws {
+            try await options.withClient { client in
+                let found = try await client.introspect(try boardID(id), scope: options.scope, timeout: options.deadline)
+                if options.json { return try options.printJSON(found) }
+                let board = found.board
+                print("""
+                    id:       \(board.id)
+                    scope:    \(board.scope.isEmpty ? "(root)" : board.scope)
+                    state:    \(board.state)\(board.pid > 0 ? " (pid \(board.pid))" : "")
+                    input:    \(board.inputType ?? "-")
+                    outputs:  \(found.outputTypes.isEmpty ? "-" : found.outputTypes.joined(separator: ", "))
+                    commands: \(board.commands.isEmpty ? "-" : board.commands.joined(separator: ", "))
+                    actions:  \(board.actions.isEmpty ? "-" : board.actions.joined(separator: ", "))
+                    flows:
+                    """)
+                for flow in found.flows { print("  #\(flow.id)  \(flow)") }
+                if found.flows.isEmpty { print("  -") }
+            }
+        }
+    }
+
+    struct Tree: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show the motherboard scopes and their boards.")
+        @OptionGroup var options: GlobalOptions
+
+        func run() async throws {
+            try await options.withClient { client in
+                let tree = try await client.tree(timeout: options.deadline)
+                if options.json { return try options.printJSON(tree) }
+                printScope("", in: tree, indent: "")
+            }
+        }
+
+        private func printScope(_ name: String, in tree: ScopeTree, indent: String) {
+            guard let node = tree.scopes.first(where: { $0.name == name }) else { return }
+            print("\(indent)\(name.isEmpty ? "(root)" : name)")
+            for board in node.boards {
+                print("\(indent)  \(board.id)  \(board.state)\(board.pid > 0 ? " pid \(board.pid)" : "")")
+            }
+            for child in tree.scopes where child.parent == name && !child.name.isEmpty {
+                printScope(child.name, in: tree, indent: indent + "  ")
+            }
+        }
+    }
+
+    struct Flows: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the flows, in the order they run.")
+        @OptionGroup var options: GlobalOptions
+
+        func run() async throws {
+            try await options.withClient { client in
+                let list = try await client.flows(timeout: options.deadline)
+                if options.json { return try options.printJSON(list) }
+                let rows = list.flows.map { flow in
+                    ["\(flow.id)", flow.scope.isEmpty ? "-" : flow.scope, flow.owner?.rawValue ?? "manifest", "\(flow.runs)", flow.description]
+                }
+                printTable(header: ["ID", "SCOPE", "OWNER", "RUNS", "FLOW"], rows: rows)
+                print("outputs dropped (no flow): \(list.droppedOutputs)")
+            }
+        }
+    }
+
     struct Call: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Send a command to a live board and print its reply.")
         @OptionGroup var options: GlobalOptions
@@ -66,7 +135,8 @@ extension Busctl {
 
         func run() async throws {
             try await options.withClient { client in
-                let reply = try await client.call(try boardID(id), command: command, payload: try jsonPayload(payload), timeout: options.deadline)
+                let reply = try await client.call(
+                    try boardID(id), command: command, payload: try jsonPayload(payload), scope: options.scope, timeout: options.deadline)
                 print(options.json ? String(decoding: reply, as: UTF8.self) : prettyJSON(reply))
             }
         }
@@ -82,7 +152,7 @@ extension Busctl {
         func run() async throws {
             try await options.withClient { client in
                 let target = try boardID(id)
-                try await client.activate(target, typeName: type, payload: try jsonPayload(payload), timeout: options.deadline)
+                try await client.activate(target, typeName: type, payload: try jsonPayload(payload), scope: options.scope, timeout: options.deadline)
                 if options.json { return try options.printJSON(Delivery(delivered: 1)) }
                 print("activated \(target)")
             }
@@ -98,7 +168,8 @@ extension Busctl {
 
         func run() async throws {
             try await options.withClient { client in
-                let delivery = try await client.emit(from: try boardID(id), typeName: output, payload: try jsonPayload(payload), timeout: options.deadline)
+                let delivery = try await client.emit(
+                    from: try boardID(id), typeName: output, payload: try jsonPayload(payload), scope: options.scope, timeout: options.deadline)
                 if options.json { return try options.printJSON(delivery) }
                 print("\(output) from \(id) ran \(delivery.delivered) flow(s)")
             }
@@ -113,7 +184,7 @@ extension Busctl {
 
         func run() async throws {
             try await options.withClient { client in
-                let delivery = try await client.action(name, payload: try jsonPayload(payload), timeout: options.deadline)
+                let delivery = try await client.action(name, payload: try jsonPayload(payload), scope: options.scope, timeout: options.deadline)
                 if options.json { return try options.printJSON(delivery) }
                 print("action \(name) delivered to \(delivery.delivered) board(s)")
             }
@@ -128,7 +199,7 @@ extension Busctl {
         func run() async throws {
             try await options.withClient { client in
                 if let id {
-                    let info = try await client.waitForBoard(try boardID(id), timeout: options.deadline)
+                    let info = try await client.waitForBoard(try boardID(id), scope: options.scope, timeout: options.deadline)
                     if options.json { return try options.printJSON(info) }
                     print("\(info.id) is running (pid \(info.pid))")
                 } else {

@@ -13,6 +13,9 @@ struct GlobalOptions: ParsableArguments {
     @Option(name: .long, help: "Seconds to wait for an answer.")
     var timeout: Double = 25
 
+    @Option(name: .long, help: "The motherboard scope the board ids are in (default: the root scope).")
+    var scope: String = ""
+
     var deadline: Duration { .milliseconds(Int64(max(0.001, timeout) * 1000)) }
 
     /// Connects, runs `body`, and turns every failure into one line on stderr and a non-zero exit.

@@ -1,0 +1,21 @@
+import BusCore
+import Foundation
+import Synchronization
+
+/// The closures of the flows a board registered with "deliver to me", by flow id.
+final class FlowHandlers: Sendable {
+    typealias Handler = @Sendable (Envelope, BoardContext) async throws -> Void
+    private let handlers = Mutex<[Int: Handler]>([:])
+
+    func set(_ id: Int, _ handler: @escaping Handler) {
+        handlers.withLock { $0[id] = handler }
+    }
+
+    func remove(_ id: Int) {
+        _ = handlers.withLock { $0.removeValue(forKey: id) }
+    }
+
+    func handler(for id: Int) -> Handler? {
+        handlers.withLock { $0[id] }
+    }
+}
