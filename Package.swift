@@ -14,6 +14,9 @@ let package = Package(
         .executable(name: "Login", targets: ["Login"]),
         .executable(name: "Dashboard", targets: ["Dashboard"]),
         .executable(name: "Greeter", targets: ["Greeter"]),
+        .executable(name: "Payment", targets: ["Payment"]),
+        .executable(name: "Tasks", targets: ["Tasks"]),
+        .executable(name: "Recorder", targets: ["Recorder"]),
         .executable(name: "boardbus-bench", targets: ["boardbus-bench"]),
     ],
     dependencies: [
@@ -78,6 +81,12 @@ let package = Package(
             path: "Services/Dashboard"
         ),
         .executableTarget(name: "Greeter", dependencies: ["BoardKit", "GreeterIO", "LoginIO"], path: "Services/Greeter"),
+        .target(name: "PaymentIO", dependencies: ["BoardKit"], path: "Services/PaymentIO"),
+        .target(name: "TasksIO", dependencies: ["BoardKit"], path: "Services/TasksIO"),
+        .target(name: "RecorderIO", dependencies: ["BoardKit"], path: "Services/RecorderIO"),
+        .executableTarget(name: "Payment", dependencies: ["BoardKit", "PaymentIO"], path: "Services/Payment"),
+        .executableTarget(name: "Tasks", dependencies: ["BoardKit", "TasksIO"], path: "Services/Tasks"),
+        .executableTarget(name: "Recorder", dependencies: ["BoardKit", "RecorderIO"], path: "Services/Recorder"),
 
         // Benchmark: the C baseline (zmq_proxy + echo peer), the echo board, the driver.
         .executableTarget(name: "zmq-baseline-proxy", linkerSettings: [.linkedLibrary("zmq")]),
@@ -96,7 +105,9 @@ let package = Package(
         .testTarget(name: "MotherboardCoreTests", dependencies: ["MotherboardCore", "BusCore"]),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["BoardKitTesting", "BoardKit", "BusCore", "LoginIO", "DashboardIO", "GreeterIO"],
+            dependencies: [
+                "BoardKitTesting", "BoardKit", "BusCore", "LoginIO", "DashboardIO", "GreeterIO", "PaymentIO", "TasksIO", "RecorderIO",
+            ],
             exclude: ["Python"]
         ),
     ],

@@ -3,6 +3,33 @@ import Foundation
 import Logging
 import ServiceLifecycle
 
+/// A message as it arrived, for handlers that take any type.
+public struct RawMessage: Sendable, Hashable {
+    /// The board that sent or produced it (empty for tools).
+    public var source: String
+    /// Its type name (input/output type or action name).
+    public var typeName: String
+    /// The payload, JSON by default.
+    public var payload: Data
+
+    public init(source: String, typeName: String, payload: Data) {
+        self.source = source
+        self.typeName = typeName
+        self.payload = payload
+    }
+
+    init(_ envelope: Envelope) {
+        source = envelope.header.source
+        typeName = envelope.header.typeName
+        payload = envelope.payload
+    }
+
+    /// The payload decoded as `type`, or `typeMismatch`.
+    public func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        try PayloadCodec.decode(T.self, from: payload)
+    }
+}
+
 /// A board: what a service author writes to make a board process.
 ///
 /// ```swift
@@ -49,6 +76,24 @@ public struct Board: Sendable {
                 throw BusError(.typeMismatch, "board '\(context.id)' expects input \(Input.busTypeName), received \(received)")
             }
             try await handler(PayloadCodec.decode(Input.self, from: envelope.payload), context)
+            return Data()
+        }
+    }
+
+    /// Handles every activation, whatever its input type, with the raw payload (a board that is
+    /// not guaranteed: it declares no input type).
+    public mutating func onAnyActivation(_ handler: @escaping @Sendable (RawMessage, BoardContext) async throws -> Void) {
+        inputType = nil
+        activationHandler = { envelope, context in
+            try await handler(RawMessage(envelope), context)
+            return Data()
+        }
+    }
+
+    /// Subscribes to an action by name, with the raw payload.
+    public mutating func onAction(named name: String, _ handler: @escaping @Sendable (RawMessage, BoardContext) async throws -> Void) {
+        actionHandlers[name] = { envelope, context in
+            try await handler(RawMessage(envelope), context)
             return Data()
         }
     }

@@ -70,6 +70,16 @@ public struct BoardContext: Sendable {
         }
     }
 
+    /// Registers a flow whose outputs, of any type, come to this board as raw messages.
+    @discardableResult
+    public func registerFlow(
+        from sources: [BoardID], _ handler: @escaping @Sendable (RawMessage, BoardContext) async throws -> Void
+    ) async throws -> Int {
+        try await register(FlowSpec(sources: sources)) { envelope, context in
+            try await handler(RawMessage(envelope), context)
+        }
+    }
+
     /// Registers a completion flow: when one of `sources` completes, `target` is activated with
     /// its ``Completion``.
     @discardableResult

@@ -34,6 +34,10 @@ final class Harness {
         motherboard = try Motherboard(manifest: manifest, transport: transport, logger: Logger(label: "test"))
     }
 
+    init(manifest: FleetManifest, makeMotherboard: (RecordingTransport) throws -> Motherboard) throws {
+        motherboard = try makeMotherboard(transport)
+    }
+
     func deliver(_ envelope: Envelope, from peer: PeerID) {
         motherboard.receive(envelope.frames(), from: peer, now: now)
     }

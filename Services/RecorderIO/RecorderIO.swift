@@ -1,0 +1,43 @@
+import BoardKit
+
+/// The interface of the recorder board (`demo.recorder`): it records, in order, everything that
+/// reaches it, so that a person or a test can see what flowed where.
+///
+/// Arguments: `--from a,b` (run-time flows delivering those boards' outputs here),
+/// `--completions-of a,b` (run-time completion flows), `--actions x,y` (action subscriptions).
+/// Any activation is recorded too.
+public enum RecorderIO {
+    public static let id: BoardID = "demo.recorder"
+
+    /// One thing that reached the recorder.
+    public struct Entry: BusPayload, Hashable {
+        /// `activation`, `flow`, `completion` or `action`.
+        public var kind: String
+        public var source: String
+        public var typeName: String
+        /// The payload as JSON text.
+        public var payload: String
+        public init(kind: String, source: String, typeName: String, payload: String) {
+            self.kind = kind
+            self.source = source
+            self.typeName = typeName
+            self.payload = payload
+        }
+    }
+
+    /// Command `recorded`: everything so far, in arrival order.
+    public struct Recorded: BoardCommand, Hashable {
+        public static let commandName = "recorded"
+        public typealias Reply = Recording
+        public init() {}
+    }
+
+    /// Reply of ``Recorded``.
+    public struct Recording: BusPayload, Hashable {
+        public var entries: [Entry]
+        public init(entries: [Entry]) { self.entries = entries }
+
+        /// The entries of one kind.
+        public func of(_ kind: String) -> [Entry] { entries.filter { $0.kind == kind } }
+    }
+}
