@@ -102,6 +102,7 @@ let package = Package(
         ),
 
         .testTarget(name: "BusCoreTests", dependencies: ["BusCore"]),
+        .testTarget(name: "BoardKitTests", dependencies: ["BoardKit"]),
         .testTarget(name: "MotherboardCoreTests", dependencies: ["MotherboardCore", "BusCore"]),
         .testTarget(
             name: "IntegrationTests",
