@@ -17,6 +17,7 @@ let package = Package(
         .executable(name: "Payment", targets: ["Payment"]),
         .executable(name: "Tasks", targets: ["Tasks"]),
         .executable(name: "Recorder", targets: ["Recorder"]),
+        .executable(name: "Gate", targets: ["Gate"]),
         .executable(name: "boardbus-bench", targets: ["boardbus-bench"]),
     ],
     dependencies: [
@@ -87,6 +88,8 @@ let package = Package(
         .executableTarget(name: "Payment", dependencies: ["BoardKit", "PaymentIO"], path: "Services/Payment"),
         .executableTarget(name: "Tasks", dependencies: ["BoardKit", "TasksIO"], path: "Services/Tasks"),
         .executableTarget(name: "Recorder", dependencies: ["BoardKit", "RecorderIO"], path: "Services/Recorder"),
+        .target(name: "GateIO", dependencies: ["BoardKit"], path: "Services/GateIO"),
+        .executableTarget(name: "Gate", dependencies: ["BoardKit", "GateIO"], path: "Services/Gate"),
 
         // Benchmark: the C baseline (zmq_proxy + echo peer), the echo board, the driver.
         .executableTarget(name: "zmq-baseline-proxy", linkerSettings: [.linkedLibrary("zmq")]),
@@ -107,7 +110,7 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "BoardKitTesting", "BoardKit", "BusCore", "LoginIO", "DashboardIO", "GreeterIO", "PaymentIO", "TasksIO", "RecorderIO",
+                "BoardKitTesting", "BoardKit", "BusCore", "LoginIO", "DashboardIO", "GreeterIO", "PaymentIO", "TasksIO", "RecorderIO", "GateIO",
             ],
             exclude: ["Python"]
         ),

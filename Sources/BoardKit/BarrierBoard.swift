@@ -47,12 +47,17 @@ public struct BarrierReleased<Input: BusPayload, Value: BusPayload>: BusPayload 
     public static var busTypeName: String { "BarrierReleased" }
     public var input: Input
     public var value: Value
+    public init(input: Input, value: Value) {
+        self.input = input
+        self.value = value
+    }
 }
 
 /// Output: a waiter was dropped by `cancel`.
 public struct BarrierCancelled<Input: BusPayload>: BusPayload {
     public static var busTypeName: String { "BarrierCancelled" }
     public var input: Input
+    public init(input: Input) { self.input = input }
 }
 
 /// Command `overcome`: open the barrier with a value.

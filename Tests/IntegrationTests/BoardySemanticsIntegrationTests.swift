@@ -1,6 +1,7 @@
 import BoardKit
 import BoardKitTesting
 import Foundation
+import GateIO
 import PaymentIO
 import RecorderIO
 import TasksIO
@@ -11,8 +12,9 @@ let boardyManifest = """
     {
       "scopes": [ { "name": "checkout" }, { "name": "express", "parent": "checkout" } ],
       "boards": [
+        { "id": "demo.gate", "executable": "Gate", "start": "always" },
         { "id": "demo.recorder", "executable": "Recorder", "start": "always",
-          "arguments": ["--from", "tasks.default,tasks.latest,tasks.only,tasks.queue,tasks.concurrent",
+          "arguments": ["--from", "demo.gate,tasks.default,tasks.latest,tasks.only,tasks.queue,tasks.concurrent",
                         "--actions", "checkout.orderPaid,app.announce"] },
         { "id": "tasks.default", "executable": "Tasks", "arguments": ["--mode", "default"], "start": "on-demand" },
         { "id": "tasks.latest", "executable": "Tasks", "arguments": ["--mode", "latest"], "start": "on-demand" },
@@ -152,6 +154,35 @@ struct BoardySemanticsIntegrationTests {
             #expect(found.outputTypes == ["Done"])
             #expect(found.board.inputType == "Job")
             #expect(found.flows.map(\.owner) == ["demo.recorder"])
+        }
+    }
+
+    @Test func aBarrierHoldsWaitersUntilOvercomeOrCancelled() async throws {
+        try await TestFleet.with(manifest: boardyManifest) { fleet in
+            try await fleet.withClient { client in
+                for holder in ["ann", "bo"] {
+                    try await client.activate(GateIO.destination, with: GateIO.Ticket(holder: holder))
+                }
+                #expect(try await client.interact(with: GateIO.id, BarrierQuery()) == BarrierStatus(open: false, waiting: 2))
+                let cancelled = try await client.interact(with: GateIO.id, CancelBarrier())
+                #expect(cancelled.cancelled == 2)
+                try await client.activate(GateIO.destination, with: GateIO.Ticket(holder: "cy"))
+                let released = try await client.interact(with: GateIO.id, Overcome(value: GateIO.Signal(reason: "open")))
+                #expect(released.released == 1)
+                // Once open, a waiter passes at once.
+                try await client.activate(GateIO.destination, with: GateIO.Ticket(holder: "dee"))
+                let all = try await eventually {
+                    try await client.recording().of("flow").filter { $0.source == "demo.gate" }.count == 4
+                }
+                #expect(all)
+                let outputs = try await client.recording().of("flow").filter { $0.source == "demo.gate" }
+                #expect(outputs.map(\.typeName) == ["BarrierCancelled", "BarrierCancelled", "BarrierReleased", "BarrierReleased"])
+                let passed = try outputs.suffix(2).map { try PayloadCodec.decode(GateIO.Released.self, from: Data($0.payload.utf8)) }
+                #expect(passed.map(\.input.holder) == ["cy", "dee"])
+                #expect(passed.allSatisfy { $0.value.reason == "open" })
+            }
+            let status = try await fleet.busctl("call", "demo.gate", "barrier", "--json")
+            #expect(status.standardOutput.contains(#""open":true"#))
         }
     }
 }

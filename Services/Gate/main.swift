@@ -1,0 +1,4 @@
+import BoardKit
+import GateIO
+
+try await BarrierBoard.make(id: GateIO.id, input: GateIO.Ticket.self, value: GateIO.Signal.self).run()
