@@ -8,6 +8,8 @@ let package = Package(
         .library(name: "BusCore", targets: ["BusCore"]),
         .library(name: "BoardKit", targets: ["BoardKit"]),
         .library(name: "BoardKitTesting", targets: ["BoardKitTesting"]),
+        .library(name: "Flux", targets: ["Flux"]),
+        .library(name: "FluxBus", targets: ["FluxBus"]),
         .library(name: "MotherboardCore", targets: ["MotherboardCore"]),
         .executable(name: "motherboard", targets: ["motherboard"]),
         .executable(name: "busctl", targets: ["busctl"]),
@@ -18,6 +20,8 @@ let package = Package(
         .executable(name: "Tasks", targets: ["Tasks"]),
         .executable(name: "Recorder", targets: ["Recorder"]),
         .executable(name: "Gate", targets: ["Gate"]),
+        .executable(name: "Comments", targets: ["Comments"]),
+        .executable(name: "AnnotationFilter", targets: ["AnnotationFilter"]),
         .executable(name: "boardbus-bench", targets: ["boardbus-bench"]),
     ],
     dependencies: [
@@ -25,6 +29,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
     ],
     targets: [
         // libzmq from Debian's libzmq3-dev; only BusZeroMQ imports it.
@@ -62,6 +67,12 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // Flux stores: the in-process library, and stores reached over the bus (durable with GRDB).
+        .target(name: "Flux"),
+        .target(
+            name: "FluxBus",
+            dependencies: ["Flux", "BoardKit", "BusCore", .product(name: "GRDB", package: "GRDB.swift")]
+        ),
         .target(name: "BoardKitTesting", dependencies: ["BoardKit", "BusCore", "BusZeroMQ"]),
         .executableTarget(
             name: "busctl",
@@ -90,6 +101,12 @@ let package = Package(
         .executableTarget(name: "Recorder", dependencies: ["BoardKit", "RecorderIO"], path: "Services/Recorder"),
         .target(name: "GateIO", dependencies: ["BoardKit"], path: "Services/GateIO"),
         .executableTarget(name: "Gate", dependencies: ["BoardKit", "GateIO"], path: "Services/Gate"),
+        .target(name: "CommentsIO", dependencies: ["BoardKit", "Flux"], path: "Services/CommentsIO"),
+        .executableTarget(name: "Comments", dependencies: ["BoardKit", "Flux", "FluxBus", "CommentsIO"], path: "Services/Comments"),
+        .target(name: "AnnotationFilterIO", dependencies: ["BoardKit", "Flux"], path: "Services/AnnotationFilterIO"),
+        .executableTarget(
+            name: "AnnotationFilter", dependencies: ["BoardKit", "Flux", "FluxBus", "AnnotationFilterIO"],
+            path: "Services/AnnotationFilter"),
 
         // Benchmark: the C baseline (zmq_proxy + echo peer), the echo board, the driver.
         .executableTarget(name: "zmq-baseline-proxy", linkerSettings: [.linkedLibrary("zmq")]),
@@ -106,11 +123,12 @@ let package = Package(
 
         .testTarget(name: "BusCoreTests", dependencies: ["BusCore"]),
         .testTarget(name: "BoardKitTests", dependencies: ["BoardKit"]),
+        .testTarget(name: "FluxTests", dependencies: ["Flux"]),
         .testTarget(name: "MotherboardCoreTests", dependencies: ["MotherboardCore", "BusCore"]),
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "BoardKitTesting", "BoardKit", "BusCore", "LoginIO", "DashboardIO", "GreeterIO", "PaymentIO", "TasksIO", "RecorderIO", "GateIO",
+                "BoardKitTesting", "BoardKit", "BusCore", "LoginIO", "DashboardIO", "GreeterIO", "PaymentIO", "TasksIO", "RecorderIO", "GateIO", "CommentsIO", "AnnotationFilterIO",
             ],
             exclude: ["Python"]
         ),

@@ -31,6 +31,13 @@ for action in values("--actions") {
 }
 board.onCommand(RecorderIO.Recorded.self) { _, _ in RecorderIO.Recording(entries: log.all) }
 board.onStart { context in
+    // `--hold-query STORE JSON`: hold a query on a store for as long as this board lives.
+    let arguments = CommandLine.arguments
+    if let index = arguments.firstIndex(of: "--hold-query"), index + 2 < arguments.count {
+        let query = try JSONSerialization.jsonObject(with: Data(arguments[index + 2].utf8))
+        _ = try await context.client.activateQuery(
+            store: arguments[index + 1], query: try JSONSerialization.data(withJSONObject: query), scope: context.scope)
+    }
     if !flowSources.isEmpty {
         try await context.registerFlow(from: flowSources) { message, _ in log.record("flow", message) }
     }

@@ -57,6 +57,7 @@ public struct Board: Sendable {
     var actionHandlers: [String: Handler] = [:]
     var outputTypes: [String] = []
     var startHandlers: [@Sendable (BoardContext) async throws -> Void] = []
+    var storeEndpoints: [String: any StoreEndpoint] = [:]
 
     public init(id: BoardID, environment: [String: String] = ProcessInfo.processInfo.environment) {
         let override = environment["BOARDBUS_BOARD_ID"].flatMap { try? BoardID(validating: $0) }
@@ -136,6 +137,11 @@ public struct Board: Sendable {
         if !outputTypes.contains(Output.busTypeName) { outputTypes.append(Output.busTypeName) }
     }
 
+    /// Hosts a store: other processes dispatch to it, read and watch its state through the bus.
+    public mutating func host(_ store: some StoreEndpoint) {
+        storeEndpoints[store.storeName] = store
+    }
+
     /// Runs once the board has registered, before any message is handled: the place to register
     /// run-time flows (`context.registerFlow`). A failure stops the board.
     public mutating func onStart(_ handler: @escaping @Sendable (BoardContext) async throws -> Void) {
@@ -147,7 +153,7 @@ public struct Board: Sendable {
         Registration(
             id: id, pid: getpid(), scope: scope, inputType: inputType,
             commands: Set(commandHandlers.keys).union(immediateCommandHandlers.keys).sorted(),
-            actions: actionHandlers.keys.sorted(), outputTypes: outputTypes)
+            actions: actionHandlers.keys.sorted(), outputTypes: outputTypes, stores: storeEndpoints.keys.sorted())
     }
 
     /// Connects, registers and serves until SIGTERM/SIGINT or `complete()`.

@@ -37,6 +37,9 @@ final class BoardRuntime: Service, Sendable {
             // else goes through the inbox, in order, to tasks on the same thread.
             if envelope.header.kind == .command, let handler = board.immediateCommandHandlers[envelope.header.typeName] {
                 respond(to: envelope, with: Result { try handler(envelope, context) })
+            } else if envelope.header.kind == .dispatch || envelope.header.kind == .store {
+                // Stores apply their messages right here, one at a time, in arrival order.
+                respond(to: envelope, with: Result { try handleStore(envelope) })
             } else {
                 inbox.continuation.yield(envelope)
             }
@@ -47,6 +50,16 @@ final class BoardRuntime: Service, Sendable {
             client.close()
         }
         try await register(deadline: .seconds(30))
+        for store in board.storeEndpoints.values {
+            let name = store.storeName
+            let client = self.client
+            let source = board.id.rawValue
+            let scope = board.scope
+            store.attach(StorePublisher { payload in
+                let header = EnvelopeHeader(kind: .store, source: source, target: name, scope: scope, typeName: StoreOperation.change)
+                try? client.send(Envelope(header: header, payload: payload))
+            })
+        }
         for start in board.startHandlers { try await start(context) }
         FileHandle.standardOutput.write(Data("READY \(board.id)\n".utf8))
 
@@ -149,6 +162,14 @@ final class BoardRuntime: Service, Sendable {
         default:
             break
         }
+    }
+
+    private func handleStore(_ envelope: Envelope) throws -> Data {
+        let header = envelope.header
+        guard let store = board.storeEndpoints[header.target] else {
+            throw BusError(.noSuchStore, "board '\(board.id)' has no store '\(header.target)'")
+        }
+        return try store.handle(StoreRequest(kind: header.kind, operation: header.typeName, sender: header.source, payload: envelope.payload))
     }
 
     /// Runs a handler and, when the sender waits, answers with its result or its error.

@@ -108,6 +108,14 @@ public final class BusClient: Sendable {
         context.terminate()
     }
 
+    func addWatch(_ watch: StoreWatch) -> UUID {
+        state.addWatch(watch)
+    }
+
+    func removeWatch(_ id: UUID) {
+        state.removeWatch(id)
+    }
+
     private func checkSize(_ envelope: Envelope) throws {
         guard envelope.payload.count <= limits.maximumPayloadBytes else {
             throw BusError(.tooLarge, "payload of \(envelope.payload.count) bytes is over the limit of \(limits.maximumPayloadBytes)")
@@ -129,6 +137,7 @@ final class ClientState: SocketLoopHandler, @unchecked Sendable {
         var nextCorrelationID: UInt64 = 1
         var messageHandler: (@Sendable (Envelope) -> Void)?
         var tickHandler: (@Sendable () -> Void)?
+        var watches: [UUID: StoreWatch] = [:]
     }
 
     private let guarded = Mutex(Guarded())
@@ -170,9 +179,27 @@ final class ClientState: SocketLoopHandler, @unchecked Sendable {
         for pending in all { pending.continuation.resume(throwing: error) }
     }
 
+    func addWatch(_ watch: StoreWatch) -> UUID {
+        let id = UUID()
+        guarded.withLock { $0.watches[id] = watch }
+        return id
+    }
+
+    func removeWatch(_ id: UUID) {
+        _ = guarded.withLock { $0.watches.removeValue(forKey: id) }
+    }
+
+    func watches(store: String, scope: String) -> [StoreWatch] {
+        guarded.withLock { $0.watches.values.filter { $0.store == store && $0.scope == scope } }
+    }
+
     func received(_ frames: [Data], on socket: ZMQSocket) {
         guard let envelope = try? Envelope(frames: frames, limits: limits) else { return }
         let kind = envelope.header.kind
+        if kind == .store && envelope.header.typeName == StoreOperation.change {
+            for watch in watches(store: envelope.header.target, scope: envelope.header.scope) { watch.change(envelope.payload) }
+            return
+        }
         if kind == .reply || kind == .error, envelope.header.correlationID != 0 {
             let pending = guarded.withLock { $0.pending.removeValue(forKey: envelope.header.correlationID) }
             pending?.continuation.resume(returning: envelope)

@@ -35,6 +35,10 @@ public struct BusError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let badArgument = Code(name: "badArgument")
         /// A failure of the local transport (socket, context).
         public static let transport = Code(name: "transport")
+        /// No live board owns a store of that name.
+        public static let noSuchStore = Code(name: "noSuchStore")
+        /// The store has no action of that name.
+        public static let unknownAction = Code(name: "unknownAction")
         /// The requester may not do this (e.g. remove another board's flow).
         public static let unauthorized = Code(name: "unauthorized")
         /// The board is busy with a task and refuses another, or a bounded queue is full.

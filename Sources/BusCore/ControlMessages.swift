@@ -15,10 +15,12 @@ public struct Registration: BusPayload, Hashable {
     public var actions: [String]
     /// The output types the board declares it sends (for introspection).
     public var outputTypes: [String]
+    /// The Flux stores the board owns; other processes reach them through the broker.
+    public var stores: [String]
 
     public init(
         id: BoardID, pid: Int32, scope: String = "", inputType: String? = nil, commands: [String] = [], actions: [String] = [],
-        outputTypes: [String] = []
+        outputTypes: [String] = [], stores: [String] = []
     ) {
         self.id = id
         self.pid = pid
@@ -27,6 +29,7 @@ public struct Registration: BusPayload, Hashable {
         self.commands = commands
         self.actions = actions
         self.outputTypes = outputTypes
+        self.stores = stores
     }
 
     public init(from decoder: any Decoder) throws {
@@ -38,6 +41,7 @@ public struct Registration: BusPayload, Hashable {
         commands = try container.decodeIfPresent([String].self, forKey: .commands) ?? []
         actions = try container.decodeIfPresent([String].self, forKey: .actions) ?? []
         outputTypes = try container.decodeIfPresent([String].self, forKey: .outputTypes) ?? []
+        stores = try container.decodeIfPresent([String].self, forKey: .stores) ?? []
     }
 }
 

@@ -23,6 +23,13 @@ public enum MessageKind: UInt8, Sendable, Codable, CaseIterable, CustomStringCon
     /// broker → board: an output matched a flow the board registered with "deliver to me";
     /// the correlation id carries the flow's id, the source the board that produced the output.
     case flowEvent = 10
+    /// any → broker → the store's owner: a Flux action for a store; the target is the store's
+    /// name, the type name the action's. Answered by the owner with a ``DispatchAck``.
+    case dispatch = 11
+    /// store traffic; the target is the store's name and the type name the operation
+    /// (``StoreOperation``): `state`, `subscribe`, `unsubscribe`, `change`, `query.activate`,
+    /// `query.release`, `holder.gone`.
+    case store = 12
     /// a successful answer to a request, carrying the request's correlation id.
     case reply = 16
     /// a failed answer: payload is a ``BusError``.
@@ -40,6 +47,8 @@ public enum MessageKind: UInt8, Sendable, Codable, CaseIterable, CustomStringCon
         case .complete: "complete"
         case .control: "control"
         case .flowEvent: "flowEvent"
+        case .dispatch: "dispatch"
+        case .store: "store"
         case .reply: "reply"
         case .error: "error"
         }

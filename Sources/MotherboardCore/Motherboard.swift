@@ -7,6 +7,8 @@ import Logging
 public protocol MotherboardTransport: AnyObject {
     /// Sends without blocking. Returns false when the peer is gone or its queue is full.
     func send(_ envelope: Envelope, to peer: PeerID) -> Bool
+    /// Whether the peer is still connected (after a failed send: gone, or only full?).
+    func isConnected(_ peer: PeerID) -> Bool
 }
 
 /// Starts a board's process: the motherboard's producer for on-demand activation.
@@ -47,6 +49,8 @@ public final class Motherboard {
     var registry = BoardRegistry()
     var pending: [UInt64: PendingRequest] = [:]
     var starting: [ScopedName: StartingBoard] = [:]
+    /// Subscribers of each store's changes.
+    var storeSubscriptions: [ScopedName: Set<PeerID>] = [:]
     /// Peers of board instances that completed: their later messages are refused.
     var retiredPeers = RetiredPeers(capacity: 1024)
     private var nextCorrelationID: UInt64 = 1
@@ -105,6 +109,7 @@ public final class Motherboard {
         case .complete: complete(envelope, from: peer, now: now)
         case .control: answerControl(envelope, from: peer, now: now)
         case .reply, .error: relayReply(envelope, from: peer)
+        case .dispatch, .store: routeStore(envelope, from: peer, now: now)
         case .flowEvent: reply(to: envelope, from: peer, error: BusError(.malformed, "flowEvent is sent by the broker only"))
         }
     }
@@ -190,6 +195,7 @@ public final class Motherboard {
     func drop(_ name: ScopedName, reason: String) {
         guard let board = registry.remove(name) else { return }
         flows.removeFlows(ownedBy: name)
+        storesForget(board)
         logger.info("board dropped", metadata: ["board": "\(name)", "pid": "\(board.registration.pid)", "reason": "\(reason)"])
         for (correlationID, request) in pending where request.board == name && request.boardPeer == board.peer {
             pending[correlationID] = nil
@@ -200,6 +206,16 @@ public final class Motherboard {
     }
 
     // MARK: - Sending
+
+    /// Sends without the consequences of ``send(_:to:)`` (a failed fan-out does not drop a board).
+    func transportSend(_ envelope: Envelope, to peer: PeerID) -> Bool {
+        transport.send(envelope, to: peer)
+    }
+
+    /// Whether the transport still knows the peer (false once its connection is gone).
+    func isConnected(_ peer: PeerID) -> Bool {
+        transport.isConnected(peer)
+    }
 
     func send(_ envelope: Envelope, to peer: PeerID) {
         if !transport.send(envelope, to: peer) {

@@ -131,9 +131,17 @@ final class RouterTransport: MotherboardTransport {
         self.socket = socket
     }
 
+    /// The peer of the last send that failed because the peer is gone (not merely full).
+    private var lastGone: PeerID?
+
     func send(_ envelope: Envelope, to peer: PeerID) -> Bool {
         let result = try? socket.send([peer.bytes] + envelope.frames())
+        if result == .peerUnreachable { lastGone = peer }
         return result == .sent
+    }
+
+    func isConnected(_ peer: PeerID) -> Bool {
+        lastGone != peer
     }
 }
 

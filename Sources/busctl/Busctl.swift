@@ -9,7 +9,7 @@ struct Busctl: AsyncParsableCommand {
         commandName: "busctl",
         abstract: "Inspect and drive a BoardBus fleet.",
         subcommands: [
-            List.self, Status.self, Introspect.self, Tree.self, Flows.self, Call.self, Activate.self, Emit.self, Action.self, Wait.self,
+            List.self, Status.self, Introspect.self, Tree.self, Flows.self, Call.self, Activate.self, Emit.self, Action.self, Dispatch.self, State.self, Wait.self,
         ])
 }
 
@@ -187,6 +187,50 @@ extension Busctl {
                 let delivery = try await client.action(name, payload: try jsonPayload(payload), scope: options.scope, timeout: options.deadline)
                 if options.json { return try options.printJSON(delivery) }
                 print("action \(name) delivered to \(delivery.delivered) board(s)")
+            }
+        }
+    }
+
+    struct Dispatch: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Dispatch a Flux action to a store; prints its sequence number once applied.")
+        @OptionGroup var options: GlobalOptions
+        @Argument(help: "The store name.") var store: String
+        @Argument(help: "The action name.") var action: String
+        @Argument(help: "The action as JSON (default {}).") var payload: String?
+        @Option(help: "An idempotency key: a retry with the same id is not applied twice.") var id: String?
+
+        func run() async throws {
+            try await options.withClient { client in
+                let ack = try await client.dispatch(
+                    store: store, action: action, payload: try jsonPayload(payload), dispatchID: id, scope: options.scope,
+                    timeout: options.deadline)
+                if options.json { return try options.printJSON(ack) }
+                print("\(action) \(ack.applied ? "applied" : "already applied") to \(store) as change \(ack.sequence)")
+            }
+        }
+    }
+
+    struct State: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print a store's state as JSON; with --watch, a snapshot and then every change, one JSON line each.")
+        @OptionGroup var options: GlobalOptions
+        @Argument(help: "The store name.") var store: String
+        @Flag(help: "Keep printing changes.") var watch = false
+        @Option(help: "With --watch, stop after this many lines.") var count: Int?
+
+        func run() async throws {
+            try await options.withClient { client in
+                guard watch else {
+                    let snapshot = try await client.storeState(store, scope: options.scope, timeout: options.deadline)
+                    return print(options.json ? String(decoding: snapshot, as: UTF8.self) : prettyJSON(snapshot))
+                }
+                var printed = 0
+                for try await update in client.watch(store, scope: options.scope, timeout: options.deadline) {
+                    print(String(decoding: update.snapshot, as: UTF8.self))
+                    fflushStandardOutput()
+                    printed += 1
+                    if let count, printed >= count { return }
+                }
             }
         }
     }

@@ -63,3 +63,8 @@ func prettyJSON(_ data: Data) -> String {
     else { return String(decoding: data, as: UTF8.self) }
     return String(decoding: pretty, as: UTF8.self)
 }
+
+/// Flushes stdout, so that a watcher's lines reach a pipe as they come.
+func fflushStandardOutput() {
+    fflush(nil)
+}

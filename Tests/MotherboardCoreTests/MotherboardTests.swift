@@ -16,6 +16,10 @@ final class RecordingTransport: MotherboardTransport {
         return true
     }
 
+    func isConnected(_ peer: PeerID) -> Bool {
+        !unreachable.contains(peer)
+    }
+
     func take(for peer: PeerID) -> [Envelope] {
         let mine = sent.filter { $0.peer == peer }.map(\.envelope)
         sent.removeAll { $0.peer == peer }

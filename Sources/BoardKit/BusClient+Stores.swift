@@ -1,0 +1,70 @@
+import BusCore
+import Foundation
+
+/// Flux stores over the bus: dispatch, state, watch, queries.
+extension BusClient {
+    /// Dispatches an action (JSON) to a store; returns once its owner applied it. A `dispatchID`
+    /// makes retries safe: an action with an id the store has seen is not applied again.
+    public func dispatch(
+        store: String, action: String, payload: Data, dispatchID: String? = nil, scope: String = "",
+        timeout: Duration = BusClient.defaultTimeout
+    ) async throws -> DispatchAck {
+        let typeName = dispatchID.map { "\(action)@\($0)" } ?? action
+        let envelope = Envelope(header: EnvelopeHeader(kind: .dispatch, target: store, scope: scope, typeName: typeName), payload: payload)
+        return try PayloadCodec.decode(DispatchAck.self, from: try await request(envelope, timeout: timeout).payload)
+    }
+
+    /// A store's current state as a ``StoreSnapshot`` JSON payload.
+    public func storeState(_ store: String, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws -> Data {
+        try await storeRequest(store, StoreOperation.state, scope: scope, timeout: timeout)
+    }
+
+    /// Watches a store: first a snapshot, then every change in order. When changes were lost (this
+    /// client's queue was full), a new snapshot comes next, marked `isSnapshot`. The subscription
+    /// ends when the stream's consumer stops.
+    public func watch(_ store: String, scope: String = "", timeout: Duration = BusClient.defaultTimeout) -> AsyncThrowingStream<StoreUpdate, any Error> {
+        let (stream, continuation) = AsyncThrowingStream<StoreUpdate, any Error>.makeStream(bufferingPolicy: .unbounded)
+        let watch = StoreWatch(store: store, scope: scope, continuation: continuation) { [weak self] watch in
+            guard let self else { return }
+            Task {
+                do {
+                    watch.snapshot(try await self.storeRequest(store, StoreOperation.state, scope: scope, timeout: timeout))
+                } catch {
+                    continuation.finish(throwing: error)
+                }
+            }
+        }
+        let id = addWatch(watch)
+        continuation.onTermination = { [weak self] _ in
+            guard let self else { return }
+            self.removeWatch(id)
+            let header = EnvelopeHeader(kind: .store, target: store, scope: scope, typeName: StoreOperation.unsubscribe)
+            try? self.send(Envelope(header: header))
+        }
+        Task {
+            do {
+                // Registered before subscribing, so no change after the snapshot is missed.
+                watch.snapshot(try await storeRequest(store, StoreOperation.subscribe, scope: scope, timeout: timeout))
+            } catch {
+                watch.fail(error)
+            }
+        }
+        return stream
+    }
+
+    /// Holds a query on a store (only boards can: the lease lasts as long as the holder lives).
+    public func activateQuery(store: String, query: Data, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws -> QueryLease {
+        let reply = try await storeRequest(store, StoreOperation.activateQuery, payload: query, scope: scope, timeout: timeout)
+        return try PayloadCodec.decode(QueryLease.self, from: reply)
+    }
+
+    /// Releases a held query.
+    public func releaseQuery(_ lease: QueryLease, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws {
+        _ = try await storeRequest(lease.store, StoreOperation.releaseQuery, payload: PayloadCodec.encode(lease), scope: scope, timeout: timeout)
+    }
+
+    func storeRequest(_ store: String, _ operation: String, payload: Data = Data(), scope: String, timeout: Duration) async throws -> Data {
+        let envelope = Envelope(header: EnvelopeHeader(kind: .store, target: store, scope: scope, typeName: operation), payload: payload)
+        return try await request(envelope, timeout: timeout).payload
+    }
+}

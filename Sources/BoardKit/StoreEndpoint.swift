@@ -1,0 +1,39 @@
+import BusCore
+import Foundation
+
+/// A store a board hosts for other processes (the `Flux` library's `RemoteStore` is one).
+///
+/// The board hands it every `dispatch` and `store` message addressed to its name, on the socket
+/// thread, one at a time in arrival order, and answers with what it returns.
+public protocol StoreEndpoint: AnyObject, Sendable {
+    /// The name other processes use (`busctl dispatch NAME …`).
+    var storeName: String { get }
+    /// Handles a request; returns the reply's payload or throws a ``BusError``.
+    func handle(_ request: StoreRequest) throws -> Data
+    /// Called once the board has registered: from then on, `publisher` sends changes to subscribers.
+    func attach(_ publisher: StorePublisher)
+}
+
+/// A `dispatch` or `store` message, as a store endpoint sees it.
+public struct StoreRequest: Sendable {
+    /// `dispatch` (then `operation` is the action name) or `store` (a ``StoreOperation``).
+    public var kind: MessageKind
+    public var operation: String
+    /// The board that sent it; empty for a client that is not a board.
+    public var sender: String
+    public var payload: Data
+}
+
+/// Sends a store's changes to the broker, which forwards them to the store's subscribers.
+public struct StorePublisher: Sendable {
+    let publish: @Sendable (Data) -> Void
+
+    public init(_ publish: @escaping @Sendable (Data) -> Void) {
+        self.publish = publish
+    }
+
+    /// Publishes a change (a ``StoreSnapshot`` payload).
+    public func send(_ snapshot: Data) {
+        publish(snapshot)
+    }
+}

@@ -1,0 +1,122 @@
+import BoardKit
+import BusCore
+import Flux
+import Foundation
+
+/// Makes a ``StatefulStore`` reachable over the bus: actions dispatched by other processes are
+/// decoded by name and dispatched to it in arrival order, then acknowledged; every state change
+/// is published with the next sequence number to the store's watchers. Optionally persistent
+/// and, for a ``QueryStore``, queryable by other boards.
+///
+/// Host it in the owning board with `board.host(remoteStore)`; like its store, it runs on that
+/// board's socket thread.
+public final class RemoteStore<State: Codable & Sendable>: StoreEndpoint, @unchecked Sendable {
+    public let storeName: String
+    public let store: StatefulStore<State>
+    private var decoders: [String: (Data) throws -> any Action] = [:]
+    private(set) var sequence: UInt64 = 0
+    private var publisher: StorePublisher?
+    private var receipt: Receipt?
+    private let persistence: StorePersistence?
+    /// While a dispatch runs: the journal entry to save with the state it produces.
+    private var pendingDispatch: (id: String, action: String, payload: Data)?
+    private var dispatchSaved = false
+    /// Recent dispatch ids of a store that is not persistent (bounded), so retries are not applied twice.
+    private var recentDispatches: [String: UInt64] = [:]
+    private var recentOrder: [String] = []
+    var queries: QueryLeases?
+    private let lock = NSLock()
+
+    /// - Parameter persistence: where to keep state and journal; nil for a store kept in memory.
+    public init(name: String, store: StatefulStore<State>, persistence: StorePersistence? = nil) throws {
+        storeName = name
+        self.store = store
+        self.persistence = persistence
+        if let saved = try persistence?.load() {
+            store.state = try PayloadCodec.decode(State.self, from: saved.state)
+            sequence = saved.sequence
+        }
+        receipt = store.onStateChange { [weak self] change in self?.stateChanged() }
+    }
+
+    /// Lets remote clients dispatch `A` under `name` (its JSON payload is decoded as `A`).
+    public func action<A: Action & Decodable>(_ type: A.Type, named name: String) {
+        decoders[name] = { try PayloadCodec.decode(A.self, from: $0) }
+    }
+
+    /// The current state as a ``StoreSnapshot`` payload.
+    public func snapshot() throws -> Data {
+        try PayloadCodec.encode(StoreSnapshot(store: storeName, sequence: sequence, state: store.state))
+    }
+
+    public func attach(_ publisher: StorePublisher) {
+        self.publisher = publisher
+    }
+
+    public func handle(_ request: StoreRequest) throws -> Data {
+        switch (request.kind, request.operation) {
+        case (.dispatch, _):
+            return try PayloadCodec.encode(dispatch(request))
+        case (_, StoreOperation.state):
+            return try snapshot()
+        case (_, StoreOperation.activateQuery), (_, StoreOperation.releaseQuery), (_, StoreOperation.holderGone):
+            guard let queries else { throw BusError(.unknownAction, "store '\(storeName)' takes no queries") }
+            return try queries.handle(request, store: storeName)
+        default:
+            throw BusError(.malformed, "unknown store operation '\(request.operation)'")
+        }
+    }
+
+    private func dispatch(_ request: StoreRequest) throws -> DispatchAck {
+        let parts = request.operation.split(separator: "@", maxSplits: 1).map(String.init)
+        let name = parts.first ?? ""
+        let dispatchID = parts.count == 2 ? parts[1] : UUID().uuidString
+        if let previous = try appliedSequence(of: dispatchID) {
+            return DispatchAck(store: storeName, sequence: previous, applied: false)
+        }
+        guard let decode = decoders[name] else {
+            let known = decoders.keys.sorted().joined(separator: ", ")
+            throw BusError(.unknownAction, "store '\(storeName)' has no action '\(name)' (it has: \(known))")
+        }
+        let action = try decode(request.payload)
+        pendingDispatch = (dispatchID, name, request.payload)
+        dispatchSaved = false
+        defer { pendingDispatch = nil }
+        try store.dispatcher.dispatch(action)
+        if !dispatchSaved {
+            // The action changed nothing: record it anyway, so that a retry is recognised.
+            try persistence?.save(sequence: sequence, state: try PayloadCodec.encode(store.state), dispatch: pendingDispatch)
+        }
+        remember(dispatchID)
+        return DispatchAck(store: storeName, sequence: sequence)
+    }
+
+    private func appliedSequence(of id: String) throws -> UInt64? {
+        if let persistence { return try persistence.sequence(ofDispatch: id) }
+        return recentDispatches[id]
+    }
+
+    private func remember(_ id: String) {
+        guard persistence == nil else { return }
+        recentDispatches[id] = sequence
+        recentOrder.append(id)
+        if recentOrder.count > 10_000 { recentDispatches[recentOrder.removeFirst()] = nil }
+    }
+
+    /// Every state change: next sequence number, saved (with the dispatch that caused it, the
+    /// first time), then published.
+    private func stateChanged() {
+        sequence += 1
+        guard let payload = try? snapshot() else { return }
+        if let persistence {
+            let journal = dispatchSaved ? nil : pendingDispatch
+            do {
+                try persistence.save(sequence: sequence, state: PayloadCodec.encode(store.state), dispatch: journal)
+                if journal != nil { dispatchSaved = true }
+            } catch {
+                FileHandle.standardError.write(Data("store \(storeName): cannot save state: \(error)\n".utf8))
+            }
+        }
+        publisher?.send(payload)
+    }
+}

@@ -1,0 +1,75 @@
+import BusCore
+import Foundation
+
+/// Flux stores: they live in the board that owns them; the broker finds the owner by the store's
+/// name (in the sender's scope), forwards dispatches and queries to it, and fans its changes out
+/// to subscribers.
+extension Motherboard {
+    /// The live board that owns a store.
+    func owner(of store: ScopedName) -> LiveBoard? {
+        registry.boards.values.first { $0.scope == store.scope && $0.registration.stores.contains(store.name) }
+    }
+
+    /// `dispatch` and the `store` operations that go to the owner.
+    func routeStore(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
+        let sender = registry.board(for: peer)
+        let store = ScopedName(scope: scope(of: envelope, sender: sender), name: envelope.header.target)
+        if envelope.header.kind == .store {
+            switch envelope.header.typeName {
+            case StoreOperation.change:
+                return fanOut(envelope, from: peer, store: store)
+            case StoreOperation.unsubscribe:
+                storeSubscriptions[store]?.remove(peer)
+                return reply(to: envelope, from: peer, with: Delivery(delivered: 0))
+            case StoreOperation.holderGone:
+                return reply(to: envelope, from: peer, error: BusError(.malformed, "holder.gone is sent by the broker only"))
+            default:
+                break
+            }
+        }
+        guard let owner = owner(of: store) else {
+            return reply(to: envelope, from: peer, error: BusError(.noSuchStore, "no live board owns a store '\(store)'"))
+        }
+        var request = envelope
+        if envelope.header.kind == .store && envelope.header.typeName == StoreOperation.subscribe {
+            // Subscribe first, then ask for the snapshot: every change the owner publishes after
+            // the snapshot reaches the subscriber after it, in order.
+            storeSubscriptions[store, default: []].insert(peer)
+            request.header.typeName = StoreOperation.state
+        }
+        deliver(request, to: owner, from: peer, sender: sender, now: now)
+    }
+
+    /// A change published by the store's owner goes to every subscriber. A subscriber whose queue
+    /// is full misses it and sees a gap in the sequence numbers (the SDK then takes a new
+    /// snapshot); a subscriber that is gone is forgotten. Neither slows the owner or the broker.
+    private func fanOut(_ envelope: Envelope, from peer: PeerID, store: ScopedName) {
+        guard let owner = registry.board(for: peer), owner.registration.stores.contains(store.name) else {
+            return reply(to: envelope, from: peer, error: BusError(.unauthorized, "only the owner of store '\(store)' publishes its changes"))
+        }
+        var header = envelope.header
+        header.source = owner.id.rawValue
+        header.flags.remove(.replyExpected)
+        header.correlationID = 0
+        let change = Envelope(header: header, payload: envelope.payload)
+        for subscriber in storeSubscriptions[store] ?? [] where !transportSend(change, to: subscriber) {
+            counters.undeliverable += 1
+            if registry.board(for: subscriber) == nil && !isConnected(subscriber) {
+                storeSubscriptions[store]?.remove(subscriber)
+            }
+        }
+    }
+
+    /// A board left: its subscriptions go, and every store owner hears that it no longer holds
+    /// queries (the lease of a query is its holder's liveness).
+    func storesForget(_ board: LiveBoard) {
+        for store in storeSubscriptions.keys { storeSubscriptions[store]?.remove(board.peer) }
+        let owners = registry.boards.values.filter { !$0.registration.stores.isEmpty }
+        for owner in owners {
+            for store in owner.registration.stores {
+                let header = EnvelopeHeader(kind: .store, source: board.id.rawValue, target: store, scope: board.scope, typeName: StoreOperation.holderGone)
+                send(Envelope(header: header), to: owner.peer)
+            }
+        }
+    }
+}
