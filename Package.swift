@@ -128,7 +128,7 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "BoardKitTesting", "BoardKit", "BusCore", "LoginIO", "DashboardIO", "GreeterIO", "PaymentIO", "TasksIO", "RecorderIO", "GateIO", "CommentsIO", "AnnotationFilterIO",
+                "BoardKitTesting", "BoardKit", "BusCore", "BusZeroMQ", "LoginIO", "DashboardIO", "GreeterIO", "PaymentIO", "TasksIO", "RecorderIO", "GateIO", "CommentsIO", "AnnotationFilterIO",
             ],
             exclude: ["Python"]
         ),

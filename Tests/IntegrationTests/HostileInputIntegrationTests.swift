@@ -1,0 +1,78 @@
+import BoardKit
+import BoardKitTesting
+import BusZeroMQ
+import Foundation
+import Testing
+
+/// The broker survives any bytes on its socket.
+@Suite("Hostile input", .serialized, .timeLimit(.minutes(3)))
+struct HostileInputIntegrationTests {
+    /// Deterministic, so a failure can be replayed.
+    struct Generator: RandomNumberGenerator {
+        var state: UInt64
+        mutating func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+    }
+
+    /// Random frames: pure garbage, truncated headers, valid headers of every kind with random
+    /// fields and payloads, too many or too few frames, oversized payloads.
+    static func randomMessage(_ generator: inout Generator) -> [Data] {
+        func bytes(_ count: Int) -> Data { Data((0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }) }
+        switch Int.random(in: 0..<6, using: &generator) {
+        case 0:
+            return (0..<Int.random(in: 0...5, using: &generator)).map { _ in bytes(Int.random(in: 0...64, using: &generator)) }
+        case 1:
+            let header = HeaderCodec.encode(EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"))
+            return [Data(header.prefix(Int.random(in: 0..<header.count, using: &generator))), bytes(8)]
+        case 2, 3:
+            let kind = MessageKind.allCases.randomElement(using: &generator) ?? .command
+            let targets = ["demo.greeter", "auth.login", "", "nope", "comments", String(repeating: "x", count: 300)]
+            let header = EnvelopeHeader(
+                kind: kind, flags: MessageFlags(rawValue: UInt16.random(in: 0...3, using: &generator)),
+                correlationID: UInt64.random(in: 0...5, using: &generator),
+                timeoutMilliseconds: UInt32.random(in: 0...50, using: &generator),
+                source: targets.randomElement(using: &generator) ?? "", target: targets.randomElement(using: &generator) ?? "",
+                typeName: ["greet", "list", "status", "flows", "subscribe", "change", "register", ""].randomElement(using: &generator) ?? "")
+            let payloads = [Data(), Data("{}".utf8), bytes(20), Data(#"{"id":"demo.greeter","pid":1}"#.utf8)]
+            return [Data(HeaderCodec.encode(header)), payloads.randomElement(using: &generator) ?? Data()]
+        case 4:
+            return [Data(HeaderCodec.encode(EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 9, target: "demo.greeter"))), Data(count: (4 << 20) + 10)]
+        default:
+            var header = HeaderCodec.encode(EnvelopeHeader(kind: .action, typeName: "app.announce"))
+            header[Int.random(in: 0..<header.count, using: &generator)] ^= 0xFF
+            return [Data(header), bytes(4), bytes(4)]
+        }
+    }
+
+    @Test func thousandsOfRandomFramesLeaveTheBrokerServing() async throws {
+        try await TestFleet.with(manifest: exampleManifest) { fleet in
+            let endpoint = fleet.address.endpoint
+            let sent = try await Task.detached {
+                let context = try ZMQContext()
+                defer { context.terminate() }
+                let socket = try ZMQSocket(context: context, kind: .dealer)
+                defer { socket.close() }
+                try socket.connect(endpoint)
+                var generator = Generator(state: 2026)
+                var sent = 0
+                for _ in 0..<5000 {
+                    if try socket.send(Self.randomMessage(&generator)) == .sent { sent += 1 }
+                    // Read and discard what the broker answers, so its queue to us never fills.
+                    while (try? socket.receive()) != nil {}
+                }
+                return sent
+            }.value
+            #expect(sent > 4000)
+            let list = try await fleet.busctl("list", "--json")
+            #expect(list.exitCode == 0, "\(list.standardError)")
+            #expect(try decode(BoardList.self, from: list).boards.count == 3)
+            let call = try await fleet.busctl("call", "demo.greeter", "greet", #"{"name":"still here"}"#)
+            #expect(call.standardOutput.contains("Hello, still here!"))
+        }
+    }
+}
