@@ -143,7 +143,8 @@ public struct Board: Sendable {
     }
 
     /// Runs once the board has registered, before any message is handled: the place to register
-    /// run-time flows (`context.registerFlow`). A failure stops the board.
+    /// run-time flows (`context.registerFlow`). A failure stops the board. It runs again after
+    /// the board registers with a restarted motherboard, which knows none of its flows.
     public mutating func onStart(_ handler: @escaping @Sendable (BoardContext) async throws -> Void) {
         startHandlers.append(handler)
     }

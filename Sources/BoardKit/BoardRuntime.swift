@@ -210,6 +210,8 @@ final class BoardRuntime: Service, Sendable {
         logger.notice("motherboard does not know this board; registering again")
         do {
             try await register(deadline: .seconds(30))
+            // A new motherboard knows none of the flows this board registered: register them again.
+            for start in board.startHandlers { try await start(context) }
         } catch {
             logger.error("re-registration failed", metadata: ["error": "\(error)"])
         }

@@ -19,7 +19,8 @@ public final class TestFleet: @unchecked Sendable {
     public let address: BusAddress
     /// Where `motherboard`, `busctl` and the service executables are.
     public let binaryDirectory: String
-    private let broker: ChildProcess
+    private var broker: ChildProcess
+    private let manifestPath: String
     private var extras: [ChildProcess] = []
     private let lock = NSLock()
     private var outputCounter = 0
@@ -47,13 +48,11 @@ public final class TestFleet: @unchecked Sendable {
         guard mkdtemp(&buffer) != nil else { throw BusError(.transport, "mkdtemp failed") }
         directory = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         address = BusAddress(runtimeDirectory: "\(directory)/run")
-        let manifestPath = "\(directory)/fleet.json"
+        manifestPath = "\(directory)/fleet.json"
         try manifest.write(toFile: manifestPath, atomically: true, encoding: .utf8)
         do {
-            broker = try ChildProcess(
-                executable: "\(binaryDirectory)/motherboard",
-                arguments: ["--manifest", manifestPath, "--runtime-dir", address.runtimeDirectory, "--exit-with-parent"],
-                environment: TestFleet.environment(for: address), directory: directory, name: "motherboard")
+            broker = try TestFleet.startBroker(
+                binaryDirectory: binaryDirectory, manifestPath: manifestPath, address: address, directory: directory, name: "motherboard")
         } catch {
             try? FileManager.default.removeItem(atPath: directory)
             throw error
@@ -70,6 +69,28 @@ public final class TestFleet: @unchecked Sendable {
             await stop()
             throw error
         }
+    }
+
+    private static func startBroker(
+        binaryDirectory: String, manifestPath: String, address: BusAddress, directory: String, name: String
+    ) throws -> ChildProcess {
+        try ChildProcess(
+            executable: "\(binaryDirectory)/motherboard",
+            arguments: ["--manifest", manifestPath, "--runtime-dir", address.runtimeDirectory, "--exit-with-parent"],
+            environment: TestFleet.environment(for: address), directory: directory, name: name)
+    }
+
+    /// Kills the broker with SIGKILL (its boards live on) and starts a new one on the same
+    /// runtime directory; returns once it is READY.
+    public func restartBrokerAfterKill(timeout: Duration = .seconds(30)) async throws {
+        let old = lock.withLock { broker }
+        kill(old.pid, SIGKILL)
+        _ = try? await old.wait(timeout: .seconds(10))
+        let fresh = try TestFleet.startBroker(
+            binaryDirectory: binaryDirectory, manifestPath: manifestPath, address: address, directory: directory,
+            name: nextOutputName("motherboard"))
+        lock.withLock { broker = fresh }
+        try await fresh.waitForOutput("READY", timeout: timeout)
     }
 
     /// The environment a client of this fleet needs.
@@ -127,16 +148,16 @@ public final class TestFleet: @unchecked Sendable {
     }
 
     /// The broker's process id.
-    public var brokerPID: Int32 { broker.pid }
+    public var brokerPID: Int32 { lock.withLock { broker.pid } }
 
     /// The broker's log so far.
-    public var brokerLog: String { broker.standardError }
+    public var brokerLog: String { lock.withLock { broker.standardError } }
 
     /// Stops the broker (which stops its boards), the extra boards, then anything whose pid file
     /// is left; removes the directory.
     public func stop() async {
         for child in lock.withLock({ extras }) { await child.stop() }
-        await broker.stop(grace: .seconds(10))
+        await lock.withLock { broker }.stop(grace: .seconds(10))
         let pidDirectory = "\(address.runtimeDirectory)/pids"
         for file in (try? FileManager.default.contentsOfDirectory(atPath: pidDirectory)) ?? [] {
             if let text = try? String(contentsOfFile: "\(pidDirectory)/\(file)", encoding: .utf8),

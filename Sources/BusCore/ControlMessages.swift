@@ -50,7 +50,8 @@ public struct BoardInfo: BusPayload, Hashable {
     public var id: BoardID
     public var scope: String
     public var pid: Int32
-    /// `running` for a live board, `stopped` for a manifest board that is not running.
+    /// `running` (live), `starting` (started, not registered yet), `restarting` (waiting out its
+    /// back-off), `failed` (restart limit reached) or `stopped`.
     public var state: String
     /// How the manifest starts it (`always`, `on-demand`), or `external` for a board no manifest names.
     public var start: String
@@ -63,11 +64,15 @@ public struct BoardInfo: BusPayload, Hashable {
     public var activations: Int
     public var commandsHandled: Int
     public var actionsDelivered: Int
+    /// How many times the broker restarted the board's process.
+    public var restarts: Int
+    /// How the board's last process ended (e.g. `signal 9`, `exit 1`), if one did.
+    public var lastExit: String?
 
     public init(
         id: BoardID, scope: String, pid: Int32, state: String, start: String, inputType: String?,
         commands: [String], actions: [String], uptimeSeconds: Double, activations: Int, commandsHandled: Int,
-        actionsDelivered: Int
+        actionsDelivered: Int, restarts: Int = 0, lastExit: String? = nil
     ) {
         self.id = id
         self.scope = scope
@@ -81,6 +86,26 @@ public struct BoardInfo: BusPayload, Hashable {
         self.activations = activations
         self.commandsHandled = commandsHandled
         self.actionsDelivered = actionsDelivered
+        self.restarts = restarts
+        self.lastExit = lastExit
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        id = try container.decode(BoardID.self, forKey: .id)
+        scope = try container.decodeIfPresent(String.self, forKey: .scope) ?? ""
+        pid = try container.decode(Int32.self, forKey: .pid)
+        state = try container.decode(String.self, forKey: .state)
+        start = try container.decode(String.self, forKey: .start)
+        inputType = try container.decodeIfPresent(String.self, forKey: .inputType)
+        commands = try container.decodeIfPresent([String].self, forKey: .commands) ?? []
+        actions = try container.decodeIfPresent([String].self, forKey: .actions) ?? []
+        uptimeSeconds = try container.decodeIfPresent(Double.self, forKey: .uptimeSeconds) ?? 0
+        activations = try container.decodeIfPresent(Int.self, forKey: .activations) ?? 0
+        commandsHandled = try container.decodeIfPresent(Int.self, forKey: .commandsHandled) ?? 0
+        actionsDelivered = try container.decodeIfPresent(Int.self, forKey: .actionsDelivered) ?? 0
+        restarts = try container.decodeIfPresent(Int.self, forKey: .restarts) ?? 0
+        lastExit = try container.decodeIfPresent(String.self, forKey: .lastExit)
     }
 }
 

@@ -12,16 +12,20 @@ import Synchronization
 public final class BoardLauncher: Sendable {
     private struct Child: @unchecked Sendable {
         let id: BoardID
-        let process: Process
+        /// Nil for a process adopted from an earlier broker (not our child).
+        let process: Process?
+        let pidFile: String
     }
 
     private let address: BusAddress
     private let binaryDirectory: String
     private let logger: Logger
     private let children = Mutex<[Int32: Child]>([:])
-    private let onExit: @Sendable (Int32, String) -> Void
+    private let onExit: @Sendable (Int32, String, Bool) -> Void
 
-    public init(address: BusAddress, binaryDirectory: String, logger: Logger, onExit: @escaping @Sendable (Int32, String) -> Void) {
+    /// - Parameter onExit: called with the pid, a description of how it ended, and whether it
+    ///   exited cleanly (status 0), for processes this launcher started.
+    public init(address: BusAddress, binaryDirectory: String, logger: Logger, onExit: @escaping @Sendable (Int32, String, Bool) -> Void) {
         self.address = address
         self.binaryDirectory = binaryDirectory
         self.logger = logger
@@ -37,7 +41,7 @@ public final class BoardLauncher: Sendable {
         let fileManager = FileManager.default
         try fileManager.createDirectory(atPath: pidDirectory, withIntermediateDirectories: true)
         try fileManager.createDirectory(atPath: logDirectory, withIntermediateDirectories: true)
-        let executable = board.executable.hasPrefix("/") ? board.executable : "\(binaryDirectory)/\(board.executable)"
+        let executable = executablePath(board)
         guard fileManager.isExecutableFile(atPath: executable) else {
             throw BusError(.badArgument, "board '\(board.id)': no executable at \(executable)")
         }
@@ -64,14 +68,14 @@ public final class BoardLauncher: Sendable {
         let id = board.id
         let pidFile = "\(pidDirectory)/\(stem).pid"
         process.terminationHandler = { [weak self] finished in
-            let status = finished.terminationReason == .uncaughtSignal
-                ? "signal \(finished.terminationStatus)" : "exit \(finished.terminationStatus)"
-            self?.finished(pid: finished.processIdentifier, id: id, pidFile: pidFile, status: status)
+            let signalled = finished.terminationReason == .uncaughtSignal
+            let status = signalled ? "signal \(finished.terminationStatus)" : "exit \(finished.terminationStatus)"
+            self?.finished(pid: finished.processIdentifier, id: id, pidFile: pidFile, status: status, clean: !signalled && finished.terminationStatus == 0)
         }
         try process.runWithDefaultSignalMask()
         try? log.close()
         let pid = process.processIdentifier
-        children.withLock { $0[pid] = Child(id: id, process: process) }
+        children.withLock { $0[pid] = Child(id: id, process: process, pidFile: pidFile) }
         try "\(pid)\n".write(toFile: pidFile, atomically: true, encoding: .utf8)
         logger.info("started board", metadata: ["board": "\(id)", "pid": "\(pid)", "log": "\(logPath)"])
         return pid
@@ -82,23 +86,59 @@ public final class BoardLauncher: Sendable {
         board.scope.isEmpty ? board.id.rawValue : "\(board.id)@\(board.scope)"
     }
 
-    private func finished(pid: Int32, id: BoardID, pidFile: String, status: String) {
+    private func finished(pid: Int32, id: BoardID, pidFile: String, status: String, clean: Bool) {
         let removed = children.withLock { $0.removeValue(forKey: pid) }
         guard removed != nil else { return }
         try? FileManager.default.removeItem(atPath: pidFile)
         logger.info("board process ended", metadata: ["board": "\(id)", "pid": "\(pid)", "status": "\(status)"])
-        onExit(pid, status)
+        onExit(pid, status, clean)
+    }
+
+    private func executablePath(_ board: FleetManifest.Board) -> String {
+        board.executable.hasPrefix("/") ? board.executable : "\(binaryDirectory)/\(board.executable)"
+    }
+
+    /// A live process of this board left by an earlier broker of the fleet (its pid file names a
+    /// process that runs the board's executable): adopted instead of started twice. Its end is
+    /// noticed through heartbeats, not `onExit`.
+    public func adoptRunning(_ board: FleetManifest.Board) -> Int32? {
+        let pidFile = "\(pidDirectory)/\(BoardLauncher.fileStem(board)).pid"
+        guard let text = try? String(contentsOfFile: pidFile, encoding: .utf8),
+              let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0, isRunning(pid),
+              URL(fileURLWithPath: "/proc/\(pid)/exe").resolvingSymlinksInPath().path
+                == URL(fileURLWithPath: executablePath(board)).resolvingSymlinksInPath().path
+        else { return nil }
+        children.withLock { $0[pid] = Child(id: board.id, process: nil, pidFile: pidFile) }
+        logger.info("adopted running board", metadata: ["board": "\(board.id)", "pid": "\(pid)"])
+        return pid
+    }
+
+    /// Whether a process is alive (and not a zombie).
+    public func isRunning(_ pid: Int32) -> Bool {
+        guard kill(pid, 0) == 0 else { return false }
+        let status = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+        return !status.contains(") Z ")
+    }
+
+    /// Forgets an adopted process that is gone, removing its pid file.
+    public func forgetAdopted(_ pid: Int32) {
+        let removed = children.withLock { children -> Child? in
+            guard children[pid]?.process == nil else { return nil }
+            return children.removeValue(forKey: pid)
+        }
+        if let removed { try? FileManager.default.removeItem(atPath: removed.pidFile) }
     }
 
     /// The pids of the processes still running.
     public var runningPIDs: [Int32] {
-        children.withLock { Array($0.keys) }
+        let all = children.withLock { $0 }
+        for (pid, child) in all where child.process == nil && !isRunning(pid) { forgetAdopted(pid) }
+        return children.withLock { Array($0.keys) }
     }
 
-    /// Sends SIGTERM to every child, waits up to `gracePeriod`, then SIGKILLs what is left.
+    /// Sends SIGTERM to every board process, waits up to `gracePeriod`, then SIGKILLs what is left.
     public func stopAll(gracePeriod: Duration = .seconds(3)) async {
-        let pids = runningPIDs
-        for pid in pids { kill(pid, SIGTERM) }
+        for pid in runningPIDs { kill(pid, SIGTERM) }
         let deadline = ContinuousClock.now.advanced(by: gracePeriod)
         while !runningPIDs.isEmpty && ContinuousClock.now < deadline {
             try? await Task.sleep(for: .milliseconds(20))
@@ -107,7 +147,7 @@ public final class BoardLauncher: Sendable {
         for (pid, child) in stubborn {
             logger.warning("board ignored SIGTERM; killing", metadata: ["board": "\(child.id)", "pid": "\(pid)"])
             kill(pid, SIGKILL)
-            child.process.waitUntilExit()
+            child.process?.waitUntilExit()
         }
         // Wait briefly for termination handlers so pid files are gone when we return.
         let settle = ContinuousClock.now.advanced(by: .seconds(1))

@@ -18,8 +18,27 @@ public struct FleetManifest: Sendable, Hashable, Codable {
     public enum StartPolicy: String, Sendable, Hashable, Codable {
         /// Started with the broker.
         case always
-        /// Started when first activated (not yet supported: such boards are started by hand).
+        /// Started when first activated.
         case onDemand = "on-demand"
+    }
+
+    /// When the broker starts a board's process again after it ended (as systemd's `Restart=`).
+    public enum RestartPolicy: String, Sendable, Hashable, Codable {
+        case no
+        /// After a crash or a non-zero exit, not after a clean exit or `complete`.
+        case onFailure = "on-failure"
+        /// After any end except `complete`.
+        case always
+    }
+
+    /// At most `count` restarts within `windowSeconds`; beyond it the board stays down (`failed`).
+    public struct RestartLimit: Sendable, Hashable, Codable {
+        public var count: Int
+        public var windowSeconds: Double
+        public init(count: Int = 5, windowSeconds: Double = 60) {
+            self.count = count
+            self.windowSeconds = windowSeconds
+        }
     }
 
     /// One board the fleet can produce.
@@ -31,13 +50,20 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         public var arguments: [String]
         public var scope: String
         public var start: StartPolicy
+        public var restart: RestartPolicy
+        public var restartLimit: RestartLimit
 
-        public init(id: BoardID, executable: String, arguments: [String] = [], scope: String = "", start: StartPolicy = .always) {
+        public init(
+            id: BoardID, executable: String, arguments: [String] = [], scope: String = "", start: StartPolicy = .always,
+            restart: RestartPolicy = .no, restartLimit: RestartLimit = RestartLimit()
+        ) {
             self.id = id
             self.executable = executable
             self.arguments = arguments
             self.scope = scope
             self.start = start
+            self.restart = restart
+            self.restartLimit = restartLimit
         }
 
         public init(from decoder: any Decoder) throws {
@@ -47,6 +73,8 @@ public struct FleetManifest: Sendable, Hashable, Codable {
             arguments = try container.decodeIfPresent([String].self, forKey: .arguments) ?? []
             scope = try container.decodeIfPresent(String.self, forKey: .scope) ?? ""
             start = try container.decodeIfPresent(StartPolicy.self, forKey: .start) ?? .always
+            restart = try container.decodeIfPresent(RestartPolicy.self, forKey: .restart) ?? .no
+            restartLimit = try container.decodeIfPresent(RestartLimit.self, forKey: .restartLimit) ?? RestartLimit()
         }
     }
 

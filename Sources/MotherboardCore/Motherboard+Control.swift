@@ -62,10 +62,11 @@ extension Motherboard {
     }
 
     private func stoppedInfo(_ entry: FleetManifest.Board) -> BoardInfo {
-        let state = starting[ScopedName(scope: entry.scope, name: entry.id.rawValue)] != nil ? "starting" : "stopped"
+        let name = ScopedName(scope: entry.scope, name: entry.id.rawValue)
         return BoardInfo(
-            id: entry.id, scope: entry.scope, pid: 0, state: state, start: entry.start.rawValue,
-            inputType: nil, commands: [], actions: [], uptimeSeconds: 0, activations: 0, commandsHandled: 0, actionsDelivered: 0)
+            id: entry.id, scope: entry.scope, pid: 0, state: offlineState(name), start: entry.start.rawValue,
+            inputType: nil, commands: [], actions: [], uptimeSeconds: 0, activations: 0, commandsHandled: 0, actionsDelivered: 0,
+            restarts: supervision[name]?.restarts ?? 0, lastExit: supervision[name]?.lastExit)
     }
 
     private func info(for board: LiveBoard, now: ContinuousClock.Instant) -> BoardInfo {
@@ -76,6 +77,7 @@ extension Motherboard {
             start: manifest.board(registration.id, scope: registration.scope)?.start.rawValue ?? "external",
             inputType: registration.inputType, commands: registration.commands, actions: registration.actions,
             uptimeSeconds: Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18,
-            activations: board.activations, commandsHandled: board.commandsHandled, actionsDelivered: board.actionsDelivered)
+            activations: board.activations, commandsHandled: board.commandsHandled, actionsDelivered: board.actionsDelivered,
+            restarts: supervision[board.name]?.restarts ?? 0, lastExit: supervision[board.name]?.lastExit)
     }
 }

@@ -33,7 +33,7 @@ extension Motherboard {
             target.activations += 1
             return deliver(envelope, to: target, from: client, sender: nil, now: now)
         }
-        guard let entry = manifest.board(named: name.name, scope: name.scope), let producer else {
+        guard let entry = manifest.board(named: name.name, scope: name.scope), producer != nil else {
             logger.warning("activation of a board that is not running", metadata: ["board": "\(name)"])
             if let client { reply(to: envelope, from: client, error: notLiveError(name)) }
             return
@@ -49,12 +49,16 @@ extension Motherboard {
             starting[name] = start
             return
         }
+        if supervision[name]?.failed == true {
+            if let client { reply(to: envelope, from: client, error: BusError(.boardNotRunning, "board '\(name)' reached its restart limit")) }
+            return
+        }
         do {
-            let pid = try producer.start(entry)
+            starting[name] = StartingBoard(pid: 0, since: now, queue: [(envelope, client)])
+            try startProcess(name, entry: entry, now: now)
             counters.onDemandStarts += 1
-            logger.info("started board on demand", metadata: ["board": "\(name)", "pid": "\(pid)"])
-            starting[name] = StartingBoard(pid: pid, since: now, queue: [(envelope, client)])
         } catch {
+            starting[name] = nil
             let failure = error as? BusError ?? BusError(.boardNotRunning, "cannot start board '\(name)': \(error)")
             if let client { reply(to: envelope, from: client, error: failure) }
         }
@@ -199,6 +203,7 @@ extension Motherboard {
         }
         let completion = (try? PayloadCodec.decode(Completion.self, from: envelope.payload)) ?? Completion(isDone: true)
         retiredPeers.insert(peer)
+        completedBoards.insert(board.name)
         drop(board.name, reason: "completed (isDone: \(completion.isDone))")
         let ran = runFlows(.completion, from: board.name, typeName: Completion.busTypeName, payload: PayloadCodec.encodeOrEmpty(completion), now: now)
         reply(to: envelope, from: peer, with: Delivery(delivered: ran))

@@ -11,10 +11,17 @@ public protocol MotherboardTransport: AnyObject {
     func isConnected(_ peer: PeerID) -> Bool
 }
 
-/// Starts a board's process: the motherboard's producer for on-demand activation.
+/// Starts board processes: the motherboard's producer, for the fleet, on-demand activation and
+/// restarts.
 public protocol BoardProducer: AnyObject {
     /// Starts the process of a manifest board and returns its pid; must not block for long.
     func start(_ board: FleetManifest.Board) throws -> Int32
+    /// The pid of a live process of this board that an earlier broker started, if any (it is adopted).
+    func adoptRunning(_ board: FleetManifest.Board) -> Int32?
+    /// Whether a process still runs.
+    func isRunning(_ pid: Int32) -> Bool
+    /// Forgets an adopted process that ended.
+    func forgetAdopted(_ pid: Int32)
 }
 
 /// The broker's logic: registry, scopes, flows, on-demand activation, routing of the four message
@@ -49,6 +56,13 @@ public final class Motherboard {
     var registry = BoardRegistry()
     var pending: [UInt64: PendingRequest] = [:]
     var starting: [ScopedName: StartingBoard] = [:]
+    /// Board processes the broker started or adopted, by pid.
+    var processes: [Int32: ScopedName] = [:]
+    /// Pids adopted from an earlier broker: not our children, their end is found by liveness.
+    var adopted: Set<Int32> = []
+    var supervision: [ScopedName: Supervision] = [:]
+    /// Boards that completed: their process's end is not a failure, and is not restarted.
+    var completedBoards: Set<ScopedName> = []
     /// Subscribers of each store's changes.
     var storeSubscriptions: [ScopedName: Set<PeerID>] = [:]
     /// Peers of board instances that completed: their later messages are refused.
@@ -119,6 +133,7 @@ public final class Motherboard {
         for board in registry.boards.values where board.lastSeen.duration(to: now) > settings.livenessTimeout {
             drop(board.name, reason: "no heartbeat for \(settings.livenessTimeout)")
         }
+        checkAdoptedProcesses(now: now)
         if lastHeartbeat.map({ $0.duration(to: now) >= settings.heartbeatInterval }) ?? true {
             lastHeartbeat = now
             for board in registry.boards.values {
@@ -133,20 +148,15 @@ public final class Motherboard {
                 correlationID: request.clientCorrelationID, to: request.client
             )
         }
-        for (name, start) in starting where start.since.duration(to: now) > settings.startTimeout {
+        for (name, start) in starting where start.pid != 0 && start.since.duration(to: now) > settings.startTimeout {
             failStart(name, BusError(.boardNotRunning, "board '\(name)' did not register within \(settings.startTimeout) of its start"))
         }
+        restartDueBoards(now: now)
     }
 
-    /// A process the broker started has exited: drop its board at once rather than at the next
-    /// missed heartbeat, and fail what waited for a start that will not come.
+    /// A process the broker started has exited (compatibility form without a clock).
     public func processExited(pid: Int32, status: String) {
-        for board in registry.boards.values where board.registration.pid == pid {
-            drop(board.name, reason: "process \(pid) exited (\(status))")
-        }
-        for (name, start) in starting where start.pid == pid {
-            failStart(name, BusError(.boardNotRunning, "board '\(name)' exited (\(status)) before it registered"))
-        }
+        processExited(pid: pid, status: status, clean: status == "exit 0", now: ContinuousClock.now)
     }
 
     // MARK: - Registration and liveness

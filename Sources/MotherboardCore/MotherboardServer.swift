@@ -62,13 +62,21 @@ public final class MotherboardServer: Service {
 
         // The launcher reports exits from its own threads; they reach the motherboard on the loop.
         let exits = ExitForwarder()
-        let launcher = BoardLauncher(address: address, binaryDirectory: options.binaryDirectory, logger: logger) { pid, status in
-            exits.forward(pid: pid, status: status)
+        let launcher = BoardLauncher(address: address, binaryDirectory: options.binaryDirectory, logger: logger) { pid, status, clean in
+            exits.forward(pid: pid, status: status, clean: clean)
         }
         let transport = RouterTransport(socket: socket)
         let motherboard = try Motherboard(
             manifest: options.manifest, settings: options.settings, transport: transport,
             producer: LauncherProducer(launcher: launcher), logger: logger)
+        var startFailure: (any Error)?
+        do {
+            // Before the loop starts, on this thread; the loop thread takes the motherboard over.
+            try motherboard.startFleet(now: .now)
+        } catch {
+            startFailure = error
+            logger.error("cannot start the fleet", metadata: ["error": "\(error)"])
+        }
         let handler = RouterLoopHandler(motherboard: motherboard)
         let loop = try SocketLoop(name: "motherboard", socket: socket, handler: handler, tickInterval: .milliseconds(100))
         exits.connect(loop: loop, motherboard: motherboard)
@@ -77,16 +85,6 @@ public final class MotherboardServer: Service {
         let pidFile = "\(address.runtimeDirectory)/motherboard.pid"
         try "\(getpid())\n".write(toFile: pidFile, atomically: true, encoding: .utf8)
 
-        var startFailure: (any Error)?
-        for board in options.manifest.boards where board.start == .always {
-            do {
-                try launcher.start(board)
-            } catch {
-                startFailure = error
-                logger.error("cannot start board", metadata: ["board": "\(board.id)", "error": "\(error)"])
-                break
-            }
-        }
         if startFailure == nil {
             logger.info("motherboard ready", metadata: ["endpoint": "\(address.endpoint)", "pid": "\(getpid())"])
             FileHandle.standardOutput.write(Data("READY \(address.endpoint)\n".utf8))
@@ -180,9 +178,9 @@ final class ExitForwarder: @unchecked Sendable {
         }
     }
 
-    func forward(pid: Int32, status: String) {
+    func forward(pid: Int32, status: String, clean: Bool) {
         guard let loop = lock.withLock({ self.loop }) else { return }
-        loop.execute { [self] _ in motherboard?.processExited(pid: pid, status: status) }
+        loop.execute { [self] _ in motherboard?.processExited(pid: pid, status: status, clean: clean, now: .now) }
     }
 }
 
@@ -191,6 +189,9 @@ final class LauncherProducer: BoardProducer {
     private let launcher: BoardLauncher
     init(launcher: BoardLauncher) { self.launcher = launcher }
     func start(_ board: FleetManifest.Board) throws -> Int32 { try launcher.start(board) }
+    func adoptRunning(_ board: FleetManifest.Board) -> Int32? { launcher.adoptRunning(board) }
+    func isRunning(_ pid: Int32) -> Bool { launcher.isRunning(pid) }
+    func forgetAdopted(_ pid: Int32) { launcher.forgetAdopted(pid) }
 }
 
 /// The runtime directory: created with mode 0700, since its socket gives access to the fleet.

@@ -17,6 +17,11 @@ final class RecordingProducer: BoardProducer {
         nextPID += 1
         return nextPID
     }
+
+    var running: Set<Int32> = []
+    func adoptRunning(_ board: FleetManifest.Board) -> Int32? { nil }
+    func isRunning(_ pid: Int32) -> Bool { running.contains(pid) }
+    func forgetAdopted(_ pid: Int32) {}
 }
 
 extension Harness {

@@ -1,0 +1,125 @@
+import BoardKit
+import BoardKitTesting
+import CommentsIO
+import Foundation
+import GreeterIO
+import Synchronization
+import Testing
+
+let supervisedManifest = """
+    {
+      "boards": [
+        { "id": "demo.greeter", "executable": "Greeter", "start": "always", "restart": "on-failure" },
+        { "id": "auth.login", "executable": "Login", "start": "always" },
+        { "id": "demo.comments", "executable": "Comments", "start": "always", "restart": "always" },
+        { "id": "demo.recorder", "executable": "Recorder", "start": "always", "arguments": ["--from", "auth.login"] }
+      ]
+    }
+    """
+
+/// Crashes of boards and of the broker: supervision, typed failures, recovery.
+@Suite("Reliability", .serialized, .timeLimit(.minutes(3)))
+struct ReliabilityIntegrationTests {
+    @Test func aBoardKilledUnderLoadIsRestartedAndNoCallHangs() async throws {
+        try await TestFleet.with(manifest: supervisedManifest) { fleet in
+            let firstPID = try #require(fleet.pid(of: GreeterIO.id))
+            let outcomes = Mutex<[String]>([])
+            let stop = Atomic<Bool>(false)
+            let load = Task {
+                try await fleet.withClient { client in
+                    var sequence = 0
+                    while !stop.load(ordering: .acquiring) {
+                        sequence += 1
+                        do {
+                            let pong = try await client.interact(with: GreeterIO.id, GreeterIO.Ping(sequence: sequence), timeout: .seconds(2))
+                            outcomes.withLock { $0.append(pong.sequence == sequence ? "ok" : "wrong") }
+                        } catch let error as BusError {
+                            outcomes.withLock { $0.append(error.code.name) }
+                            try await Task.sleep(for: .milliseconds(5))
+                        }
+                    }
+                }
+            }
+            _ = await eventually { outcomes.withLock { $0.count } > 50 }
+            #expect(kill(firstPID, SIGKILL) == 0)
+            let back = try await fleet.withClient { client in
+                try await eventually(timeout: .seconds(10)) {
+                    let info = try await client.status(GreeterIO.id)
+                    return info.state == "running" && info.pid != firstPID
+                }
+            }
+            #expect(back)
+            _ = await eventually { outcomes.withLock { $0.suffix(20).allSatisfy { $0 == "ok" } } }
+            stop.store(true, ordering: .releasing)
+            try await load.value
+
+            let seen = outcomes.withLock { $0 }
+            // Every call either succeeded or failed with a typed error; none hung past its deadline.
+            #expect(Set(seen).isSubset(of: ["ok", "boardNotRunning", "noSuchBoard"]), "\(Set(seen))")
+            #expect(seen.filter { $0 == "ok" }.count > 60)
+            let status = try await fleet.busctl("status", "demo.greeter", "--json")
+            let info = try decode(BoardInfo.self, from: status)
+            #expect(info.restarts == 1)
+            #expect(info.lastExit == "signal 9")
+            #expect(fleet.pid(of: GreeterIO.id) == info.pid)
+        }
+    }
+
+    @Test func noAcknowledgedDispatchIsLostWhenTheStoreOwnerIsKilled() async throws {
+        try await TestFleet.with(manifest: supervisedManifest) { fleet in
+            let acknowledged = Mutex<[Int]>([])
+            let writer = Task {
+                try await fleet.withClient { client in
+                    for index in 0..<120 {
+                        let reply = CommentsIO.Reply(postID: 1, parent: 0, content: "c\(index)")
+                        // Retried with the same id until acknowledged: effectively once.
+                        for _ in 0..<100 {
+                            do {
+                                _ = try await client.dispatch(
+                                    store: CommentsIO.store, action: "reply", payload: PayloadCodec.encode(reply),
+                                    dispatchID: "d\(index)", timeout: .seconds(2))
+                                acknowledged.withLock { $0.append(index) }
+                                break
+                            } catch let error as BusError where [.noSuchStore, .boardNotRunning, .timeout].contains(error.code) {
+                                try await Task.sleep(for: .milliseconds(20))
+                            }
+                        }
+                    }
+                }
+            }
+            _ = await eventually { acknowledged.withLock { $0.count } >= 30 }
+            let pid = try #require(fleet.pid(of: CommentsIO.id))
+            #expect(kill(pid, SIGKILL) == 0)
+            try await writer.value
+            #expect(acknowledged.withLock { $0 } == Array(0..<120))
+            let state = try await fleet.withClient { client in
+                try PayloadCodec.decode(StoreSnapshot<CommentsIO.State>.self, from: try await client.storeState(CommentsIO.store)).state
+            }
+            #expect(state.comments["1"]?.map(\.content) == (0..<120).map { "c\($0)" })
+        }
+    }
+
+    @Test func theFleetReRegistersAfterTheBrokerIsKilledAndRestarted() async throws {
+        try await TestFleet.with(manifest: supervisedManifest) { fleet in
+            let before = try await fleet.withClient { try await $0.list() }
+            #expect(before.boards.count == 4)
+            let flowsBefore = try await fleet.withClient { try await $0.flows() }.flows.count
+            try await fleet.restartBrokerAfterKill()
+            let clock = ContinuousClock()
+            let start = clock.now
+            let after = try await fleet.withClient { client in
+                try await client.waitForFleet(timeout: .seconds(10))
+            }
+            let elapsed = start.duration(to: clock.now)
+            #expect(elapsed < .seconds(5), "re-registration took \(elapsed)")
+            // The same processes, adopted: nothing was started twice.
+            #expect(Dictionary(uniqueKeysWithValues: after.boards.map { ($0.id, $0.pid) })
+                == Dictionary(uniqueKeysWithValues: before.boards.map { ($0.id, $0.pid) }))
+            // Boards registered their run-time flows again.
+            let flowsAfter = try await eventually { try await fleet.withClient { try await $0.flows() }.flows.count == flowsBefore }
+            #expect(flowsAfter)
+            let call = try await fleet.busctl("call", "demo.greeter", "greet", #"{"name":"again"}"#)
+            #expect(call.standardOutput.contains("Hello, again!"))
+        }
+    }
+}
