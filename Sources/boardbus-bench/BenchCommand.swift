@@ -15,7 +15,18 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: "A short run (under a minute).")
     var quick = false
 
+    @Option(help: "Instead of the comparison, a steady load for this many seconds: messages sent, answered, lost, broker memory.")
+    var soak: Double?
+
     func run() async throws {
+        if let soak {
+            let manifest = #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}, {"id": "demo.comments", "executable": "Comments"}]}"#
+            print("boardbus-bench --soak \(Int(soak)) on \(MachineDescription.current())")
+            try await TestFleet.with(manifest: manifest) { fleet in
+                try await Soak(fleet: fleet, seconds: soak).run { print($0) }
+            }
+            return
+        }
         let settings = quick ? BenchSettings.quick : BenchSettings.full
         let report = Report()
         let machine = MachineDescription.current()
