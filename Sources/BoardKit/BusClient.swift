@@ -81,7 +81,7 @@ public final class BusClient: Sendable {
         let state = self.state
         let reply: Envelope = try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { continuation in
-                state.addPending(correlationID, deadline: deadline, description: "\(request.header.kind) to '\(request.header.target)'", continuation: continuation)
+                state.addPending(correlationID, deadline: deadline, description: Self.describe(request.header), continuation: continuation)
                 loop.send(frames)
             }
         } onCancel: {
@@ -95,6 +95,11 @@ public final class BusClient: Sendable {
     /// (`withTaskExecutorPreference(client.executor) { … }`) run beside the socket: a reply resumes
     /// them and their next request goes out with no thread hop. They must not block.
     public var executor: any TaskExecutor { loop }
+
+    private static func describe(_ header: EnvelopeHeader) -> String {
+        let what = header.typeName.isEmpty ? "\(header.kind)" : "\(header.kind) \(header.typeName)"
+        return "\(what) to " + (header.target.isEmpty ? "the motherboard" : "'\(header.target)'")
+    }
 
     /// Closes the socket and the context. Pending requests fail with `transport`.
     public func close() {

@@ -58,6 +58,14 @@ public final class MotherboardServer: Service {
         // Hard cap: frames far beyond the soft limit disconnect the peer inside libzmq; those
         // between the two get a typed `tooLarge` answer from the broker.
         try socket.setOption(ZMQ_MAXMSGSIZE, Int64(options.settings.limits.maximumPayloadBytes * 2 + 65_536))
+        if address.ipcPath != nil {
+            // Only peers running as our uid may talk to the broker (on top of the 0700 directory).
+            do {
+                try socket.setOption(ZMQ_IPC_FILTER_UID, Int32(bitPattern: getuid()))
+            } catch {
+                logger.warning("this libzmq cannot filter ipc peers by uid; relying on the runtime directory's mode", metadata: ["error": "\(error)"])
+            }
+        }
         try socket.bind(address.endpoint)
 
         // The launcher reports exits from its own threads; they reach the motherboard on the loop.
