@@ -54,6 +54,7 @@ extension Busctl {
                     actions:    \(info.actions.isEmpty ? "-" : info.actions.joined(separator: ", "))
                     uptime:     \(String(format: "%.1f", info.uptimeSeconds)) s
                     delivered:  \(info.activations) activations, \(info.commandsHandled) commands, \(info.actionsDelivered) actions
+                    restarts:   \(info.restarts)\(info.lastExit.map { " (last exit: \($0))" } ?? "")
                     """)
             }
         }
