@@ -121,7 +121,7 @@ let package = Package(
             ]
         ),
 
-        .testTarget(name: "BusCoreTests", dependencies: ["BusCore"]),
+        .testTarget(name: "BusCoreTests", dependencies: ["BusCore", "BoardKitTesting"]),
         .testTarget(name: "BoardKitTests", dependencies: ["BoardKit"]),
         .testTarget(name: "FluxTests", dependencies: ["Flux"]),
         .testTarget(name: "MotherboardCoreTests", dependencies: ["MotherboardCore", "BusCore"]),

@@ -154,11 +154,6 @@ public final class Motherboard {
         restartDueBoards(now: now)
     }
 
-    /// A process the broker started has exited (compatibility form without a clock).
-    public func processExited(pid: Int32, status: String) {
-        processExited(pid: pid, status: status, clean: status == "exit 0", now: ContinuousClock.now)
-    }
-
     // MARK: - Registration and liveness
 
     private func register(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {

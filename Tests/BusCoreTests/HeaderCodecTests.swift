@@ -1,3 +1,4 @@
+import BoardKitTesting
 import Foundation
 import Testing
 
@@ -72,7 +73,7 @@ struct HeaderCodecTests {
     }
 
     @Test func survivesRandomGarbage() {
-        var generator = SplitMix64(seed: 42)
+        var generator = SeededRandom(seed: 42)
         var decoded = 0
         for _ in 0..<20_000 {
             let length = Int(generator.next() % 64)
@@ -84,18 +85,5 @@ struct HeaderCodecTests {
             if (try? HeaderCodec.decode(Data(bytes))) != nil { decoded += 1 }
         }
         #expect(decoded < 20_000)
-    }
-}
-
-/// A small deterministic generator, so a garbage test that fails can be replayed.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

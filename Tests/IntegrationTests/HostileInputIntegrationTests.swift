@@ -7,21 +7,9 @@ import Testing
 /// The broker survives any bytes on its socket.
 @Suite("Hostile input", .serialized, .timeLimit(.minutes(3)))
 struct HostileInputIntegrationTests {
-    /// Deterministic, so a failure can be replayed.
-    struct Generator: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-    }
-
     /// Random frames: pure garbage, truncated headers, valid headers of every kind with random
     /// fields and payloads, too many or too few frames, oversized payloads.
-    static func randomMessage(_ generator: inout Generator) -> [Data] {
+    static func randomMessage(_ generator: inout SeededRandom) -> [Data] {
         func bytes(_ count: Int) -> Data { Data((0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }) }
         switch Int.random(in: 0..<6, using: &generator) {
         case 0:
@@ -58,7 +46,7 @@ struct HostileInputIntegrationTests {
                 let socket = try ZMQSocket(context: context, kind: .dealer)
                 defer { socket.close() }
                 try socket.connect(endpoint)
-                var generator = Generator(state: 2026)
+                var generator = SeededRandom(seed: 2026)
                 var sent = 0
                 for _ in 0..<5000 {
                     let message = Self.randomMessage(&generator)

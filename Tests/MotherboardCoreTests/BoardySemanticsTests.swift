@@ -180,7 +180,7 @@ struct BoardySemanticsTests {
             harness.request(EnvelopeHeader(kind: .activate, target: "pay", scope: "checkout"), from: harness.client, correlation: UInt64(index + 1))
         }
         #expect(harness.transport.take(for: harness.client).map { $0.carriedError?.code } == [.busy])
-        harness.motherboard.processExited(pid: producer.nextPID, status: "exit 1")
+        harness.motherboard.processExited(pid: producer.nextPID, status: "exit 1", clean: false, now: harness.now)
         let failures = harness.transport.take(for: harness.client)
         #expect(failures.count == limit)
         #expect(failures.allSatisfy { $0.carriedError?.code == .boardNotRunning })
