@@ -5,13 +5,18 @@ import Foundation
 extension BusClient {
     /// Dispatches an action (JSON) to a store; returns once its owner applied it. A `dispatchID`
     /// makes retries safe: an action with an id the store has seen is not applied again.
+    ///
+    /// With `retries`, the dispatch is sent again while the store's owner is not running (until the
+    /// timeout), under one dispatch id (made up when none is given), so it is applied once.
     public func dispatch(
         store: String, action: String, payload: Data, dispatchID: String? = nil, scope: String = "",
-        timeout: Duration = BusClient.defaultTimeout
+        timeout: Duration = BusClient.defaultTimeout, retries: Bool = false
     ) async throws -> DispatchAck {
-        let typeName = dispatchID.map { "\(action)@\($0)" } ?? action
+        let id = dispatchID ?? (retries ? UUID().uuidString : nil)
+        let typeName = id.map { "\(action)@\($0)" } ?? action
         let envelope = Envelope(header: EnvelopeHeader(kind: .dispatch, target: store, scope: scope, typeName: typeName), payload: payload)
-        return try PayloadCodec.decode(DispatchAck.self, from: try await request(envelope, timeout: timeout).payload)
+        let reply = try await request(envelope, timeout: timeout, retryingWhileNotRunning: retries)
+        return try PayloadCodec.decode(DispatchAck.self, from: reply.payload)
     }
 
     /// A store's current state as a ``StoreSnapshot`` JSON payload.

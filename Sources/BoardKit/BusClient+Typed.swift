@@ -5,9 +5,11 @@ import Foundation
 extension BusClient {
     /// Sends a command to a live board and decodes its reply (`interactWithOtherBoard`).
     public func interact<Command: BoardCommand>(
-        with board: BoardID, _ command: Command, scope: String = "", timeout: Duration = BusClient.defaultTimeout
+        with board: BoardID, _ command: Command, scope: String = "", timeout: Duration = BusClient.defaultTimeout,
+        retries: Bool = false
     ) async throws -> Command.Reply {
-        let reply = try await call(board, command: Command.commandName, payload: PayloadCodec.encode(command), scope: scope, timeout: timeout)
+        let reply = try await call(
+            board, command: Command.commandName, payload: PayloadCodec.encode(command), scope: scope, timeout: timeout, retries: retries)
         return try PayloadCodec.decode(Command.Reply.self, from: reply)
     }
 

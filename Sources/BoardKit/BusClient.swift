@@ -91,6 +91,27 @@ public final class BusClient: Sendable {
         return reply
     }
 
+    /// Sends a request, and again while its target is not running (it may be restarting), until it
+    /// is answered or `timeout` has passed in all: for requests that are safe to repeat. Waits
+    /// 50 ms between tries, doubling up to 1 s.
+    public func request(_ envelope: Envelope, timeout: Duration, retryingWhileNotRunning: Bool) async throws -> Envelope {
+        guard retryingWhileNotRunning else { return try await request(envelope, timeout: timeout) }
+        let deadline = ContinuousClock.now.advanced(by: timeout)
+        var pause = Duration.milliseconds(50)
+        while true {
+            do {
+                return try await request(envelope, timeout: ContinuousClock.now.duration(to: deadline))
+            } catch let error as BusError where Self.retryable.contains(error.code) {
+                guard ContinuousClock.now.advanced(by: pause) < deadline else { throw error }
+                try await Task.sleep(for: pause)
+                pause = min(pause * 2, .seconds(1))
+            }
+        }
+    }
+
+    /// Errors that say the target is not there now, though it may be soon.
+    static let retryable: Set<BusError.Code> = [.boardNotRunning, .noSuchBoard, .noSuchStore]
+
     /// The executor of the client's socket thread. Tasks that prefer it
     /// (`withTaskExecutorPreference(client.executor) { … }`) run beside the socket: a reply resumes
     /// them and their next request goes out with no thread hop. They must not block.

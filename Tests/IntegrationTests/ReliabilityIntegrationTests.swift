@@ -57,9 +57,16 @@ struct ReliabilityIntegrationTests {
             // Every call either succeeded or failed with a typed error; none hung past its deadline.
             #expect(Set(seen).isSubset(of: ["ok", "boardNotRunning", "noSuchBoard"]), "\(Set(seen))")
             #expect(seen.filter { $0 == "ok" }.count > 60)
+            // A caller that asks for retries gets an answer across a crash.
+            let secondPID = try #require(fleet.pid(of: GreeterIO.id))
+            #expect(kill(secondPID, SIGKILL) == 0)
+            let retried = try await fleet.withClient { client in
+                try await client.interact(with: GreeterIO.id, GreeterIO.Ping(sequence: 99), timeout: .seconds(10), retries: true)
+            }
+            #expect(retried.sequence == 99)
             let status = try await fleet.busctl("status", "demo.greeter", "--json")
             let info = try decode(BoardInfo.self, from: status)
-            #expect(info.restarts == 1)
+            #expect(info.restarts == 2)
             #expect(info.lastExit == "signal 9")
             #expect(fleet.pid(of: GreeterIO.id) == info.pid)
         }
