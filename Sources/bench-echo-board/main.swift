@@ -10,4 +10,6 @@ struct Echo: BoardCommand {
 
 var board = Board(id: "bench.echo")
 board.onCommand(Echo.self) { echo, _ in echo }
+// Accepts any activation, so the benchmark can time an on-demand start.
+board.onAnyActivation { _, _ in }
 try await board.run()
