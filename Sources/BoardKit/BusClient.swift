@@ -164,6 +164,7 @@ final class ClientState: SocketLoopHandler, @unchecked Sendable {
         var messageHandler: (@Sendable (Envelope) -> Void)?
         var tickHandler: (@Sendable () -> Void)?
         var watches: [UUID: StoreWatch] = [:]
+        var lastRenewal: ContinuousClock.Instant?
     }
 
     private let guarded = Mutex(Guarded())
@@ -244,7 +245,23 @@ final class ClientState: SocketLoopHandler, @unchecked Sendable {
         for pending in expired {
             pending.continuation.resume(throwing: BusError(.timeout, "no answer to \(pending.description) in time"))
         }
+        renewSubscriptions(on: socket, now: now)
         tickHandler?()
+    }
+
+    /// Every second, each watch renews its subscription, so that a restarted motherboard (which
+    /// knows no subscriptions) forwards changes again; the changes missed meanwhile show as a gap,
+    /// which the watch repairs with a new snapshot.
+    private func renewSubscriptions(on socket: ZMQSocket, now: ContinuousClock.Instant) {
+        let watches = guarded.withLock { state -> [StoreWatch] in
+            guard state.lastRenewal.map({ $0.duration(to: now) >= .seconds(1) }) ?? true else { return [] }
+            state.lastRenewal = now
+            return Array(state.watches.values)
+        }
+        for watch in watches {
+            let header = EnvelopeHeader(kind: .store, target: watch.store, scope: watch.scope, typeName: StoreOperation.renew)
+            _ = try? socket.send(Envelope(header: header).frames())
+        }
     }
 
     func stopping(on socket: ZMQSocket) {}

@@ -7,6 +7,9 @@ public enum StoreOperation {
     /// → broker: add the sender to the store's subscribers, then answer with a snapshot; every
     /// later `change` is forwarded to it.
     public static let subscribe = "subscribe"
+    /// → broker, every second from each watcher, no answer: keep (or, after a broker restart,
+    /// make again) the sender's subscription.
+    public static let renew = "subscribe.renew"
     /// → broker: stop forwarding changes to the sender.
     public static let unsubscribe = "unsubscribe"
     /// owner → broker → subscribers: the state after a change, with its sequence number.

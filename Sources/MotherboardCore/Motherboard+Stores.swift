@@ -18,6 +18,9 @@ extension Motherboard {
             switch envelope.header.typeName {
             case StoreOperation.change:
                 return fanOut(envelope, from: peer, store: store)
+            case StoreOperation.renew:
+                storeSubscriptions[store, default: []].insert(peer)
+                return
             case StoreOperation.unsubscribe:
                 storeSubscriptions[store]?.remove(peer)
                 return reply(to: envelope, from: peer, with: Delivery(delivered: 0))

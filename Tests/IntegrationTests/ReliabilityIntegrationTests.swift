@@ -111,6 +111,11 @@ struct ReliabilityIntegrationTests {
             let before = try await fleet.withClient { try await $0.list() }
             #expect(before.boards.count == 4)
             let flowsBefore = try await fleet.withClient { try await $0.flows() }.flows.count
+            // A watcher that lives through the restart.
+            let watcher = try BusClient(address: fleet.address)
+            defer { watcher.close() }
+            var updates = watcher.watch(CommentsIO.store).makeAsyncIterator()
+            let first = try #require(try await updates.next())
             try await fleet.restartBrokerAfterKill()
             let clock = ContinuousClock()
             let start = clock.now
@@ -127,6 +132,22 @@ struct ReliabilityIntegrationTests {
             #expect(flowsAfter)
             let call = try await fleet.busctl("call", "demo.greeter", "greet", #"{"name":"again"}"#)
             #expect(call.standardOutput.contains("Hello, again!"))
+            // The watcher renews its subscription with the new broker (within a second) and sees
+            // the changes made after it: keep changing the store until it does.
+            let writer = Task {
+                try await fleet.withClient { client in
+                    for index in 0..<50 where !Task.isCancelled {
+                        _ = try await client.dispatch(
+                            store: CommentsIO.store, action: "reply",
+                            payload: PayloadCodec.encode(CommentsIO.Reply(postID: 2, parent: 0, content: "after \(index)")), retries: true)
+                        try await Task.sleep(for: .milliseconds(200))
+                    }
+                }
+            }
+            let next = try await updates.next()
+            writer.cancel()
+            _ = await writer.result
+            #expect((next?.sequence ?? 0) > first.sequence)
         }
     }
 }
