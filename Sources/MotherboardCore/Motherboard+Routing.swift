@@ -113,12 +113,40 @@ extension Motherboard {
             // Late (after a timeout) or forged: nobody waits for it.
             return
         }
-        pending[correlationID] = nil
-        var header = envelope.header
-        header.correlationID = request.clientCorrelationID
-        header.source = request.board.name
-        header.target = ""
-        send(Envelope(header: header, payload: envelope.payload), to: request.client)
+        finish(correlationID, .success(envelope))
+    }
+
+    /// Ends a forwarded request with the board's answer or an error: relayed to the client, or
+    /// counted towards the action delivery it is part of.
+    func finish(_ correlationID: UInt64, _ outcome: Result<Envelope, BusError>) {
+        guard let request = pending.removeValue(forKey: correlationID) else { return }
+        if let action = request.action {
+            let acknowledged = (try? outcome.get())?.header.kind == .reply
+            return finishActionPart(action, acknowledged: acknowledged)
+        }
+        switch outcome {
+        case .success(let answer):
+            var header = answer.header
+            header.correlationID = request.clientCorrelationID
+            header.source = request.board.name
+            header.target = ""
+            send(Envelope(header: header, payload: answer.payload), to: request.client)
+        case .failure(let error):
+            replyError(error, correlationID: request.clientCorrelationID, to: request.client)
+        }
+    }
+
+    private func finishActionPart(_ id: UInt64, acknowledged: Bool) {
+        guard var delivery = actionDeliveries[id] else { return }
+        delivery.remaining -= 1
+        if acknowledged { delivery.acknowledged += 1 }
+        guard delivery.remaining == 0 else {
+            actionDeliveries[id] = delivery
+            return
+        }
+        actionDeliveries[id] = nil
+        let header = EnvelopeHeader(kind: .reply, correlationID: delivery.clientCorrelationID)
+        send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(Delivery(delivered: delivery.acknowledged))), to: delivery.client)
     }
 
     /// `sendToMotherboard(output)`: every output flow of the sender's scope whose sources include
@@ -171,27 +199,46 @@ extension Motherboard {
 
     /// `sendAction(action)`: bubbles from the sender's scope up through every ancestor; in each
     /// scope every live board subscribed to the action's name gets it (inner scopes first).
-    func deliverAction(_ envelope: Envelope, from peer: PeerID) {
+    ///
+    /// When the sender waits, the broker waits too: each subscriber acknowledges once its handler
+    /// ran, and the sender's `Delivery` counts the subscribers that did (a subscriber that dies or
+    /// misses the deadline is not counted). So an acknowledged action was handled.
+    func deliverAction(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
         let sender = registry.board(for: peer)
         let origin = scope(of: envelope, sender: sender)
         guard scopes.contains(origin) else {
             return reply(to: envelope, from: peer, error: BusError(.badArgument, "no scope '\(origin)'"))
         }
+        let subscribers = scopes.chain(from: origin).flatMap { scope in
+            registry.subscribers(of: envelope.header.typeName, in: scope).filter { $0.peer != peer }
+        }
+        let acknowledged = envelope.header.flags.contains(.replyExpected) && !subscribers.isEmpty
+        let deliveryID = makeCorrelationID()
+        if acknowledged {
+            actionDeliveries[deliveryID] = ActionDelivery(
+                client: peer, clientCorrelationID: envelope.header.correlationID, remaining: subscribers.count)
+        }
+        let timeout = envelope.header.timeoutMilliseconds > 0
+            ? Duration.milliseconds(Int64(envelope.header.timeoutMilliseconds)) : settings.defaultRequestTimeout
         var header = envelope.header
-        header.flags.remove(.replyExpected)
-        header.correlationID = 0
         header.source = sender?.id.rawValue ?? ""
         header.scope = origin
-        var delivered = 0
-        for scope in scopes.chain(from: origin) {
-            for subscriber in registry.subscribers(of: header.typeName, in: scope) where subscriber.peer != peer {
-                header.target = subscriber.id.rawValue
-                subscriber.actionsDelivered += 1
-                send(Envelope(header: header, payload: envelope.payload), to: subscriber.peer)
-                delivered += 1
+        for subscriber in subscribers {
+            header.target = subscriber.id.rawValue
+            subscriber.actionsDelivered += 1
+            if acknowledged {
+                let correlationID = makeCorrelationID()
+                pending[correlationID] = PendingRequest(
+                    client: peer, clientCorrelationID: 0, board: subscriber.name, boardPeer: subscriber.peer,
+                    deadline: now.advanced(by: timeout), action: deliveryID)
+                header.correlationID = correlationID
+            } else {
+                header.flags.remove(.replyExpected)
+                header.correlationID = 0
             }
+            send(Envelope(header: header, payload: envelope.payload), to: subscriber.peer)
         }
-        reply(to: envelope, from: peer, with: Delivery(delivered: delivered))
+        if !acknowledged { reply(to: envelope, from: peer, with: Delivery(delivered: subscribers.count)) }
     }
 
     /// `complete(isDone)`: fires the board's completion flows exactly once, removes it from the

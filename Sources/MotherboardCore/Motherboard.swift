@@ -38,6 +38,16 @@ public final class Motherboard {
         var board: ScopedName
         var boardPeer: PeerID
         var deadline: ContinuousClock.Instant
+        /// For an action delivered to several subscribers: the delivery this part belongs to.
+        var action: UInt64? = nil
+    }
+
+    /// An action waiting for its subscribers' acknowledgements.
+    struct ActionDelivery {
+        var client: PeerID
+        var clientCorrelationID: UInt64
+        var remaining: Int
+        var acknowledged = 0
     }
 
     /// A manifest board whose process was started on demand and has not registered yet.
@@ -55,6 +65,7 @@ public final class Motherboard {
     var flows = FlowTable()
     var registry = BoardRegistry()
     var pending: [UInt64: PendingRequest] = [:]
+    var actionDeliveries: [UInt64: ActionDelivery] = [:]
     var starting: [ScopedName: StartingBoard] = [:]
     /// Board processes the broker started or adopted, by pid.
     var processes: [Int32: ScopedName] = [:]
@@ -119,7 +130,7 @@ public final class Motherboard {
         case .activate: activate(envelope, from: peer, now: now)
         case .command: command(envelope, from: peer, now: now)
         case .output: routeOutput(envelope, from: peer, now: now)
-        case .action: deliverAction(envelope, from: peer)
+        case .action: deliverAction(envelope, from: peer, now: now)
         case .complete: complete(envelope, from: peer, now: now)
         case .control: answerControl(envelope, from: peer, now: now)
         case .reply, .error: relayReply(envelope, from: peer)
@@ -141,12 +152,8 @@ public final class Motherboard {
             }
         }
         for (correlationID, request) in pending where request.deadline <= now {
-            pending[correlationID] = nil
             counters.timedOutRequests += 1
-            replyError(
-                BusError(.timeout, "board '\(request.board)' did not answer in time"),
-                correlationID: request.clientCorrelationID, to: request.client
-            )
+            finish(correlationID, .failure(BusError(.timeout, "board '\(request.board)' did not answer in time")))
         }
         for (name, start) in starting where start.pid != 0 && start.since.duration(to: now) > settings.startTimeout {
             failStart(name, BusError(.boardNotRunning, "board '\(name)' did not register within \(settings.startTimeout) of its start"))
@@ -203,10 +210,7 @@ public final class Motherboard {
         storesForget(board)
         logger.info("board dropped", metadata: ["board": "\(name)", "pid": "\(board.registration.pid)", "reason": "\(reason)"])
         for (correlationID, request) in pending where request.board == name && request.boardPeer == board.peer {
-            pending[correlationID] = nil
-            replyError(
-                BusError(.boardNotRunning, "board '\(name)' stopped before answering (\(reason))"),
-                correlationID: request.clientCorrelationID, to: request.client)
+            finish(correlationID, .failure(BusError(.boardNotRunning, "board '\(name)' stopped before answering (\(reason))")))
         }
     }
 

@@ -66,8 +66,17 @@ struct BoardySemanticsTests {
         harness.request(EnvelopeHeader(kind: .action, typeName: "go"), payload: Data("{}".utf8), from: d)
         // Inner scope first, then each ancestor.
         #expect(harness.transport.sent.filter { $0.envelope.header.kind == .action }.map(\.peer) == [c, b, a])
-        #expect(try PayloadCodec.decode(Delivery.self, from: harness.transport.take(for: d).last!.payload).delivered == 3)
-        #expect(harness.transport.take(for: a).first?.header.scope == "express")
+        // The sender's acknowledgement waits for the subscribers' (two of three answer).
+        #expect(harness.transport.take(for: d).isEmpty)
+        let toA = try #require(harness.transport.take(for: a).first)
+        #expect(toA.header.scope == "express")
+        harness.deliver(toA.reply(), from: a)
+        harness.deliver(try #require(harness.transport.take(for: c).first).reply(), from: c)
+        #expect(harness.transport.take(for: d).isEmpty)
+        harness.deliver(try #require(harness.transport.take(for: b).first).errorReply(BusError(.handlerFailed, "no")), from: b)
+        let ack = try #require(harness.transport.take(for: d).first)
+        #expect(ack.header.correlationID == 77)
+        #expect(try PayloadCodec.decode(Delivery.self, from: ack.payload).delivered == 2)
 
         // From the middle scope, the inner one is not reached.
         harness.transport.sent.removeAll()
