@@ -47,11 +47,11 @@ extension Busctl {
                     id:         \(info.id)
                     state:      \(info.state)
                     pid:        \(info.pid)
-                    scope:      \(info.scope.isEmpty ? "(root)" : info.scope)
+                    scope:      \(scopeName(info.scope))
                     start:      \(info.start)
                     input:      \(info.inputType ?? "-")
-                    commands:   \(info.commands.isEmpty ? "-" : info.commands.joined(separator: ", "))
-                    actions:    \(info.actions.isEmpty ? "-" : info.actions.joined(separator: ", "))
+                    commands:   \(listed(info.commands))
+                    actions:    \(listed(info.actions))
                     uptime:     \(String(format: "%.1f", info.uptimeSeconds)) s
                     delivered:  \(info.activations) activations, \(info.commandsHandled) commands, \(info.actionsDelivered) actions
                     restarts:   \(info.restarts)\(info.lastExit.map { " (last exit: \($0))" } ?? "")
@@ -72,12 +72,12 @@ extension Busctl {
                 let board = found.board
                 print("""
                     id:       \(board.id)
-                    scope:    \(board.scope.isEmpty ? "(root)" : board.scope)
+                    scope:    \(scopeName(board.scope))
                     state:    \(board.state)\(board.pid > 0 ? " (pid \(board.pid))" : "")
                     input:    \(board.inputType ?? "-")
-                    outputs:  \(found.outputTypes.isEmpty ? "-" : found.outputTypes.joined(separator: ", "))
-                    commands: \(board.commands.isEmpty ? "-" : board.commands.joined(separator: ", "))
-                    actions:  \(board.actions.isEmpty ? "-" : board.actions.joined(separator: ", "))
+                    outputs:  \(listed(found.outputTypes))
+                    commands: \(listed(board.commands))
+                    actions:  \(listed(board.actions))
                     flows:
                     """)
                 for flow in found.flows { print("  #\(flow.id)  \(flow)") }
@@ -267,4 +267,14 @@ func printTable(header: [String], rows: [[String]]) {
         }
         print(cells.joined(separator: "  "))
     }
+}
+
+/// A list for people: comma-separated, or "-" when empty.
+func listed(_ items: [String]) -> String {
+    items.isEmpty ? "-" : items.joined(separator: ", ")
+}
+
+/// A scope for people: "(root)" for the root scope.
+func scopeName(_ scope: String) -> String {
+    scope.isEmpty ? "(root)" : scope
 }
