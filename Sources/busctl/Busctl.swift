@@ -100,7 +100,7 @@ extension Busctl {
 
         private func printScope(_ name: String, in tree: ScopeTree, indent: String) {
             guard let node = tree.scopes.first(where: { $0.name == name }) else { return }
-            print("\(indent)\(name.isEmpty ? "(root)" : name)")
+            print("\(indent)\(scopeName(name))")
             for board in node.boards {
                 print("\(indent)  \(board.id)  \(board.state)\(board.pid > 0 ? " pid \(board.pid)" : "")")
             }
