@@ -91,6 +91,14 @@ public struct Board: Sendable {
         }
     }
 
+    /// Handles a command by name with its raw payload, answering with raw bytes, on the socket
+    /// thread (like a synchronous typed handler): for boards that pass payloads through, such as
+    /// gateways, and that need not decode them.
+    public mutating func onCommand(named name: String, _ handler: @escaping @Sendable (RawMessage, BoardContext) throws -> Data) {
+        commandHandlers[name] = nil
+        immediateCommandHandlers[name] = { envelope, context in try handler(RawMessage(envelope), context) }
+    }
+
     /// Subscribes to an action by name, with the raw payload.
     public mutating func onAction(named name: String, _ handler: @escaping @Sendable (RawMessage, BoardContext) async throws -> Void) {
         actionHandlers[name] = { envelope, context in

@@ -10,6 +10,8 @@ struct Echo: BoardCommand {
 
 var board = Board(id: "bench.echo")
 board.onCommand(Echo.self) { echo, _ in echo }
+// The same without decoding: separates the bus's cost from JSON's in the benchmark.
+board.onCommand(named: "echo.raw") { message, _ in message.payload }
 // Accepts any activation, so the benchmark can time an on-demand start.
 board.onAnyActivation { _, _ in }
 try await board.run()

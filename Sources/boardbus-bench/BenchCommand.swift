@@ -48,19 +48,27 @@ struct BenchCommand: AsyncParsableCommand {
                 // Alternate the two in rounds, so that drift in the machine's speed hits both alike.
                 var baseHistogram = makeHistogram()
                 var busHistogram = makeHistogram()
+                var rawHistogram = makeHistogram()
                 let rounds = 5
                 for round in 1...rounds {
                     progress("round trip \(label): round \(round)/\(rounds)")
                     baseHistogram.add(try base.latency(payload: payload, requests: requests / rounds, warmup: settings.warmupRequests / rounds))
                     busHistogram.add(try await bus.latency(payload: payload, requests: requests / rounds, warmup: settings.warmupRequests / rounds))
+                    rawHistogram.add(try await bus.latency(
+                        payload: payload, requests: requests / rounds, warmup: settings.warmupRequests / rounds, command: "echo.raw"))
                 }
                 report.latency(label, baseline: LatencySummary(baseHistogram), boardBus: LatencySummary(busHistogram))
+                report.latency("\(label), raw handler (no JSON)", baseline: LatencySummary(baseHistogram), boardBus: LatencySummary(rawHistogram))
 
                 progress("throughput \(label): baseline")
                 let baseRate = try base.throughput(payload: payload, clients: settings.clients, window: settings.window, seconds: settings.throughputSeconds)
                 progress("throughput \(label): BoardBus")
                 let busRate = try await bus.throughput(payload: payload, clients: settings.clients, window: settings.window, seconds: settings.throughputSeconds)
                 report.throughput("\(label), \(settings.clients)×\(settings.window) in flight", baseline: baseRate, boardBus: busRate)
+                progress("throughput \(label): BoardBus, raw handler")
+                let rawRate = try await bus.throughput(
+                    payload: payload, clients: settings.clients, window: settings.window, seconds: settings.throughputSeconds, command: "echo.raw")
+                report.throughput("\(label), raw handler (no JSON)", baseline: baseRate, boardBus: rawRate)
             }
 
             progress("broker memory over \(Int(settings.memorySeconds)) s of load")

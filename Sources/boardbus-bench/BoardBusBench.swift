@@ -9,7 +9,7 @@ struct BoardBusBench {
     let fleet: TestFleet
     static let board: BoardID = "bench.echo"
 
-    func latency(payload: Data, requests: Int, warmup: Int) async throws -> Histogram<UInt64> {
+    func latency(payload: Data, requests: Int, warmup: Int, command: String = "echo") async throws -> Histogram<UInt64> {
         let client = try BusClient(address: fleet.address)
         defer { client.close() }
         // The caller runs on the client's socket thread (its task executor), as a board's handlers do.
@@ -17,7 +17,7 @@ struct BoardBusBench {
             var histogram = makeHistogram()
             for index in 0..<(warmup + requests) {
                 let start = monotonicNanoseconds()
-                _ = try await client.call(Self.board, command: "echo", payload: payload, timeout: .seconds(5))
+                _ = try await client.call(Self.board, command: command, payload: payload, timeout: .seconds(5))
                 if index >= warmup { _ = histogram.record(monotonicNanoseconds() - start) }
             }
             return histogram
@@ -25,7 +25,7 @@ struct BoardBusBench {
     }
 
     /// `clients` connections, each with `window` requests in flight, for `seconds`.
-    func throughput(payload: Data, clients: Int, window: Int, seconds: Double) async throws -> Double {
+    func throughput(payload: Data, clients: Int, window: Int, seconds: Double, command: String = "echo") async throws -> Double {
         let connections = try (0..<clients).map { _ in try BusClient(address: fleet.address) }
         defer { connections.forEach { $0.close() } }
         let deadline = monotonicNanoseconds() + UInt64(seconds * 1e9)
@@ -36,7 +36,7 @@ struct BoardBusBench {
                     group.addTask(executorPreference: client.executor) {
                         var completed = 0
                         while monotonicNanoseconds() < deadline {
-                            _ = try await client.call(Self.board, command: "echo", payload: payload, timeout: .seconds(10))
+                            _ = try await client.call(Self.board, command: command, payload: payload, timeout: .seconds(10))
                             completed += 1
                         }
                         return completed
