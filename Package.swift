@@ -115,9 +115,10 @@ let package = Package(
         .executableTarget(
             name: "boardbus-bench",
             dependencies: [
-                "BoardKit", "BoardKitTesting", "BusCore", "BusZeroMQ",
+                "BoardKit", "BoardKitTesting", "BusCore", "BusZeroMQ", "MotherboardCore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
 

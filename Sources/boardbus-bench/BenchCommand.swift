@@ -86,6 +86,9 @@ struct BenchCommand: AsyncParsableCommand {
             for _ in 0..<settings.busctlRuns { busctlRuns.append(try await bus.busctlList()) }
             report.single("activate an on-demand board not running → reply (median of \(settings.coldStarts))", milliseconds: median(coldStarts))
             report.single("one `busctl list` process, wall time (median of \(settings.busctlRuns))", milliseconds: median(busctlRuns))
+            progress("broker logic without sockets")
+            let logic = try BrokerLogicBench.roundTrip(iterations: quick ? 50_000 : 200_000)
+            report.single("broker logic per round trip, no sockets (µs)", milliseconds: logic / 1000, unit: "")
         }
         print("")
         print(report.render())

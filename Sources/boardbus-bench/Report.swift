@@ -34,8 +34,8 @@ final class Report {
         verdict("broker memory flat under load", holds: growth < 2048, ratio: nil, detail: "\(growth) KiB over \(messages) messages")
     }
 
-    func single(_ label: String, milliseconds: Double) {
-        rows.append(["\(label) (ms)", "", format(milliseconds), ""])
+    func single(_ label: String, milliseconds: Double, unit: String = " (ms)") {
+        rows.append(["\(label)\(unit)", "", format(milliseconds, decimals: 2), ""])
     }
 
     private func verdict(_ target: String, holds: Bool, ratio: Double?, detail: String? = nil) {
