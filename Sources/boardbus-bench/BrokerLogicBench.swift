@@ -19,7 +19,9 @@ enum BrokerLogicBench {
     /// Nanoseconds per round trip (command in, forwarded, reply in, relayed).
     static func roundTrip(iterations: Int) throws -> Double {
         let transport = DiscardingTransport()
-        let motherboard = try Motherboard(manifest: FleetManifest(), transport: transport, logger: Logger(label: "bench"))
+        var logger = Logger(label: "bench")
+        logger.logLevel = .warning
+        let motherboard = try Motherboard(manifest: FleetManifest(), transport: transport, logger: logger)
         let board = PeerID(Data([0, 1, 2, 3, 4]))
         let client = PeerID(Data([0, 9, 9, 9, 9]))
         let now = ContinuousClock.now
