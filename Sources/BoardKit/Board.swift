@@ -43,17 +43,19 @@ public struct RawMessage: Sendable, Hashable {
 /// interface, prints `READY <id>`, handles messages until SIGTERM/SIGINT or `complete()`, then
 /// says goodbye and returns.
 public struct Board: Sendable {
-    typealias Handler = @Sendable (Envelope, BoardContext) async throws -> Data
-    typealias ImmediateHandler = @Sendable (Envelope, BoardContext) throws -> Data
+    @usableFromInline typealias Handler = @Sendable (Envelope, BoardContext) async throws -> Data
+    @usableFromInline typealias ImmediateHandler = @Sendable (Envelope, BoardContext) throws -> Data
 
     /// The board's id. `$BOARDBUS_BOARD_ID` overrides it, so one executable can serve several ids.
     public let id: BoardID
     /// The motherboard scope (`$BOARDBUS_SCOPE`, else the root scope).
     public let scope: String
-    var inputType: String?
-    var activationHandler: Handler?
-    var commandHandlers: [String: Handler] = [:]
-    var immediateCommandHandlers: [String: ImmediateHandler] = [:]
+    // Used from the inlinable registration methods, so that a service's handlers are specialised
+    // for its own types (the payload coding of a typed handler runs on every message).
+    @usableFromInline var inputType: String?
+    @usableFromInline var activationHandler: Handler?
+    @usableFromInline var commandHandlers: [String: Handler] = [:]
+    @usableFromInline var immediateCommandHandlers: [String: ImmediateHandler] = [:]
     var actionHandlers: [String: Handler] = [:]
     var outputTypes: [String] = []
     var startHandlers: [@Sendable (BoardContext) async throws -> Void] = []
@@ -67,6 +69,7 @@ public struct Board: Sendable {
 
     /// Handles `activate(input)`. The board declares `Input` as its input type (a guaranteed
     /// board): an input of another type is refused with `typeMismatch`.
+    @inlinable
     public mutating func onActivate<Input: BusPayload>(
         _: Input.Type, _ handler: @escaping @Sendable (Input, BoardContext) async throws -> Void
     ) {
@@ -108,6 +111,7 @@ public struct Board: Sendable {
     }
 
     /// Handles an interaction command and answers with its reply.
+    @inlinable
     public mutating func onCommand<Command: BoardCommand>(
         _: Command.Type, _ handler: @escaping @Sendable (Command, BoardContext) async throws -> Command.Reply
     ) {
@@ -121,6 +125,7 @@ public struct Board: Sendable {
     /// Handles an interaction command with a synchronous handler (one with no `await`, which
     /// Swift picks for such closures). It runs on the socket's thread as the message arrives and
     /// answers with no task and no thread hop: the fast path for queries. It must not block.
+    @inlinable
     public mutating func onCommand<Command: BoardCommand>(
         _: Command.Type, _ handler: @escaping @Sendable (Command, BoardContext) throws -> Command.Reply
     ) {
