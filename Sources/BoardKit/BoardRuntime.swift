@@ -49,7 +49,8 @@ final class BoardRuntime: Service, Sendable {
             inbox.continuation.finish()
             client.close()
         }
-        try await register(deadline: .seconds(30))
+        // Stores publish from the first dispatch on, which may arrive as soon as the broker has
+        // accepted the registration.
         for store in board.storeEndpoints.values {
             let name = store.storeName
             let client = self.client
@@ -60,6 +61,7 @@ final class BoardRuntime: Service, Sendable {
                 try? client.send(Envelope(header: header, payload: payload))
             })
         }
+        try await register(deadline: .seconds(30))
         for start in board.startHandlers { try await start(context) }
         FileHandle.standardOutput.write(Data("READY \(board.id)\n".utf8))
 

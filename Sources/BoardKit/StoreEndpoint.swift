@@ -10,7 +10,8 @@ public protocol StoreEndpoint: AnyObject, Sendable {
     var storeName: String { get }
     /// Handles a request; returns the reply's payload or throws a ``BusError``.
     func handle(_ request: StoreRequest) throws -> Data
-    /// Called once the board has registered: from then on, `publisher` sends changes to subscribers.
+    /// Called when the board starts, before it registers: from then on, `publisher` sends changes
+    /// to subscribers (the broker forwards them once the registration names the store).
     func attach(_ publisher: StorePublisher)
 }
 
