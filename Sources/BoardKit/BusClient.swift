@@ -81,7 +81,7 @@ public final class BusClient: Sendable {
         let state = self.state
         let reply: Envelope = try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { continuation in
-                state.addPending(correlationID, deadline: deadline, description: Self.describe(request.header), continuation: continuation)
+                state.addPending(correlationID, deadline: deadline, header: request.header, continuation: continuation)
                 loop.send(frames)
             }
         } onCancel: {
@@ -117,7 +117,7 @@ public final class BusClient: Sendable {
     /// them and their next request goes out with no thread hop. They must not block.
     public var executor: any TaskExecutor { loop }
 
-    private static func describe(_ header: EnvelopeHeader) -> String {
+    static func describe(_ header: EnvelopeHeader) -> String {
         let what = header.typeName.isEmpty ? "\(header.kind)" : "\(header.kind) \(header.typeName)"
         return "\(what) to " + (header.target.isEmpty ? "the motherboard" : "'\(header.target)'")
     }
@@ -154,7 +154,8 @@ public final class BusClient: Sendable {
 final class ClientState: SocketLoopHandler, @unchecked Sendable {
     private struct Pending {
         var deadline: ContinuousClock.Instant
-        var description: String
+        /// The request's header, to say which request timed out (described only then).
+        var header: EnvelopeHeader
         var continuation: UnsafeContinuation<Envelope, any Error>
     }
 
@@ -189,8 +190,8 @@ final class ClientState: SocketLoopHandler, @unchecked Sendable {
         guarded.withLock { $0.tickHandler = handler }
     }
 
-    func addPending(_ id: UInt64, deadline: ContinuousClock.Instant, description: String, continuation: UnsafeContinuation<Envelope, any Error>) {
-        guarded.withLock { $0.pending[id] = Pending(deadline: deadline, description: description, continuation: continuation) }
+    func addPending(_ id: UInt64, deadline: ContinuousClock.Instant, header: EnvelopeHeader, continuation: UnsafeContinuation<Envelope, any Error>) {
+        guarded.withLock { $0.pending[id] = Pending(deadline: deadline, header: header, continuation: continuation) }
     }
 
     func fail(_ id: UInt64, with error: any Error) {
@@ -243,7 +244,7 @@ final class ClientState: SocketLoopHandler, @unchecked Sendable {
             return (ids.compactMap { state.pending.removeValue(forKey: $0) }, state.tickHandler)
         }
         for pending in expired {
-            pending.continuation.resume(throwing: BusError(.timeout, "no answer to \(pending.description) in time"))
+            pending.continuation.resume(throwing: BusError(.timeout, "no answer to \(BusClient.describe(pending.header)) in time"))
         }
         renewSubscriptions(on: socket, now: now)
         tickHandler?()
