@@ -83,6 +83,6 @@ final class StoreWatch: Sendable {
     private struct SequenceOnly: Decodable { var sequence: UInt64 }
 
     static func sequence(of data: Data) -> UInt64? {
-        (try? JSONDecoder().decode(SequenceOnly.self, from: data))?.sequence
+        (try? PayloadCodec.decode(SequenceOnly.self, from: data))?.sequence
     }
 }

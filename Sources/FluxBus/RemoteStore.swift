@@ -33,8 +33,9 @@ public final class RemoteStore<State: Codable & Sendable>: StoreEndpoint, @unche
         self.store = store
         self.persistence = persistence
         if let saved = try persistence?.load() {
-            store.state = try PayloadCodec.decode(State.self, from: saved.state)
-            sequence = saved.sequence
+            let snapshot = try PayloadCodec.decode(StoreSnapshot<State>.self, from: saved)
+            store.state = snapshot.state
+            sequence = snapshot.sequence
         }
         receipt = store.onStateChange { [weak self] change in self?.stateChanged() }
     }
@@ -85,7 +86,7 @@ public final class RemoteStore<State: Codable & Sendable>: StoreEndpoint, @unche
         try store.dispatcher.dispatch(action)
         if !dispatchSaved {
             // The action changed nothing: record it anyway, so that a retry is recognised.
-            try persistence?.save(sequence: sequence, state: try PayloadCodec.encode(store.state), dispatch: pendingDispatch)
+            try persistence?.save(sequence: sequence, snapshot: try snapshot(), dispatch: pendingDispatch)
         }
         remember(dispatchID)
         return DispatchAck(store: storeName, sequence: sequence)
@@ -104,14 +105,14 @@ public final class RemoteStore<State: Codable & Sendable>: StoreEndpoint, @unche
     }
 
     /// Every state change: next sequence number, saved (with the dispatch that caused it, the
-    /// first time), then published.
+    /// first time), then published. The snapshot is encoded once, for the database and the watchers.
     private func stateChanged() {
         sequence += 1
         guard let payload = try? snapshot() else { return }
         if let persistence {
             let journal = dispatchSaved ? nil : pendingDispatch
             do {
-                try persistence.save(sequence: sequence, state: PayloadCodec.encode(store.state), dispatch: journal)
+                try persistence.save(sequence: sequence, snapshot: payload, dispatch: journal)
                 if journal != nil { dispatchSaved = true }
             } catch {
                 FileHandle.standardError.write(Data("store \(storeName): cannot save state: \(error)\n".utf8))

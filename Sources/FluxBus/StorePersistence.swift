@@ -20,7 +20,7 @@ public final class StorePersistence: @unchecked Sendable {
             try queue.write { db in
                 try db.execute(sql: """
                     CREATE TABLE IF NOT EXISTS store_state (
-                        store TEXT PRIMARY KEY, sequence INTEGER NOT NULL, state BLOB NOT NULL);
+                        store TEXT PRIMARY KEY, sequence INTEGER NOT NULL, snapshot BLOB NOT NULL);
                     CREATE TABLE IF NOT EXISTS dispatch_journal (
                         store TEXT NOT NULL, dispatch_id TEXT NOT NULL, sequence INTEGER NOT NULL,
                         action TEXT NOT NULL, payload BLOB NOT NULL, PRIMARY KEY (store, dispatch_id));
@@ -38,11 +38,10 @@ public final class StorePersistence: @unchecked Sendable {
         return try StorePersistence(path: "\(directory)/\(board).\(store).sqlite", store: store)
     }
 
-    /// The saved state and its sequence number, if any.
-    func load() throws -> (sequence: UInt64, state: Data)? {
+    /// The saved ``StoreSnapshot`` payload (the same bytes watchers were sent), if any.
+    func load() throws -> Data? {
         try queue.read { db in
-            try Row.fetchOne(db, sql: "SELECT sequence, state FROM store_state WHERE store = ?", arguments: [store])
-                .map { (UInt64($0["sequence"] as Int64), $0["state"] as Data) }
+            try Data.fetchOne(db, sql: "SELECT snapshot FROM store_state WHERE store = ?", arguments: [store])
         }
     }
 
@@ -54,12 +53,12 @@ public final class StorePersistence: @unchecked Sendable {
         }
     }
 
-    /// Saves the state, and the action that led to it when there is one, atomically.
-    func save(sequence: UInt64, state: Data, dispatch: (id: String, action: String, payload: Data)?) throws {
+    /// Saves a snapshot, and the action that led to it when there is one, atomically.
+    func save(sequence: UInt64, snapshot: Data, dispatch: (id: String, action: String, payload: Data)?) throws {
         try queue.write { db in
             try db.execute(
-                sql: "INSERT INTO store_state (store, sequence, state) VALUES (?, ?, ?) ON CONFLICT(store) DO UPDATE SET sequence = excluded.sequence, state = excluded.state",
-                arguments: [store, Int64(sequence), state])
+                sql: "INSERT INTO store_state (store, sequence, snapshot) VALUES (?, ?, ?) ON CONFLICT(store) DO UPDATE SET sequence = excluded.sequence, snapshot = excluded.snapshot",
+                arguments: [store, Int64(sequence), snapshot])
             if let dispatch {
                 try db.execute(
                     sql: "INSERT INTO dispatch_journal (store, dispatch_id, sequence, action, payload) VALUES (?, ?, ?, ?, ?)",

@@ -92,8 +92,7 @@ extension Motherboard {
             header.scope = sender.scope
         }
         if let client, header.flags.contains(.replyExpected) {
-            let timeout = header.timeoutMilliseconds > 0
-                ? Duration.milliseconds(Int64(header.timeoutMilliseconds)) : settings.defaultRequestTimeout
+            let timeout = requestTimeout(header)
             let correlationID = makeCorrelationID()
             pending[correlationID] = PendingRequest(
                 client: client, clientCorrelationID: header.correlationID, board: target.name,
@@ -104,6 +103,11 @@ extension Motherboard {
             header.correlationID = 0
         }
         send(Envelope(header: header, payload: envelope.payload), to: target.peer)
+    }
+
+    /// The deadline a request carries, or the default when it carries none.
+    func requestTimeout(_ header: EnvelopeHeader) -> Duration {
+        header.timeoutMilliseconds > 0 ? .milliseconds(Int64(header.timeoutMilliseconds)) : settings.defaultRequestTimeout
     }
 
     /// A board's answer to a forwarded request: relayed to the client under its own correlation id.
@@ -218,8 +222,7 @@ extension Motherboard {
             actionDeliveries[deliveryID] = ActionDelivery(
                 client: peer, clientCorrelationID: envelope.header.correlationID, remaining: subscribers.count)
         }
-        let timeout = envelope.header.timeoutMilliseconds > 0
-            ? Duration.milliseconds(Int64(envelope.header.timeoutMilliseconds)) : settings.defaultRequestTimeout
+        let timeout = requestTimeout(envelope.header)
         var header = envelope.header
         header.source = sender?.id.rawValue ?? ""
         header.scope = origin
