@@ -32,8 +32,8 @@ public final class BusClient: Sendable {
             try socket.setOption(ZMQ_RECONNECT_IVL, Int32(100))
             try socket.setOption(ZMQ_RECONNECT_IVL_MAX, Int32(1000))
             try socket.connect(address.endpoint)
-            let state = ClientState(limits: limits)
-            self.loop = try SocketLoop(name: "bus-client", socket: socket, handler: state, tickInterval: .milliseconds(50))
+            let state = ClientState()
+            self.loop = try SocketLoop(name: "bus-client", socket: socket, handler: state, tickInterval: .milliseconds(50), limits: limits)
             self.state = state
             self.context = context
         } catch {
@@ -62,7 +62,7 @@ public final class BusClient: Sendable {
     /// Sends a message that expects no reply.
     public func send(_ envelope: Envelope) throws {
         try checkSize(envelope)
-        loop.send(envelope.frames())
+        loop.send(envelope)
     }
 
     /// Sends a request and waits for its reply. Throws the ``BusError`` of an error reply, or
@@ -76,13 +76,12 @@ public final class BusClient: Sendable {
         request.header.timeoutMilliseconds = UInt32(clamping: timeout.wholeMilliseconds)
         let correlationID = request.header.correlationID
         let deadline = ContinuousClock.now.advanced(by: timeout)
-        let frames = request.frames()
         let loop = self.loop
         let state = self.state
         let reply: Envelope = try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { continuation in
                 state.addPending(correlationID, deadline: deadline, header: request.header, continuation: continuation)
-                loop.send(frames)
+                loop.send(request)
             }
         } onCancel: {
             state.fail(correlationID, with: CancellationError())
@@ -169,11 +168,6 @@ final class ClientState: SocketLoopHandler, @unchecked Sendable {
     }
 
     private let guarded = Mutex(Guarded())
-    private let limits: BusLimits
-
-    init(limits: BusLimits) {
-        self.limits = limits
-    }
 
     func makeCorrelationID() -> UInt64 {
         guarded.withLock { state in
@@ -221,8 +215,8 @@ final class ClientState: SocketLoopHandler, @unchecked Sendable {
         guarded.withLock { $0.watches.values.filter { $0.store == store && $0.scope == scope } }
     }
 
-    func received(_ frames: [Data], on socket: ZMQSocket) {
-        guard let envelope = try? Envelope(frames: frames, limits: limits) else { return }
+    func received(_ message: ReceivedMessage, on socket: ZMQSocket) {
+        guard case .success(let envelope) = message.content else { return }
         let kind = envelope.header.kind
         if kind == .store && envelope.header.typeName == StoreOperation.change {
             for watch in watches(store: envelope.header.target, scope: envelope.header.scope) { watch.change(envelope.payload) }
@@ -261,7 +255,7 @@ final class ClientState: SocketLoopHandler, @unchecked Sendable {
         }
         for watch in watches {
             let header = EnvelopeHeader(kind: .store, target: watch.store, scope: watch.scope, typeName: StoreOperation.renew)
-            _ = try? socket.send(Envelope(header: header).frames())
+            _ = try? socket.send(Envelope(header: header))
         }
     }
 

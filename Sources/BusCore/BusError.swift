@@ -68,6 +68,11 @@ public struct BusError: Error, Sendable, Hashable, CustomStringConvertible {
         self.message = message
     }
 
+    /// `error` itself when it is a `BusError`, else a `malformed` error that describes it.
+    public init(wrapping error: any Error) {
+        self = error as? BusError ?? BusError(.malformed, "\(error)")
+    }
+
     public var description: String { "\(code.name): \(message)" }
 }
 

@@ -21,14 +21,40 @@ public struct Envelope: Sendable, Hashable, Codable {
 
     /// Parses the frames of one message, checking count, sizes and the header.
     public init(frames: [Data], limits: BusLimits = .default) throws {
-        guard frames.count == 2 else {
-            throw BusError(.malformed, "expected 2 frames (header, payload), got \(frames.count)")
+        self = try Envelope.parse(frames: frames, limits: limits).mapError(\.error).get()
+    }
+
+    /// Parses the frames of one message; a refusal keeps the header when it was readable.
+    public static func parse(frames: [Data], limits: BusLimits = .default) -> Result<Envelope, MalformedMessage> {
+        let header = frames.first.map { frame in Result { try HeaderCodec.decode(frame) }.mapError(BusError.init(wrapping:)) }
+        return assemble(
+            frameCount: frames.count, header: header, payloadBytes: frames.count > 1 ? frames[1].count : 0,
+            payload: frames.count > 1 ? frames[1] : Data(), limits: limits)
+    }
+
+    /// Checks the parts of one message, read by a transport frame by frame, in the order every
+    /// receiver uses: frame count, payload size, header.
+    /// - Parameters:
+    ///   - frameCount: frames after the routing id.
+    ///   - header: the first frame decoded, nil when there was none.
+    ///   - payloadBytes: the size of the second frame.
+    ///   - payload: the second frame (ignored when the message is refused).
+    public static func assemble(
+        frameCount: Int, header: Result<EnvelopeHeader, BusError>?, payloadBytes: Int, payload: Data, limits: BusLimits
+    ) -> Result<Envelope, MalformedMessage> {
+        let readable = try? header?.get()
+        guard frameCount == 2 else {
+            return .failure(MalformedMessage(BusError(.malformed, "expected 2 frames (header, payload), got \(frameCount)"), header: readable))
         }
-        guard frames[1].count <= limits.maximumPayloadBytes else {
-            throw BusError(.tooLarge, "payload of \(frames[1].count) bytes is over the limit of \(limits.maximumPayloadBytes)")
+        guard payloadBytes <= limits.maximumPayloadBytes else {
+            return .failure(MalformedMessage(
+                BusError(.tooLarge, "payload of \(payloadBytes) bytes is over the limit of \(limits.maximumPayloadBytes)"), header: readable))
         }
-        self.header = try HeaderCodec.decode(frames[0])
-        self.payload = frames[1]
+        switch header {
+        case .success(let header): return .success(Envelope(header: header, payload: payload))
+        case .failure(let error): return .failure(MalformedMessage(error, header: nil))
+        case nil: return .failure(MalformedMessage(BusError(.malformed, "no header frame"), header: nil))
+        }
     }
 
     /// A reply to this request, carrying its correlation id back.
@@ -55,6 +81,18 @@ public struct Envelope: Sendable, Hashable, Codable {
         guard header.kind == .error else { return nil }
         if let error = try? PayloadCodec.decode(BusError.self, from: payload) { return error }
         return BusError(BusError.Code(name: header.typeName.isEmpty ? "malformed" : header.typeName), "error reply without a readable payload")
+    }
+}
+
+/// Frames that are not a valid message: why, and the header when it could be read, so that the
+/// receiver can answer the sender's request with the error.
+public struct MalformedMessage: Error, Sendable, Hashable {
+    public var error: BusError
+    public var header: EnvelopeHeader?
+
+    public init(_ error: BusError, header: EnvelopeHeader?) {
+        self.error = error
+        self.header = header
     }
 }
 

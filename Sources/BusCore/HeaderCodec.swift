@@ -28,21 +28,40 @@ public enum HeaderCodec {
     /// Encodes a header. Strings longer than ``maximumFieldBytes`` are a programming error on the
     /// sending side; they are cut to the limit rather than producing an undecodable frame.
     public static func encode(_ header: EnvelopeHeader) -> [UInt8] {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(fixedSize + 8 + header.source.utf8.count + header.target.utf8.count
-            + header.scope.utf8.count + header.typeName.utf8.count)
-        bytes.append(magic.0)
-        bytes.append(magic.1)
-        bytes.append(header.version)
-        bytes.append(header.kind.rawValue)
-        appendBigEndian(header.flags.rawValue, to: &bytes)
-        appendBigEndian(header.correlationID, to: &bytes)
-        appendBigEndian(header.timeoutMilliseconds, to: &bytes)
-        appendString(header.source, to: &bytes)
-        appendString(header.target, to: &bytes)
-        appendString(header.scope, to: &bytes)
-        appendString(header.typeName, to: &bytes)
-        return bytes
+        [UInt8](unsafeUninitializedCapacity: encodedSize(header)) { buffer, count in
+            count = encode(header, into: UnsafeMutableRawBufferPointer(buffer))
+        }
+    }
+
+    /// The size of a header's encoding: what ``encode(_:into:)`` needs.
+    @inlinable
+    public static func encodedSize(_ header: EnvelopeHeader) -> Int {
+        fixedSize + 8 + fieldSize(header.source) + fieldSize(header.target) + fieldSize(header.scope) + fieldSize(header.typeName)
+    }
+
+    @inlinable
+    static func fieldSize(_ text: String) -> Int {
+        min(text.utf8.count, maximumFieldBytes)
+    }
+
+    /// Encodes a header into `buffer`, which holds at least ``encodedSize(_:)`` bytes, without
+    /// allocating: the transport encodes every message straight into the buffer it sends from.
+    /// Returns the number of bytes written.
+    public static func encode(_ header: EnvelopeHeader, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        precondition(buffer.count >= encodedSize(header), "header buffer too small")
+        var writer = Writer(buffer: buffer)
+        writer.write(magic.0)
+        writer.write(magic.1)
+        writer.write(header.version)
+        writer.write(header.kind.rawValue)
+        writer.writeBigEndian(header.flags.rawValue)
+        writer.writeBigEndian(header.correlationID)
+        writer.writeBigEndian(header.timeoutMilliseconds)
+        writer.write(header.source)
+        writer.write(header.target)
+        writer.write(header.scope)
+        writer.write(header.typeName)
+        return writer.offset
     }
 
     /// Decodes a header frame; throws ``BusError`` with `malformed` or `tooLarge`.
@@ -85,16 +104,35 @@ public enum HeaderCodec {
         )
     }
 
-    @inline(__always)
-    private static func appendBigEndian<T: FixedWidthInteger>(_ value: T, to bytes: inout [UInt8]) {
-        withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
-    }
+    /// A cursor that writes into a buffer already checked to be large enough.
+    private struct Writer {
+        let buffer: UnsafeMutableRawBufferPointer
+        var offset = 0
 
-    private static func appendString(_ text: String, to bytes: inout [UInt8]) {
-        var utf8 = Array(text.utf8)
-        if utf8.count > maximumFieldBytes { utf8.removeLast(utf8.count - maximumFieldBytes) }
-        appendBigEndian(UInt16(utf8.count), to: &bytes)
-        bytes.append(contentsOf: utf8)
+        mutating func write(_ byte: UInt8) {
+            buffer[offset] = byte
+            offset += 1
+        }
+
+        mutating func writeBigEndian<T: FixedWidthInteger>(_ value: T) {
+            buffer.storeBytes(of: value.bigEndian, toByteOffset: offset, as: T.self)
+            offset += MemoryLayout<T>.size
+        }
+
+        mutating func write(_ text: String) {
+            let length = fieldSize(text)
+            writeBigEndian(UInt16(length))
+            let copied: Void? = text.utf8.withContiguousStorageIfAvailable { utf8 in
+                if let source = utf8.baseAddress {
+                    (buffer.baseAddress! + offset).copyMemory(from: source, byteCount: length)
+                }
+            }
+            if copied == nil {
+                // A bridged or non-contiguous string: copy it out first.
+                for (index, byte) in text.utf8.prefix(length).enumerated() { buffer[offset + index] = byte }
+            }
+            offset += length
+        }
     }
 
     /// A bounds-checked cursor over the header bytes. The fixed part is checked once up front.
@@ -119,9 +157,12 @@ public enum HeaderCodec {
             guard buffer.count - offset >= length else {
                 throw BusError(.malformed, "header truncated inside the \(field) field")
             }
-            let slice = UnsafeRawBufferPointer(rebasing: buffer[offset..<(offset + length)])
+            let bytes = UnsafeRawBufferPointer(rebasing: buffer[offset..<(offset + length)]).assumingMemoryBound(to: UInt8.self)
             offset += length
-            guard let text = String(validating: slice.bindMemory(to: UInt8.self), as: UTF8.self) else {
+            // `String(decoding:)` is the fast path (no generic validation); it replaces invalid
+            // sequences, so the text is valid UTF-8 exactly when it re-encodes to the same bytes.
+            let text = String(decoding: bytes, as: UTF8.self)
+            guard bytes.allSatisfy({ $0 < 0x80 }) || text.utf8.elementsEqual(bytes) else {
                 throw BusError(.malformed, "\(field) field is not valid UTF-8")
             }
             return text

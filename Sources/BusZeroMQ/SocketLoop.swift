@@ -5,8 +5,8 @@ import Synchronization
 
 /// What runs on a ``SocketLoop``'s thread. Every call happens on that thread, which owns the socket.
 public protocol SocketLoopHandler: AnyObject {
-    /// A whole multipart message arrived.
-    func received(_ frames: [Data], on socket: ZMQSocket)
+    /// A whole multipart message arrived: an envelope, or frames that are not one.
+    func received(_ message: ReceivedMessage, on socket: ZMQSocket)
     /// Called about every tick interval, for heartbeats and deadlines.
     func tick(on socket: ZMQSocket)
     /// The loop is about to close the socket (last chance to send a goodbye).
@@ -25,7 +25,7 @@ public protocol SocketLoopHandler: AnyObject {
 /// out, without waking another thread. As with an event loop, such tasks must not block.
 public final class SocketLoop: TaskExecutor, @unchecked Sendable {
     private enum Work {
-        case send([Data])
+        case send(Envelope)
         case run(@Sendable (ZMQSocket) -> Void)
         case job(UnownedJob)
     }
@@ -41,6 +41,7 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
     private let wakeDescriptor: Int32
     private let finished = DispatchSemaphore(value: 0)
     private let tickInterval: Duration
+    private let limits: BusLimits
     private let name: String
     // Owned by the loop thread once `start` has run.
     private let socket: ZMQSocket
@@ -50,7 +51,11 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
     ///   - socket: a socket configured by the caller; the loop owns it from `start` on.
     ///   - handler: called on the loop thread.
     ///   - tickInterval: how often `tick` runs at least.
-    public init(name: String, socket: ZMQSocket, handler: any SocketLoopHandler, tickInterval: Duration = .milliseconds(100)) throws {
+    ///   - limits: the sizes of message the handler accepts; larger ones reach it as malformed.
+    public init(
+        name: String, socket: ZMQSocket, handler: any SocketLoopHandler, tickInterval: Duration = .milliseconds(100),
+        limits: BusLimits = .default
+    ) throws {
         let descriptor = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
         guard descriptor >= 0 else { throw BusError(.transport, "eventfd failed: errno \(errno)") }
         self.wakeDescriptor = descriptor
@@ -58,6 +63,7 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
         self.socket = socket
         self.handler = handler
         self.tickInterval = tickInterval
+        self.limits = limits
     }
 
     deinit {
@@ -81,12 +87,12 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
         loopThread.load(ordering: .acquiring) == UInt(pthread_self())
     }
 
-    /// Sends a message from the loop thread: at once when called there, else queued.
-    public func send(_ frames: [Data]) {
+    /// Sends an envelope from the loop thread: at once when called there, else queued.
+    public func send(_ envelope: Envelope) {
         if isOnLoopThread {
-            _ = try? socket.send(frames)
+            _ = try? socket.send(envelope)
         } else {
-            enqueue(.send(frames))
+            enqueue(.send(envelope))
         }
     }
 
@@ -190,7 +196,7 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
             if work.isEmpty { return }
             for item in work {
                 switch item {
-                case .send(let frames): _ = try? socket.send(frames)
+                case .send(let envelope): _ = try? socket.send(envelope)
                 case .run(let closure): closure(socket)
                 case .job(let job): job.runSynchronously(on: asUnownedTaskExecutor())
                 }
@@ -201,8 +207,8 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
     /// Receives what is waiting, up to a batch, so queued work and ticks are not starved.
     private func receiveBatch() {
         for _ in 0..<256 {
-            guard let frames = try? socket.receive() else { return }
-            handler.received(frames, on: socket)
+            guard let message = try? socket.receiveEnvelope(limits: limits) else { return }
+            handler.received(message, on: socket)
         }
     }
 }

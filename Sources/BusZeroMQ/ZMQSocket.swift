@@ -25,17 +25,23 @@ public final class ZMQSocket {
         case peerUnreachable
     }
 
+    public let kind: Kind
     private var handle: UnsafeMutableRawPointer?
     /// One heap-allocated message reused for every receive (a `zmq_msg_t` must not move).
     private let message: UnsafeMutablePointer<zmq_msg_t>
+    /// Where outgoing headers are encoded, reused for every send.
+    private let headerBuffer: UnsafeMutableRawBufferPointer
 
     public init(context: ZMQContext, kind: Kind) throws {
         guard let handle = zmq_socket(context.handle, kind.rawValue) else {
             throw ZMQContext.lastError("zmq_socket")
         }
+        self.kind = kind
         self.handle = handle
         self.message = .allocate(capacity: 1)
         zmq_msg_init(message)
+        // Four fields of at most 1 KiB, their lengths and the fixed part.
+        self.headerBuffer = .allocate(byteCount: HeaderCodec.fixedSize + 4 * (2 + HeaderCodec.maximumFieldBytes), alignment: 8)
         try setOption(ZMQ_LINGER, Int32(0))
     }
 
@@ -43,6 +49,7 @@ public final class ZMQSocket {
         close()
         zmq_msg_close(message)
         message.deallocate()
+        headerBuffer.deallocate()
     }
 
     /// Sets an integer socket option.
@@ -82,16 +89,110 @@ public final class ZMQSocket {
     }
 
     private func send(frame: Data, more: Bool) throws -> SendResult {
-        let flags = ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0)
-        let rc = frame.withUnsafeBytes { buffer in
-            zmq_send(handle, buffer.baseAddress, buffer.count, flags)
+        try check(frame.withUnsafeBytes { buffer in
+            zmq_send(handle, buffer.baseAddress, buffer.count, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0))
+        })
+    }
+
+    /// Sends an envelope as its two frames, after the peer's routing id on a ROUTER socket. The
+    /// header is encoded straight into a buffer the socket keeps, and a large payload is handed to
+    /// libzmq without a copy (it keeps the `Data` alive until it has written it).
+    @discardableResult
+    public func send(_ envelope: Envelope, routingID: Data? = nil) throws -> SendResult {
+        if let routingID {
+            let result = try send(frame: routingID, more: true)
+            if result != .sent { return result }
         }
+        let headerBytes = HeaderCodec.encode(envelope.header, into: headerBuffer)
+        _ = try check(zmq_send(handle, headerBuffer.baseAddress, headerBytes, ZMQ_DONTWAIT | ZMQ_SNDMORE))
+        if envelope.payload.count < Self.zeroCopyThreshold {
+            return try send(frame: envelope.payload, more: false)
+        }
+        return try sendWithoutCopy(envelope.payload)
+    }
+
+    /// Payloads from this size on are lent to libzmq rather than copied.
+    static let zeroCopyThreshold = 16 * 1024
+
+    private func sendWithoutCopy(_ payload: Data) throws -> SendResult {
+        let owner = Unmanaged.passRetained(PayloadOwner(payload))
+        let bytes = payload.withUnsafeBytes { UnsafeMutableRawPointer(mutating: $0.baseAddress!) }
+        let frame = UnsafeMutablePointer<zmq_msg_t>.allocate(capacity: 1)
+        defer { frame.deallocate() }
+        // libzmq calls the free function (on its I/O thread) once the frame is written or dropped.
+        guard zmq_msg_init_data(frame, bytes, payload.count, { _, hint in
+            Unmanaged<PayloadOwner>.fromOpaque(hint!).release()
+        }, owner.toOpaque()) == 0 else {
+            owner.release()
+            throw ZMQContext.lastError("zmq_msg_init_data")
+        }
+        let rc = zmq_msg_send(frame, handle, ZMQ_DONTWAIT)
+        if rc < 0 { zmq_msg_close(frame) }  // on failure the frame is still ours
+        return try check(rc)
+    }
+
+    private func check(_ rc: Int32) throws -> SendResult {
         if rc >= 0 { return .sent }
         switch zmq_errno() {
         case EAGAIN: return .wouldBlock
         case EHOSTUNREACH: return .peerUnreachable
         default: throw ZMQContext.lastError("zmq_send")
         }
+    }
+
+    /// Receives one message as an envelope without blocking; nil when none is waiting. The header
+    /// is decoded straight from libzmq's buffer; a large payload becomes a `Data` over libzmq's
+    /// buffer, without a copy. Frames that are not a valid envelope come back as a
+    /// ``MalformedMessage``.
+    public func receiveEnvelope(limits: BusLimits) throws -> ReceivedMessage? {
+        let routed = kind == .router
+        var routingID: Data?
+        var frames = 0
+        var parts = 0
+        var header: Result<EnvelopeHeader, BusError>?
+        var payloadBytes = 0
+        var payload = Data()
+        while true {
+            let rc = zmq_msg_recv(message, handle, frames == 0 ? ZMQ_DONTWAIT : 0)
+            if rc < 0 {
+                let error = zmq_errno()
+                if error == EAGAIN && frames == 0 { return nil }
+                if error == EINTR { continue }
+                throw ZMQContext.lastError("zmq_msg_recv")
+            }
+            let size = zmq_msg_size(message)
+            let bytes = UnsafeRawBufferPointer(start: zmq_msg_data(message), count: size)
+            if routed && frames == 0 {
+                routingID = size == 0 ? Data() : Data(bytes: bytes.baseAddress!, count: size)
+            } else {
+                switch parts {
+                case 0:
+                    header = Result { try HeaderCodec.decode(bytes) }.mapError(BusError.init(wrapping:))
+                case 1:
+                    payloadBytes = size
+                    if size <= limits.maximumPayloadBytes { payload = takePayload(size: size) }
+                default:
+                    break
+                }
+                parts += 1
+            }
+            frames += 1
+            if zmq_msg_more(message) == 0 { break }
+        }
+        return ReceivedMessage(
+            routingID: routingID,
+            content: Envelope.assemble(frameCount: parts, header: header, payloadBytes: payloadBytes, payload: payload, limits: limits))
+    }
+
+    /// The payload in the receive message: copied when small, else moved into a `Data` that closes
+    /// the libzmq message when it is freed.
+    private func takePayload(size: Int) -> Data {
+        guard size >= Self.zeroCopyThreshold else {
+            return Data(bytes: zmq_msg_data(message), count: size)
+        }
+        let owned = OwnedMessage()
+        zmq_msg_move(owned.message, message)
+        return Data(bytesNoCopy: zmq_msg_data(owned.message), count: size, deallocator: .custom { _, _ in owned.close() })
     }
 
     /// Receives one whole multipart message without blocking; nil when none is waiting.
@@ -126,5 +227,35 @@ public final class ZMQSocket {
             zmq_close(handle)
             self.handle = nil
         }
+    }
+}
+
+/// One message read from a socket by ``ZMQSocket/receiveEnvelope(limits:)``.
+public struct ReceivedMessage: Sendable {
+    /// The sender's routing id, on a ROUTER socket.
+    public var routingID: Data?
+    /// The envelope, or why the frames are not one.
+    public var content: Result<Envelope, MalformedMessage>
+}
+
+/// Keeps a sent payload alive until libzmq has written it.
+private final class PayloadOwner {
+    let payload: Data
+    init(_ payload: Data) { self.payload = payload }
+}
+
+/// A received libzmq message that a `Data` lends out; closed when that `Data` is freed, on
+/// whatever thread frees it (closing a message is thread-safe in libzmq).
+private final class OwnedMessage: @unchecked Sendable {
+    let message: UnsafeMutablePointer<zmq_msg_t>
+
+    init() {
+        message = .allocate(capacity: 1)
+        zmq_msg_init(message)
+    }
+
+    func close() {
+        zmq_msg_close(message)
+        message.deallocate()
     }
 }

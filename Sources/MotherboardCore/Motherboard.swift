@@ -103,19 +103,22 @@ public final class Motherboard {
 
     /// Handles the frames of one message (after the routing id) from `peer`.
     public func receive(_ frames: [Data], from peer: PeerID, now: ContinuousClock.Instant) {
+        receive(Envelope.parse(frames: frames, limits: settings.limits), from: peer, now: now)
+    }
+
+    /// Handles one message that a transport has already parsed (or found malformed).
+    public func receive(_ message: Result<Envelope, MalformedMessage>, from peer: PeerID, now: ContinuousClock.Instant) {
         let envelope: Envelope
-        do {
-            envelope = try Envelope(frames: frames, limits: settings.limits)
-        } catch let error as BusError {
+        switch message {
+        case .success(let parsed):
+            envelope = parsed
+        case .failure(let malformed):
             counters.malformedMessages += 1
-            logger.debug("refused message", metadata: ["peer": "\(peer)", "error": "\(error)"])
+            logger.debug("refused message", metadata: ["peer": "\(peer)", "error": "\(malformed.error)"])
             // Answer when the header is readable, so the sender can match the error to its request.
-            if frames.count >= 1, let header = try? HeaderCodec.decode(frames[0]), header.kind != .reply, header.kind != .error {
-                send(Envelope(header: header).errorReply(error), to: peer)
+            if let header = malformed.header, header.kind != .reply, header.kind != .error {
+                send(Envelope(header: header).errorReply(malformed.error), to: peer)
             }
-            return
-        } catch {
-            counters.malformedMessages += 1
             return
         }
         let sender = registry.board(for: peer)

@@ -86,7 +86,8 @@ public final class MotherboardServer: Service {
             logger.error("cannot start the fleet", metadata: ["error": "\(error)"])
         }
         let handler = RouterLoopHandler(motherboard: motherboard)
-        let loop = try SocketLoop(name: "motherboard", socket: socket, handler: handler, tickInterval: .milliseconds(100))
+        let loop = try SocketLoop(
+            name: "motherboard", socket: socket, handler: handler, tickInterval: .milliseconds(100), limits: options.settings.limits)
         exits.connect(loop: loop, motherboard: motherboard)
         loop.start()
 
@@ -141,7 +142,7 @@ final class RouterTransport: MotherboardTransport {
     private var lastGone: PeerID?
 
     func send(_ envelope: Envelope, to peer: PeerID) -> Bool {
-        let result = try? socket.send([peer.bytes] + envelope.frames())
+        let result = try? socket.send(envelope, routingID: peer.bytes)
         if result == .peerUnreachable { lastGone = peer }
         return result == .sent
     }
@@ -160,9 +161,9 @@ final class RouterLoopHandler: SocketLoopHandler {
         self.motherboard = motherboard
     }
 
-    func received(_ frames: [Data], on socket: ZMQSocket) {
-        guard frames.count >= 2 else { return }
-        motherboard.receive(Array(frames.dropFirst()), from: PeerID(frames[0]), now: clock.now)
+    func received(_ message: ReceivedMessage, on socket: ZMQSocket) {
+        guard let routingID = message.routingID else { return }
+        motherboard.receive(message.content, from: PeerID(routingID), now: clock.now)
     }
 
     func tick(on socket: ZMQSocket) {

@@ -18,7 +18,37 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Instead of the comparison, a steady load for this many seconds: messages sent, answered, lost, broker memory.")
     var soak: Double?
 
+    @Option(help: ArgumentHelp(
+        "Instead of the comparison, only BoardBus's throughput load (4×16 echo commands in flight) for this many seconds, printing the processes' pids: for profiling with perf.",
+        visibility: .hidden))
+    var load: Double?
+
+    @Option(help: ArgumentHelp("With --load or --load-baseline: the echo board's command (echo or echo.raw).", visibility: .hidden))
+    var command = "echo"
+
+    @Option(help: ArgumentHelp("Instead of the comparison, only the baseline's throughput load for this many seconds.", visibility: .hidden))
+    var loadBaseline: Double?
+
     func run() async throws {
+        if let load {
+            let manifest = #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}]}"#
+            try await TestFleet.with(manifest: manifest) { fleet in
+                print("motherboard pid \(fleet.brokerPID), bench-echo-board pid \(fleet.pid(of: BoardBusBench.board) ?? 0), client pid \(getpid())")
+                let rate = try await BoardBusBench(fleet: fleet).throughput(
+                    payload: echoPayload(bytes: 100), clients: 4, window: 16, seconds: load, command: command)
+                print("BoardBus throughput 100 B: \(Int(rate)) msg/s")
+            }
+            return
+        }
+        if let loadBaseline {
+            let baseline = try await BaselineProcesses.start()
+            defer { baseline.stop() }
+            print("zmq-baseline-proxy pid \(baseline.proxy.pid), zmq-baseline-echo pid \(baseline.echo.pid), client pid \(getpid())")
+            let rate = try BaselineBench(endpoint: baseline.frontEndpoint).throughput(
+                payload: echoPayload(bytes: 100), clients: 4, window: 16, seconds: loadBaseline)
+            print("baseline throughput 100 B: \(Int(rate)) msg/s")
+            return
+        }
         if let soak {
             let manifest = #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}, {"id": "demo.comments", "executable": "Comments"}]}"#
             print("boardbus-bench --soak \(Int(soak)) on \(MachineDescription.current())")

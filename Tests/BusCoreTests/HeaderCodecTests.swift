@@ -66,6 +66,30 @@ struct HeaderCodecTests {
         #expect(error?.code == .malformed)
     }
 
+    @Test func refusesEveryKindOfInvalidUTF8() {
+        // A lone continuation byte, an overlong '/', a truncated 3-byte sequence, a surrogate.
+        for bad: [UInt8] in [[0x80], [0xC0, 0xAF], [0xE2, 0x82], [0xED, 0xA0, 0x80], [0x61, 0xF8, 0x61]] {
+            var bytes = HeaderCodec.encode(EnvelopeHeader(kind: .command))
+            bytes.replaceSubrange(18..<20, with: [0, UInt8(bad.count)] + bad)
+            let error = try? #require(throws: BusError.self) { try HeaderCodec.decode(Data(bytes)) }
+            #expect(error?.code == .malformed, "\(bad)")
+            #expect(error?.message.contains("UTF-8") == true)
+        }
+    }
+
+    @Test func encodesIntoABufferOfTheAnnouncedSize() throws {
+        let long = String(repeating: "é", count: 600)  // 1200 bytes: cut to the 1 KiB field limit
+        for header in [sample, EnvelopeHeader(kind: .reply), EnvelopeHeader(kind: .command, source: long, typeName: "x")] {
+            let size = HeaderCodec.encodedSize(header)
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 1)
+            defer { buffer.deallocate() }
+            #expect(HeaderCodec.encode(header, into: buffer) == size)
+            #expect(Array(buffer) == HeaderCodec.encode(header))
+        }
+        let cut = HeaderCodec.encode(EnvelopeHeader(kind: .command, source: String(repeating: "a", count: 2000)))
+        #expect(try HeaderCodec.decode(Data(cut)).source.utf8.count == HeaderCodec.maximumFieldBytes)
+    }
+
     @Test func refusesAnOversizedHeader() {
         let bytes = [UInt8](repeating: 0x42, count: HeaderCodec.maximumHeaderBytes + 1)
         let error = try? #require(throws: BusError.self) { try HeaderCodec.decode(Data(bytes)) }

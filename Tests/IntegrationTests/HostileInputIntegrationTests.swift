@@ -2,6 +2,7 @@ import BoardKit
 import BoardKitTesting
 import BusZeroMQ
 import Foundation
+import GreeterIO
 import Testing
 
 /// The broker survives any bytes on its socket.
@@ -70,6 +71,40 @@ struct HostileInputIntegrationTests {
             #expect(try decode(BoardList.self, from: list).boards.count == 3)
             let call = try await fleet.busctl("call", "demo.greeter", "greet", #"{"name":"still here"}"#)
             #expect(call.standardOutput.contains("Hello, still here!"))
+        }
+    }
+
+    /// Large payloads cross the broker intact both ways (they travel without copies between
+    /// libzmq and the SDK), and one over the limit gets a typed `tooLarge` answer.
+    @Test func largePayloadsRoundTripAndOversizedOnesAreRefused() async throws {
+        try await TestFleet.with(manifest: exampleManifest) { fleet in
+            try await fleet.withClient { client in
+                for length in [20_000, 300_000, 3_000_000] {
+                    let name = String((0..<length).map { index in Character(UnicodeScalar(UInt8(97 + index % 26))) })
+                    let greeting = try await client.interact(with: GreeterIO.id, GreeterIO.Greet(name: name), timeout: .seconds(20))
+                    #expect(greeting.message == "Hello, \(name)!")
+                }
+                let oversized = Envelope(
+                    header: EnvelopeHeader(kind: .command, target: GreeterIO.id.rawValue, typeName: "greet"), payload: Data(count: (4 << 20) + 1))
+                let refused = try #require(throws: BusError.self) { try client.send(oversized) }
+                #expect(refused.code == .tooLarge)
+            }
+            // A peer that ignores the limit is answered by the broker with a typed error.
+            let endpoint = fleet.address.endpoint
+            let answer = try await Task.detached {
+                let context = try ZMQContext()
+                defer { context.terminate() }
+                let socket = try ZMQSocket(context: context, kind: .dealer)
+                defer { socket.close() }
+                try socket.connect(endpoint)
+                let header = EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 77, target: GreeterIO.id.rawValue, typeName: "greet")
+                _ = try socket.send([Data(HeaderCodec.encode(header)), Data(count: (4 << 20) + 10)])
+                guard socket.waitReadable(timeoutMilliseconds: 10_000), let frames = try socket.receive() else { return nil as Envelope? }
+                return try Envelope(frames: frames)
+            }.value
+            let reply = try #require(answer)
+            #expect(reply.header.correlationID == 77)
+            #expect(reply.carriedError?.code == .tooLarge)
         }
     }
 }
