@@ -16,7 +16,7 @@ public protocol SocketLoopHandler: AnyObject {
 /// A thread that owns one ZeroMQ socket and polls it, and a task executor that runs on it.
 ///
 /// Other threads never touch the socket: they hand frames or closures to ``send(_:)`` and
-/// ``execute(_:)``, which queue them and wake the loop through an `eventfd` that `zmq_poll`
+/// ``execute(_:)``, which queue them and wake the loop through an `eventfd` that `poll`
 /// watches beside the socket. The handler runs on the loop thread, so a broker can route a
 /// message without any thread hop.
 ///
@@ -39,6 +39,8 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
     /// `pthread_self()` of the loop thread, 0 before it starts.
     private let loopThread = Atomic<UInt>(0)
     private let wakeDescriptor: Int32
+    /// libzmq's notification descriptor of the socket (`ZMQ_FD`).
+    private let socketDescriptor: Int32
     private let finished = DispatchSemaphore(value: 0)
     private let tickInterval: Duration
     private let limits: BusLimits
@@ -56,6 +58,7 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
         name: String, socket: ZMQSocket, handler: any SocketLoopHandler, tickInterval: Duration = .milliseconds(100),
         limits: BusLimits = .default
     ) throws {
+        self.socketDescriptor = try socket.notificationDescriptor()
         let descriptor = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
         guard descriptor >= 0 else { throw BusError(.transport, "eventfd failed: errno \(errno)") }
         self.wakeDescriptor = descriptor
@@ -147,29 +150,44 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
     }
 
     private func run() {
-        var items = [
-            zmq_pollitem_t(socket: socket.pollHandle, fd: 0, events: Int16(ZMQ_POLLIN), revents: 0),
-            zmq_pollitem_t(socket: nil, fd: wakeDescriptor, events: Int16(ZMQ_POLLIN), revents: 0),
+        // One poll(2) per sleep, on libzmq's notification descriptor (`ZMQ_FD`) and the wake-up
+        // eventfd. The notification descriptor only says that the socket's state may have
+        // changed, and a send can consume its signal, so the loop sleeps only after a receive
+        // found nothing (which re-arms it) and, when it sent since, after `ZMQ_EVENTS` says no
+        // message waits. That is fewer system calls per wake-up than `zmq_poll`, which polls once
+        // without waiting, then again to wait, then asks for the events again.
+        var descriptors = [
+            pollfd(fd: socketDescriptor, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: wakeDescriptor, events: Int16(POLLIN), revents: 0),
         ]
         let clock = ContinuousClock()
         var nextTick = clock.now.advanced(by: tickInterval)
+        var readSocket = true
         while phase.load(ordering: .acquiring) == Phase.running.rawValue {
-            let pendingWork = queue.withLock { !$0.isEmpty }
-            let timeout = pendingWork ? 0 : max(0, clock.now.duration(to: nextTick).wholeMilliseconds)
-            let rc = zmq_poll(&items, 2, timeout)
-            if rc < 0 && zmq_errno() != EINTR { break }
-            if items[1].revents & Int16(ZMQ_POLLIN) != 0 {
-                var counter: UInt64 = 0
-                _ = Glibc.read(wakeDescriptor, &counter, MemoryLayout<UInt64>.size)
-            }
-            if items[0].revents & Int16(ZMQ_POLLIN) != 0 {
-                receiveBatch()
-            }
-            drainQueue()
+            // A batch cut short leaves messages that will not signal the descriptor again.
+            let more = readSocket && !receiveBatch()
+            var sent = drainQueue()
             if clock.now >= nextTick {
                 handler.tick(on: socket)
                 nextTick = clock.now.advanced(by: tickInterval)
+                sent = true
             }
+            if more || (sent && socket.hasIncoming) {
+                readSocket = true
+                continue
+            }
+            if queue.withLock({ !$0.isEmpty }) {
+                readSocket = false
+                continue
+            }
+            let timeout = Int32(clamping: max(0, clock.now.duration(to: nextTick).wholeMilliseconds) + 1)
+            let rc = poll(&descriptors, 2, timeout)
+            if rc < 0 && errno != EINTR { break }
+            if descriptors[1].revents & Int16(POLLIN) != 0 {
+                var counter: UInt64 = 0
+                _ = Glibc.read(wakeDescriptor, &counter, MemoryLayout<UInt64>.size)
+            }
+            readSocket = descriptors[0].revents & Int16(POLLIN) != 0 || rc == 0
         }
         drainQueue()
         handler.stopping(on: socket)
@@ -186,14 +204,16 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
 
     /// Runs what other threads (and tasks on this executor) queued, a bounded number of rounds so
     /// that a task that keeps queueing work cannot starve the socket.
-    private func drainQueue() {
-        for _ in 0..<64 {
+    /// Returns whether there was any.
+    @discardableResult
+    private func drainQueue() -> Bool {
+        for round in 0..<64 {
             let work = queue.withLock { queue -> [Work] in
                 let taken = queue
                 queue.removeAll(keepingCapacity: true)
                 return taken
             }
-            if work.isEmpty { return }
+            if work.isEmpty { return round > 0 }
             for item in work {
                 switch item {
                 case .send(let envelope): _ = try? socket.send(envelope)
@@ -202,13 +222,16 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
                 }
             }
         }
+        return true
     }
 
     /// Receives what is waiting, up to a batch, so queued work and ticks are not starved.
-    private func receiveBatch() {
+    /// Returns whether it stopped because nothing more waits (rather than at the batch's end).
+    private func receiveBatch() -> Bool {
         for _ in 0..<256 {
-            guard let message = try? socket.receiveEnvelope(limits: limits) else { return }
+            guard let message = try? socket.receiveEnvelope(limits: limits) else { return true }
             handler.received(message, on: socket)
         }
+        return false
     }
 }

@@ -221,6 +221,24 @@ public final class ZMQSocket {
     /// The raw handle, for `zmq_poll` inside this module.
     var pollHandle: UnsafeMutableRawPointer? { handle }
 
+    /// The socket's notification descriptor (`ZMQ_FD`): it becomes readable when the socket's
+    /// state may have changed, after which ``hasIncoming`` tells whether a message waits.
+    func notificationDescriptor() throws -> Int32 {
+        var descriptor: Int32 = -1
+        var size = MemoryLayout<Int32>.size
+        guard zmq_getsockopt(handle, ZMQ_FD, &descriptor, &size) == 0 else { throw ZMQContext.lastError("zmq_getsockopt(ZMQ_FD)") }
+        return descriptor
+    }
+
+    /// Whether a message can be received now (`ZMQ_EVENTS`). Reading it also processes libzmq's
+    /// pending commands, which re-arms the notification descriptor.
+    var hasIncoming: Bool {
+        var events: Int32 = 0
+        var size = MemoryLayout<Int32>.size
+        guard zmq_getsockopt(handle, ZMQ_EVENTS, &events, &size) == 0 else { return true }  // let a receive report it
+        return events & Int32(ZMQ_POLLIN) != 0
+    }
+
     /// Closes the socket; later calls do nothing.
     public func close() {
         if let handle {

@@ -73,39 +73,47 @@ struct BenchCommand: AsyncParsableCommand {
             let base = BaselineBench(endpoint: baseline.frontEndpoint)
             let brokerPID = fleet.brokerPID
 
+            // Two handlers on the echo board: `echo.raw` answers with the payload it got, as the
+            // baseline's C echo does (the bus's own cost); `echo` decodes the JSON into a Codable
+            // struct and encodes the reply (what a typed handler adds on top).
+            let typed = "typed Codable echo (JSON decode + encode)"
             for (label, bytes, requests) in [("100 B", 100, settings.latencyRequests), ("64 KiB", 65_536, settings.largeLatencyRequests)] {
                 let payload = echoPayload(bytes: bytes)
+                let judged = label == "100 B"
                 // Alternate the two in rounds, so that drift in the machine's speed hits both alike.
                 var baseHistogram = makeHistogram()
-                var busHistogram = makeHistogram()
                 var rawHistogram = makeHistogram()
+                var typedHistogram = makeHistogram()
                 let rounds = 5
                 for round in 1...rounds {
                     progress("round trip \(label): round \(round)/\(rounds)")
-                    baseHistogram.add(try base.latency(payload: payload, requests: requests / rounds, warmup: settings.warmupRequests / rounds))
-                    busHistogram.add(try await bus.latency(payload: payload, requests: requests / rounds, warmup: settings.warmupRequests / rounds))
-                    rawHistogram.add(try await bus.latency(
-                        payload: payload, requests: requests / rounds, warmup: settings.warmupRequests / rounds, command: "echo.raw"))
+                    let (count, warmup) = (requests / rounds, settings.warmupRequests / rounds)
+                    baseHistogram.add(try base.latency(payload: payload, requests: count, warmup: warmup))
+                    rawHistogram.add(try await bus.latency(payload: payload, requests: count, warmup: warmup, command: "echo.raw"))
+                    typedHistogram.add(try await bus.latency(payload: payload, requests: count, warmup: warmup, command: "echo"))
                 }
-                report.latency(label, baseline: LatencySummary(baseHistogram), boardBus: LatencySummary(busHistogram))
-                report.latency("\(label), raw handler (no JSON)", baseline: LatencySummary(baseHistogram), boardBus: LatencySummary(rawHistogram))
+                report.latency(label, baseline: LatencySummary(baseHistogram), boardBus: LatencySummary(rawHistogram), judged: judged ? "echo" : nil)
+                report.latency(
+                    "\(label), \(typed)", baseline: LatencySummary(baseHistogram), boardBus: LatencySummary(typedHistogram),
+                    judged: judged ? "typed echo" : nil)
 
                 progress("throughput \(label): baseline")
                 let baseRate = try base.throughput(payload: payload, clients: settings.clients, window: settings.window, seconds: settings.throughputSeconds)
                 progress("throughput \(label): BoardBus")
-                let busRate = try await bus.throughput(payload: payload, clients: settings.clients, window: settings.window, seconds: settings.throughputSeconds)
-                report.throughput("\(label), \(settings.clients)×\(settings.window) in flight", baseline: baseRate, boardBus: busRate)
-                progress("throughput \(label): BoardBus, raw handler")
                 let rawRate = try await bus.throughput(
                     payload: payload, clients: settings.clients, window: settings.window, seconds: settings.throughputSeconds, command: "echo.raw")
-                report.throughput("\(label), raw handler (no JSON)", baseline: baseRate, boardBus: rawRate)
+                report.throughput("\(label), \(settings.clients)×\(settings.window) in flight", baseline: baseRate, boardBus: rawRate, judged: judged ? "echo" : nil)
+                progress("throughput \(label): BoardBus, typed handler")
+                let typedRate = try await bus.throughput(
+                    payload: payload, clients: settings.clients, window: settings.window, seconds: settings.throughputSeconds, command: "echo")
+                report.throughput("\(label), \(typed)", baseline: baseRate, boardBus: typedRate, judged: judged ? "typed echo" : nil)
             }
 
             progress("broker memory over \(Int(settings.memorySeconds)) s of load")
             let memoryStart = residentKiB(of: brokerPID) ?? 0
             let messages = try await bus.throughput(
                 payload: echoPayload(bytes: 100), clients: settings.clients, window: settings.window,
-                seconds: settings.memorySeconds) * settings.memorySeconds
+                seconds: settings.memorySeconds, command: "echo.raw") * settings.memorySeconds
             let memoryEnd = residentKiB(of: brokerPID) ?? 0
             report.memory(startKiB: memoryStart, endKiB: memoryEnd, messages: Int(messages), seconds: settings.memorySeconds)
 

@@ -1,0 +1,67 @@
+import BusCore
+import BusZeroMQ
+import CZeroMQ
+import Foundation
+import Synchronization
+import Testing
+
+/// The socket loop over a real `ipc://` socket: it must never sleep while messages wait, even
+/// with its periodic tick (its safety net) an hour away.
+@Suite("Socket loop", .timeLimit(.minutes(1)))
+struct SocketLoopIntegrationTests {
+    /// Answers every message with its payload, on the loop thread.
+    final class EchoHandler: SocketLoopHandler, @unchecked Sendable {
+        let received = Atomic<Int>(0)
+        func received(_ message: ReceivedMessage, on socket: ZMQSocket) {
+            guard case .success(let envelope) = message.content, let routingID = message.routingID else { return }
+            received.add(1, ordering: .relaxed)
+            _ = try? socket.send(envelope.reply(payload: envelope.payload), routingID: routingID)
+        }
+        func tick(on socket: ZMQSocket) {}
+        func stopping(on socket: ZMQSocket) {}
+    }
+
+    @Test func aBurstLargerThanOneBatchIsAnsweredWithoutWaitingForATick() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-loop-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let endpoint = "ipc://\(directory)/loop.sock"
+        let context = try ZMQContext()
+        defer { context.terminate() }
+        let router = try ZMQSocket(context: context, kind: .router)
+        try router.setOption(ZMQ_RCVHWM, Int32(100_000))
+        try router.setOption(ZMQ_SNDHWM, Int32(100_000))
+        try router.bind(endpoint)
+        let handler = EchoHandler()
+        let loop = try SocketLoop(name: "test-loop", socket: router, handler: handler, tickInterval: .seconds(3600))
+        loop.start()
+        defer { loop.stop() }
+
+        let count = 2_000
+        let answered = try await Task.detached {
+            let clientContext = try ZMQContext()
+            defer { clientContext.terminate() }
+            let dealer = try ZMQSocket(context: clientContext, kind: .dealer)
+            defer { dealer.close() }
+            try dealer.setOption(ZMQ_RCVHWM, Int32(100_000))
+            try dealer.setOption(ZMQ_SNDHWM, Int32(100_000))
+            try dealer.connect(endpoint)
+            // All at once, so that more than one batch waits when the loop wakes.
+            for index in 0..<count {
+                let envelope = Envelope(header: EnvelopeHeader(kind: .command, correlationID: UInt64(index + 1)), payload: Data("\(index)".utf8))
+                #expect(try dealer.send(envelope) == .sent)
+            }
+            var answered = Set<UInt64>()
+            while answered.count < count, dealer.waitReadable(timeoutMilliseconds: 20_000) {
+                while let frames = try dealer.receive() {
+                    let reply = try Envelope(frames: frames)
+                    #expect(reply.payload == Data("\(reply.header.correlationID - 1)".utf8))
+                    answered.insert(reply.header.correlationID)
+                }
+            }
+            return answered.count
+        }.value
+        #expect(answered == count)
+        #expect(handler.received.load(ordering: .relaxed) == count)
+    }
+}
