@@ -20,14 +20,14 @@ final class BoardRuntime: Service, Sendable {
         var active = false
     }
 
+    /// What every handler gets; made once (handlers run on every message).
+    let context: BoardContext
+
     init(board: Board, client: BusClient, logger: Logger) {
         self.board = board
         self.client = client
         self.logger = logger
-    }
-
-    var context: BoardContext {
-        BoardContext(id: board.id, scope: board.scope, logger: logger, client: client, flowHandlers: flowHandlers, completion: completion)
+        self.context = BoardContext(id: board.id, scope: board.scope, logger: logger, client: client, flowHandlers: flowHandlers, completion: completion)
     }
 
     func run() async throws {

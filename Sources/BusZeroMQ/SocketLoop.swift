@@ -48,6 +48,9 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
     // Owned by the loop thread once `start` has run.
     private let socket: ZMQSocket
     private let handler: any SocketLoopHandler
+    /// The queue's second buffer: each drain swaps it with the queue, so that neither is
+    /// reallocated. Touched only on the loop thread.
+    private var draining: [Work] = []
 
     /// - Parameters:
     ///   - socket: a socket configured by the caller; the loop owns it from `start` on.
@@ -208,10 +211,12 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
     @discardableResult
     private func drainQueue() -> Bool {
         for round in 0..<64 {
-            let work = queue.withLock { queue -> [Work] in
-                let taken = queue
-                queue.removeAll(keepingCapacity: true)
-                return taken
+            var work = draining
+            draining = []
+            queue.withLock { swap(&$0, &work) }
+            defer {
+                work.removeAll(keepingCapacity: true)
+                draining = work
             }
             if work.isEmpty { return round > 0 }
             for item in work {

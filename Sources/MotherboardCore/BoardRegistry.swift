@@ -4,7 +4,26 @@ import Foundation
 /// A ZeroMQ routing id: how the broker's ROUTER socket names a connected peer.
 public struct PeerID: Hashable, Sendable, CustomStringConvertible {
     public let bytes: Data
-    public init(_ bytes: Data) { self.bytes = bytes }
+    /// Computed once: the broker looks peers up on every message, and hashing a `Data` through
+    /// `Hasher` costs more than the lookup itself.
+    private let digest: UInt64
+
+    public init(_ bytes: Data) {
+        self.bytes = bytes
+        // FNV-1a over the routing id (5 bytes for libzmq's generated ids).
+        var digest: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in bytes { digest = (digest ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        self.digest = digest
+    }
+
+    public static func == (lhs: PeerID, rhs: PeerID) -> Bool {
+        lhs.digest == rhs.digest && lhs.bytes == rhs.bytes
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(digest)
+    }
+
     public var description: String { bytes.map { String(format: "%02x", $0) }.joined() }
 }
 
@@ -34,7 +53,7 @@ final class LiveBoard {
 /// The live boards, by scoped name and by peer.
 struct BoardRegistry {
     private(set) var boards: [ScopedName: LiveBoard] = [:]
-    private var namesByPeer: [PeerID: ScopedName] = [:]
+    private var boardsByPeer: [PeerID: LiveBoard] = [:]
 
     /// Looks a board up by the id as written in a header, without validating it first: an
     /// invalid id is simply not found.
@@ -43,20 +62,20 @@ struct BoardRegistry {
     }
 
     func board(for peer: PeerID) -> LiveBoard? {
-        namesByPeer[peer].flatMap { boards[$0] }
+        boardsByPeer[peer]
     }
 
     mutating func insert(_ board: LiveBoard) {
-        if let previous = boards[board.name] { namesByPeer[previous.peer] = nil }
-        if let oldName = namesByPeer[board.peer], oldName != board.name { boards[oldName] = nil }
+        if let previous = boards[board.name] { boardsByPeer[previous.peer] = nil }
+        if let old = boardsByPeer[board.peer], old.name != board.name { boards[old.name] = nil }
         boards[board.name] = board
-        namesByPeer[board.peer] = board.name
+        boardsByPeer[board.peer] = board
     }
 
     @discardableResult
     mutating func remove(_ name: ScopedName) -> LiveBoard? {
         guard let board = boards.removeValue(forKey: name) else { return nil }
-        namesByPeer[board.peer] = nil
+        boardsByPeer[board.peer] = nil
         return board
     }
 

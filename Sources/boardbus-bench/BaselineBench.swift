@@ -8,10 +8,12 @@ import Histogram
 /// Its clients block on their own threads, so nothing but ZeroMQ sits on the path.
 struct BaselineBench: Sendable {
     let endpoint: String
+    /// The command named in the request header (the C echo ignores it; a BoardBus broker routes on it).
+    var command = "echo"
 
     /// The request frames: a BoardBus-sized header and the payload, so both sides move the same bytes.
-    static func frames(payload: Data) -> [Data] {
-        let header = EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 1, target: "bench.echo", typeName: "echo")
+    static func frames(payload: Data, command: String = "echo") -> [Data] {
+        let header = EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 1, target: "bench.echo", typeName: command)
         return [Data(HeaderCodec.encode(header)), payload]
     }
 
@@ -21,7 +23,7 @@ struct BaselineBench: Sendable {
             defer { context.terminate() }
             let socket = try connect(context)
             defer { socket.close() }
-            let frames = Self.frames(payload: payload)
+            let frames = Self.frames(payload: payload, command: command)
             var histogram = makeHistogram()
             for index in 0..<(warmup + requests) {
                 let start = monotonicNanoseconds()
@@ -34,7 +36,7 @@ struct BaselineBench: Sendable {
 
     /// `clients` sockets on their own threads, each keeping `window` requests in flight.
     func throughput(payload: Data, clients: Int, window: Int, seconds: Double) throws -> Double {
-        let frames = Self.frames(payload: payload)
+        let frames = Self.frames(payload: payload, command: command)
         let results = (0..<clients).map { _ in
             Thread.detachedResult { () throws -> Int in
                 let context = try ZMQContext()

@@ -19,7 +19,7 @@ struct BenchCommand: AsyncParsableCommand {
     var soak: Double?
 
     @Option(help: ArgumentHelp(
-        "Instead of the comparison, only BoardBus's throughput load (4×16 echo commands in flight) for this many seconds, printing the processes' pids: for profiling with perf.",
+        "Instead of the comparison, only BoardBus's throughput load (by default 4×16 echo commands in flight) for this many seconds, printing the processes' pids: for profiling with perf.",
         visibility: .hidden))
     var load: Double?
 
@@ -29,13 +29,38 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Instead of the comparison, only the baseline's throughput load for this many seconds.", visibility: .hidden))
     var loadBaseline: Double?
 
+    @Option(help: ArgumentHelp("With --load or --load-baseline: connections.", visibility: .hidden))
+    var loadClients = 4
+
+    @Option(help: ArgumentHelp("With --load or --load-baseline: requests in flight per connection.", visibility: .hidden))
+    var loadWindow = 16
+
+    @Flag(help: ArgumentHelp("With --load: load the broker with the baseline's blocking raw clients instead of BusClient.", visibility: .hidden))
+    var rawClients = false
+
+    @Option(help: ArgumentHelp("Instead of the comparison, only the broker's logic without sockets, this many round trips.", visibility: .hidden))
+    var brokerLogic: Int?
+
     func run() async throws {
+        if let brokerLogic {
+            print("broker logic per round trip, no sockets: \(Int(try BrokerLogicBench.roundTrip(iterations: brokerLogic))) ns")
+            return
+        }
+        if let load, rawClients {
+            let manifest = #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}]}"#
+            try await TestFleet.with(manifest: manifest) { fleet in
+                let rate = try BaselineBench(endpoint: fleet.address.endpoint, command: command).throughput(
+                    payload: echoPayload(bytes: 100), clients: loadClients, window: loadWindow, seconds: load)
+                print("BoardBus broker and board, raw clients, throughput 100 B: \(Int(rate)) msg/s")
+            }
+            return
+        }
         if let load {
             let manifest = #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}]}"#
             try await TestFleet.with(manifest: manifest) { fleet in
                 print("motherboard pid \(fleet.brokerPID), bench-echo-board pid \(fleet.pid(of: BoardBusBench.board) ?? 0), client pid \(getpid())")
                 let rate = try await BoardBusBench(fleet: fleet).throughput(
-                    payload: echoPayload(bytes: 100), clients: 4, window: 16, seconds: load, command: command)
+                    payload: echoPayload(bytes: 100), clients: loadClients, window: loadWindow, seconds: load, command: command)
                 print("BoardBus throughput 100 B: \(Int(rate)) msg/s")
             }
             return
@@ -45,7 +70,7 @@ struct BenchCommand: AsyncParsableCommand {
             defer { baseline.stop() }
             print("zmq-baseline-proxy pid \(baseline.proxy.pid), zmq-baseline-echo pid \(baseline.echo.pid), client pid \(getpid())")
             let rate = try BaselineBench(endpoint: baseline.frontEndpoint).throughput(
-                payload: echoPayload(bytes: 100), clients: 4, window: 16, seconds: loadBaseline)
+                payload: echoPayload(bytes: 100), clients: loadClients, window: loadWindow, seconds: loadBaseline)
             print("baseline throughput 100 B: \(Int(rate)) msg/s")
             return
         }

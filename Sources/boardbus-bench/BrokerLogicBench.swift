@@ -6,19 +6,23 @@ import MotherboardCore
 /// The broker's own work per round trip, without sockets: decode, route, remember, re-encode a
 /// command and its reply. Tells how much of the gap to the baseline is the broker's logic.
 enum BrokerLogicBench {
-    final class DiscardingTransport: MotherboardTransport {
+    /// Encodes what the broker sends into one reused buffer, as the real transport does.
+    final class EncodingTransport: MotherboardTransport {
         var last: Envelope?
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 8192, alignment: 8)
+        deinit { buffer.deallocate() }
         func send(_ envelope: Envelope, to peer: PeerID) -> Bool {
             last = envelope
-            _ = envelope.frames()  // the real transport encodes too
+            _ = HeaderCodec.encode(envelope.header, into: buffer)
             return true
         }
         func isConnected(_ peer: PeerID) -> Bool { true }
     }
 
-    /// Nanoseconds per round trip (command in, forwarded, reply in, relayed).
+    /// Nanoseconds per round trip (command in, forwarded, reply in, relayed). Each message comes
+    /// in as the transport hands it over: a header decoded from bytes, a payload copied.
     static func roundTrip(iterations: Int) throws -> Double {
-        let transport = DiscardingTransport()
+        let transport = EncodingTransport()
         var logger = Logger(label: "bench")
         logger.logLevel = .warning
         let motherboard = try Motherboard(manifest: FleetManifest(), transport: transport, logger: logger)
@@ -29,14 +33,22 @@ enum BrokerLogicBench {
             header: EnvelopeHeader(kind: .register, flags: .replyExpected, correlationID: 1),
             payload: try PayloadCodec.encode(Registration(id: "bench.echo", pid: 1)))
         motherboard.receive(registration.frames(), from: board, now: now)
-        let request = Envelope(
-            header: EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 5, timeoutMilliseconds: 5000, target: "bench.echo", typeName: "echo"),
-            payload: echoPayload(bytes: 100)).frames()
+        let requestHeader = HeaderCodec.encode(EnvelopeHeader(
+            kind: .command, flags: .replyExpected, correlationID: 5, timeoutMilliseconds: 5000, target: "bench.echo", typeName: "echo"))
+        let payload = [UInt8](echoPayload(bytes: 100))
+        let replyBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 8192, alignment: 8)
+        defer { replyBuffer.deallocate() }
+        func arrive(_ header: UnsafeRawBufferPointer, from peer: PeerID) throws {
+            let envelope = Envelope(header: try HeaderCodec.decode(header), payload: Data(payload))
+            motherboard.receive(.success(envelope), from: peer, now: now)
+        }
         let start = monotonicNanoseconds()
         for _ in 0..<iterations {
-            motherboard.receive(request, from: client, now: now)
+            try requestHeader.withUnsafeBytes { try arrive($0, from: client) }
             guard let forwarded = transport.last else { throw BusError(.transport, "nothing forwarded") }
-            motherboard.receive(forwarded.reply(payload: forwarded.payload, source: "bench.echo").frames(), from: board, now: now)
+            // The board's answer, as its bytes reach the broker.
+            let length = HeaderCodec.encode(forwarded.reply(source: "bench.echo").header, into: replyBuffer)
+            try arrive(UnsafeRawBufferPointer(rebasing: replyBuffer[0..<length]), from: board)
         }
         return Double(monotonicNanoseconds() - start) / Double(iterations)
     }
