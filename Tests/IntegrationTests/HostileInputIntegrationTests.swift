@@ -40,13 +40,7 @@ struct HostileInputIntegrationTests {
 
     @Test func thousandsOfRandomFramesLeaveTheBrokerServing() async throws {
         try await TestFleet.with(manifest: exampleManifest) { fleet in
-            let endpoint = fleet.address.endpoint
-            let sent = try await Task.detached {
-                let context = try ZMQContext()
-                defer { context.terminate() }
-                let socket = try ZMQSocket(context: context, kind: .dealer)
-                defer { socket.close() }
-                try socket.connect(endpoint)
+            let sent = try await withRawDealer(connectedTo: fleet.address.endpoint) { socket in
                 var generator = SeededRandom(seed: 2026)
                 var sent = 0
                 for _ in 0..<5000 {
@@ -64,7 +58,7 @@ struct HostileInputIntegrationTests {
                     while (try? socket.receive()) != nil {}
                 }
                 return sent
-            }.value
+            }
             #expect(sent == 5000)
             let list = try await fleet.busctl("list", "--json")
             #expect(list.exitCode == 0, "\(list.standardError)")
@@ -90,21 +84,28 @@ struct HostileInputIntegrationTests {
                 #expect(refused.code == .tooLarge)
             }
             // A peer that ignores the limit is answered by the broker with a typed error.
-            let endpoint = fleet.address.endpoint
-            let answer = try await Task.detached {
-                let context = try ZMQContext()
-                defer { context.terminate() }
-                let socket = try ZMQSocket(context: context, kind: .dealer)
-                defer { socket.close() }
-                try socket.connect(endpoint)
+            let answer = try await withRawDealer(connectedTo: fleet.address.endpoint) { socket in
                 let header = EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 77, target: GreeterIO.id.rawValue, typeName: "greet")
                 _ = try socket.send([Data(HeaderCodec.encode(header)), Data(count: (4 << 20) + 10)])
                 guard socket.waitReadable(timeoutMilliseconds: 10_000), let frames = try socket.receive() else { return nil as Envelope? }
                 return try Envelope(frames: frames)
-            }.value
+            }
             let reply = try #require(answer)
             #expect(reply.header.correlationID == 77)
             #expect(reply.carriedError?.code == .tooLarge)
         }
     }
+}
+
+/// Runs `body` with a raw DEALER socket connected to `endpoint`, as a client in another language
+/// would talk to the broker; closes it afterwards. `body` may block (it runs detached).
+func withRawDealer<T: Sendable>(connectedTo endpoint: String, _ body: @escaping @Sendable (ZMQSocket) throws -> T) async throws -> T {
+    try await Task.detached {
+        let context = try ZMQContext()
+        defer { context.terminate() }
+        let socket = try ZMQSocket(context: context, kind: .dealer)
+        defer { socket.close() }
+        try socket.connect(endpoint)
+        return try body(socket)
+    }.value
 }
