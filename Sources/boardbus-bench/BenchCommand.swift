@@ -122,15 +122,19 @@ struct BenchCommand: AsyncParsableCommand {
                     "\(label), \(typed)", baseline: LatencySummary(baseHistogram), boardBus: LatencySummary(typedHistogram),
                     judged: judged ? "typed echo" : nil)
 
-                progress("throughput \(label): baseline")
-                let baseRate = try base.throughput(payload: payload, clients: settings.clients, window: settings.window, seconds: settings.throughputSeconds)
-                progress("throughput \(label): BoardBus")
-                let rawRate = try await bus.throughput(
-                    payload: payload, clients: settings.clients, window: settings.window, seconds: settings.throughputSeconds, command: "echo.raw")
+                // Alternated in rounds too: runs minutes apart on a virtual machine differ by more
+                // than the effects measured.
+                var (baseRate, rawRate, typedRate) = (0.0, 0.0, 0.0)
+                let (clients, window, seconds) = (settings.clients, settings.window, settings.throughputSeconds / Double(rounds))
+                for round in 1...rounds {
+                    progress("throughput \(label): round \(round)/\(rounds)")
+                    baseRate += try base.throughput(payload: payload, clients: clients, window: window, seconds: seconds) / Double(rounds)
+                    rawRate += try await bus.throughput(
+                        payload: payload, clients: clients, window: window, seconds: seconds, command: "echo.raw") / Double(rounds)
+                    typedRate += try await bus.throughput(
+                        payload: payload, clients: clients, window: window, seconds: seconds, command: "echo") / Double(rounds)
+                }
                 report.throughput("\(label), \(settings.clients)×\(settings.window) in flight", baseline: baseRate, boardBus: rawRate, judged: judged ? "echo" : nil)
-                progress("throughput \(label): BoardBus, typed handler")
-                let typedRate = try await bus.throughput(
-                    payload: payload, clients: settings.clients, window: settings.window, seconds: settings.throughputSeconds, command: "echo")
                 report.throughput("\(label), \(typed)", baseline: baseRate, boardBus: typedRate, judged: judged ? "typed echo" : nil)
             }
 
