@@ -98,14 +98,22 @@ struct HostileInputIntegrationTests {
 }
 
 /// Runs `body` with a raw DEALER socket connected to `endpoint`, as a client in another language
-/// would talk to the broker; closes it afterwards. `body` may block (it runs detached).
+/// would talk to the broker; closes it afterwards. `body` may block: it runs on a thread of its own.
 func withRawDealer<T: Sendable>(connectedTo endpoint: String, _ body: @escaping @Sendable (ZMQSocket) throws -> T) async throws -> T {
-    try await Task.detached {
+    try await onOwnThread {
         let context = try ZMQContext()
         defer { context.terminate() }
         let socket = try ZMQSocket(context: context, kind: .dealer)
         defer { socket.close() }
         try socket.connect(endpoint)
         return try body(socket)
-    }.value
+    }
+}
+
+/// Runs blocking work on a new thread, never on the concurrency pool: on two cores the pool has
+/// two threads, and a test that blocks one slows every other test in the process.
+func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try body() }) }.start()
+    }
 }

@@ -38,7 +38,7 @@ struct SocketLoopIntegrationTests {
         defer { loop.stop() }
 
         let count = 2_000
-        let answered = try await Task.detached {
+        let (sent, answered, wrong) = try await onOwnThread {
             let clientContext = try ZMQContext()
             defer { clientContext.terminate() }
             let dealer = try ZMQSocket(context: clientContext, kind: .dealer)
@@ -47,20 +47,24 @@ struct SocketLoopIntegrationTests {
             try dealer.setOption(ZMQ_SNDHWM, Int32(100_000))
             try dealer.connect(endpoint)
             // All at once, so that more than one batch waits when the loop wakes.
+            var sent = 0
             for index in 0..<count {
                 let envelope = Envelope(header: EnvelopeHeader(kind: .command, correlationID: UInt64(index + 1)), payload: Data("\(index)".utf8))
-                #expect(try dealer.send(envelope) == .sent)
+                if try dealer.send(envelope) == .sent { sent += 1 }
             }
             var answered = Set<UInt64>()
+            var wrong = 0
             while answered.count < count, dealer.waitReadable(timeoutMilliseconds: 20_000) {
                 while let frames = try dealer.receive() {
                     let reply = try Envelope(frames: frames)
-                    #expect(reply.payload == Data("\(reply.header.correlationID - 1)".utf8))
+                    if reply.payload != Data("\(reply.header.correlationID - 1)".utf8) { wrong += 1 }
                     answered.insert(reply.header.correlationID)
                 }
             }
-            return answered.count
-        }.value
+            return (sent, answered.count, wrong)
+        }
+        #expect(sent == count)
+        #expect(wrong == 0)
         #expect(answered == count)
         #expect(handler.received.load(ordering: .relaxed) == count)
     }
