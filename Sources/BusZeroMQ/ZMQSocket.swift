@@ -104,7 +104,9 @@ public final class ZMQSocket {
             if result != .sent { return result }
         }
         let headerBytes = HeaderCodec.encode(envelope.header, into: headerBuffer)
-        _ = try check(zmq_send(handle, headerBuffer.baseAddress, headerBytes, ZMQ_DONTWAIT | ZMQ_SNDMORE))
+        // Without a routing id the header is the first frame, the only one that can be refused.
+        let headerResult = try check(zmq_send(handle, headerBuffer.baseAddress, headerBytes, ZMQ_DONTWAIT | ZMQ_SNDMORE))
+        if headerResult != .sent { return headerResult }
         if envelope.payload.count < Self.zeroCopyThreshold {
             return try send(frame: envelope.payload, more: false)
         }

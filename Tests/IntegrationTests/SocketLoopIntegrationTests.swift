@@ -68,4 +68,45 @@ struct SocketLoopIntegrationTests {
         #expect(answered == count)
         #expect(handler.received.load(ordering: .relaxed) == count)
     }
+
+    /// A full queue refuses a whole envelope, never half of one: the peer only ever receives
+    /// complete two-frame messages, as many as were accepted.
+    @Test func aFullQueueRefusesWholeEnvelopes() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-hwm-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let endpoint = "ipc://\(directory)/hwm.sock"
+        let (accepted, refused, received, malformed) = try await onOwnThread {
+            let context = try ZMQContext()
+            defer { context.terminate() }
+            let router = try ZMQSocket(context: context, kind: .router)
+            defer { router.close() }
+            try router.setOption(ZMQ_RCVHWM, Int32(1))
+            try router.bind(endpoint)
+            let dealer = try ZMQSocket(context: context, kind: .dealer)
+            defer { dealer.close() }
+            try dealer.setOption(ZMQ_SNDHWM, Int32(1))
+            try dealer.connect(endpoint)
+            var accepted = 0
+            var refused = 0
+            // Payloads on both sides of the copy-free threshold.
+            for index in 0..<2_000 where refused < 200 {
+                let payload = Data(count: index % 2 == 0 ? 100 : 20_000)
+                let envelope = Envelope(header: EnvelopeHeader(kind: .command, correlationID: UInt64(index + 1)), payload: payload)
+                if try dealer.send(envelope) == .sent { accepted += 1 } else { refused += 1 }
+            }
+            var received = 0
+            var malformed = 0
+            while received + malformed < accepted, router.waitReadable(timeoutMilliseconds: 5_000) {
+                while let message = try router.receiveEnvelope(limits: .default) {
+                    if case .success = message.content { received += 1 } else { malformed += 1 }
+                }
+            }
+            return (accepted, refused, received, malformed)
+        }
+        #expect(accepted > 0)
+        #expect(refused > 0, "the queue never filled: \(accepted) accepted")
+        #expect(malformed == 0)
+        #expect(received == accepted)
+    }
 }
