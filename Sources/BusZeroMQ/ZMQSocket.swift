@@ -149,38 +149,27 @@ public final class ZMQSocket {
     public func receiveEnvelope(limits: BusLimits) throws -> ReceivedMessage? {
         let routed = kind == .router
         var routingID: Data?
-        var frames = 0
         var parts = 0
         var header: Result<EnvelopeHeader, BusError>?
         var payloadBytes = 0
         var payload = Data()
-        while true {
-            let rc = zmq_msg_recv(message, handle, frames == 0 ? ZMQ_DONTWAIT : 0)
-            if rc < 0 {
-                let error = zmq_errno()
-                if error == EAGAIN && frames == 0 { return nil }
-                if error == EINTR { continue }
-                throw ZMQContext.lastError("zmq_msg_recv")
+        let received = try receiveFrames { index, bytes in
+            if routed && index == 0 {
+                routingID = bytes.isEmpty ? Data() : Data(bytes: bytes.baseAddress!, count: bytes.count)
+                return
             }
-            let size = zmq_msg_size(message)
-            let bytes = UnsafeRawBufferPointer(start: zmq_msg_data(message), count: size)
-            if routed && frames == 0 {
-                routingID = size == 0 ? Data() : Data(bytes: bytes.baseAddress!, count: size)
-            } else {
-                switch parts {
-                case 0:
-                    header = Result { try HeaderCodec.decode(bytes) }.mapError(BusError.init(wrapping:))
-                case 1:
-                    payloadBytes = size
-                    if size <= limits.maximumPayloadBytes { payload = takePayload(size: size) }
-                default:
-                    break
-                }
-                parts += 1
+            switch parts {
+            case 0:
+                header = Result { try HeaderCodec.decode(bytes) }.mapError(BusError.init(wrapping:))
+            case 1:
+                payloadBytes = bytes.count
+                if bytes.count <= limits.maximumPayloadBytes { payload = takePayload(size: bytes.count) }
+            default:
+                break
             }
-            frames += 1
-            if zmq_msg_more(message) == 0 { break }
+            parts += 1
         }
+        guard received else { return nil }
         return ReceivedMessage(
             routingID: routingID,
             content: Envelope.assemble(frameCount: parts, header: header, payloadBytes: payloadBytes, payload: payload, limits: limits))
@@ -200,16 +189,30 @@ public final class ZMQSocket {
     /// Receives one whole multipart message without blocking; nil when none is waiting.
     public func receive() throws -> [Data]? {
         var frames: [Data] = []
+        let received = try receiveFrames { _, bytes in
+            frames.append(bytes.isEmpty ? Data() : Data(bytes: bytes.baseAddress!, count: bytes.count))
+        }
+        return received ? frames : nil
+    }
+
+    /// Receives the frames of one message without blocking, handing each to `frame` (its index and
+    /// its bytes in libzmq's buffer, valid during the call; `frame` may move the current message
+    /// out). Returns false when none was waiting.
+    private func receiveFrames(_ frame: (Int, UnsafeRawBufferPointer) -> Void) throws -> Bool {
+        var index = 0
         while true {
-            let rc = zmq_msg_recv(message, handle, frames.isEmpty ? ZMQ_DONTWAIT : 0)
+            let rc = zmq_msg_recv(message, handle, index == 0 ? ZMQ_DONTWAIT : 0)
             if rc < 0 {
                 let error = zmq_errno()
-                if error == EAGAIN && frames.isEmpty { return nil }
+                if error == EAGAIN && index == 0 { return false }
                 if error == EINTR { continue }
                 throw ZMQContext.lastError("zmq_msg_recv")
             }
-            frames.append(Data(bytes: zmq_msg_data(message), count: zmq_msg_size(message)))
-            if zmq_msg_more(message) == 0 { return frames }
+            // Asked first: `frame` may move the message out (a payload lent without a copy).
+            let more = zmq_msg_more(message) != 0
+            frame(index, UnsafeRawBufferPointer(start: zmq_msg_data(message), count: zmq_msg_size(message)))
+            index += 1
+            if !more { return true }
         }
     }
 
@@ -219,9 +222,6 @@ public final class ZMQSocket {
         var item = zmq_pollitem_t(socket: handle, fd: 0, events: Int16(ZMQ_POLLIN), revents: 0)
         return zmq_poll(&item, 1, timeoutMilliseconds) > 0
     }
-
-    /// The raw handle, for `zmq_poll` inside this module.
-    var pollHandle: UnsafeMutableRawPointer? { handle }
 
     /// The socket's notification descriptor (`ZMQ_FD`): it becomes readable when the socket's
     /// state may have changed, after which ``hasIncoming`` tells whether a message waits.

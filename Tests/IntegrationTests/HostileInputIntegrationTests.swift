@@ -97,6 +97,30 @@ struct HostileInputIntegrationTests {
     }
 }
 
+extension HostileInputIntegrationTests {
+    /// A third frame after a large payload (one the broker takes without a copy) is part of the
+    /// same message: the broker refuses the whole message as malformed, answering once.
+    @Test func extraFramesAfterALargePayloadMakeOneMalformedMessage() async throws {
+        try await TestFleet.with(manifest: exampleManifest) { fleet in
+            let answers = try await withRawDealer(connectedTo: fleet.address.endpoint) { socket in
+                let header = EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 41, target: GreeterIO.id.rawValue, typeName: "greet")
+                _ = try socket.send([Data(HeaderCodec.encode(header)), Data(count: 40_000), Data("extra".utf8)])
+                var answers: [Envelope] = []
+                // Every answer the broker gives within two seconds of its first.
+                var wait = 10_000
+                while socket.waitReadable(timeoutMilliseconds: wait), let frames = try socket.receive() {
+                    answers.append(try Envelope(frames: frames))
+                    wait = 2_000
+                }
+                return answers
+            }
+            #expect(answers.count == 1)
+            #expect(answers.first?.header.correlationID == 41)
+            #expect(answers.first?.carriedError?.code == .malformed)
+        }
+    }
+}
+
 /// Runs `body` with a raw DEALER socket connected to `endpoint`, as a client in another language
 /// would talk to the broker; closes it afterwards. `body` may block: it runs on a thread of its own.
 func withRawDealer<T: Sendable>(connectedTo endpoint: String, _ body: @escaping @Sendable (ZMQSocket) throws -> T) async throws -> T {
