@@ -46,22 +46,20 @@ struct BenchCommand: AsyncParsableCommand {
             print("broker logic per round trip, no sockets: \(Int(try BrokerLogicBench.roundTrip(iterations: brokerLogic))) ns")
             return
         }
-        if let load, rawClients {
-            let manifest = #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}]}"#
-            try await TestFleet.with(manifest: manifest) { fleet in
-                let rate = try BaselineBench(endpoint: fleet.address.endpoint, command: command).throughput(
-                    payload: echoPayload(bytes: 100), clients: loadClients, window: loadWindow, seconds: load)
-                print("BoardBus broker and board, raw clients, throughput 100 B: \(Int(rate)) msg/s")
-            }
-            return
-        }
         if let load {
             let manifest = #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}]}"#
             try await TestFleet.with(manifest: manifest) { fleet in
                 print("motherboard pid \(fleet.brokerPID), bench-echo-board pid \(fleet.pid(of: BoardBusBench.board) ?? 0), client pid \(getpid())")
-                let rate = try await BoardBusBench(fleet: fleet).throughput(
-                    payload: echoPayload(bytes: 100), clients: loadClients, window: loadWindow, seconds: load, command: command)
-                print("BoardBus throughput 100 B: \(Int(rate)) msg/s")
+                let payload = echoPayload(bytes: 100)
+                if rawClients {
+                    let rate = try BaselineBench(endpoint: fleet.address.endpoint, command: command).throughput(
+                        payload: payload, clients: loadClients, window: loadWindow, seconds: load)
+                    print("BoardBus broker and board, raw clients, throughput 100 B: \(Int(rate)) msg/s")
+                } else {
+                    let rate = try await BoardBusBench(fleet: fleet).throughput(
+                        payload: payload, clients: loadClients, window: loadWindow, seconds: load, command: command)
+                    print("BoardBus throughput 100 B: \(Int(rate)) msg/s")
+                }
             }
             return
         }
