@@ -14,7 +14,6 @@ public final class BusClient: Sendable {
 
     public let address: BusAddress
     let limits: BusLimits
-    private let context: ZMQContext
     private let loop: SocketLoop
     private let state: ClientState
 
@@ -24,9 +23,8 @@ public final class BusClient: Sendable {
         if probe { try EndpointProbe.checkListening(address) }
         self.address = address
         self.limits = limits
-        let context = try ZMQContext()
+        let socket = try ZMQSocket(context: ZMQContext.shared(), kind: .dealer)
         do {
-            let socket = try ZMQSocket(context: context, kind: .dealer)
             try socket.setOption(ZMQ_SNDHWM, Int32(10_000))
             try socket.setOption(ZMQ_RCVHWM, Int32(10_000))
             try socket.setOption(ZMQ_RECONNECT_IVL, Int32(100))
@@ -35,9 +33,8 @@ public final class BusClient: Sendable {
             let state = ClientState()
             self.loop = try SocketLoop(name: "bus-client", socket: socket, handler: state, tickInterval: .milliseconds(50), limits: limits)
             self.state = state
-            self.context = context
         } catch {
-            context.terminate()
+            socket.close()
             throw error
         }
         loop.start()
@@ -121,7 +118,7 @@ public final class BusClient: Sendable {
         return "\(what) to " + (header.target.isEmpty ? "the motherboard" : "'\(header.target)'")
     }
 
-    /// Closes the socket and the context. Pending requests fail with `transport`.
+    /// Closes the socket (the process's shared context stays). Pending requests fail with `transport`.
     public func close() {
         if loop.isOnLoopThread {
             // The socket thread cannot wait for itself: finish closing from another thread.
@@ -130,7 +127,6 @@ public final class BusClient: Sendable {
         }
         loop.stop()
         state.failAll(BusError(.transport, "connection closed"))
-        context.terminate()
     }
 
     func addWatch(_ watch: StoreWatch) -> UUID {

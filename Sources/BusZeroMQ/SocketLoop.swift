@@ -50,7 +50,7 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
     private let handler: any SocketLoopHandler
     /// The queue's second buffer: each drain swaps it with the queue, so that neither is
     /// reallocated. Touched only on the loop thread.
-    private var draining: [Work] = []
+    @exclusivity(unchecked) private var draining: [Work] = []
 
     /// - Parameters:
     ///   - socket: a socket configured by the caller; the loop owns it from `start` on.

@@ -1,5 +1,6 @@
 import BusCore
 import CZeroMQ
+import Synchronization
 
 /// A libzmq context. The context itself is thread-safe; its sockets are not.
 public final class ZMQContext: @unchecked Sendable {
@@ -11,6 +12,20 @@ public final class ZMQContext: @unchecked Sendable {
         zmq_ctx_set(handle, ZMQ_IO_THREADS, 1)
         self.handle = handle
     }
+
+    /// The process's shared context, made on first use and never terminated. As the ZeroMQ guide
+    /// advises, a process needs one context: every connection made from it shares its I/O thread,
+    /// which then wakes once for the messages of all of them.
+    public static func shared() throws -> ZMQContext {
+        try sharedContext.withLock { context in
+            if let context { return context }
+            let made = try ZMQContext()
+            context = made
+            return made
+        }
+    }
+
+    private static let sharedContext = Mutex<ZMQContext?>(nil)
 
     /// Terminates the context. Every socket must be closed first (they all use linger 0, so this
     /// returns at once).

@@ -26,11 +26,22 @@ public final class ZMQSocket {
     }
 
     public let kind: Kind
-    private var handle: UnsafeMutableRawPointer?
+    // Read on every call, by the owning thread only: no exclusivity checks.
+    @exclusivity(unchecked) private var handle: UnsafeMutableRawPointer?
     /// One heap-allocated message reused for every receive (a `zmq_msg_t` must not move).
     private let message: UnsafeMutablePointer<zmq_msg_t>
     /// Where outgoing headers are encoded, reused for every send.
     private let headerBuffer: UnsafeMutableRawBufferPointer
+    /// The header and payload frames of the last envelope received, kept until the next one
+    /// arrives: an envelope sent on with that payload (a broker forwarding a message, an echo)
+    /// goes out in these frames, moved to libzmq rather than allocated and copied again, and the
+    /// I/O thread that allocated them frees them. `lastPayloadData` is the `Data` the payload was
+    /// copied into, held so that its bytes identify it (no other buffer can share their address).
+    private let lastHeader: UnsafeMutablePointer<zmq_msg_t>
+    private let lastPayload: UnsafeMutablePointer<zmq_msg_t>
+    @exclusivity(unchecked) private var lastPayloadData: Data?
+    /// How many frames went out in received frames rather than new ones (for tests).
+    private(set) var framesReused = 0
 
     public init(context: ZMQContext, kind: Kind) throws {
         guard let handle = zmq_socket(context.handle, kind.rawValue) else {
@@ -40,6 +51,10 @@ public final class ZMQSocket {
         self.handle = handle
         self.message = .allocate(capacity: 1)
         zmq_msg_init(message)
+        self.lastHeader = .allocate(capacity: 1)
+        zmq_msg_init(lastHeader)
+        self.lastPayload = .allocate(capacity: 1)
+        zmq_msg_init(lastPayload)
         // Four fields of at most 1 KiB, their lengths and the fixed part.
         self.headerBuffer = .allocate(byteCount: HeaderCodec.fixedSize + 4 * (2 + HeaderCodec.maximumFieldBytes), alignment: 8)
         try setOption(ZMQ_LINGER, Int32(0))
@@ -47,8 +62,10 @@ public final class ZMQSocket {
 
     deinit {
         close()
-        zmq_msg_close(message)
-        message.deallocate()
+        for frame in [message, lastHeader, lastPayload] {
+            zmq_msg_close(frame)
+            frame.deallocate()
+        }
         headerBuffer.deallocate()
     }
 
@@ -95,23 +112,62 @@ public final class ZMQSocket {
     }
 
     /// Sends an envelope as its two frames, after the peer's routing id on a ROUTER socket. The
-    /// header is encoded straight into a buffer the socket keeps, and a large payload is handed to
-    /// libzmq without a copy (it keeps the `Data` alive until it has written it).
+    /// header is encoded into the last received header frame when it fits exactly, else into a
+    /// buffer the socket keeps; the last received payload goes out in its own frame; a large
+    /// payload is handed to libzmq without a copy (it keeps the `Data` alive until it has
+    /// written it); other payloads are copied.
     @discardableResult
     public func send(_ envelope: Envelope, routingID: Data? = nil) throws -> SendResult {
         if let routingID {
             let result = try send(frame: routingID, more: true)
             if result != .sent { return result }
         }
-        let headerBytes = HeaderCodec.encode(envelope.header, into: headerBuffer)
         // Without a routing id the header is the first frame, the only one that can be refused.
-        let headerResult = try check(zmq_send(handle, headerBuffer.baseAddress, headerBytes, ZMQ_DONTWAIT | ZMQ_SNDMORE))
+        let headerResult = try sendHeader(envelope.header)
         if headerResult != .sent { return headerResult }
+        if isLastPayload(envelope.payload) {
+            lastPayloadData = nil
+            framesReused += 1
+            return try check(zmq_msg_send(lastPayload, handle, ZMQ_DONTWAIT))
+        }
         if envelope.payload.count < Self.zeroCopyThreshold {
             return try send(frame: envelope.payload, more: false)
         }
         return try sendWithoutCopy(envelope.payload)
     }
+
+    /// Sends a header frame: encoded into the last received header frame when it has the size,
+    /// else into the socket's buffer and copied.
+    private func sendHeader(_ header: EnvelopeHeader) throws -> SendResult {
+        let size = HeaderCodec.encodedSize(header)
+        if zmq_msg_size(lastHeader) == size {
+            _ = HeaderCodec.encode(header, into: UnsafeMutableRawBufferPointer(start: zmq_msg_data(lastHeader), count: size))
+            framesReused += 1
+            // On success libzmq takes the frame and leaves `lastHeader` empty (size 0).
+            return try check(zmq_msg_send(lastHeader, handle, ZMQ_DONTWAIT | ZMQ_SNDMORE))
+        }
+        let headerBytes = HeaderCodec.encode(header, into: headerBuffer)
+        return try check(zmq_send(handle, headerBuffer.baseAddress, headerBytes, ZMQ_DONTWAIT | ZMQ_SNDMORE))
+    }
+
+    /// Whether `payload` is the `Data` made from the last payload frame received (or a copy of
+    /// it): the same bytes at the same address. Only payloads held in storage of their own count
+    /// (a `Data` of a few bytes is stored inline and has no stable address).
+    private func isLastPayload(_ payload: Data) -> Bool {
+        guard let last = lastPayloadData, payload.count == last.count, payload.count > Self.inlineDataLimit else { return false }
+        let address = payload.withUnsafeBytes { $0.baseAddress }
+        return address != nil && address == last.withUnsafeBytes { $0.baseAddress }
+    }
+
+    private func forgetLastPayload() {
+        guard lastPayloadData != nil else { return }
+        lastPayloadData = nil
+        zmq_msg_close(lastPayload)
+        zmq_msg_init(lastPayload)
+    }
+
+    /// `Data` stores up to this many bytes inline (in the value, not on the heap).
+    static let inlineDataLimit = 32
 
     /// Payloads from this size on are lent to libzmq rather than copied.
     static let zeroCopyThreshold = 16 * 1024
@@ -154,6 +210,7 @@ public final class ZMQSocket {
         var payloadBytes = 0
         var payload = Data()
         let received = try receiveFrames { index, bytes in
+            if index == 0 { forgetLastPayload() }
             if routed && index == 0 {
                 routingID = bytes.isEmpty ? Data() : Data(bytes: bytes.baseAddress!, count: bytes.count)
                 return
@@ -161,6 +218,7 @@ public final class ZMQSocket {
             switch parts {
             case 0:
                 header = Result { try HeaderCodec.decode(bytes) }.mapError(BusError.init(wrapping:))
+                zmq_msg_move(lastHeader, message)
             case 1:
                 payloadBytes = bytes.count
                 if bytes.count <= limits.maximumPayloadBytes { payload = takePayload(size: bytes.count) }
@@ -179,7 +237,12 @@ public final class ZMQSocket {
     /// the libzmq message when it is freed.
     private func takePayload(size: Int) -> Data {
         guard size >= Self.zeroCopyThreshold else {
-            return Data(bytes: zmq_msg_data(message), count: size)
+            let payload = Data(bytes: zmq_msg_data(message), count: size)
+            if size > Self.inlineDataLimit {
+                zmq_msg_move(lastPayload, message)
+                lastPayloadData = payload
+            }
+            return payload
         }
         let owned = OwnedMessage()
         zmq_msg_move(owned.message, message)

@@ -11,9 +11,11 @@ public struct PeerID: Hashable, Sendable, CustomStringConvertible {
     public init(_ bytes: Data) {
         self.bytes = bytes
         // FNV-1a over the routing id (5 bytes for libzmq's generated ids).
-        var digest: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in bytes { digest = (digest ^ UInt64(byte)) &* 0x100_0000_01b3 }
-        self.digest = digest
+        self.digest = bytes.withUnsafeBytes { buffer in
+            var digest: UInt64 = 0xcbf2_9ce4_8422_2325
+            for byte in buffer { digest = (digest ^ UInt64(byte)) &* 0x100_0000_01b3 }
+            return digest
+        }
     }
 
     public static func == (lhs: PeerID, rhs: PeerID) -> Bool {
@@ -33,9 +35,10 @@ final class LiveBoard {
     let registration: Registration
     let peer: PeerID
     let registeredAt: ContinuousClock.Instant
-    var lastSeen: ContinuousClock.Instant
+    // Updated on every message, on the broker's loop thread only: no exclusivity checks.
+    @exclusivity(unchecked) var lastSeen: ContinuousClock.Instant
     var activations = 0
-    var commandsHandled = 0
+    @exclusivity(unchecked) var commandsHandled = 0
     var actionsDelivered = 0
 
     init(registration: Registration, peer: PeerID, registeredAt: ContinuousClock.Instant, lastSeen: ContinuousClock.Instant) {

@@ -60,11 +60,13 @@ public final class Motherboard {
 
     public let manifest: FleetManifest
     public let settings: MotherboardSettings
-    public internal(set) var counters = MotherboardCounters()
+    // The routing state below is touched on every message, only on the loop thread and never
+    // while an access to it is open, so the runtime's exclusivity checks are skipped for it.
+    @exclusivity(unchecked) public internal(set) var counters = MotherboardCounters()
     let scopes: ScopeTable
     var flows = FlowTable()
-    var registry = BoardRegistry()
-    var pending: [UInt64: PendingRequest] = [:]
+    @exclusivity(unchecked) var registry = BoardRegistry()
+    @exclusivity(unchecked) var pending: [UInt64: PendingRequest] = [:]
     var actionDeliveries: [UInt64: ActionDelivery] = [:]
     var starting: [ScopedName: StartingBoard] = [:]
     /// Board processes the broker started or adopted, by pid.
@@ -77,8 +79,8 @@ public final class Motherboard {
     /// Subscribers of each store's changes.
     var storeSubscriptions: [ScopedName: Set<PeerID>] = [:]
     /// Peers of board instances that completed: their later messages are refused.
-    var retiredPeers = RetiredPeers(capacity: 1024)
-    private var nextCorrelationID: UInt64 = 1
+    @exclusivity(unchecked) var retiredPeers = RetiredPeers(capacity: 1024)
+    @exclusivity(unchecked) private var nextCorrelationID: UInt64 = 1
     private var lastHeartbeat: ContinuousClock.Instant?
     private let transport: any MotherboardTransport
     let producer: (any BoardProducer)?

@@ -5,7 +5,8 @@ import Foundation
 import Histogram
 
 /// The baseline: a client DEALER → C `zmq_proxy` (ROUTER/DEALER) → C echo DEALER → back.
-/// Its clients block on their own threads, so nothing but ZeroMQ sits on the path.
+/// Its clients block on their own threads, so nothing but ZeroMQ sits on the path; like
+/// ``BusClient``s, they share the process's one libzmq context.
 struct BaselineBench: Sendable {
     let endpoint: String
     /// The command named in the request header (the C echo ignores it; a BoardBus broker routes on it).
@@ -19,8 +20,7 @@ struct BaselineBench: Sendable {
 
     func latency(payload: Data, requests: Int, warmup: Int) throws -> Histogram<UInt64> {
         try onThread {
-            let context = try ZMQContext()
-            defer { context.terminate() }
+            let context = try ZMQContext.shared()
             let socket = try connect(context)
             defer { socket.close() }
             let frames = Self.frames(payload: payload, command: command)
@@ -39,8 +39,7 @@ struct BaselineBench: Sendable {
         let frames = Self.frames(payload: payload, command: command)
         let results = (0..<clients).map { _ in
             Thread.detachedResult { () throws -> Int in
-                let context = try ZMQContext()
-                defer { context.terminate() }
+                let context = try ZMQContext.shared()
                 let socket = try connect(context)
                 defer { socket.close() }
                 let deadline = monotonicNanoseconds() + UInt64(seconds * 1e9)

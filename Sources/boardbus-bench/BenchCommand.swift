@@ -50,6 +50,7 @@ struct BenchCommand: AsyncParsableCommand {
             let manifest = #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}]}"#
             try await TestFleet.with(manifest: manifest) { fleet in
                 print("motherboard pid \(fleet.brokerPID), bench-echo-board pid \(fleet.pid(of: BoardBusBench.board) ?? 0), client pid \(getpid())")
+                fflush(nil)
                 let payload = echoPayload(bytes: 100)
                 if rawClients {
                     let rate = try BaselineBench(endpoint: fleet.address.endpoint, command: command).throughput(
@@ -67,6 +68,7 @@ struct BenchCommand: AsyncParsableCommand {
             let baseline = try await BaselineProcesses.start()
             defer { baseline.stop() }
             print("zmq-baseline-proxy pid \(baseline.proxy.pid), zmq-baseline-echo pid \(baseline.echo.pid), client pid \(getpid())")
+            fflush(nil)
             let rate = try BaselineBench(endpoint: baseline.frontEndpoint).throughput(
                 payload: echoPayload(bytes: 100), clients: loadClients, window: loadWindow, seconds: loadBaseline)
             print("baseline throughput 100 B: \(Int(rate)) msg/s")

@@ -1,0 +1,139 @@
+import BusCore
+@testable import BusZeroMQ
+import CZeroMQ
+import Foundation
+import Testing
+
+/// A socket sends an envelope it forwards in the frames it received it in (no new allocation or
+/// copy), and only when that is the same content: over a real `ipc://` ROUTER and DEALER.
+@Suite("Frame reuse", .timeLimit(.minutes(1)))
+struct FrameReuseIntegrationTests {
+    /// A ROUTER and a DEALER connected to it over `ipc://`, used from one thread of their own.
+    struct Pair {
+        let router: ZMQSocket
+        let dealer: ZMQSocket
+        let dealerID: Data
+
+        /// Sends from the dealer and returns what the router received.
+        func routerReceives(_ envelope: Envelope) throws -> Envelope {
+            guard try dealer.send(envelope) == .sent else { throw BusError(.busy, "the dealer could not send") }
+            guard router.waitReadable(timeoutMilliseconds: 5_000), let message = try router.receiveEnvelope(limits: .default) else {
+                throw BusError(.timeout, "the router received nothing")
+            }
+            guard message.routingID == dealerID else { throw BusError(.malformed, "message from another peer") }
+            return try message.content.get()
+        }
+
+        /// Sends from the router and returns what the dealer received.
+        func dealerReceives(_ envelope: Envelope) throws -> Envelope {
+            guard try router.send(envelope, routingID: dealerID) == .sent else { throw BusError(.busy, "the router could not send") }
+            guard dealer.waitReadable(timeoutMilliseconds: 5_000), let frames = try dealer.receive() else {
+                throw BusError(.timeout, "the dealer received nothing")
+            }
+            return try Envelope(frames: frames)
+        }
+    }
+
+    func withPair<T: Sendable>(_ body: @escaping @Sendable (Pair) throws -> T) async throws -> T {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-reuse-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        return try await onOwnThread {
+            let context = try ZMQContext()
+            defer { context.terminate() }
+            let router = try ZMQSocket(context: context, kind: .router)
+            defer { router.close() }
+            try router.bind("ipc://\(directory)/reuse.sock")
+            let dealer = try ZMQSocket(context: context, kind: .dealer)
+            defer { dealer.close() }
+            try dealer.connect("ipc://\(directory)/reuse.sock")
+            // The router learns the dealer's routing id from a first message.
+            try dealer.send(Envelope(header: EnvelopeHeader(kind: .heartbeat)))
+            guard router.waitReadable(timeoutMilliseconds: 5_000), let hello = try router.receiveEnvelope(limits: .default),
+                let dealerID = hello.routingID
+            else { throw BusError(.timeout, "the router received nothing") }
+            return try body(Pair(router: router, dealer: dealer, dealerID: dealerID))
+        }
+    }
+
+    static func command(_ correlationID: UInt64, target: String = "bench.echo", payload: Data) -> Envelope {
+        Envelope(header: EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: correlationID, target: target, typeName: "echo"), payload: payload)
+    }
+
+    static let payload = Data((0..<100).map { UInt8($0) })
+
+    @Test func aForwardedEnvelopeGoesOutInTheFramesItCameIn() async throws {
+        let (reused, received) = try await withPair { pair in
+            let request = try pair.routerReceives(Self.command(7, payload: Self.payload))
+            var forwarded = request
+            forwarded.header.correlationID = 99
+            let received = try pair.dealerReceives(forwarded)
+            return (pair.router.framesReused, received)
+        }
+        #expect(reused == 2)
+        #expect(received.header.correlationID == 99)
+        #expect(received.header.target == "bench.echo")
+        #expect(received.payload == Self.payload)
+    }
+
+    @Test func aPayloadSentTwiceIsCopiedTheSecondTime() async throws {
+        let (reused, first, second) = try await withPair { pair in
+            let request = try pair.routerReceives(Self.command(7, payload: Self.payload))
+            let first = try pair.dealerReceives(request)
+            let second = try pair.dealerReceives(request)
+            return (pair.router.framesReused, first, second)
+        }
+        #expect(reused == 2)
+        #expect(first.payload == Self.payload)
+        #expect(second.payload == Self.payload)
+        #expect(second.header == first.header)
+    }
+
+    @Test func aHeaderOfAnotherSizeIsEncodedAfresh() async throws {
+        let (reused, received) = try await withPair { pair in
+            let request = try pair.routerReceives(Self.command(7, payload: Self.payload))
+            var forwarded = request
+            forwarded.header.source = "a.longer.source"
+            let received = try pair.dealerReceives(forwarded)
+            return (pair.router.framesReused, received)
+        }
+        #expect(reused == 1)
+        #expect(received.header.source == "a.longer.source")
+        #expect(received.header.target == "bench.echo")
+        #expect(received.payload == Self.payload)
+    }
+
+    /// Once another message has arrived, an earlier payload is sent as a copy of its own bytes,
+    /// whatever the size of the later one.
+    @Test(arguments: [0, 5, 32, 33, 100, 20_000])
+    func anEarlierPayloadIsNeverTakenForTheLast(laterSize: Int) async throws {
+        let (reused, received) = try await withPair { pair in
+            let earlier = try pair.routerReceives(Self.command(1, payload: Self.payload))
+            _ = try pair.routerReceives(Self.command(2, payload: Data(repeating: 0xee, count: laterSize)))
+            let before = pair.router.framesReused
+            let received = try pair.dealerReceives(Envelope(header: EnvelopeHeader(kind: .reply, correlationID: 1), payload: earlier.payload))
+            return (pair.router.framesReused - before, received)
+        }
+        #expect(reused == 0)
+        #expect(received.payload == Self.payload)
+    }
+
+    /// Small payloads (33 bytes and less fit in libzmq's message itself) are copied, as are
+    /// payloads the caller made itself with the same bytes.
+    @Test func onlyTheReceivedPayloadItselfIsReused() async throws {
+        let (small, equal) = try await withPair { pair in
+            let shortRequest = try pair.routerReceives(Self.command(1, payload: Data(repeating: 1, count: 32)))
+            let before = pair.router.framesReused
+            let short = try pair.dealerReceives(Envelope(header: EnvelopeHeader(kind: .reply, correlationID: 1), payload: shortRequest.payload))
+            let small = pair.router.framesReused - before
+            _ = try pair.routerReceives(Self.command(2, payload: Self.payload))
+            let beforeEqual = pair.router.framesReused
+            let copy = try pair.dealerReceives(Envelope(header: EnvelopeHeader(kind: .reply, correlationID: 2), payload: Data(Array(Self.payload))))
+            return ((small, short.payload), (pair.router.framesReused - beforeEqual, copy.payload))
+        }
+        #expect(small.0 == 0)
+        #expect(small.1 == Data(repeating: 1, count: 32))
+        #expect(equal.0 == 0)
+        #expect(equal.1 == Self.payload)
+    }
+}
