@@ -32,10 +32,10 @@ public final class ZMQSocket {
     private let message: UnsafeMutablePointer<zmq_msg_t>
     /// Where outgoing headers are encoded, reused for every send.
     private let headerBuffer: UnsafeMutableRawBufferPointer
-    /// The header and payload frames of the last envelope received, kept until the next one
-    /// arrives: an envelope sent on with that payload (a broker forwarding a message, an echo)
-    /// goes out in these frames, moved to libzmq rather than allocated and copied again, and the
-    /// I/O thread that allocated them frees them. `lastPayloadData` is the `Data` the payload was
+    /// The header and payload frames of the last envelope received, kept while it is handled
+    /// (until ``releaseReceivedFrames()`` or the next receive): an envelope sent on with that
+    /// payload (a broker forwarding a message, an echo) goes out in these frames, moved to libzmq
+    /// rather than allocated and copied again, and the I/O thread that allocated them frees them. `lastPayloadData` is the `Data` the payload was
     /// copied into, held so that its bytes identify it (no other buffer can share their address).
     private let lastHeader: UnsafeMutablePointer<zmq_msg_t>
     private let lastPayload: UnsafeMutablePointer<zmq_msg_t>
@@ -164,6 +164,15 @@ public final class ZMQSocket {
         lastPayloadData = nil
         zmq_msg_close(lastPayload)
         zmq_msg_init(lastPayload)
+    }
+
+    /// Lets go of the frames of the last envelope received, once it has been handled. libzmq's
+    /// I/O thread decodes small frames into a shared receive buffer, and allocates a new buffer
+    /// for each read while any frame of the last one is still held.
+    public func releaseReceivedFrames() {
+        forgetLastPayload()
+        zmq_msg_close(lastHeader)
+        zmq_msg_init(lastHeader)
     }
 
     /// `Data` stores up to this many bytes inline (in the value, not on the heap).

@@ -136,4 +136,19 @@ struct FrameReuseIntegrationTests {
         #expect(equal.0 == 0)
         #expect(equal.1 == Self.payload)
     }
+
+    /// Once the message has been handled the socket lets its frames go (libzmq's receive buffer
+    /// can then be reused); the payload is still sent intact, as a copy.
+    @Test func releasedFramesAreNotReused() async throws {
+        let (reused, received) = try await withPair { pair in
+            let request = try pair.routerReceives(Self.command(7, payload: Self.payload))
+            pair.router.releaseReceivedFrames()
+            let received = try pair.dealerReceives(request)
+            return (pair.router.framesReused, received)
+        }
+        #expect(reused == 0)
+        #expect(received.header.correlationID == 7)
+        #expect(received.payload == Self.payload)
+    }
 }
+

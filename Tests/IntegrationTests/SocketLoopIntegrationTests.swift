@@ -109,4 +109,49 @@ struct SocketLoopIntegrationTests {
         #expect(malformed == 0)
         #expect(received == accepted)
     }
+
+    /// Work a message queues on the loop (a task its reply resumes) runs before the next message
+    /// is received, so that what the work sends goes out before the receive that finds the socket
+    /// empty. Messages sent all at once, so that many wait when the loop wakes.
+    @Test func workQueuedByAMessageRunsBeforeTheNextIsReceived() async throws {
+        final class Recorder: SocketLoopHandler, @unchecked Sendable {
+            let events = Mutex<[String]>([])
+            weak var loop: SocketLoop?
+            func received(_ message: ReceivedMessage, on socket: ZMQSocket) {
+                guard case .success(let envelope) = message.content else { return }
+                let id = envelope.header.correlationID
+                events.withLock { $0.append("received \(id)") }
+                loop?.execute { [self] _ in events.withLock { $0.append("work \(id)") } }
+            }
+            func tick(on socket: ZMQSocket) {}
+            func stopping(on socket: ZMQSocket) {}
+        }
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-order-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let endpoint = "ipc://\(directory)/order.sock"
+        let context = try ZMQContext()
+        defer { context.terminate() }
+        let count = 50
+        // The dealer queues every message before the loop's socket exists.
+        let dealer = try ZMQSocket(context: context, kind: .dealer)
+        defer { dealer.close() }
+        try dealer.connect(endpoint)
+        for index in 1...count {
+            _ = try dealer.send(Envelope(header: EnvelopeHeader(kind: .command, correlationID: UInt64(index))))
+        }
+        let router = try ZMQSocket(context: context, kind: .router)
+        try router.bind(endpoint)
+        let recorder = Recorder()
+        let loop = try SocketLoop(name: "test-order", socket: router, handler: recorder, tickInterval: .seconds(3600))
+        recorder.loop = loop
+        loop.start()
+        defer { loop.stop() }
+        let deadline = ContinuousClock.now.advanced(by: .seconds(20))
+        while recorder.events.withLock({ $0.count }) < 2 * count, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        let expected = (1...count).flatMap { ["received \($0)", "work \($0)"] }
+        #expect(recorder.events.withLock { $0 } == expected)
+    }
 }
