@@ -35,8 +35,10 @@ public final class ZMQSocket {
     /// The header and payload frames of the last envelope received, kept while it is handled
     /// (until ``releaseReceivedFrames()`` or the next receive): an envelope sent on with that
     /// payload (a broker forwarding a message, an echo) goes out in these frames, moved to libzmq
-    /// rather than allocated and copied again, and the I/O thread that allocated them frees them. `lastPayloadData` is the `Data` the payload was
-    /// copied into, held so that its bytes identify it (no other buffer can share their address).
+    /// rather than allocated and copied again, and the I/O thread that allocated them frees them.
+    /// `lastPayloadData` is the `Data` the payload was copied into, held so that its bytes
+    /// identify it (no other buffer can share their address while it is held, and a `Data` that
+    /// is not uniquely referenced is copied before it is changed).
     private let lastHeader: UnsafeMutablePointer<zmq_msg_t>
     private let lastPayload: UnsafeMutablePointer<zmq_msg_t>
     @exclusivity(unchecked) private var lastPayloadData: Data?
