@@ -35,24 +35,23 @@ struct FrameReuseIntegrationTests {
     }
 
     func withPair<T: Sendable>(_ body: @escaping @Sendable (Pair) throws -> T) async throws -> T {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-reuse-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        return try await onOwnThread {
-            let context = try ZMQContext()
-            defer { context.terminate() }
-            let router = try ZMQSocket(context: context, kind: .router)
-            defer { router.close() }
-            try router.bind("ipc://\(directory)/reuse.sock")
-            let dealer = try ZMQSocket(context: context, kind: .dealer)
-            defer { dealer.close() }
-            try dealer.connect("ipc://\(directory)/reuse.sock")
-            // The router learns the dealer's routing id from a first message.
-            try dealer.send(Envelope(header: EnvelopeHeader(kind: .heartbeat)))
-            guard router.waitReadable(timeoutMilliseconds: 5_000), let hello = try router.receiveEnvelope(limits: .default),
-                let dealerID = hello.routingID
-            else { throw BusError(.timeout, "the router received nothing") }
-            return try body(Pair(router: router, dealer: dealer, dealerID: dealerID))
+        try await withTemporaryEndpoint("reuse") { endpoint in
+            try await onOwnThread {
+                let context = try ZMQContext()
+                defer { context.terminate() }
+                let router = try ZMQSocket(context: context, kind: .router)
+                defer { router.close() }
+                try router.bind(endpoint)
+                let dealer = try ZMQSocket(context: context, kind: .dealer)
+                defer { dealer.close() }
+                try dealer.connect(endpoint)
+                // The router learns the dealer's routing id from a first message.
+                try dealer.send(Envelope(header: EnvelopeHeader(kind: .heartbeat)))
+                guard router.waitReadable(timeoutMilliseconds: 5_000), let hello = try router.receiveEnvelope(limits: .default),
+                    let dealerID = hello.routingID
+                else { throw BusError(.timeout, "the router received nothing") }
+                return try body(Pair(router: router, dealer: dealer, dealerID: dealerID))
+            }
         }
     }
 

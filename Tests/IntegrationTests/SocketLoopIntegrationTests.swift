@@ -22,92 +22,88 @@ struct SocketLoopIntegrationTests {
     }
 
     @Test func aBurstLargerThanOneBatchIsAnsweredWithoutWaitingForATick() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-loop-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let endpoint = "ipc://\(directory)/loop.sock"
-        let context = try ZMQContext()
-        defer { context.terminate() }
-        let router = try ZMQSocket(context: context, kind: .router)
-        try router.setOption(ZMQ_RCVHWM, Int32(100_000))
-        try router.setOption(ZMQ_SNDHWM, Int32(100_000))
-        try router.bind(endpoint)
-        let handler = EchoHandler()
-        let loop = try SocketLoop(name: "test-loop", socket: router, handler: handler, tickInterval: .seconds(3600))
-        loop.start()
-        defer { loop.stop() }
+        try await withTemporaryEndpoint("loop") { endpoint in
+            let context = try ZMQContext()
+            defer { context.terminate() }
+            let router = try ZMQSocket(context: context, kind: .router)
+            try router.setOption(ZMQ_RCVHWM, Int32(100_000))
+            try router.setOption(ZMQ_SNDHWM, Int32(100_000))
+            try router.bind(endpoint)
+            let handler = EchoHandler()
+            let loop = try SocketLoop(name: "test-loop", socket: router, handler: handler, tickInterval: .seconds(3600))
+            loop.start()
+            defer { loop.stop() }
 
-        let count = 2_000
-        let (sent, answered, wrong) = try await onOwnThread {
-            let clientContext = try ZMQContext()
-            defer { clientContext.terminate() }
-            let dealer = try ZMQSocket(context: clientContext, kind: .dealer)
-            defer { dealer.close() }
-            try dealer.setOption(ZMQ_RCVHWM, Int32(100_000))
-            try dealer.setOption(ZMQ_SNDHWM, Int32(100_000))
-            try dealer.connect(endpoint)
-            // All at once, so that more than one batch waits when the loop wakes.
-            var sent = 0
-            for index in 0..<count {
-                let envelope = Envelope(header: EnvelopeHeader(kind: .command, correlationID: UInt64(index + 1)), payload: Data("\(index)".utf8))
-                if try dealer.send(envelope) == .sent { sent += 1 }
-            }
-            var answered = Set<UInt64>()
-            var wrong = 0
-            while answered.count < count, dealer.waitReadable(timeoutMilliseconds: 20_000) {
-                while let frames = try dealer.receive() {
-                    let reply = try Envelope(frames: frames)
-                    if reply.payload != Data("\(reply.header.correlationID - 1)".utf8) { wrong += 1 }
-                    answered.insert(reply.header.correlationID)
+            let count = 2_000
+            let (sent, answered, wrong) = try await onOwnThread {
+                let clientContext = try ZMQContext()
+                defer { clientContext.terminate() }
+                let dealer = try ZMQSocket(context: clientContext, kind: .dealer)
+                defer { dealer.close() }
+                try dealer.setOption(ZMQ_RCVHWM, Int32(100_000))
+                try dealer.setOption(ZMQ_SNDHWM, Int32(100_000))
+                try dealer.connect(endpoint)
+                // All at once, so that more than one batch waits when the loop wakes.
+                var sent = 0
+                for index in 0..<count {
+                    let envelope = Envelope(header: EnvelopeHeader(kind: .command, correlationID: UInt64(index + 1)), payload: Data("\(index)".utf8))
+                    if try dealer.send(envelope) == .sent { sent += 1 }
                 }
+                var answered = Set<UInt64>()
+                var wrong = 0
+                while answered.count < count, dealer.waitReadable(timeoutMilliseconds: 20_000) {
+                    while let frames = try dealer.receive() {
+                        let reply = try Envelope(frames: frames)
+                        if reply.payload != Data("\(reply.header.correlationID - 1)".utf8) { wrong += 1 }
+                        answered.insert(reply.header.correlationID)
+                    }
+                }
+                return (sent, answered.count, wrong)
             }
-            return (sent, answered.count, wrong)
+            #expect(sent == count)
+            #expect(wrong == 0)
+            #expect(answered == count)
+            #expect(handler.received.load(ordering: .relaxed) == count)
         }
-        #expect(sent == count)
-        #expect(wrong == 0)
-        #expect(answered == count)
-        #expect(handler.received.load(ordering: .relaxed) == count)
     }
 
     /// A full queue refuses a whole envelope, never half of one: the peer only ever receives
     /// complete two-frame messages, as many as were accepted.
     @Test func aFullQueueRefusesWholeEnvelopes() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-hwm-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let endpoint = "ipc://\(directory)/hwm.sock"
-        let (accepted, refused, received, malformed) = try await onOwnThread {
-            let context = try ZMQContext()
-            defer { context.terminate() }
-            let router = try ZMQSocket(context: context, kind: .router)
-            defer { router.close() }
-            try router.setOption(ZMQ_RCVHWM, Int32(1))
-            try router.bind(endpoint)
-            let dealer = try ZMQSocket(context: context, kind: .dealer)
-            defer { dealer.close() }
-            try dealer.setOption(ZMQ_SNDHWM, Int32(1))
-            try dealer.connect(endpoint)
-            var accepted = 0
-            var refused = 0
-            // Payloads on both sides of the copy-free threshold.
-            for index in 0..<2_000 where refused < 200 {
-                let payload = Data(count: index % 2 == 0 ? 100 : 20_000)
-                let envelope = Envelope(header: EnvelopeHeader(kind: .command, correlationID: UInt64(index + 1)), payload: payload)
-                if try dealer.send(envelope) == .sent { accepted += 1 } else { refused += 1 }
-            }
-            var received = 0
-            var malformed = 0
-            while received + malformed < accepted, router.waitReadable(timeoutMilliseconds: 5_000) {
-                while let message = try router.receiveEnvelope(limits: .default) {
-                    if case .success = message.content { received += 1 } else { malformed += 1 }
+        try await withTemporaryEndpoint("hwm") { endpoint in
+            let (accepted, refused, received, malformed) = try await onOwnThread {
+                let context = try ZMQContext()
+                defer { context.terminate() }
+                let router = try ZMQSocket(context: context, kind: .router)
+                defer { router.close() }
+                try router.setOption(ZMQ_RCVHWM, Int32(1))
+                try router.bind(endpoint)
+                let dealer = try ZMQSocket(context: context, kind: .dealer)
+                defer { dealer.close() }
+                try dealer.setOption(ZMQ_SNDHWM, Int32(1))
+                try dealer.connect(endpoint)
+                var accepted = 0
+                var refused = 0
+                // Payloads on both sides of the copy-free threshold.
+                for index in 0..<2_000 where refused < 200 {
+                    let payload = Data(count: index % 2 == 0 ? 100 : 20_000)
+                    let envelope = Envelope(header: EnvelopeHeader(kind: .command, correlationID: UInt64(index + 1)), payload: payload)
+                    if try dealer.send(envelope) == .sent { accepted += 1 } else { refused += 1 }
                 }
+                var received = 0
+                var malformed = 0
+                while received + malformed < accepted, router.waitReadable(timeoutMilliseconds: 5_000) {
+                    while let message = try router.receiveEnvelope(limits: .default) {
+                        if case .success = message.content { received += 1 } else { malformed += 1 }
+                    }
+                }
+                return (accepted, refused, received, malformed)
             }
-            return (accepted, refused, received, malformed)
+            #expect(accepted > 0)
+            #expect(refused > 0, "the queue never filled: \(accepted) accepted")
+            #expect(malformed == 0)
+            #expect(received == accepted)
         }
-        #expect(accepted > 0)
-        #expect(refused > 0, "the queue never filled: \(accepted) accepted")
-        #expect(malformed == 0)
-        #expect(received == accepted)
     }
 
     /// Work a message queues on the loop (a task its reply resumes) runs before the next message
@@ -126,32 +122,30 @@ struct SocketLoopIntegrationTests {
             func tick(on socket: ZMQSocket) {}
             func stopping(on socket: ZMQSocket) {}
         }
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-order-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let endpoint = "ipc://\(directory)/order.sock"
-        let context = try ZMQContext()
-        defer { context.terminate() }
-        let count = 50
-        // The dealer queues every message before the loop's socket exists.
-        let dealer = try ZMQSocket(context: context, kind: .dealer)
-        defer { dealer.close() }
-        try dealer.connect(endpoint)
-        for index in 1...count {
-            _ = try dealer.send(Envelope(header: EnvelopeHeader(kind: .command, correlationID: UInt64(index))))
+        try await withTemporaryEndpoint("order") { endpoint in
+            let context = try ZMQContext()
+            defer { context.terminate() }
+            let count = 50
+            // The dealer queues every message before the loop's socket exists.
+            let dealer = try ZMQSocket(context: context, kind: .dealer)
+            defer { dealer.close() }
+            try dealer.connect(endpoint)
+            for index in 1...count {
+                _ = try dealer.send(Envelope(header: EnvelopeHeader(kind: .command, correlationID: UInt64(index))))
+            }
+            let router = try ZMQSocket(context: context, kind: .router)
+            try router.bind(endpoint)
+            let recorder = Recorder()
+            let loop = try SocketLoop(name: "test-order", socket: router, handler: recorder, tickInterval: .seconds(3600))
+            recorder.loop = loop
+            loop.start()
+            defer { loop.stop() }
+            let deadline = ContinuousClock.now.advanced(by: .seconds(20))
+            while recorder.events.withLock({ $0.count }) < 2 * count, ContinuousClock.now < deadline {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            let expected = (1...count).flatMap { ["received \($0)", "work \($0)"] }
+            #expect(recorder.events.withLock { $0 } == expected)
         }
-        let router = try ZMQSocket(context: context, kind: .router)
-        try router.bind(endpoint)
-        let recorder = Recorder()
-        let loop = try SocketLoop(name: "test-order", socket: router, handler: recorder, tickInterval: .seconds(3600))
-        recorder.loop = loop
-        loop.start()
-        defer { loop.stop() }
-        let deadline = ContinuousClock.now.advanced(by: .seconds(20))
-        while recorder.events.withLock({ $0.count }) < 2 * count, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        let expected = (1...count).flatMap { ["received \($0)", "work \($0)"] }
-        #expect(recorder.events.withLock { $0 } == expected)
     }
 }
