@@ -42,7 +42,9 @@ public struct Envelope: Sendable, Hashable, Codable {
     public static func assemble(
         frameCount: Int, header: Result<EnvelopeHeader, BusError>?, payloadBytes: Int, payload: Data, limits: BusLimits
     ) -> Result<Envelope, MalformedMessage> {
-        let readable = try? header?.get()
+        // The header of a refused message, when readable (looked at only on refusal: this runs on
+        // every message).
+        var readable: EnvelopeHeader? { try? header?.get() }
         guard frameCount == 2 else {
             return .failure(MalformedMessage(BusError(.malformed, "expected 2 frames (header, payload), got \(frameCount)"), header: readable))
         }
