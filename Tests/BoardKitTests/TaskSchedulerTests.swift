@@ -23,6 +23,24 @@ struct TaskSchedulerTests {
         }
     }
 
+    /// A job that finishes only once `ready` holds (or 10 s have passed), whatever the machine's
+    /// load: the tests order jobs by what they wait for, not by how long they sleep.
+    func job(_ tag: String, _ finished: Finished, after ready: @escaping @Sendable () -> Bool) -> TaskScheduler.Job {
+        {
+            let deadline = ContinuousClock.now.advanced(by: .seconds(10))
+            while !ready() && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
+            try Task.checkCancellation()
+            finished.add(tag)
+        }
+    }
+
+    /// Opened once by the test; jobs wait on it.
+    final class Gate: Sendable {
+        private let opened = Atomic<Bool>(false)
+        func open() { opened.store(true, ordering: .releasing) }
+        var isOpen: Bool { opened.load(ordering: .acquiring) }
+    }
+
     func settle(_ finished: Finished, count: Int) async {
         let deadline = ContinuousClock.now.advanced(by: .seconds(10))
         while finished.all.count < count && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(10)) }
@@ -42,7 +60,8 @@ struct TaskSchedulerTests {
     @Test func defaultRunsEverythingAtOnce() async throws {
         let scheduler = TaskScheduler(mode: .default, queueLimit: 8)
         let finished = Finished()
-        try await scheduler.submit(job("slow", 300, finished)) { _ in }
+        // "slow" finishes only after "fast": both must run at once.
+        try await scheduler.submit(job("slow", finished) { finished.all.contains("fast") }) { _ in }
         try await scheduler.submit(job("fast", 1, finished)) { _ in }
         await settle(finished, count: 2)
         #expect(finished.all == ["fast", "slow"])
@@ -51,8 +70,10 @@ struct TaskSchedulerTests {
     @Test func latestCancelsTheRunningTask() async throws {
         let scheduler = TaskScheduler(mode: .latest, queueLimit: 8)
         let finished = Finished()
-        try await scheduler.submit(job("first", 200, finished)) { _ in }
-        try await scheduler.submit(job("second", 200, finished)) { _ in }
+        let gate = Gate()
+        try await scheduler.submit(job("first", finished) { gate.isOpen }) { _ in }
+        try await scheduler.submit(job("second", 1, finished)) { _ in }
+        gate.open()
         await settle(finished, count: 1)
         #expect(finished.all == ["second"])
     }
@@ -60,8 +81,10 @@ struct TaskSchedulerTests {
     @Test func onlyRefusesWhileBusy() async throws {
         let scheduler = TaskScheduler(mode: .only, queueLimit: 8)
         let finished = Finished()
-        try await scheduler.submit(job("first", 200, finished)) { _ in }
+        let gate = Gate()
+        try await scheduler.submit(job("first", finished) { gate.isOpen }) { _ in }
         await #expect(throws: BusError.self) { try await scheduler.submit(self.job("second", 1, finished)) { _ in } }
+        gate.open()
         await settle(finished, count: 1)
         #expect(finished.all == ["first"])
         try await scheduler.submit(job("third", 1, finished)) { _ in }
@@ -72,10 +95,12 @@ struct TaskSchedulerTests {
     @Test func concurrentKeepsAtMostMaxRunning() async throws {
         let scheduler = TaskScheduler(mode: .concurrent(max: 2), queueLimit: 1)
         let finished = Finished()
-        try await scheduler.submit(job("a", 300, finished)) { _ in }
-        try await scheduler.submit(job("b", 300, finished)) { _ in }
+        let gate = Gate()
+        try await scheduler.submit(job("a", finished) { gate.isOpen }) { _ in }
+        try await scheduler.submit(job("b", finished) { gate.isOpen }) { _ in }
         try await scheduler.submit(job("c", 1, finished)) { _ in }
         await #expect(throws: BusError.self) { try await scheduler.submit(self.job("d", 1, finished)) { _ in } }
+        gate.open()
         await settle(finished, count: 3)
         #expect(finished.all.count == 3)
         #expect(finished.all.first != "c")
