@@ -65,6 +65,10 @@ public final class BusClient: Sendable {
     /// Sends a request and waits for its reply. Throws the ``BusError`` of an error reply, or
     /// `timeout` when no answer comes before `timeout` (which travels in the header, so the broker
     /// gives up at the same moment).
+    ///
+    /// Runs on the caller's executor (`nonisolated(nonsending)`): from a task on ``executor``, the
+    /// request leaves and its reply resumes the caller without any executor switch.
+    nonisolated(nonsending)
     public func request(_ envelope: Envelope, timeout: Duration = BusClient.defaultTimeout) async throws -> Envelope {
         try checkSize(envelope)
         var request = envelope
@@ -90,6 +94,7 @@ public final class BusClient: Sendable {
     /// Sends a request, and again while its target is not running (it may be restarting), until it
     /// is answered or `timeout` has passed in all: for requests that are safe to repeat. Waits
     /// 50 ms between tries, doubling up to 1 s.
+    nonisolated(nonsending)
     public func request(_ envelope: Envelope, timeout: Duration, retryingWhileNotRunning: Bool) async throws -> Envelope {
         guard retryingWhileNotRunning else { return try await request(envelope, timeout: timeout) }
         let deadline = ContinuousClock.now.advanced(by: timeout)
@@ -156,7 +161,6 @@ final class ClientState: SocketLoopHandler, @unchecked Sendable {
 
     private struct Guarded {
         var pending: [UInt64: Pending] = [:]
-        var nextCorrelationID: UInt64 = 1
         var messageHandler: (@Sendable (Envelope) -> Void)?
         var tickHandler: (@Sendable () -> Void)?
         var watches: [UUID: StoreWatch] = [:]
@@ -164,12 +168,11 @@ final class ClientState: SocketLoopHandler, @unchecked Sendable {
     }
 
     private let guarded = Mutex(Guarded())
+    private let nextCorrelationID = Atomic<UInt64>(0)
 
+    /// The next request's correlation id: 1, 2, 3… (lock-free: taken on every request).
     func makeCorrelationID() -> UInt64 {
-        guarded.withLock { state in
-            defer { state.nextCorrelationID &+= 1 }
-            return state.nextCorrelationID
-        }
+        nextCorrelationID.wrappingAdd(1, ordering: .relaxed).newValue
     }
 
     func setMessageHandler(_ handler: @escaping @Sendable (Envelope) -> Void) {
