@@ -42,8 +42,9 @@ public final class ZMQSocket {
     private let lastHeader: UnsafeMutablePointer<zmq_msg_t>
     private let lastPayload: UnsafeMutablePointer<zmq_msg_t>
     @exclusivity(unchecked) private var lastPayloadData: Data?
-    /// How many frames went out in received frames rather than new ones (for tests).
-    private(set) var framesReused = 0
+    /// How many frames went out in received frames rather than new ones (for tests). Counted on
+    /// the owning thread only.
+    @exclusivity(unchecked) private(set) var framesReused = 0
 
     public init(context: ZMQContext, kind: Kind) throws {
         guard let handle = zmq_socket(context.handle, kind.rawValue) else {

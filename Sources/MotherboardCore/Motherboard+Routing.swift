@@ -113,17 +113,28 @@ extension Motherboard {
     /// A board's answer to a forwarded request: relayed to the client under its own correlation id.
     func relayReply(_ envelope: Envelope, from peer: PeerID) {
         let correlationID = envelope.header.correlationID
-        guard let request = pending[correlationID], request.boardPeer == peer else {
-            // Late (after a timeout) or forged: nobody waits for it.
+        // One dictionary operation on the common path: taken out, and put back if forged.
+        guard let request = pending.removeValue(forKey: correlationID) else {
+            // Late (after a timeout): nobody waits for it.
             return
         }
-        finish(correlationID, .success(envelope))
+        guard request.boardPeer == peer else {
+            // Forged: not from the board the request went to.
+            pending[correlationID] = request
+            return
+        }
+        finish(request, .success(envelope))
     }
 
     /// Ends a forwarded request with the board's answer or an error: relayed to the client, or
     /// counted towards the action delivery it is part of.
     func finish(_ correlationID: UInt64, _ outcome: Result<Envelope, BusError>) {
         guard let request = pending.removeValue(forKey: correlationID) else { return }
+        finish(request, outcome)
+    }
+
+    /// Ends a request already taken out of `pending`.
+    private func finish(_ request: PendingRequest, _ outcome: Result<Envelope, BusError>) {
         if let action = request.action {
             let acknowledged = (try? outcome.get())?.header.kind == .reply
             return finishActionPart(action, acknowledged: acknowledged)

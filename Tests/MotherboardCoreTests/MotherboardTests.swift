@@ -106,14 +106,20 @@ struct MotherboardTests {
         #expect(reply.payload == Data(#"{"message":"hi"}"#.utf8))
     }
 
-    @Test func aReplyFromTheWrongPeerIsIgnored() throws {
+    @Test func aReplyFromTheWrongPeerIsIgnoredAndTheRealOneStillRelayed() throws {
         let harness = try Harness()
         harness.register("demo.greeter", peer: greeter)
         harness.register("app.dashboard", peer: dashboard)
-        harness.request(EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"), from: harness.client)
+        harness.request(EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"), from: harness.client, correlation: 12)
         let forwarded = try #require(harness.transport.take(for: greeter).first)
-        harness.deliver(forwarded.reply(), from: dashboard)
+        harness.deliver(forwarded.reply(payload: Data(#""forged""#.utf8)), from: dashboard)
         #expect(harness.transport.take(for: harness.client).isEmpty)
+        // The request still waits for its board.
+        harness.deliver(forwarded.reply(payload: Data(#""real""#.utf8)), from: greeter)
+        let relayed = harness.transport.take(for: harness.client)
+        #expect(relayed.count == 1)
+        #expect(relayed.first?.header.correlationID == 12)
+        #expect(relayed.first?.payload == Data(#""real""#.utf8))
     }
 
     @Test func unknownAndStoppedBoardsGetTypedErrors() throws {
