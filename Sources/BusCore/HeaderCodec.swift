@@ -71,37 +71,23 @@ public enum HeaderCodec {
 
     /// Decodes a header from raw bytes; throws ``BusError`` with `malformed` or `tooLarge`.
     public static func decode(_ buffer: UnsafeRawBufferPointer) throws -> EnvelopeHeader {
-        guard buffer.count <= maximumHeaderBytes else {
-            throw BusError(.tooLarge, "header of \(buffer.count) bytes is over the limit of \(maximumHeaderBytes)")
-        }
-        guard buffer.count >= fixedSize else {
-            throw BusError(.malformed, "header truncated: \(buffer.count) bytes, at least \(fixedSize) needed")
-        }
-        guard buffer[0] == magic.0, buffer[1] == magic.1 else {
-            throw BusError(.malformed, "header does not start with the BoardBus magic 'BB'")
-        }
-        let version = buffer[2]
-        guard version == EnvelopeHeader.currentVersion else {
-            throw BusError(.malformed, "unsupported protocol version \(version); this peer speaks \(EnvelopeHeader.currentVersion)")
-        }
-        guard let kind = MessageKind(rawValue: buffer[3]) else {
-            throw BusError(.malformed, "unknown message kind \(buffer[3])")
-        }
-        var reader = Reader(buffer: buffer, offset: 4)
-        let flags = MessageFlags(rawValue: reader.readBigEndian(UInt16.self))
-        let correlationID = reader.readBigEndian(UInt64.self)
-        let timeout = reader.readBigEndian(UInt32.self)
-        let source = try reader.readString(field: "source")
-        let target = try reader.readString(field: "target")
-        let scope = try reader.readString(field: "scope")
-        let typeName = try reader.readString(field: "type name")
-        guard reader.offset == buffer.count else {
-            throw BusError(.malformed, "header has \(buffer.count - reader.offset) trailing bytes")
-        }
+        let layout = try HeaderLayout(buffer)
         return EnvelopeHeader(
-            version: version, kind: kind, flags: flags, correlationID: correlationID,
-            timeoutMilliseconds: timeout, source: source, target: target, scope: scope, typeName: typeName
-        )
+            version: EnvelopeHeader.currentVersion, kind: layout.kind, flags: layout.flags, correlationID: layout.correlationID,
+            timeoutMilliseconds: layout.timeoutMilliseconds,
+            source: try string(buffer, layout.source, field: "source"), target: try string(buffer, layout.target, field: "target"),
+            scope: try string(buffer, layout.scope, field: "scope"), typeName: try string(buffer, layout.typeName, field: "type name"))
+    }
+
+    private static func string(_ buffer: UnsafeRawBufferPointer, _ range: Range<Int>, field: String) throws -> String {
+        let bytes = UnsafeRawBufferPointer(rebasing: buffer[range]).assumingMemoryBound(to: UInt8.self)
+        // `String(decoding:)` is the fast path (no generic validation); it replaces invalid
+        // sequences, so the text is valid UTF-8 exactly when it re-encodes to the same bytes.
+        let text = String(decoding: bytes, as: UTF8.self)
+        guard bytes.allSatisfy({ $0 < 0x80 }) || text.utf8.elementsEqual(bytes) else {
+            throw BusError(.malformed, "\(field) field is not valid UTF-8")
+        }
+        return text
     }
 
     /// A cursor that writes into a buffer already checked to be large enough.
@@ -134,38 +120,89 @@ public enum HeaderCodec {
             offset += length
         }
     }
+}
 
-    /// A bounds-checked cursor over the header bytes. The fixed part is checked once up front.
-    private struct Reader {
-        let buffer: UnsafeRawBufferPointer
-        var offset: Int
+/// Where the fields of an encoded header are, after the frame's structure has been checked (size,
+/// magic, version, kind, field lengths, no trailing bytes): everything ``HeaderCodec/decode(_:)``
+/// checks but the strings' UTF-8, which it leaves as byte ranges.
+///
+/// A router reads the fixed fields and the names in place and rewrites the correlation id in the
+/// received frame (``setCorrelationID(_:in:)``), without building an ``EnvelopeHeader``.
+public struct HeaderLayout: Sendable, Hashable {
+    public let kind: MessageKind
+    public let flags: MessageFlags
+    public let correlationID: UInt64
+    public let timeoutMilliseconds: UInt32
+    /// Byte ranges of the four strings in the frame.
+    public let source: Range<Int>
+    public let target: Range<Int>
+    public let scope: Range<Int>
+    public let typeName: Range<Int>
 
-        mutating func readBigEndian<T: FixedWidthInteger>(_: T.Type) -> T {
-            let value = buffer.loadUnaligned(fromByteOffset: offset, as: T.self)
-            offset += MemoryLayout<T>.size
-            return T(bigEndian: value)
+    /// Offset of the correlation id in the frame.
+    static let correlationOffset = 6
+
+    /// Checks the frame's structure; throws ``BusError`` with `malformed` or `tooLarge`.
+    public init(_ buffer: UnsafeRawBufferPointer) throws(BusError) {
+        guard buffer.count <= HeaderCodec.maximumHeaderBytes else {
+            throw BusError(.tooLarge, "header of \(buffer.count) bytes is over the limit of \(HeaderCodec.maximumHeaderBytes)")
         }
-
-        mutating func readString(field: String) throws -> String {
-            guard buffer.count - offset >= 2 else {
-                throw BusError(.malformed, "header truncated before the \(field) length")
-            }
-            let length = Int(readBigEndian(UInt16.self))
-            guard length <= maximumFieldBytes else {
-                throw BusError(.malformed, "\(field) field of \(length) bytes is over the limit of \(maximumFieldBytes)")
-            }
-            guard buffer.count - offset >= length else {
-                throw BusError(.malformed, "header truncated inside the \(field) field")
-            }
-            let bytes = UnsafeRawBufferPointer(rebasing: buffer[offset..<(offset + length)]).assumingMemoryBound(to: UInt8.self)
-            offset += length
-            // `String(decoding:)` is the fast path (no generic validation); it replaces invalid
-            // sequences, so the text is valid UTF-8 exactly when it re-encodes to the same bytes.
-            let text = String(decoding: bytes, as: UTF8.self)
-            guard bytes.allSatisfy({ $0 < 0x80 }) || text.utf8.elementsEqual(bytes) else {
-                throw BusError(.malformed, "\(field) field is not valid UTF-8")
-            }
-            return text
+        guard buffer.count >= HeaderCodec.fixedSize else {
+            throw BusError(.malformed, "header truncated: \(buffer.count) bytes, at least \(HeaderCodec.fixedSize) needed")
         }
+        guard buffer[0] == HeaderCodec.magic.0, buffer[1] == HeaderCodec.magic.1 else {
+            throw BusError(.malformed, "header does not start with the BoardBus magic 'BB'")
+        }
+        let version = buffer[2]
+        guard version == EnvelopeHeader.currentVersion else {
+            throw BusError(.malformed, "unsupported protocol version \(version); this peer speaks \(EnvelopeHeader.currentVersion)")
+        }
+        guard let kind = MessageKind(rawValue: buffer[3]) else {
+            throw BusError(.malformed, "unknown message kind \(buffer[3])")
+        }
+        self.kind = kind
+        flags = MessageFlags(rawValue: Self.bigEndian(buffer, at: 4, as: UInt16.self))
+        correlationID = Self.bigEndian(buffer, at: Self.correlationOffset, as: UInt64.self)
+        timeoutMilliseconds = Self.bigEndian(buffer, at: 14, as: UInt32.self)
+        var offset = HeaderCodec.fixedSize
+        source = try Self.field(buffer, &offset, "source")
+        target = try Self.field(buffer, &offset, "target")
+        scope = try Self.field(buffer, &offset, "scope")
+        typeName = try Self.field(buffer, &offset, "type name")
+        guard offset == buffer.count else {
+            throw BusError(.malformed, "header has \(buffer.count - offset) trailing bytes")
+        }
+    }
+
+    /// Whether every string is ASCII (then it is valid UTF-8 without further checks).
+    public func stringsAreASCII(in buffer: UnsafeRawBufferPointer) -> Bool {
+        func ascii(_ range: Range<Int>) -> Bool { UnsafeRawBufferPointer(rebasing: buffer[range]).allSatisfy { $0 < 0x80 } }
+        return ascii(source) && ascii(target) && ascii(scope) && ascii(typeName)
+    }
+
+    /// Writes a new correlation id into the frame the layout was read from.
+    public static func setCorrelationID(_ id: UInt64, in buffer: UnsafeMutableRawBufferPointer) {
+        buffer.storeBytes(of: id.bigEndian, toByteOffset: correlationOffset, as: UInt64.self)
+    }
+
+    private static func bigEndian<T: FixedWidthInteger>(_ buffer: UnsafeRawBufferPointer, at offset: Int, as: T.Type) -> T {
+        T(bigEndian: buffer.loadUnaligned(fromByteOffset: offset, as: T.self))
+    }
+
+    /// A u16 length and that many bytes, starting at `offset`, which moves past them.
+    private static func field(_ buffer: UnsafeRawBufferPointer, _ offset: inout Int, _ name: String) throws(BusError) -> Range<Int> {
+        guard buffer.count - offset >= 2 else {
+            throw BusError(.malformed, "header truncated before the \(name) length")
+        }
+        let length = Int(bigEndian(buffer, at: offset, as: UInt16.self))
+        offset += 2
+        guard length <= HeaderCodec.maximumFieldBytes else {
+            throw BusError(.malformed, "\(name) field of \(length) bytes is over the limit of \(HeaderCodec.maximumFieldBytes)")
+        }
+        guard buffer.count - offset >= length else {
+            throw BusError(.malformed, "header truncated inside the \(name) field")
+        }
+        defer { offset += length }
+        return offset..<(offset + length)
     }
 }

@@ -11,6 +11,16 @@ public protocol SocketLoopHandler: AnyObject {
     func tick(on socket: ZMQSocket)
     /// The loop is about to close the socket (last chance to send a goodbye).
     func stopping(on socket: ZMQSocket)
+    /// Offered each message of a header and a payload before it is parsed, as
+    /// ``ZMQSocket/receive(limits:intercept:)`` describes; true when it has dealt with it. By
+    /// default false: every message is parsed and passed to ``received(_:on:)``.
+    func intercept(from routingID: Data?, header: UnsafeMutableRawBufferPointer, payloadBytes: Int, on socket: ZMQSocket) -> Bool
+}
+
+extension SocketLoopHandler {
+    public func intercept(from routingID: Data?, header: UnsafeMutableRawBufferPointer, payloadBytes: Int, on socket: ZMQSocket) -> Bool {
+        false
+    }
 }
 
 /// A thread that owns one ZeroMQ socket and polls it, and a task executor that runs on it.
@@ -238,9 +248,16 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
     /// re-arms the notification descriptor after the sends, and the loop can sleep without
     /// asking libzmq again (one system call fewer per wake-up).
     private func receiveBatch() -> Bool {
+        let (handler, socket) = (self.handler, self.socket)
         for _ in 0..<256 {
-            guard let message = try? socket.receiveEnvelope(limits: limits) else { return true }
-            handler.received(message, on: socket)
+            let receipt = try? socket.receive(limits: limits) { routingID, header, payloadBytes in
+                handler.intercept(from: routingID, header: header, payloadBytes: payloadBytes, on: socket)
+            }
+            switch receipt {
+            case .message(let message): handler.received(message, on: socket)
+            case .intercepted: break
+            case .nothing, nil: return true
+            }
             socket.releaseReceivedFrames()
             if queue.withLock({ !$0.isEmpty }) { drainQueue() }
         }

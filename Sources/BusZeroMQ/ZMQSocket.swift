@@ -162,18 +162,13 @@ public final class ZMQSocket {
         return address != nil && address == last.withUnsafeBytes { $0.baseAddress }
     }
 
-    private func forgetLastPayload() {
-        guard lastPayloadData != nil else { return }
-        lastPayloadData = nil
-        zmq_msg_close(lastPayload)
-        zmq_msg_init(lastPayload)
-    }
-
     /// Lets go of the frames of the last envelope received, once it has been handled. libzmq's
     /// I/O thread decodes small frames into a shared receive buffer, and allocates a new buffer
     /// for each read while any frame of the last one is still held.
     public func releaseReceivedFrames() {
-        forgetLastPayload()
+        lastPayloadData = nil
+        zmq_msg_close(lastPayload)
+        zmq_msg_init(lastPayload)
         zmq_msg_close(lastHeader)
         zmq_msg_init(lastHeader)
     }
@@ -215,49 +210,92 @@ public final class ZMQSocket {
     /// buffer, without a copy. Frames that are not a valid envelope come back as a
     /// ``MalformedMessage``.
     public func receiveEnvelope(limits: BusLimits) throws -> ReceivedMessage? {
+        switch try receive(limits: limits, intercept: { _, _, _ in false }) {
+        case .message(let message): message
+        case .nothing, .intercepted: nil
+        }
+    }
+
+    /// What ``receive(limits:intercept:)`` found.
+    public enum Receipt: Sendable {
+        /// No message was waiting.
+        case nothing
+        /// The interceptor dealt with the message.
+        case intercepted
+        /// A message, parsed.
+        case message(ReceivedMessage)
+    }
+
+    /// Receives one message without blocking. A message of two frames (header and payload) whose
+    /// payload is within the limits is first offered to `intercept`, unparsed: the sender's
+    /// routing id (on a ROUTER socket), the header frame's bytes, which it may rewrite in place,
+    /// and the payload's size. When it returns true it has dealt with the message (a router
+    /// typically sends it on with ``forwardReceived(to:)``); otherwise the message is parsed as
+    /// by ``receiveEnvelope(limits:)``.
+    public func receive(
+        limits: BusLimits, intercept: (_ routingID: Data?, _ header: UnsafeMutableRawBufferPointer, _ payloadBytes: Int) -> Bool
+    ) throws -> Receipt {
         let routed = kind == .router
         var routingID: Data?
         var parts = 0
-        var header: Result<EnvelopeHeader, BusError>?
         var payloadBytes = 0
-        var payload = Data()
         let received = try receiveFrames { index, bytes in
-            if index == 0 { forgetLastPayload() }
             if routed && index == 0 {
                 routingID = bytes.isEmpty ? Data() : Data(bytes: bytes.baseAddress!, count: bytes.count)
                 return
             }
             switch parts {
             case 0:
-                header = Result { try HeaderCodec.decode(bytes) }.mapError(BusError.init(wrapping:))
+                releaseReceivedFrames()
                 zmq_msg_move(lastHeader, message)
             case 1:
                 payloadBytes = bytes.count
-                if bytes.count <= limits.maximumPayloadBytes { payload = takePayload(size: bytes.count) }
+                zmq_msg_move(lastPayload, message)
             default:
                 break
             }
             parts += 1
         }
-        guard received else { return nil }
-        return ReceivedMessage(
+        guard received else { return .nothing }
+        if parts == 2, payloadBytes <= limits.maximumPayloadBytes,
+            intercept(routingID, UnsafeMutableRawBufferPointer(start: zmq_msg_data(lastHeader), count: zmq_msg_size(lastHeader)), payloadBytes)
+        {
+            return .intercepted
+        }
+        let header = parts == 0 ? nil : Result {
+            try HeaderCodec.decode(UnsafeRawBufferPointer(start: zmq_msg_data(lastHeader), count: zmq_msg_size(lastHeader)))
+        }.mapError(BusError.init(wrapping:))
+        let payload = parts > 1 && payloadBytes <= limits.maximumPayloadBytes ? takePayload(size: payloadBytes) : Data()
+        return .message(ReceivedMessage(
             routingID: routingID,
-            content: Envelope.assemble(frameCount: parts, header: header, payloadBytes: payloadBytes, payload: payload, limits: limits))
+            content: Envelope.assemble(frameCount: parts, header: header, payloadBytes: payloadBytes, payload: payload, limits: limits)))
     }
 
-    /// The payload in the receive message: copied when small, else moved into a `Data` that closes
-    /// the libzmq message when it is freed.
+    /// Sends the frames of the envelope last received on to `routingID` (on a ROUTER socket) as
+    /// they are, with the header as an interceptor may have rewritten it: both frames go back to
+    /// libzmq, no copy. Only once per received envelope.
+    public func forwardReceived(to routingID: Data?) throws -> SendResult {
+        if let routingID {
+            let result = try send(frame: routingID, more: true)
+            if result != .sent { return result }
+        }
+        let headerResult = try check(zmq_msg_send(lastHeader, handle, ZMQ_DONTWAIT | ZMQ_SNDMORE))
+        if headerResult != .sent { return headerResult }
+        framesReused += 2
+        return try check(zmq_msg_send(lastPayload, handle, ZMQ_DONTWAIT))
+    }
+
+    /// The payload of the message last received, in `lastPayload`: copied when small (the frame
+    /// stays, so that sending the same `Data` on can hand it back to libzmq), else moved into a
+    /// `Data` that closes the libzmq message when it is freed.
     private func takePayload(size: Int) -> Data {
         guard size >= Self.zeroCopyThreshold else {
-            let payload = Data(bytes: zmq_msg_data(message), count: size)
-            if size > Self.inlineDataLimit {
-                zmq_msg_move(lastPayload, message)
-                lastPayloadData = payload
-            }
+            let payload = Data(bytes: zmq_msg_data(lastPayload), count: size)
+            if size > Self.inlineDataLimit { lastPayloadData = payload }
             return payload
         }
         let owned = OwnedMessage()
-        zmq_msg_move(owned.message, message)
+        zmq_msg_move(owned.message, lastPayload)
         return Data(bytesNoCopy: zmq_msg_data(owned.message), count: size, deallocator: .custom { _, _ in owned.close() })
     }
 

@@ -91,23 +91,35 @@ extension Motherboard {
             header.source = sender.id.rawValue
             header.scope = sender.scope
         }
-        if let client, header.flags.contains(.replyExpected) {
-            let timeout = requestTimeout(header)
-            let correlationID = makeCorrelationID()
-            pending[correlationID] = PendingRequest(
-                client: client, clientCorrelationID: header.correlationID, board: target.name,
-                boardPeer: target.peer, deadline: now.advanced(by: timeout))
-            header.correlationID = correlationID
-        } else {
-            header.flags.remove(.replyExpected)
-            header.correlationID = 0
-        }
+        header.correlationID = forwardingCorrelationID(
+            flags: header.flags, correlationID: header.correlationID, timeoutMilliseconds: header.timeoutMilliseconds,
+            to: target, client: client, now: now)
+        if header.correlationID == 0 { header.flags.remove(.replyExpected) }
         send(Envelope(header: header, payload: envelope.payload), to: target.peer)
+    }
+
+    /// The correlation id a request travels under to `target`. When its sender (`client`) waits
+    /// for a reply: a new one, under which the broker remembers the request, to relay the board's
+    /// answer, or an error if the board dies or the deadline passes. Else 0.
+    func forwardingCorrelationID(
+        flags: MessageFlags, correlationID: UInt64, timeoutMilliseconds: UInt32, to target: LiveBoard, client: PeerID?,
+        now: ContinuousClock.Instant
+    ) -> UInt64 {
+        guard let client, flags.contains(.replyExpected) else { return 0 }
+        let forwarded = makeCorrelationID()
+        pending[forwarded] = PendingRequest(
+            client: client, clientCorrelationID: correlationID, board: target.name, boardPeer: target.peer,
+            deadline: now.advanced(by: requestTimeout(milliseconds: timeoutMilliseconds)))
+        return forwarded
     }
 
     /// The deadline a request carries, or the default when it carries none.
     func requestTimeout(_ header: EnvelopeHeader) -> Duration {
-        header.timeoutMilliseconds > 0 ? .milliseconds(Int64(header.timeoutMilliseconds)) : settings.defaultRequestTimeout
+        requestTimeout(milliseconds: header.timeoutMilliseconds)
+    }
+
+    func requestTimeout(milliseconds: UInt32) -> Duration {
+        milliseconds > 0 ? .milliseconds(Int64(milliseconds)) : settings.defaultRequestTimeout
     }
 
     /// A board's answer to a forwarded request: relayed to the client under its own correlation id.

@@ -232,11 +232,15 @@ public final class Motherboard {
     }
 
     func send(_ envelope: Envelope, to peer: PeerID) {
-        if !transport.send(envelope, to: peer) {
-            counters.undeliverable += 1
-            if let board = registry.board(for: peer), envelope.header.kind != .error {
-                drop(board.name, reason: "its socket is gone or full")
-            }
+        if !transport.send(envelope, to: peer) { undeliverable(envelope.header.kind, to: peer) }
+    }
+
+    /// A message could not be handed to `peer` (its queue is full, or it is gone): counted; a
+    /// board that cannot take a request is dropped.
+    public func undeliverable(_ kind: MessageKind, to peer: PeerID) {
+        counters.undeliverable += 1
+        if let board = registry.board(for: peer), kind != .error {
+            drop(board.name, reason: "its socket is gone or full")
         }
     }
 

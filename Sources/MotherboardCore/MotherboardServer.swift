@@ -85,7 +85,7 @@ public final class MotherboardServer: Service {
             startFailure = error
             logger.error("cannot start the fleet", metadata: ["error": "\(error)"])
         }
-        let handler = RouterLoopHandler(motherboard: motherboard)
+        let handler = RouterLoopHandler(motherboard: motherboard, transport: transport)
         let loop = try SocketLoop(
             name: "motherboard", socket: socket, handler: handler, tickInterval: .milliseconds(100), limits: options.settings.limits)
         exits.connect(loop: loop, motherboard: motherboard)
@@ -142,7 +142,15 @@ final class RouterTransport: MotherboardTransport {
     private var lastGone: PeerID?
 
     func send(_ envelope: Envelope, to peer: PeerID) -> Bool {
-        let result = try? socket.send(envelope, routingID: peer.bytes)
+        sent(try? socket.send(envelope, routingID: peer.bytes), to: peer)
+    }
+
+    /// Sends the frames of the message being handled on to `peer`, as they are.
+    func forwardReceived(to peer: PeerID) -> Bool {
+        sent(try? socket.forwardReceived(to: peer.bytes), to: peer)
+    }
+
+    private func sent(_ result: ZMQSocket.SendResult?, to peer: PeerID) -> Bool {
         if result == .peerUnreachable { lastGone = peer }
         return result == .sent
     }
@@ -155,10 +163,19 @@ final class RouterTransport: MotherboardTransport {
 /// Feeds the ROUTER's messages and ticks to the motherboard, on the socket's thread.
 final class RouterLoopHandler: SocketLoopHandler {
     private let motherboard: Motherboard
+    private let transport: RouterTransport
     private let clock = ContinuousClock()
 
-    init(motherboard: Motherboard) {
+    init(motherboard: Motherboard, transport: RouterTransport) {
         self.motherboard = motherboard
+        self.transport = transport
+    }
+
+    /// Commands and replies that need only a new correlation id go on in the frames they came in.
+    func intercept(from routingID: Data?, header: UnsafeMutableRawBufferPointer, payloadBytes: Int, on socket: ZMQSocket) -> Bool {
+        guard let routingID, let route = motherboard.routeInPlace(header, from: PeerID(routingID), now: clock.now) else { return false }
+        if !transport.forwardReceived(to: route.peer) { motherboard.undeliverable(route.kind, to: route.peer) }
+        return true
     }
 
     func received(_ message: ReceivedMessage, on socket: ZMQSocket) {

@@ -44,6 +44,7 @@ struct BenchCommand: AsyncParsableCommand {
     func run() async throws {
         if let brokerLogic {
             print("broker logic per round trip, no sockets: \(Int(try BrokerLogicBench.roundTrip(iterations: brokerLogic))) ns")
+            print("routed in place: \(Int(try BrokerLogicBench.roundTripInPlace(iterations: brokerLogic))) ns")
             return
         }
         if let load {
@@ -155,7 +156,9 @@ struct BenchCommand: AsyncParsableCommand {
             report.single("one `busctl list` process, wall time (median of \(settings.busctlRuns))", milliseconds: median(busctlRuns))
             progress("broker logic without sockets")
             let logic = try BrokerLogicBench.roundTrip(iterations: quick ? 50_000 : 200_000)
-            report.single("broker logic per round trip, no sockets (µs)", milliseconds: logic / 1000, unit: "")
+            report.single("broker logic per round trip, no sockets, parsed envelopes (µs)", milliseconds: logic / 1000, unit: "")
+            let inPlace = try BrokerLogicBench.roundTripInPlace(iterations: quick ? 50_000 : 200_000)
+            report.single("broker logic per round trip, no sockets, routed in place (µs)", milliseconds: inPlace / 1000, unit: "")
         }
         print("")
         print(report.render())

@@ -110,4 +110,60 @@ struct HeaderCodecTests {
         }
         #expect(decoded < 20_000)
     }
+
+    /// What a router reads in place agrees with the decoder: the same fields for every header the
+    /// decoder accepts, the same error for every frame it refuses but for invalid UTF-8, which
+    /// the layout leaves to whoever reads the strings (and reports as not ASCII).
+    @Test func theLayoutAgreesWithTheDecoder() throws {
+        var generator = SeededRandom(seed: 7)
+        let names = ["", "a", "bench.echo", "root.checkout", "ünï", String(repeating: "x", count: 300)]
+        var compared = 0
+        for round in 0..<5_000 {
+            let header = EnvelopeHeader(
+                kind: MessageKind.allCases[Int(generator.next() % UInt64(MessageKind.allCases.count))],
+                flags: MessageFlags(rawValue: UInt16(truncatingIfNeeded: generator.next())), correlationID: generator.next(),
+                timeoutMilliseconds: UInt32(truncatingIfNeeded: generator.next()),
+                source: names[Int(generator.next() % 6)], target: names[Int(generator.next() % 6)],
+                scope: names[Int(generator.next() % 6)], typeName: names[Int(generator.next() % 6)])
+            var bytes = HeaderCodec.encode(header)
+            // Most rounds damage the frame: a byte changed, or the frame cut or lengthened.
+            switch round % 4 {
+            case 1: bytes[Int(generator.next() % UInt64(bytes.count))] = UInt8(truncatingIfNeeded: generator.next())
+            case 2: bytes.removeLast(Int(generator.next() % UInt64(bytes.count)))
+            case 3: bytes.append(UInt8(truncatingIfNeeded: generator.next()))
+            default: break
+            }
+            try bytes.withUnsafeBytes { buffer in
+                let decoded = Result { try HeaderCodec.decode(buffer) }
+                let layout = Result { try HeaderLayout(buffer) }
+                switch (decoded, layout) {
+                case (.success(let decoded), .success(let layout)):
+                    compared += 1
+                    #expect(layout.kind == decoded.kind && layout.flags == decoded.flags)
+                    #expect(layout.correlationID == decoded.correlationID && layout.timeoutMilliseconds == decoded.timeoutMilliseconds)
+                    for (range, text) in [(layout.source, decoded.source), (layout.target, decoded.target), (layout.scope, decoded.scope), (layout.typeName, decoded.typeName)] {
+                        #expect(Array(buffer[range]) == Array(text.utf8))
+                    }
+                    #expect(layout.stringsAreASCII(in: buffer) == [decoded.source, decoded.target, decoded.scope, decoded.typeName].allSatisfy { $0.utf8.allSatisfy { $0 < 0x80 } })
+                case (.failure(let decodeError), .failure(let layoutError)):
+                    #expect((decodeError as? BusError) == (layoutError as? BusError))
+                case (.failure(let decodeError), .success(let layout)):
+                    // Only the strings' UTF-8 is left to the reader; such a frame is not ASCII.
+                    #expect((decodeError as? BusError)?.message.contains("UTF-8") == true)
+                    #expect(!layout.stringsAreASCII(in: buffer))
+                case (.success, .failure(let error)):
+                    Issue.record("the layout refused a header the decoder accepts: \(error)")
+                }
+            }
+        }
+        #expect(compared > 1_000)
+    }
+
+    @Test func theCorrelationIDIsRewrittenInPlace() throws {
+        var bytes = HeaderCodec.encode(sample)
+        bytes.withUnsafeMutableBytes { HeaderLayout.setCorrelationID(0xAABB, in: $0) }
+        var expected = sample
+        expected.correlationID = 0xAABB
+        #expect(try HeaderCodec.decode(Data(bytes)) == expected)
+    }
 }

@@ -61,6 +61,52 @@ struct FrameReuseIntegrationTests {
 
     static let payload = Data((0..<100).map { UInt8($0) })
 
+    /// An interceptor sees the frames before they are parsed, rewrites the header in place and
+    /// sends the frames on; what it declines is parsed as usual, and oversized payloads never
+    /// reach it.
+    @Test func anInterceptedMessageGoesOnInItsFramesWithTheHeaderRewritten() async throws {
+        let limits = BusLimits(maximumPayloadBytes: 1_000)
+        let (received, declined, oversized, reused) = try await withPair { pair in
+            func receive(_ envelope: Envelope, intercept: (Data?, UnsafeMutableRawBufferPointer, Int) -> Bool) throws -> ZMQSocket.Receipt {
+                guard try pair.dealer.send(envelope) == .sent, pair.router.waitReadable(timeoutMilliseconds: 5_000) else {
+                    throw BusError(.timeout, "the router received nothing")
+                }
+                return try pair.router.receive(limits: limits, intercept: intercept)
+            }
+            let forwardIt = { (routingID: Data?, header: UnsafeMutableRawBufferPointer, payloadBytes: Int) -> Bool in
+                guard routingID == pair.dealerID, payloadBytes == Self.payload.count else { return false }
+                HeaderLayout.setCorrelationID(4242, in: header)
+                return (try? pair.router.forwardReceived(to: routingID)) == .sent
+            }
+            guard case .intercepted = try receive(Self.command(7, payload: Self.payload), intercept: forwardIt),
+                pair.dealer.waitReadable(timeoutMilliseconds: 5_000), let frames = try pair.dealer.receive()
+            else { throw BusError(.timeout, "nothing forwarded") }
+            let received = try Envelope(frames: frames)
+            pair.router.releaseReceivedFrames()
+            let declined = try receive(Self.command(8, payload: Self.payload)) { _, _, _ in false }
+            pair.router.releaseReceivedFrames()
+            let oversized = try receive(Self.command(9, payload: Data(count: 1_001))) { _, _, _ in
+                Issue.record("an oversized payload was offered")
+                return true
+            }
+            return (received, declined, oversized, pair.router.framesReused)
+        }
+        #expect(received.header.correlationID == 4242)
+        #expect(received.header.target == "bench.echo" && received.header.typeName == "echo")
+        #expect(received.payload == Self.payload)
+        #expect(reused == 2)
+        guard case .message(let message) = declined, case .success(let envelope) = message.content else {
+            Issue.record("a declined message was not parsed: \(declined)")
+            return
+        }
+        #expect(envelope.header.correlationID == 8 && envelope.payload == Self.payload)
+        guard case .message(let refused) = oversized, case .failure(let malformed) = refused.content else {
+            Issue.record("an oversized message was not refused: \(oversized)")
+            return
+        }
+        #expect(malformed.error.code == .tooLarge)
+    }
+
     @Test func aForwardedEnvelopeGoesOutInTheFramesItCameIn() async throws {
         let (reused, received) = try await withPair { pair in
             let request = try pair.routerReceives(Self.command(7, payload: Self.payload))

@@ -1,0 +1,84 @@
+import BusCore
+import Foundation
+
+extension Motherboard {
+    /// Where a message routed in place goes, and what it is.
+    public struct InPlaceRoute: Sendable, Hashable {
+        public let peer: PeerID
+        public let kind: MessageKind
+    }
+
+    /// Routes a command or a reply, the bulk of the traffic, from its header frame as received:
+    /// reads the fixed fields and the names in place, writes the new correlation id into the
+    /// frame, and returns the peer to send the frames on to, otherwise unchanged. No envelope is
+    /// built, no string copied but the target's name, the payload not touched.
+    ///
+    /// Returns nil (and changes nothing) for any other message, or when routing would change more
+    /// than the correlation id (a board's command that does not already name it as source and
+    /// scope, a reply that does not name its board as source) or needs an answer from the broker
+    /// (an unknown target, a late or forged reply, a retired peer), or when a string is not ASCII:
+    /// the caller then parses the message and hands it to `receive`, which routes it the same way.
+    public func routeInPlace(_ header: UnsafeMutableRawBufferPointer, from peer: PeerID, now: ContinuousClock.Instant) -> InPlaceRoute? {
+        let bytes = UnsafeRawBufferPointer(header)
+        guard let layout = try? HeaderLayout(bytes), layout.stringsAreASCII(in: bytes) else { return nil }
+        let destination: PeerID?
+        switch layout.kind {
+        case .command: destination = commandInPlace(layout, header, from: peer, now: now)
+        case .reply, .error: destination = replyInPlace(layout, header, from: peer, now: now)
+        default: destination = nil
+        }
+        return destination.map { InPlaceRoute(peer: $0, kind: layout.kind) }
+    }
+
+    /// `command` and `deliver`, for a header that needs no rewriting but its correlation id.
+    private func commandInPlace(
+        _ layout: HeaderLayout, _ header: UnsafeMutableRawBufferPointer, from peer: PeerID, now: ContinuousClock.Instant
+    ) -> PeerID? {
+        let bytes = UnsafeRawBufferPointer(header)
+        let sender = registry.board(for: peer)
+        let scope: String
+        if let sender {
+            // A board speaks as itself: in place only when the header already says so.
+            guard Self.bytes(bytes, layout.source, equal: sender.id.rawValue), Self.bytes(bytes, layout.scope, equal: sender.scope) else {
+                return nil
+            }
+            scope = sender.scope
+        } else {
+            guard !retiredPeers.contains(peer) else { return nil }
+            scope = Self.string(bytes, layout.scope)
+        }
+        guard let target = registry[ScopedName(scope: scope, name: Self.string(bytes, layout.target))] else { return nil }
+        sender?.lastSeen = now
+        target.commandsHandled += 1
+        let correlationID = forwardingCorrelationID(
+            flags: layout.flags, correlationID: layout.correlationID, timeoutMilliseconds: layout.timeoutMilliseconds,
+            to: target, client: peer, now: now)
+        HeaderLayout.setCorrelationID(correlationID, in: header)
+        return target.peer
+    }
+
+    /// `relayReply` and `finish`, for a reply that already names its board as source and no target.
+    private func replyInPlace(
+        _ layout: HeaderLayout, _ header: UnsafeMutableRawBufferPointer, from peer: PeerID, now: ContinuousClock.Instant
+    ) -> PeerID? {
+        guard let sender = registry.board(for: peer), let request = pending.removeValue(forKey: layout.correlationID) else { return nil }
+        guard request.boardPeer == peer, request.action == nil, layout.target.isEmpty,
+            Self.bytes(UnsafeRawBufferPointer(header), layout.source, equal: request.board.name)
+        else {
+            pending[layout.correlationID] = request
+            return nil
+        }
+        sender.lastSeen = now
+        HeaderLayout.setCorrelationID(request.clientCorrelationID, in: header)
+        return request.client
+    }
+
+    /// An ASCII field (checked by the caller) as a string.
+    private static func string(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>) -> String {
+        String(decoding: UnsafeRawBufferPointer(rebasing: bytes[range]), as: UTF8.self)
+    }
+
+    private static func bytes(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, equal text: String) -> Bool {
+        text.utf8.elementsEqual(UnsafeRawBufferPointer(rebasing: bytes[range]))
+    }
+}
