@@ -125,7 +125,7 @@ let package = Package(
         .testTarget(name: "BusCoreTests", dependencies: ["BusCore", "BoardKitTesting"]),
         .testTarget(name: "BoardKitTests", dependencies: ["BoardKit"]),
         .testTarget(name: "FluxTests", dependencies: ["Flux"]),
-        .testTarget(name: "MotherboardCoreTests", dependencies: ["MotherboardCore", "BusCore"]),
+        .testTarget(name: "MotherboardCoreTests", dependencies: ["MotherboardCore", "BusCore", "BusZeroMQ"]),
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
