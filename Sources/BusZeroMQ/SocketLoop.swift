@@ -27,8 +27,8 @@ extension SocketLoopHandler {
 ///
 /// Other threads never touch the socket: they hand frames or closures to ``send(_:)`` and
 /// ``execute(_:)``, which queue them and wake the loop through an `eventfd` that `poll`
-/// watches beside the socket. The handler runs on the loop thread, so a broker can route a
-/// message without any thread hop.
+/// watches beside the socket and a periodic `timerfd` for the ticks. The handler runs on the loop
+/// thread, so a broker can route a message without any thread hop.
 ///
 /// The loop is also a `TaskExecutor`: tasks that prefer it (`withTaskExecutorPreference`) run on
 /// the socket's thread, so a reply resumes its waiting task, and that task's next send goes
@@ -49,6 +49,9 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
     /// `pthread_self()` of the loop thread, 0 before it starts.
     private let loopThread = Atomic<UInt>(0)
     private let wakeDescriptor: Int32
+    /// A periodic timer (`timerfd`) that wakes the loop for ticks, so that `poll` itself never
+    /// has a timeout to arm and cancel on every sleep.
+    private let tickDescriptor: Int32
     /// libzmq's notification descriptor of the socket (`ZMQ_FD`).
     private let socketDescriptor: Int32
     private let finished = DispatchSemaphore(value: 0)
@@ -74,7 +77,13 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
         self.socketDescriptor = try socket.notificationDescriptor()
         let descriptor = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
         guard descriptor >= 0 else { throw BusError(.transport, "eventfd failed: errno \(errno)") }
+        let timer = timerfd_create(CLOCK_MONOTONIC, Int32(TFD_NONBLOCK | TFD_CLOEXEC))
+        guard timer >= 0 else {
+            Glibc.close(descriptor)
+            throw BusError(.transport, "timerfd_create failed: errno \(errno)")
+        }
         self.wakeDescriptor = descriptor
+        self.tickDescriptor = timer
         self.name = name
         self.socket = socket
         self.handler = handler
@@ -84,6 +93,7 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
 
     deinit {
         Glibc.close(wakeDescriptor)
+        Glibc.close(tickDescriptor)
     }
 
     /// Starts the loop thread.
@@ -163,8 +173,9 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
     }
 
     private func run() {
-        // One poll(2) per sleep, on libzmq's notification descriptor (`ZMQ_FD`) and the wake-up
-        // eventfd. The notification descriptor only says that the socket's state may have
+        // One poll(2) per sleep, without a timeout (no timer armed and cancelled on every sleep),
+        // on libzmq's notification descriptor (`ZMQ_FD`), the wake-up eventfd and the tick
+        // timer. The notification descriptor only says that the socket's state may have
         // changed, and a send can consume its signal, so the loop sleeps only after a receive
         // found nothing (which re-arms it) and, when it sent since, after `ZMQ_EVENTS` says no
         // message waits. That is fewer system calls per wake-up than `zmq_poll`, which polls once
@@ -172,7 +183,13 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
         var descriptors = [
             pollfd(fd: socketDescriptor, events: Int16(POLLIN), revents: 0),
             pollfd(fd: wakeDescriptor, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: tickDescriptor, events: Int16(POLLIN), revents: 0),
         ]
+        // At least a millisecond: a zero period would disarm the timer.
+        let interval = max(tickInterval, .milliseconds(1))
+        let period = timespec(tv_sec: Int(interval.components.seconds), tv_nsec: Int(interval.components.attoseconds / 1_000_000_000))
+        var schedule = itimerspec(it_interval: period, it_value: period)
+        timerfd_settime(tickDescriptor, 0, &schedule, nil)
         let clock = ContinuousClock()
         var nextTick = clock.now.advanced(by: tickInterval)
         var readSocket = true
@@ -193,14 +210,21 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
                 readSocket = false
                 continue
             }
-            let timeout = Int32(clamping: max(0, clock.now.duration(to: nextTick).wholeMilliseconds) + 1)
-            let rc = poll(&descriptors, 2, timeout)
+            // No timeout: the tick timer wakes the loop when nothing else does.
+            let rc = poll(&descriptors, 3, -1)
             if rc < 0 && errno != EINTR { break }
+            var counter: UInt64 = 0
             if descriptors[1].revents & Int16(POLLIN) != 0 {
-                var counter: UInt64 = 0
                 _ = Glibc.read(wakeDescriptor, &counter, MemoryLayout<UInt64>.size)
             }
-            readSocket = descriptors[0].revents & Int16(POLLIN) != 0 || rc == 0
+            let ticked = descriptors[2].revents & Int16(POLLIN) != 0
+            if ticked {
+                _ = Glibc.read(tickDescriptor, &counter, MemoryLayout<UInt64>.size)
+                // The timer and the clock check drift apart by a little: the timer's tick is due.
+                nextTick = clock.now
+            }
+            // On a tick the socket is read too, as a safety net for a missed notification.
+            readSocket = descriptors[0].revents & Int16(POLLIN) != 0 || ticked
         }
         drainQueue()
         handler.stopping(on: socket)

@@ -21,6 +21,38 @@ struct SocketLoopIntegrationTests {
         func stopping(on socket: ZMQSocket) {}
     }
 
+    /// Counts ticks and signals each.
+    final class TickCounter: SocketLoopHandler, @unchecked Sendable {
+        let ticks = Atomic<Int>(0)
+        let ticked = DispatchSemaphore(value: 0)
+        func received(_ message: ReceivedMessage, on socket: ZMQSocket) {}
+        func tick(on socket: ZMQSocket) {
+            ticks.add(1, ordering: .relaxed)
+            ticked.signal()
+        }
+        func stopping(on socket: ZMQSocket) {}
+    }
+
+    /// An idle loop still ticks (heartbeats and deadlines depend on it): it sleeps in `poll`
+    /// without a timeout, and its tick timer must wake it.
+    @Test func anIdleLoopKeepsTicking() async throws {
+        try await withTemporaryEndpoint("tick") { endpoint in
+            let context = try ZMQContext()
+            defer { context.terminate() }
+            let router = try ZMQSocket(context: context, kind: .router)
+            try router.bind(endpoint)
+            let counter = TickCounter()
+            let loop = try SocketLoop(name: "test-tick", socket: router, handler: counter, tickInterval: .milliseconds(10))
+            loop.start()
+            defer { loop.stop() }
+            let woke = try await onOwnThread {
+                (0..<5).allSatisfy { _ in counter.ticked.wait(timeout: .now() + 5) == .success }
+            }
+            #expect(woke)
+            #expect(counter.ticks.load(ordering: .relaxed) >= 5)
+        }
+    }
+
     @Test func aBurstLargerThanOneBatchIsAnsweredWithoutWaitingForATick() async throws {
         try await withTemporaryEndpoint("loop") { endpoint in
             let context = try ZMQContext()
