@@ -13,11 +13,12 @@ extension Motherboard {
     /// frame, and returns the peer to send the frames on to, otherwise unchanged. No envelope is
     /// built, no string copied but the target's name, the payload not touched.
     ///
-    /// Returns nil (and changes nothing) for any other message, or when routing would change more
+    /// Returns nil (and changes nothing) for any other message; when routing would change more
     /// than the correlation id (a board's command that does not already name it as source and
-    /// scope, a reply that does not name its board as source) or needs an answer from the broker
-    /// (an unknown target, a late or forged reply, a retired peer), or when a string is not ASCII:
-    /// the caller then parses the message and hands it to `receive`, which routes it the same way.
+    /// scope, a reply that does not name its board as source and no target) or does something
+    /// else (a reply to an action is counted, not relayed); when the broker must answer (an
+    /// unknown target, a late or forged reply, a retired peer); or when a string is not ASCII.
+    /// The caller then parses the message and hands it to `receive`, which routes it the same way.
     public func routeInPlace(_ header: UnsafeMutableRawBufferPointer, from peer: PeerID, now: ContinuousClock.Instant) -> InPlaceRoute? {
         let bytes = UnsafeRawBufferPointer(header)
         guard let layout = try? HeaderLayout(bytes), layout.stringsAreASCII(in: bytes) else { return nil }
