@@ -237,7 +237,7 @@ public final class Motherboard {
 
     /// A message could not be handed to `peer` (its queue is full, or it is gone): counted; a
     /// board that cannot take a request is dropped.
-    public func undeliverable(_ kind: MessageKind, to peer: PeerID) {
+    func undeliverable(_ kind: MessageKind, to peer: PeerID) {
         counters.undeliverable += 1
         if let board = registry.board(for: peer), kind != .error {
             drop(board.name, reason: "its socket is gone or full")
