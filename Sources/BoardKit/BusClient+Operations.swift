@@ -28,9 +28,7 @@ extension BusClient {
         retries: Bool = false
     ) async throws -> Data {
         let envelope = Envelope(header: EnvelopeHeader(kind: .command, target: board.rawValue, scope: scope, typeName: command), payload: payload)
-        // The common case calls `request` directly: one async frame fewer per call.
-        guard retries else { return try await request(envelope, timeout: timeout).payload }
-        return try await request(envelope, timeout: timeout, retryingWhileNotRunning: true).payload
+        return try await request(envelope, timeout: timeout, retryingWhileNotRunning: retries).payload
     }
 
     /// Activates a live board with an input (`nextToBoard`); returns when the board accepted it.

@@ -121,10 +121,8 @@ public final class ZMQSocket {
     /// written it); other payloads are copied.
     @discardableResult
     public func send(_ envelope: Envelope, routingID: Data? = nil) throws -> SendResult {
-        if let routingID {
-            let result = try send(frame: routingID, more: true)
-            if result != .sent { return result }
-        }
+        let routed = try sendRoutingID(routingID)
+        if routed != .sent { return routed }
         // Without a routing id the header is the first frame, the only one that can be refused.
         let headerResult = try sendHeader(envelope.header)
         if headerResult != .sent { return headerResult }
@@ -139,12 +137,23 @@ public final class ZMQSocket {
         return try sendWithoutCopy(envelope.payload)
     }
 
+    /// On a ROUTER socket, the first frame: the peer's routing id (the only frame that can be refused).
+    private func sendRoutingID(_ routingID: Data?) throws -> SendResult {
+        guard let routingID else { return .sent }
+        return try send(frame: routingID, more: true)
+    }
+
+    /// The bytes of the last received header frame, in place.
+    private var lastHeaderBytes: UnsafeMutableRawBufferPointer {
+        UnsafeMutableRawBufferPointer(start: zmq_msg_data(lastHeader), count: zmq_msg_size(lastHeader))
+    }
+
     /// Sends a header frame: encoded into the last received header frame when it has the size,
     /// else into the socket's buffer and copied.
     private func sendHeader(_ header: EnvelopeHeader) throws -> SendResult {
         let size = HeaderCodec.encodedSize(header)
         if zmq_msg_size(lastHeader) == size {
-            _ = HeaderCodec.encode(header, into: UnsafeMutableRawBufferPointer(start: zmq_msg_data(lastHeader), count: size))
+            _ = HeaderCodec.encode(header, into: lastHeaderBytes)
             framesReused += 1
             // On success libzmq takes the frame and leaves `lastHeader` empty (size 0).
             return try check(zmq_msg_send(lastHeader, handle, ZMQ_DONTWAIT | ZMQ_SNDMORE))
@@ -258,13 +267,11 @@ public final class ZMQSocket {
         }
         guard received else { return .nothing }
         if parts == 2, payloadBytes <= limits.maximumPayloadBytes,
-            intercept(routingID, UnsafeMutableRawBufferPointer(start: zmq_msg_data(lastHeader), count: zmq_msg_size(lastHeader)), payloadBytes)
+            intercept(routingID, lastHeaderBytes, payloadBytes)
         {
             return .intercepted
         }
-        let header = parts == 0 ? nil : Result {
-            try HeaderCodec.decode(UnsafeRawBufferPointer(start: zmq_msg_data(lastHeader), count: zmq_msg_size(lastHeader)))
-        }.mapError(BusError.init(wrapping:))
+        let header = parts == 0 ? nil : Result { try HeaderCodec.decode(UnsafeRawBufferPointer(lastHeaderBytes)) }.mapError(BusError.init(wrapping:))
         let payload = parts > 1 && payloadBytes <= limits.maximumPayloadBytes ? takePayload(size: payloadBytes) : Data()
         return .message(ReceivedMessage(
             routingID: routingID,
@@ -275,10 +282,8 @@ public final class ZMQSocket {
     /// they are, with the header as an interceptor may have rewritten it: both frames go back to
     /// libzmq, no copy. Only once per received envelope.
     public func forwardReceived(to routingID: Data?) throws -> SendResult {
-        if let routingID {
-            let result = try send(frame: routingID, more: true)
-            if result != .sent { return result }
-        }
+        let routed = try sendRoutingID(routingID)
+        if routed != .sent { return routed }
         let headerResult = try check(zmq_msg_send(lastHeader, handle, ZMQ_DONTWAIT | ZMQ_SNDMORE))
         if headerResult != .sent { return headerResult }
         framesReused += 2

@@ -113,11 +113,7 @@ extension Motherboard {
         return forwarded
     }
 
-    /// The deadline a request carries, or the default when it carries none.
-    func requestTimeout(_ header: EnvelopeHeader) -> Duration {
-        requestTimeout(milliseconds: header.timeoutMilliseconds)
-    }
-
+    /// The deadline a request carries (its header's timeout), or the default when it carries none.
     func requestTimeout(milliseconds: UInt32) -> Duration {
         milliseconds > 0 ? .milliseconds(Int64(milliseconds)) : settings.defaultRequestTimeout
     }
@@ -245,7 +241,7 @@ extension Motherboard {
             actionDeliveries[deliveryID] = ActionDelivery(
                 client: peer, clientCorrelationID: envelope.header.correlationID, remaining: subscribers.count)
         }
-        let timeout = requestTimeout(envelope.header)
+        let timeout = requestTimeout(milliseconds: envelope.header.timeoutMilliseconds)
         var header = envelope.header
         header.source = sender?.id.rawValue ?? ""
         header.scope = origin
