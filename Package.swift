@@ -125,11 +125,11 @@ let package = Package(
         .testTarget(name: "BusCoreTests", dependencies: ["BusCore", "BoardKitTesting"]),
         .testTarget(name: "BoardKitTests", dependencies: ["BoardKit"]),
         .testTarget(name: "FluxTests", dependencies: ["Flux"]),
-        .testTarget(name: "MotherboardCoreTests", dependencies: ["MotherboardCore", "BusCore", "BusZeroMQ"]),
+        .testTarget(name: "MotherboardCoreTests", dependencies: ["MotherboardCore", "BusCore"]),
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "BoardKitTesting", "BoardKit", "BusCore", "BusZeroMQ", "LoginIO", "DashboardIO", "GreeterIO", "PaymentIO", "TasksIO", "RecorderIO", "GateIO", "CommentsIO", "AnnotationFilterIO",
+                "BoardKitTesting", "BoardKit", "BusCore", "BusZeroMQ", "MotherboardCore", "LoginIO", "DashboardIO", "GreeterIO", "PaymentIO", "TasksIO", "RecorderIO", "GateIO", "CommentsIO", "AnnotationFilterIO",
             ],
             exclude: ["Python"]
         ),
