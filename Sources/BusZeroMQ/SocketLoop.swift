@@ -100,11 +100,13 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
     public func start() {
         guard phase.compareExchange(expected: Phase.created.rawValue, desired: Phase.running.rawValue, ordering: .acquiringAndReleasing).exchanged else { return }
         let thread = Thread { [self] in
+            // Named from the thread itself (`Thread.name` set beforehand does not reach the
+            // kernel on Linux), so that `ps -L`, `top -H` and `perf` show what each thread is.
+            _ = boardbus_set_thread_name(name)
             loopThread.store(UInt(pthread_self()), ordering: .releasing)
             run()
             finished.signal()
         }
-        thread.name = name
         thread.start()
     }
 
@@ -180,26 +182,27 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
         // found nothing (which re-arms it) and, when it sent since, after `ZMQ_EVENTS` says no
         // message waits. That is fewer system calls per wake-up than `zmq_poll`, which polls once
         // without waiting, then again to wait, then asks for the events again.
-        var descriptors = [
-            pollfd(fd: socketDescriptor, events: Int16(POLLIN), revents: 0),
-            pollfd(fd: wakeDescriptor, events: Int16(POLLIN), revents: 0),
-            pollfd(fd: tickDescriptor, events: Int16(POLLIN), revents: 0),
-        ]
+        let descriptors = UnsafeMutablePointer<pollfd>.allocate(capacity: 3)
+        defer { descriptors.deallocate() }
+        for (index, descriptor) in [socketDescriptor, wakeDescriptor, tickDescriptor].enumerated() {
+            descriptors[index] = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+        }
         // At least a millisecond: a zero period would disarm the timer.
         let interval = max(tickInterval, .milliseconds(1))
         let period = timespec(tv_sec: Int(interval.components.seconds), tv_nsec: Int(interval.components.attoseconds / 1_000_000_000))
         var schedule = itimerspec(it_interval: period, it_value: period)
         timerfd_settime(tickDescriptor, 0, &schedule, nil)
-        let clock = ContinuousClock()
-        var nextTick = clock.now.advanced(by: tickInterval)
+        // Plain nanoseconds on the monotonic clock: this is checked on every turn of the loop.
+        let tickNanoseconds = UInt64(interval.components.seconds) * 1_000_000_000 + UInt64(interval.components.attoseconds / 1_000_000_000)
+        var nextTick = Self.monotonicNanoseconds() + tickNanoseconds
         var readSocket = true
         while phase.load(ordering: .acquiring) == Phase.running.rawValue {
             // A batch cut short leaves messages that will not signal the descriptor again.
             let more = readSocket && !receiveBatch()
             var sent = drainQueue()
-            if clock.now >= nextTick {
+            if Self.monotonicNanoseconds() >= nextTick {
                 handler.tick(on: socket)
-                nextTick = clock.now.advanced(by: tickInterval)
+                nextTick = Self.monotonicNanoseconds() + tickNanoseconds
                 sent = true
             }
             if more || (sent && socket.hasIncoming) {
@@ -211,7 +214,7 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
                 continue
             }
             // No timeout: the tick timer wakes the loop when nothing else does.
-            let rc = poll(&descriptors, 3, -1)
+            let rc = poll(descriptors, 3, -1)
             if rc < 0 && errno != EINTR { break }
             var counter: UInt64 = 0
             if descriptors[1].revents & Int16(POLLIN) != 0 {
@@ -221,7 +224,7 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
             if ticked {
                 _ = Glibc.read(tickDescriptor, &counter, MemoryLayout<UInt64>.size)
                 // The timer and the clock check drift apart by a little: the timer's tick is due.
-                nextTick = clock.now
+                nextTick = 0
             }
             // On a tick the socket is read too, as a safety net for a missed notification.
             readSocket = descriptors[0].revents & Int16(POLLIN) != 0 || ticked
@@ -237,6 +240,12 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
         }
         loopThread.store(0, ordering: .releasing)
         for case .job(let job) in stranded { globalConcurrentExecutor.enqueue(job) }
+    }
+
+    private static func monotonicNanoseconds() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
     }
 
     /// Runs what other threads (and tasks on this executor) queued, a bounded number of rounds so

@@ -5,4 +5,10 @@
 #include <sys/timerfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/prctl.h>
+
+/* Names the calling thread (at most 15 bytes are kept); prctl is variadic, which Swift cannot call. */
+static inline int boardbus_set_thread_name(const char *name) {
+    return prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0);
+}
 #endif

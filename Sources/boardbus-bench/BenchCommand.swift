@@ -23,7 +23,7 @@ struct BenchCommand: AsyncParsableCommand {
         visibility: .hidden))
     var load: Double?
 
-    @Option(help: ArgumentHelp("With --load or --load-baseline: the echo board's command (echo or echo.raw).", visibility: .hidden))
+    @Option(help: ArgumentHelp("With --load, --load-baseline or --latency-only: the echo board's command (echo or echo.raw).", visibility: .hidden))
     var command = "echo"
 
     @Option(help: ArgumentHelp("Instead of the comparison, only the baseline's throughput load for this many seconds.", visibility: .hidden))
@@ -40,6 +40,11 @@ struct BenchCommand: AsyncParsableCommand {
 
     @Option(help: ArgumentHelp("Instead of the comparison, only the broker's logic without sockets, this many round trips.", visibility: .hidden))
     var brokerLogic: Int?
+
+    @Option(help: ArgumentHelp(
+        "Instead of the comparison, only the 100 B round trips of the baseline and BoardBus's echo, this many of each, alternated in rounds.",
+        visibility: .hidden))
+    var latencyOnly: Int?
 
     func run() async throws {
         if let brokerLogic {
@@ -75,6 +80,18 @@ struct BenchCommand: AsyncParsableCommand {
             print("baseline throughput 100 B: \(Int(rate)) msg/s")
             return
         }
+        if let latencyOnly {
+            let baseline = try await BaselineProcesses.start()
+            defer { baseline.stop() }
+            try await TestFleet.with(manifest: #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}]}"#) { fleet in
+                let (base, echo) = try await alternatedLatency(
+                    label: "100 B", base: BaselineBench(endpoint: baseline.frontEndpoint), bus: BoardBusBench(fleet: fleet),
+                    payload: echoPayload(bytes: 100), requests: latencyOnly, warmup: latencyOnly / 20, commands: [command])
+                let (b, e) = (LatencySummary(base), LatencySummary(echo[0]))
+                print(String(format: "p50 %.1f / %.1f µs = %.3f×  p99 %.1f / %.1f µs = %.3f×", b.p50, e.p50, e.p50 / b.p50, b.p99, e.p99, e.p99 / b.p99))
+            }
+            return
+        }
         if let soak {
             let manifest = #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}, {"id": "demo.comments", "executable": "Comments"}]}"#
             print("boardbus-bench --soak \(Int(soak)) on \(MachineDescription.current())")
@@ -106,26 +123,18 @@ struct BenchCommand: AsyncParsableCommand {
             for (label, bytes, requests) in [("100 B", 100, settings.latencyRequests), ("64 KiB", 65_536, settings.largeLatencyRequests)] {
                 let payload = echoPayload(bytes: bytes)
                 let judged = label == "100 B"
-                // Alternate the two in rounds, so that drift in the machine's speed hits both alike.
-                var baseHistogram = makeHistogram()
-                var rawHistogram = makeHistogram()
-                var typedHistogram = makeHistogram()
-                let rounds = 5
-                for round in 1...rounds {
-                    progress("round trip \(label): round \(round)/\(rounds)")
-                    let (count, warmup) = (requests / rounds, settings.warmupRequests / rounds)
-                    baseHistogram.add(try base.latency(payload: payload, requests: count, warmup: warmup))
-                    rawHistogram.add(try await bus.latency(payload: payload, requests: count, warmup: warmup, command: "echo.raw"))
-                    typedHistogram.add(try await bus.latency(payload: payload, requests: count, warmup: warmup, command: "echo"))
-                }
-                report.latency(label, baseline: LatencySummary(baseHistogram), boardBus: LatencySummary(rawHistogram), judged: judged ? "echo" : nil)
+                let (baseHistogram, echoHistograms) = try await alternatedLatency(
+                    label: label, base: base, bus: bus, payload: payload, requests: requests, warmup: settings.warmupRequests,
+                    commands: ["echo.raw", "echo"])
+                report.latency(label, baseline: LatencySummary(baseHistogram), boardBus: LatencySummary(echoHistograms[0]), judged: judged ? "echo" : nil)
                 report.latency(
-                    "\(label), \(typed)", baseline: LatencySummary(baseHistogram), boardBus: LatencySummary(typedHistogram),
+                    "\(label), \(typed)", baseline: LatencySummary(baseHistogram), boardBus: LatencySummary(echoHistograms[1]),
                     judged: judged ? "typed echo" : nil)
 
                 // Alternated in rounds too: runs minutes apart on a virtual machine differ by more
                 // than the effects measured.
                 var (baseRate, rawRate, typedRate) = (0.0, 0.0, 0.0)
+                let rounds = 5
                 let (clients, window, seconds) = (settings.clients, settings.window, settings.throughputSeconds / Double(rounds))
                 for round in 1...rounds {
                     progress("throughput \(label): round \(round)/\(rounds)")
@@ -163,6 +172,24 @@ struct BenchCommand: AsyncParsableCommand {
         print("")
         print(report.render())
     }
+}
+
+/// The baseline's round trips and BoardBus's (one histogram per echo command), alternated in
+/// rounds so that drift in the machine's speed hits all of them alike.
+func alternatedLatency(
+    label: String, base: BaselineBench, bus: BoardBusBench, payload: Data, requests: Int, warmup: Int, commands: [String], rounds: Int = 10
+) async throws -> (baseline: Histogram<UInt64>, boardBus: [Histogram<UInt64>]) {
+    var baseline = makeHistogram()
+    var boardBus = commands.map { _ in makeHistogram() }
+    for round in 1...rounds {
+        progress("round trip \(label): round \(round)/\(rounds)")
+        let (count, warmup) = (requests / rounds, warmup / rounds)
+        baseline.add(try base.latency(payload: payload, requests: count, warmup: warmup))
+        for (index, command) in commands.enumerated() {
+            boardBus[index].add(try await bus.latency(payload: payload, requests: count, warmup: warmup, command: command))
+        }
+    }
+    return (baseline, boardBus)
 }
 
 func progress(_ text: String) {

@@ -53,6 +53,29 @@ struct SocketLoopIntegrationTests {
         }
     }
 
+    /// The loop's thread carries the loop's name in the kernel (what `ps -L`, `top -H` and `perf`
+    /// show), cut to the 15 bytes the kernel keeps.
+    @Test func theLoopThreadIsNamed() async throws {
+        try await withTemporaryEndpoint("name") { endpoint in
+            let context = try ZMQContext()
+            defer { context.terminate() }
+            let router = try ZMQSocket(context: context, kind: .router)
+            try router.bind(endpoint)
+            let loop = try SocketLoop(name: "test-named-loop-thread", socket: router, handler: TickCounter(), tickInterval: .seconds(3600))
+            loop.start()
+            defer { loop.stop() }
+            let name = Mutex<String?>(nil)
+            let done = DispatchSemaphore(value: 0)
+            loop.execute { _ in
+                name.withLock { $0 = try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8) }
+                done.signal()
+            }
+            let ran = try await onOwnThread { done.wait(timeout: .now() + 5) == .success }
+            #expect(ran)
+            #expect(name.withLock { $0 } == "test-named-loop\n")
+        }
+    }
+
     @Test func aBurstLargerThanOneBatchIsAnsweredWithoutWaitingForATick() async throws {
         try await withTemporaryEndpoint("loop") { endpoint in
             let context = try ZMQContext()
