@@ -59,21 +59,20 @@ public struct Envelope: Sendable, Hashable, Codable {
         }
     }
 
-    /// A reply to this request, carrying its correlation id back.
+    /// A reply to this request, carrying its correlation id back. An answer names no target: it is
+    /// routed by its correlation id alone (the broker would clear a target anyway), so that the
+    /// broker can send it on in the frames it came in, whoever asked.
     public func reply(payload: Data = Data(), source: String = "") -> Envelope {
         Envelope(
-            header: EnvelopeHeader(kind: .reply, correlationID: header.correlationID, source: source, target: header.source),
+            header: EnvelopeHeader(kind: .reply, correlationID: header.correlationID, source: source),
             payload: payload
         )
     }
 
-    /// An error reply to this request.
+    /// An error reply to this request (with no target, as ``reply(payload:source:)``).
     public func errorReply(_ error: BusError, source: String = "") -> Envelope {
         Envelope(
-            header: EnvelopeHeader(
-                kind: .error, correlationID: header.correlationID, source: source, target: header.source,
-                typeName: error.code.name
-            ),
+            header: EnvelopeHeader(kind: .error, correlationID: header.correlationID, source: source, typeName: error.code.name),
             payload: PayloadCodec.encodeOrEmpty(error)
         )
     }

@@ -77,11 +77,30 @@ struct InPlaceRoutingTests {
         let command = EnvelopeHeader(
             kind: .command, flags: .replyExpected, correlationID: 5, source: "app.dashboard", target: "demo.greeter", typeName: "greet")
         let forwarded = try expectSameRoute(twins, command, from: dashboard)
-        // Its answer names the dashboard as target, which the broker clears: parsed, not in place.
-        let answer = EnvelopeHeader(kind: .reply, correlationID: forwarded.correlationID, source: "demo.greeter", target: "app.dashboard")
-        let (destination, _) = try routeInPlace(twins.inPlace, answer, from: greeter)
+        // An answer that names the dashboard as target (as another client library may send it)
+        // needs the target cleared: parsed, not in place.
+        let named = EnvelopeHeader(kind: .reply, correlationID: forwarded.correlationID, source: "demo.greeter", target: "app.dashboard")
+        let (destination, _) = try routeInPlace(twins.inPlace, named, from: greeter)
         #expect(destination == nil)
         #expect(twins.inPlace.motherboard.pending.count == 1)
+        // The answer BoardKit makes names no target, whoever asked: in place, as parsed.
+        let answer = Envelope(header: forwarded).reply(source: "demo.greeter").header
+        #expect(answer.target.isEmpty)
+        let relayed = try expectSameRoute(twins, answer, from: greeter)
+        #expect(relayed.correlationID == 5)
+        #expect(twins.inPlace.motherboard.pending.isEmpty)
+    }
+
+    /// A board's error answer to another board goes in place too.
+    @Test func aBoardsErrorAnswerToABoardGoesInPlace() throws {
+        let twins = try twins()
+        let command = EnvelopeHeader(
+            kind: .command, flags: .replyExpected, correlationID: 6, source: "app.dashboard", target: "demo.greeter", typeName: "greet")
+        let forwarded = try expectSameRoute(twins, command, from: dashboard)
+        let answer = Envelope(header: forwarded).errorReply(BusError(.badArgument, "no name"), source: "demo.greeter").header
+        #expect(answer.target.isEmpty)
+        let (destination, _) = try routeInPlace(twins.inPlace, answer, from: greeter)
+        #expect(destination == dashboard)
     }
 
     /// Each of these needs more than a new correlation id, or an answer from the broker.
