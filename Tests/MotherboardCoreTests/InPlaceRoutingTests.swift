@@ -83,24 +83,22 @@ struct InPlaceRoutingTests {
         let (destination, _) = try routeInPlace(twins.inPlace, named, from: greeter)
         #expect(destination == nil)
         #expect(twins.inPlace.motherboard.pending.count == 1)
-        // The answer BoardKit makes names no target, whoever asked: in place, as parsed.
-        let answer = Envelope(header: forwarded).reply(source: "demo.greeter").header
-        #expect(answer.target.isEmpty)
-        let relayed = try expectSameRoute(twins, answer, from: greeter)
-        #expect(relayed.correlationID == 5)
-        #expect(twins.inPlace.motherboard.pending.isEmpty)
     }
 
-    /// A board's error answer to another board goes in place too.
-    @Test func aBoardsErrorAnswerToABoardGoesInPlace() throws {
+    /// The answers BoardKit makes (`reply`, `errorReply`) name no target, whoever asked: a board's
+    /// answer to another board goes in place, as parsed.
+    @Test(arguments: [MessageKind.reply, .error])
+    func aBoardsAnswerToABoardGoesInPlace(kind: MessageKind) throws {
         let twins = try twins()
         let command = EnvelopeHeader(
-            kind: .command, flags: .replyExpected, correlationID: 6, source: "app.dashboard", target: "demo.greeter", typeName: "greet")
-        let forwarded = try expectSameRoute(twins, command, from: dashboard)
-        let answer = Envelope(header: forwarded).errorReply(BusError(.badArgument, "no name"), source: "demo.greeter").header
-        #expect(answer.target.isEmpty)
-        let (destination, _) = try routeInPlace(twins.inPlace, answer, from: greeter)
+            kind: .command, flags: .replyExpected, correlationID: 5, source: "app.dashboard", target: "demo.greeter", typeName: "greet")
+        let request = Envelope(header: try expectSameRoute(twins, command, from: dashboard))
+        let answer = kind == .reply ? request.reply(source: "demo.greeter") : request.errorReply(BusError(.badArgument, "no name"), source: "demo.greeter")
+        #expect(answer.header.target.isEmpty)
+        let (destination, relayed) = try routeInPlace(twins.inPlace, answer.header, from: greeter)
         #expect(destination == dashboard)
+        #expect(relayed.correlationID == 5)
+        #expect(twins.inPlace.motherboard.pending.isEmpty)
     }
 
     /// Each of these needs more than a new correlation id, or an answer from the broker.
