@@ -266,13 +266,10 @@ public final class ZMQSocket {
             parts += 1
         }
         guard received else { return .nothing }
-        if parts == 2, payloadBytes <= limits.maximumPayloadBytes {
-            if intercept(routingID, lastHeaderBytes, payloadBytes) { return .intercepted }
-            // The common case, without the refusal checks' intermediate values; a header that
-            // does not decode takes the path below, which says why.
-            if let header = try? HeaderCodec.decode(UnsafeRawBufferPointer(lastHeaderBytes)) {
-                return .message(ReceivedMessage(routingID: routingID, content: .success(Envelope(header: header, payload: takePayload(size: payloadBytes)))))
-            }
+        if parts == 2, payloadBytes <= limits.maximumPayloadBytes,
+            intercept(routingID, lastHeaderBytes, payloadBytes)
+        {
+            return .intercepted
         }
         let header = parts == 0 ? nil : Result { try HeaderCodec.decode(UnsafeRawBufferPointer(lastHeaderBytes)) }.mapError(BusError.init(wrapping:))
         let payload = parts > 1 && payloadBytes <= limits.maximumPayloadBytes ? takePayload(size: payloadBytes) : Data()
