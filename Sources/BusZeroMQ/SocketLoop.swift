@@ -193,7 +193,7 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
         var schedule = itimerspec(it_interval: period, it_value: period)
         timerfd_settime(tickDescriptor, 0, &schedule, nil)
         // Plain nanoseconds on the monotonic clock: this is checked on every turn of the loop.
-        let tickNanoseconds = UInt64(interval.components.seconds) * 1_000_000_000 + UInt64(interval.components.attoseconds / 1_000_000_000)
+        let tickNanoseconds = UInt64(period.tv_sec) * 1_000_000_000 + UInt64(period.tv_nsec)
         var nextTick = Self.monotonicNanoseconds() + tickNanoseconds
         var readSocket = true
         while phase.load(ordering: .acquiring) == Phase.running.rawValue {
