@@ -125,11 +125,16 @@ let package = Package(
         .testTarget(name: "BusCoreTests", dependencies: ["BusCore", "BoardKitTesting"]),
         .testTarget(name: "BoardKitTests", dependencies: ["BoardKit"]),
         .testTarget(name: "FluxTests", dependencies: ["Flux"]),
+        .testTarget(
+            name: "FluxBusTests",
+            dependencies: ["FluxBus", "Flux", "BoardKit", "BusCore", .product(name: "GRDB", package: "GRDB.swift")]
+        ),
         .testTarget(name: "MotherboardCoreTests", dependencies: ["MotherboardCore", "BusCore"]),
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
                 "BoardKitTesting", "BoardKit", "BusCore", "BusZeroMQ", "MotherboardCore", "LoginIO", "DashboardIO", "GreeterIO", "PaymentIO", "TasksIO", "RecorderIO", "GateIO", "CommentsIO", "AnnotationFilterIO",
+                .product(name: "GRDB", package: "GRDB.swift"),
             ],
             exclude: ["Python"]
         ),

@@ -23,6 +23,16 @@ public struct StoreRequest: Sendable {
     /// The board that sent it; empty for a client that is not a board.
     public var sender: String
     public var payload: Data
+    /// How long the sender waits for the answer, from the header; nil when it set no deadline.
+    public var timeout: Duration?
+
+    public init(kind: MessageKind, operation: String, sender: String, payload: Data, timeout: Duration? = nil) {
+        self.kind = kind
+        self.operation = operation
+        self.sender = sender
+        self.payload = payload
+        self.timeout = timeout
+    }
 }
 
 /// Sends a store's changes to the broker, which forwards them to the store's subscribers.

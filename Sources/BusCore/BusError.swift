@@ -43,6 +43,10 @@ public struct BusError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let unauthorized = Code(name: "unauthorized")
         /// The board is busy with a task and refuses another, or a bounded queue is full.
         public static let busy = Code(name: "busy")
+        /// A store could not read or write its durable storage (locked past the caller's deadline,
+        /// disk or size limit full, read-only); nothing was applied, and a retry with the same
+        /// dispatch id is applied once when storage recovers.
+        public static let storageFailed = Code(name: "storageFailed")
         /// The task was cancelled (a barrier cancelled, a newer task replaced it).
         public static let cancelled = Code(name: "cancelled")
 

@@ -6,6 +6,8 @@ import Foundation
 open class StatefulStore<State>: Store, @unchecked Sendable {
     private var storedState: State
     private var transactionDepth = 0
+    /// Whether the state was assigned while notifications were held (in a transaction or a stage).
+    private var assignedWhileHeld = false
     private let stateObservers = ObserverList<(old: State, new: State)>()
 
     public init(initialState: State, dispatcher: Dispatcher = .global) {
@@ -19,7 +21,7 @@ open class StatefulStore<State>: Store, @unchecked Sendable {
         set {
             let old = storedState
             storedState = newValue
-            if transactionDepth == 0 { stateChanged(from: old) }
+            if transactionDepth == 0 { stateChanged(from: old) } else { assignedWhileHeld = true }
         }
     }
 
@@ -32,7 +34,39 @@ open class StatefulStore<State>: Store, @unchecked Sendable {
             transactionDepth -= 1
             if transactionDepth == 0 { stateChanged(from: old) }
         }
+        assignedWhileHeld = true
         return try body(&storedState)
+    }
+
+    /// Runs `body`, which may change the state by any path (dispatched actions, assignments,
+    /// transactions), with every notification held, then offers the change to `commit` before
+    /// anyone hears of it: when `commit` (or `body`) throws, the state goes back to what it was
+    /// and no observer is notified; otherwise observers are notified once, as after a
+    /// transaction. `commit` is called only when the state was assigned.
+    ///
+    /// This is how a change is made durable before it is visible: `commit` writes it to storage,
+    /// and a failed write leaves the store as if the change had never been made.
+    /// - Returns: whether the state was assigned (and committed).
+    @discardableResult
+    public func stage(_ body: () throws -> Void, commit: (_ old: State, _ new: State) throws -> Void) throws -> Bool {
+        let old = storedState
+        let outerAssigned = assignedWhileHeld
+        assignedWhileHeld = false
+        transactionDepth += 1
+        defer { assignedWhileHeld = outerAssigned || assignedWhileHeld }
+        do {
+            try body()
+            if assignedWhileHeld { try commit(old, storedState) }
+        } catch {
+            storedState = old
+            assignedWhileHeld = false
+            transactionDepth -= 1
+            throw error
+        }
+        transactionDepth -= 1
+        guard assignedWhileHeld else { return false }
+        if transactionDepth == 0 { stateChanged(from: old) }
+        return true
     }
 
     /// Observes state changes with the old and new values; goes when the receipt is released.

@@ -18,9 +18,8 @@ public final class RemoteStore<State: Codable & Sendable>: StoreEndpoint, @unche
     private var publisher: StorePublisher?
     private var receipt: Receipt?
     private let persistence: StorePersistence?
-    /// While a dispatch runs: the journal entry to save with the state it produces.
-    private var pendingDispatch: (id: String, action: String, payload: Data)?
-    private var dispatchSaved = false
+    /// A dispatched action's change, saved and numbered, until observers are told of it.
+    private var committed: Data?
     /// Recent dispatch ids of a store that is not persistent (bounded), so retries are not applied twice.
     private var recentDispatches: [String: UInt64] = [:]
     private var recentOrder: [String] = []
@@ -68,11 +67,19 @@ public final class RemoteStore<State: Codable & Sendable>: StoreEndpoint, @unche
         }
     }
 
+    /// Applies a dispatched action all or nothing: the new state and the action's journal row are
+    /// written in one transaction *before* the store's observers and watchers hear of the change
+    /// or the sender is acknowledged; when the write fails the state goes back to what it was and
+    /// the sender gets `storageFailed`, so a retry with the same id is applied exactly once.
     private func dispatch(_ request: StoreRequest) throws -> DispatchAck {
-        let parts = request.operation.split(separator: "@", maxSplits: 1).map(String.init)
+        let parts = request.operation.split(separator: "@", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
         let name = parts.first ?? ""
+        if parts.count == 2, parts[1].isEmpty {
+            throw BusError(.badArgument, "an empty dispatch id cannot make a retry safe; give a non-empty id or none")
+        }
         let dispatchID = parts.count == 2 ? parts[1] : UUID().uuidString
-        if let previous = try appliedSequence(of: dispatchID) {
+        let lockWait = Self.lockWait(for: request.timeout)
+        if let previous = try appliedSequence(of: dispatchID, lockWait: lockWait) {
             return DispatchAck(store: storeName, sequence: previous, applied: false)
         }
         guard let decode = decoders[name] else {
@@ -80,20 +87,31 @@ public final class RemoteStore<State: Codable & Sendable>: StoreEndpoint, @unche
             throw BusError(.unknownAction, "store '\(storeName)' has no action '\(name)' (it has: \(known))")
         }
         let action = try decode(request.payload)
-        pendingDispatch = (dispatchID, name, request.payload)
-        dispatchSaved = false
-        defer { pendingDispatch = nil }
-        try store.dispatcher.dispatch(action)
-        if !dispatchSaved {
+        let journal = (id: dispatchID, action: name, payload: request.payload)
+        let changed = try store.stage({ try store.dispatcher.dispatch(action) }) { _, new in
+            let next = sequence + 1
+            let payload = try PayloadCodec.encode(StoreSnapshot(store: storeName, sequence: next, state: new))
+            try persistence?.save(sequence: next, snapshot: payload, dispatch: journal, lockWait: lockWait)
+            sequence = next
+            committed = payload
+        }
+        if !changed {
             // The action changed nothing: record it anyway, so that a retry is recognised.
-            try persistence?.save(sequence: sequence, snapshot: try snapshot(), dispatch: pendingDispatch)
+            try persistence?.save(sequence: sequence, snapshot: nil, dispatch: journal, lockWait: lockWait)
         }
         remember(dispatchID)
         return DispatchAck(store: storeName, sequence: sequence)
     }
 
-    private func appliedSequence(of id: String) throws -> UInt64? {
-        if let persistence { return try persistence.sequence(ofDispatch: id) }
+    /// How long a write may wait for a lock: a little less than the sender waits (the request
+    /// spent some of its time on the way here), and never more.
+    static func lockWait(for timeout: Duration?) -> Duration {
+        guard let timeout else { return StorePersistence.defaultLockWait }
+        return max(.zero, min(timeout - .milliseconds(200), timeout * 0.8))
+    }
+
+    private func appliedSequence(of id: String, lockWait: Duration) throws -> UInt64? {
+        if let persistence { return try persistence.sequence(ofDispatch: id, lockWait: lockWait) }
         return recentDispatches[id]
     }
 
@@ -104,16 +122,20 @@ public final class RemoteStore<State: Codable & Sendable>: StoreEndpoint, @unche
         if recentOrder.count > 10_000 { recentDispatches[recentOrder.removeFirst()] = nil }
     }
 
-    /// Every state change: next sequence number, saved (with the dispatch that caused it, the
-    /// first time), then published. The snapshot is encoded once, for the database and the watchers.
+    /// Every state change, once observers may hear of it. A dispatched action's change was saved
+    /// (with its journal row) and numbered before this: it is only published. Any other change
+    /// (the owning board's own) gets the next number, is saved, and published.
     private func stateChanged() {
+        if let payload = committed {
+            committed = nil
+            publisher?.send(payload)
+            return
+        }
         sequence += 1
         guard let payload = try? snapshot() else { return }
         if let persistence {
-            let journal = dispatchSaved ? nil : pendingDispatch
             do {
-                try persistence.save(sequence: sequence, snapshot: payload, dispatch: journal)
-                if journal != nil { dispatchSaved = true }
+                try persistence.save(sequence: sequence, snapshot: payload, dispatch: nil)
             } catch {
                 FileHandle.standardError.write(Data("store \(storeName): cannot save state: \(error)\n".utf8))
             }

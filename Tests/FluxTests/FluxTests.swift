@@ -95,4 +95,37 @@ struct FluxTests {
         #expect(store.changes.last == [])
         #expect(store.activeQueries.isEmpty)
     }
+
+    @Test func aStagedChangeIsSeenOnlyOnceCommittedAndARefusedOneIsUndone() throws {
+        struct Refused: Error {}
+        let store = CounterStore(initialState: 1, dispatcher: Dispatcher())
+        var seen: [(Int, Int)] = []
+        let receipt = store.onStateChange { seen.append(($0.old, $0.new)) }
+        var changes = 0
+        let changeReceipt = store.onChange { changes += 1 }
+
+        // Refused: the state goes back, nobody hears of it.
+        #expect(throws: Refused.self) {
+            try store.stage({
+                try store.dispatcher.dispatch(Increment(by: 2))
+                try store.dispatcher.dispatch(Increment(by: 3))
+            }, commit: { old, new in
+                #expect(old == 1 && new == 6)
+                #expect(seen.isEmpty)
+                throw Refused()
+            })
+        }
+        #expect(store.state == 1)
+        #expect(seen.isEmpty && changes == 0)
+
+        // Committed: one notification with the state from before and after.
+        let changed = try store.stage({ try store.dispatcher.dispatch(Increment(by: 2)) }, commit: { _, _ in })
+        #expect(changed && store.state == 3)
+        #expect(seen.map(\.0) == [1] && seen.map(\.1) == [3] && changes == 1)
+
+        // Nothing assigned: commit is not called, nobody is notified.
+        let unchanged = try store.stage({}, commit: { _, _ in Issue.record("commit called without a change") })
+        #expect(!unchanged && changes == 1)
+        _ = (receipt, changeReceipt)
+    }
 }

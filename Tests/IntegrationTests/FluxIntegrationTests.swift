@@ -3,6 +3,7 @@ import BoardKit
 import BoardKitTesting
 import CommentsIO
 import Foundation
+import GRDB
 import Synchronization
 import Testing
 
@@ -170,6 +171,46 @@ struct FluxIntegrationTests {
                 let after = try PayloadCodec.decode(StoreSnapshot<CommentsIO.State>.self, from: try await client.storeState(CommentsIO.store))
                 #expect(after.state.comments["1"]?.count == count)
             }
+        }
+    }
+
+    /// A failed durable write is not applied anywhere, and its retry is applied once (issue: a
+    /// dispatch refused with "database is locked" was applied in memory, seen by `busctl state`,
+    /// saved by the next write and applied again by every retry).
+    @Test func aDispatchTheDatabaseRefusesIsNotAppliedAndItsRetryIsAppliedOnceAcrossKill9() async throws {
+        try await TestFleet.with(manifest: fluxManifest) { fleet in
+            let reply = #"{"postID":56,"parent":0,"content":"imm"}"#
+            func imm() async throws -> Int {
+                let state = try await fleet.busctl("state", "comments", "--json")
+                let snapshot = try decode(StoreSnapshot<CommentsIO.State>.self, from: state)
+                return snapshot.state.comments["56"]?.filter { $0.content == "imm" }.count ?? 0
+            }
+            #expect(try await fleet.busctl("activate", "demo.comments").exitCode == 0)
+            // A second connection holds the write lock, as `sqlite3` with BEGIN IMMEDIATE does.
+            var configuration = Configuration()
+            configuration.allowsUnsafeTransactions = true
+            let other = try DatabaseQueue(path: "\(fleet.address.runtimeDirectory)/data/demo.comments.comments.sqlite", configuration: configuration)
+            try await other.writeWithoutTransaction { db in try db.execute(sql: "BEGIN IMMEDIATE") }
+            for _ in 0..<2 {
+                let refused = try await fleet.busctl("dispatch", "comments", "reply", reply, "--id", "imm1", "--timeout", "1")
+                #expect(refused.exitCode == 1)
+                #expect(refused.standardError.contains("storageFailed"), "\(refused.standardError)")
+                #expect(try await imm() == 0)
+            }
+            try await other.writeWithoutTransaction { db in try db.execute(sql: "ROLLBACK") }
+
+            let applied = try await fleet.busctl("dispatch", "comments", "reply", reply, "--id", "imm1")
+            #expect(applied.standardOutput.contains("reply applied"), "\(applied.standardError)")
+            let again = try await fleet.busctl("dispatch", "comments", "reply", reply, "--id", "imm1")
+            #expect(again.standardOutput.contains("already applied"), "\(again.standardError)")
+            #expect(try await imm() == 1)
+
+            let pid = try #require(fleet.pid(of: CommentsIO.id))
+            #expect(kill(pid, SIGKILL) == 0)
+            _ = await eventually { kill(pid, 0) != 0 }
+            _ = try await eventually { try await fleet.busctl("list", "--json").standardOutput.contains("demo.comments") == false }
+            #expect(try await fleet.busctl("activate", "demo.comments").exitCode == 0)
+            #expect(try await imm() == 1)
         }
     }
 }
