@@ -171,7 +171,8 @@ final class BoardRuntime: Service, Sendable {
         guard let store = board.storeEndpoints[header.target] else {
             throw BusError(.noSuchStore, "board '\(board.id)' has no store '\(header.target)'")
         }
-        return try store.handle(StoreRequest(kind: header.kind, operation: header.typeName, sender: header.source, payload: envelope.payload,
+        return try store.handle(StoreRequest(
+            kind: header.kind, operation: header.typeName, dispatchID: header.dispatchID, sender: header.source, payload: envelope.payload,
             timeout: header.timeoutMilliseconds == 0 ? nil : .milliseconds(Int64(header.timeoutMilliseconds))))
     }
 

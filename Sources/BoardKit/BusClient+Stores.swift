@@ -4,7 +4,9 @@ import Foundation
 /// Flux stores over the bus: dispatch, state, watch, queries.
 extension BusClient {
     /// Dispatches an action (JSON) to a store; returns once its owner applied it. A `dispatchID`
-    /// makes retries safe: an action with an id the store has seen is not applied again.
+    /// (1 to 255 bytes of UTF-8; an empty or longer one is refused with `badArgument` before
+    /// anything is sent) makes retries safe: an action with an id the store has seen is not
+    /// applied again.
     ///
     /// With `retries`, the dispatch is sent again while the store's owner is not running (until the
     /// timeout), under one dispatch id (made up when none is given), so it is applied once.
@@ -13,8 +15,8 @@ extension BusClient {
         timeout: Duration = BusClient.defaultTimeout, retries: Bool = false
     ) async throws -> DispatchAck {
         let id = dispatchID ?? (retries ? UUID().uuidString : nil)
-        let typeName = id.map { "\(action)@\($0)" } ?? action
-        let envelope = Envelope(header: EnvelopeHeader(kind: .dispatch, target: store, scope: scope, typeName: typeName), payload: payload)
+        let envelope = Envelope(
+            header: EnvelopeHeader(kind: .dispatch, target: store, scope: scope, typeName: action, dispatchID: id), payload: payload)
         let reply = try await request(envelope, timeout: timeout, retryingWhileNotRunning: retries)
         return try PayloadCodec.decode(DispatchAck.self, from: reply.payload)
     }

@@ -142,7 +142,10 @@ public final class BusClient: Sendable {
         state.removeWatch(id)
     }
 
+    /// Refuses, before anything is queued, a header field over its limit (`badArgument`) or a
+    /// payload over the limit (`tooLarge`): the caller gets the reason, not a timeout.
     private func checkSize(_ envelope: Envelope) throws {
+        _ = try HeaderCodec.validatedSize(envelope.header)
         guard envelope.payload.count <= limits.maximumPayloadBytes else {
             throw BusError(.tooLarge, "payload of \(envelope.payload.count) bytes is over the limit of \(limits.maximumPayloadBytes)")
         }

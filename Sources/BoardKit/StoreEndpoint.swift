@@ -20,15 +20,18 @@ public struct StoreRequest: Sendable {
     /// `dispatch` (then `operation` is the action name) or `store` (a ``StoreOperation``).
     public var kind: MessageKind
     public var operation: String
+    /// A dispatch's idempotency key, when the sender gave one.
+    public var dispatchID: String?
     /// The board that sent it; empty for a client that is not a board.
     public var sender: String
     public var payload: Data
     /// How long the sender waits for the answer, from the header; nil when it set no deadline.
     public var timeout: Duration?
 
-    public init(kind: MessageKind, operation: String, sender: String, payload: Data, timeout: Duration? = nil) {
+    public init(kind: MessageKind, operation: String, dispatchID: String? = nil, sender: String, payload: Data, timeout: Duration? = nil) {
         self.kind = kind
         self.operation = operation
+        self.dispatchID = dispatchID
         self.sender = sender
         self.payload = payload
         self.timeout = timeout

@@ -14,9 +14,10 @@ public struct Envelope: Sendable, Hashable, Codable {
         self.payload = payload
     }
 
-    /// The wire frames: the encoded header, then the payload.
-    public func frames() -> [Data] {
-        [Data(HeaderCodec.encode(header)), payload]
+    /// The wire frames: the encoded header, then the payload. Throws `badArgument` when a header
+    /// field is over its limit.
+    public func frames() throws(BusError) -> [Data] {
+        [Data(try HeaderCodec.encode(header)), payload]
     }
 
     /// Parses the frames of one message, checking count, sizes and the header.
@@ -28,7 +29,9 @@ public struct Envelope: Sendable, Hashable, Codable {
     public static func parse(frames: [Data], limits: BusLimits = .default) -> Result<Envelope, MalformedMessage> {
         let header = frames.first.map { frame in Result { try HeaderCodec.decode(frame) }.mapError(BusError.init(wrapping:)) }
         return assemble(
-            frameCount: frames.count, header: header, payloadBytes: frames.count > 1 ? frames[1].count : 0,
+            frameCount: frames.count, header: header,
+            answerableCorrelationID: frames.first?.withUnsafeBytes { HeaderLayout.answerableCorrelationID($0) },
+            payloadBytes: frames.count > 1 ? frames[1].count : 0,
             payload: frames.count > 1 ? frames[1] : Data(), limits: limits)
     }
 
@@ -37,25 +40,26 @@ public struct Envelope: Sendable, Hashable, Codable {
     /// - Parameters:
     ///   - frameCount: frames after the routing id.
     ///   - header: the first frame decoded, nil when there was none.
+    ///   - answerableCorrelationID: ``HeaderLayout/answerableCorrelationID(_:)`` of the first frame,
+    ///     evaluated only when the message is refused.
     ///   - payloadBytes: the size of the second frame.
     ///   - payload: the second frame (ignored when the message is refused).
     public static func assemble(
-        frameCount: Int, header: Result<EnvelopeHeader, BusError>?, payloadBytes: Int, payload: Data, limits: BusLimits
+        frameCount: Int, header: Result<EnvelopeHeader, BusError>?, answerableCorrelationID: @autoclosure () -> UInt64?,
+        payloadBytes: Int, payload: Data, limits: BusLimits
     ) -> Result<Envelope, MalformedMessage> {
-        // The header of a refused message, when readable (looked at only on refusal: this runs on
-        // every message).
-        var readable: EnvelopeHeader? { try? header?.get() }
         guard frameCount == 2 else {
-            return .failure(MalformedMessage(BusError(.malformed, "expected 2 frames (header, payload), got \(frameCount)"), header: readable))
+            let error = BusError(.malformed, "expected 2 frames (header, payload), got \(frameCount)")
+            return .failure(MalformedMessage(error, answerWith: answerableCorrelationID()))
         }
         guard payloadBytes <= limits.maximumPayloadBytes else {
-            return .failure(MalformedMessage(
-                BusError(.tooLarge, "payload of \(payloadBytes) bytes is over the limit of \(limits.maximumPayloadBytes)"), header: readable))
+            let error = BusError(.tooLarge, "payload of \(payloadBytes) bytes is over the limit of \(limits.maximumPayloadBytes)")
+            return .failure(MalformedMessage(error, answerWith: answerableCorrelationID()))
         }
         switch header {
         case .success(let header): return .success(Envelope(header: header, payload: payload))
-        case .failure(let error): return .failure(MalformedMessage(error, header: nil))
-        case nil: return .failure(MalformedMessage(BusError(.malformed, "no header frame"), header: nil))
+        case .failure(let error): return .failure(MalformedMessage(error, answerWith: answerableCorrelationID()))
+        case nil: return .failure(MalformedMessage(BusError(.malformed, "no header frame"), answerWith: nil))
         }
     }
 
@@ -85,15 +89,17 @@ public struct Envelope: Sendable, Hashable, Codable {
     }
 }
 
-/// Frames that are not a valid message: why, and the header when it could be read, so that the
-/// receiver can answer the sender's request with the error.
+/// Frames that are not a valid message: why, and the correlation id to answer the sender with
+/// when it waits for an answer and the header's fixed part could be read
+/// (``HeaderLayout/answerableCorrelationID(_:)``).
 public struct MalformedMessage: Error, Sendable, Hashable {
     public var error: BusError
-    public var header: EnvelopeHeader?
+    /// The sender's correlation id, when it expects an answer; nil: nobody waits, drop it.
+    public var answerWith: UInt64?
 
-    public init(_ error: BusError, header: EnvelopeHeader?) {
+    public init(_ error: BusError, answerWith: UInt64?) {
         self.error = error
-        self.header = header
+        self.answerWith = answerWith
     }
 }
 

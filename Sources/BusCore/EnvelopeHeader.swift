@@ -1,7 +1,7 @@
 /// The routing part of an envelope. The broker reads only this; payloads pass through untouched.
 public struct EnvelopeHeader: Sendable, Hashable, Codable {
     /// The protocol version this code speaks.
-    public static let currentVersion: UInt8 = 1
+    public static let currentVersion: UInt8 = 2
 
     /// Protocol version of the sender.
     public var version: UInt8
@@ -21,6 +21,12 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
     public var scope: String
     /// The payload's type name: input/output/command type, action name or control operation.
     public var typeName: String
+    /// Optional field 1: the idempotency key of a `dispatch` (a retry with the same id is applied
+    /// once); 1 to ``HeaderCodec/maximumDispatchIDBytes`` bytes of UTF-8.
+    public var dispatchID: String?
+    /// Optional fields this version does not know, as received (tag, length, value each); sent on
+    /// unchanged, so that peers newer than the broker can use fields it does not know yet.
+    public var unknownFields: [UInt8]
 
     public init(
         version: UInt8 = EnvelopeHeader.currentVersion,
@@ -31,7 +37,9 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
         source: String = "",
         target: String = "",
         scope: String = "",
-        typeName: String = ""
+        typeName: String = "",
+        dispatchID: String? = nil,
+        unknownFields: [UInt8] = []
     ) {
         self.version = version
         self.kind = kind
@@ -42,5 +50,7 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
         self.target = target
         self.scope = scope
         self.typeName = typeName
+        self.dispatchID = dispatchID
+        self.unknownFields = unknownFields
     }
 }

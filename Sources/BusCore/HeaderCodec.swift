@@ -6,49 +6,109 @@ import Foundation
 /// ```
 /// offset size field
 ///  0     2    magic "BB" (0x42 0x42)
-///  2     1    version (1)
+///  2     1    version (2)
 ///  3     1    kind
 ///  4     2    flags
 ///  6     8    correlation id
 /// 14     4    timeout in milliseconds (0 = none)
 /// 18     -    source, target, scope, type name: each a u16 length then that many UTF-8 bytes
+///  -     -    optional fields to the end of the frame: each a u8 tag, a u16 length, the value
+///             (tag 1: dispatch id, UTF-8; unknown tags are kept and passed on)
 /// ```
+/// The fixed part is the same in every version, so a receiver can read a bad header's correlation
+/// id and flags and answer it. Nothing is ever cut: a field over its limit is refused with
+/// `badArgument` before anything is sent.
+///
 /// A hand-written codec because the broker decodes a header on every hop; JSON would cost
 /// several microseconds each time.
 public enum HeaderCodec {
     /// Size of the fixed part before the strings.
     public static let fixedSize = 18
-    /// Largest header accepted (four strings of at most 1 KiB each, plus the fixed part).
-    public static let maximumHeaderBytes = 4096
-    /// Longest string field, in UTF-8 bytes.
+    /// Largest header accepted, in bytes.
+    public static let maximumHeaderBytes = 8192
+    /// Longest of the four string fields (source, target, scope, type name), in UTF-8 bytes.
     public static let maximumFieldBytes = 1024
+    /// Longest dispatch id, in UTF-8 bytes (and the shortest is 1).
+    public static let maximumDispatchIDBytes = 255
+    /// Longest value of an optional field, in bytes.
+    public static let maximumOptionalFieldBytes = 1024
+
+    /// Tags of the optional fields this version knows.
+    public enum OptionalField {
+        /// The dispatch id (``EnvelopeHeader/dispatchID``).
+        public static let dispatchID: UInt8 = 1
+    }
 
     static let magic: (UInt8, UInt8) = (0x42, 0x42)
 
-    /// Encodes a header. Strings longer than ``maximumFieldBytes`` are a programming error on the
-    /// sending side; they are cut to the limit rather than producing an undecodable frame.
-    public static func encode(_ header: EnvelopeHeader) -> [UInt8] {
-        [UInt8](unsafeUninitializedCapacity: encodedSize(header)) { buffer, count in
-            count = encode(header, into: UnsafeMutableRawBufferPointer(buffer))
+    /// Encodes a header; throws `badArgument` when a field is over its limit (nothing is cut).
+    public static func encode(_ header: EnvelopeHeader) throws(BusError) -> [UInt8] {
+        let size = try validatedSize(header)
+        return [UInt8](unsafeUninitializedCapacity: size) { buffer, count in
+            count = write(header, into: UnsafeMutableRawBufferPointer(buffer))
         }
     }
 
     /// The size of a header's encoding: what ``encode(_:into:)`` needs.
     @inlinable
     public static func encodedSize(_ header: EnvelopeHeader) -> Int {
-        fixedSize + 8 + fieldSize(header.source) + fieldSize(header.target) + fieldSize(header.scope) + fieldSize(header.typeName)
+        fixedSize + 8 + header.source.utf8.count + header.target.utf8.count + header.scope.utf8.count + header.typeName.utf8.count
+            + (header.dispatchID.map { 3 + $0.utf8.count } ?? 0) + header.unknownFields.count
     }
 
-    @inlinable
-    static func fieldSize(_ text: String) -> Int {
-        min(text.utf8.count, maximumFieldBytes)
+    /// Checks every field against its limit; returns the encoded size. A sender calls it before
+    /// queueing a message, so that the caller gets the refusal, not a timeout.
+    public static func validatedSize(_ header: EnvelopeHeader) throws(BusError) -> Int {
+        try checkLength(header.source, "source")
+        try checkLength(header.target, "target")
+        try checkLength(header.scope, "scope")
+        try checkLength(header.typeName, "type name")
+        if let id = header.dispatchID {
+            let count = id.utf8.count
+            guard count >= 1 else {
+                throw BusError(.badArgument, "an empty dispatch id cannot make a retry safe; give a non-empty id or none")
+            }
+            guard count <= maximumDispatchIDBytes else {
+                throw BusError(.badArgument, "dispatch id of \(count) bytes is over the limit of \(maximumDispatchIDBytes) bytes")
+            }
+        }
+        if !header.unknownFields.isEmpty {
+            let refusal = header.unknownFields.withUnsafeBytes { bytes -> BusError? in
+                var offset = 0
+                do {
+                    while offset < bytes.count { _ = try HeaderLayout.optionalField(bytes, &offset) }
+                    return nil
+                } catch {
+                    return BusError(.badArgument, "unknown optional fields are not well formed: \(error)")
+                }
+            }
+            if let refusal { throw refusal }
+        }
+        let size = encodedSize(header)
+        guard size <= maximumHeaderBytes else {
+            throw BusError(.badArgument, "header of \(size) bytes is over the limit of \(maximumHeaderBytes) bytes")
+        }
+        return size
+    }
+
+    private static func checkLength(_ text: String, _ field: String) throws(BusError) {
+        let count = text.utf8.count
+        guard count <= maximumFieldBytes else {
+            throw BusError(.badArgument, "\(field) of \(count) bytes is over the limit of \(maximumFieldBytes) bytes")
+        }
     }
 
     /// Encodes a header into `buffer`, which holds at least ``encodedSize(_:)`` bytes, without
     /// allocating: the transport encodes every message straight into the buffer it sends from.
-    /// Returns the number of bytes written.
-    public static func encode(_ header: EnvelopeHeader, into buffer: UnsafeMutableRawBufferPointer) -> Int {
-        precondition(buffer.count >= encodedSize(header), "header buffer too small")
+    /// Throws `badArgument` when a field is over its limit. Returns the number of bytes written.
+    public static func encode(_ header: EnvelopeHeader, into buffer: UnsafeMutableRawBufferPointer) throws(BusError) -> Int {
+        let size = try validatedSize(header)
+        precondition(buffer.count >= size, "header buffer too small")
+        return write(header, into: buffer)
+    }
+
+    /// Writes a header already checked by ``validatedSize(_:)``.
+    private static func write(_ header: EnvelopeHeader, into buffer: UnsafeMutableRawBufferPointer) -> Int {
         var writer = Writer(buffer: buffer)
         writer.write(magic.0)
         writer.write(magic.1)
@@ -61,6 +121,11 @@ public enum HeaderCodec {
         writer.write(header.target)
         writer.write(header.scope)
         writer.write(header.typeName)
+        if let id = header.dispatchID {
+            writer.write(OptionalField.dispatchID)
+            writer.write(id)
+        }
+        for byte in header.unknownFields { writer.write(byte) }
         return writer.offset
     }
 
@@ -72,11 +137,16 @@ public enum HeaderCodec {
     /// Decodes a header from raw bytes; throws ``BusError`` with `malformed` or `tooLarge`.
     public static func decode(_ buffer: UnsafeRawBufferPointer) throws -> EnvelopeHeader {
         let layout = try HeaderLayout(buffer)
-        return EnvelopeHeader(
+        var header = EnvelopeHeader(
             version: EnvelopeHeader.currentVersion, kind: layout.kind, flags: layout.flags, correlationID: layout.correlationID,
             timeoutMilliseconds: layout.timeoutMilliseconds,
             source: try string(buffer, layout.source, field: "source"), target: try string(buffer, layout.target, field: "target"),
             scope: try string(buffer, layout.scope, field: "scope"), typeName: try string(buffer, layout.typeName, field: "type name"))
+        if !layout.optionalFields.isEmpty {
+            if let id = layout.dispatchID { header.dispatchID = try string(buffer, id, field: "dispatch id") }
+            header.unknownFields = layout.unknownFields(in: buffer)
+        }
+        return header
     }
 
     private static func string(_ buffer: UnsafeRawBufferPointer, _ range: Range<Int>, field: String) throws -> String {
@@ -106,7 +176,7 @@ public enum HeaderCodec {
         }
 
         mutating func write(_ text: String) {
-            let length = fieldSize(text)
+            let length = text.utf8.count
             writeBigEndian(UInt16(length))
             let copied: Void? = text.utf8.withContiguousStorageIfAvailable { utf8 in
                 if let source = utf8.baseAddress {
@@ -115,7 +185,7 @@ public enum HeaderCodec {
             }
             if copied == nil {
                 // A bridged or non-contiguous string: copy it out first.
-                for (index, byte) in text.utf8.prefix(length).enumerated() { buffer[offset + index] = byte }
+                for (index, byte) in text.utf8.enumerated() { buffer[offset + index] = byte }
             }
             offset += length
         }
@@ -138,6 +208,9 @@ public struct HeaderLayout: Sendable, Hashable {
     public let target: Range<Int>
     public let scope: Range<Int>
     public let typeName: Range<Int>
+    /// Where the optional fields are (empty when there are none), and the dispatch id among them.
+    public let optionalFields: Range<Int>
+    public let dispatchID: Range<Int>?
 
     /// Offset of the correlation id in the frame.
     static let correlationOffset = 6
@@ -169,15 +242,68 @@ public struct HeaderLayout: Sendable, Hashable {
         target = try Self.field(buffer, &offset, "target")
         scope = try Self.field(buffer, &offset, "scope")
         typeName = try Self.field(buffer, &offset, "type name")
-        guard offset == buffer.count else {
-            throw BusError(.malformed, "header has \(buffer.count - offset) trailing bytes")
+        optionalFields = offset..<buffer.count
+        var dispatchID: Range<Int>?
+        while offset < buffer.count {
+            let (tag, value) = try Self.optionalField(buffer, &offset)
+            guard tag == HeaderCodec.OptionalField.dispatchID else { continue }
+            guard dispatchID == nil else { throw BusError(.malformed, "header has two dispatch ids") }
+            guard (1...HeaderCodec.maximumDispatchIDBytes).contains(value.count) else {
+                throw BusError(.malformed, "dispatch id of \(value.count) bytes is outside 1...\(HeaderCodec.maximumDispatchIDBytes)")
+            }
+            dispatchID = value
         }
+        self.dispatchID = dispatchID
+    }
+
+    /// The correlation id to answer a header that is not valid with, when its fixed part can be
+    /// read and it asks for an answer: the magic is there, the reply-expected flag is set, the
+    /// kind is not an answer itself, and the id is not 0. Nil otherwise (the message is dropped).
+    public static func answerableCorrelationID(_ buffer: UnsafeRawBufferPointer) -> UInt64? {
+        guard buffer.count >= HeaderCodec.fixedSize, buffer[0] == HeaderCodec.magic.0, buffer[1] == HeaderCodec.magic.1 else { return nil }
+        let flags = MessageFlags(rawValue: bigEndian(buffer, at: 4, as: UInt16.self))
+        let id = bigEndian(buffer, at: correlationOffset, as: UInt64.self)
+        guard flags.contains(.replyExpected), id != 0,
+            buffer[3] != MessageKind.reply.rawValue, buffer[3] != MessageKind.error.rawValue
+        else { return nil }
+        return id
+    }
+
+    /// One optional field (a u8 tag, a u16 length, the value) at `offset`, which moves past it.
+    static func optionalField(_ buffer: UnsafeRawBufferPointer, _ offset: inout Int) throws(BusError) -> (tag: UInt8, value: Range<Int>) {
+        guard buffer.count - offset >= 3 else {
+            throw BusError(.malformed, "header has \(buffer.count - offset) trailing bytes (an optional field needs a tag and a length)")
+        }
+        let tag = buffer[offset]
+        guard tag != 0 else { throw BusError(.malformed, "optional field with tag 0") }
+        let length = Int(bigEndian(buffer, at: offset + 1, as: UInt16.self))
+        offset += 3
+        guard length <= HeaderCodec.maximumOptionalFieldBytes else {
+            throw BusError(.malformed, "optional field \(tag) of \(length) bytes is over the limit of \(HeaderCodec.maximumOptionalFieldBytes)")
+        }
+        guard buffer.count - offset >= length else {
+            throw BusError(.malformed, "header truncated inside optional field \(tag)")
+        }
+        defer { offset += length }
+        return (tag, offset..<(offset + length))
+    }
+
+    /// The optional fields of tags this version does not know, as they are in the frame.
+    func unknownFields(in buffer: UnsafeRawBufferPointer) -> [UInt8] {
+        var unknown: [UInt8] = []
+        var offset = optionalFields.lowerBound
+        while offset < optionalFields.upperBound {
+            let start = offset
+            guard let (tag, _) = try? Self.optionalField(buffer, &offset) else { break }
+            if tag != HeaderCodec.OptionalField.dispatchID { unknown.append(contentsOf: buffer[start..<offset]) }
+        }
+        return unknown
     }
 
     /// Whether every string is ASCII (then it is valid UTF-8 without further checks).
     public func stringsAreASCII(in buffer: UnsafeRawBufferPointer) -> Bool {
         func ascii(_ range: Range<Int>) -> Bool { UnsafeRawBufferPointer(rebasing: buffer[range]).allSatisfy { $0 < 0x80 } }
-        return ascii(source) && ascii(target) && ascii(scope) && ascii(typeName)
+        return ascii(source) && ascii(target) && ascii(scope) && ascii(typeName) && dispatchID.map(ascii) ?? true
     }
 
     /// Writes a new correlation id into the frame the layout was read from.

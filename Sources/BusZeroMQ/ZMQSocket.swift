@@ -59,7 +59,7 @@ public final class ZMQSocket {
         self.lastPayload = .allocate(capacity: 1)
         zmq_msg_init(lastPayload)
         // Four fields of at most 1 KiB, their lengths and the fixed part.
-        self.headerBuffer = .allocate(byteCount: HeaderCodec.fixedSize + 4 * (2 + HeaderCodec.maximumFieldBytes), alignment: 8)
+        self.headerBuffer = .allocate(byteCount: HeaderCodec.maximumHeaderBytes, alignment: 8)
         try setOption(ZMQ_LINGER, Int32(0))
     }
 
@@ -151,14 +151,14 @@ public final class ZMQSocket {
     /// Sends a header frame: encoded into the last received header frame when it has the size,
     /// else into the socket's buffer and copied.
     private func sendHeader(_ header: EnvelopeHeader) throws -> SendResult {
-        let size = HeaderCodec.encodedSize(header)
+        let size = try HeaderCodec.validatedSize(header)
         if zmq_msg_size(lastHeader) == size {
-            _ = HeaderCodec.encode(header, into: lastHeaderBytes)
+            _ = try HeaderCodec.encode(header, into: lastHeaderBytes)
             framesReused += 1
             // On success libzmq takes the frame and leaves `lastHeader` empty (size 0).
             return try check(zmq_msg_send(lastHeader, handle, ZMQ_DONTWAIT | ZMQ_SNDMORE))
         }
-        let headerBytes = HeaderCodec.encode(header, into: headerBuffer)
+        let headerBytes = try HeaderCodec.encode(header, into: headerBuffer)
         return try check(zmq_send(handle, headerBuffer.baseAddress, headerBytes, ZMQ_DONTWAIT | ZMQ_SNDMORE))
     }
 
@@ -275,7 +275,10 @@ public final class ZMQSocket {
         let payload = parts > 1 && payloadBytes <= limits.maximumPayloadBytes ? takePayload(size: payloadBytes) : Data()
         return .message(ReceivedMessage(
             routingID: routingID,
-            content: Envelope.assemble(frameCount: parts, header: header, payloadBytes: payloadBytes, payload: payload, limits: limits)))
+            content: Envelope.assemble(
+                frameCount: parts, header: header,
+                answerableCorrelationID: parts == 0 ? nil : HeaderLayout.answerableCorrelationID(UnsafeRawBufferPointer(lastHeaderBytes)),
+                payloadBytes: payloadBytes, payload: payload, limits: limits)))
     }
 
     /// Sends the frames of the envelope last received on to `routingID` (on a ROUTER socket) as

@@ -72,12 +72,11 @@ public final class RemoteStore<State: Codable & Sendable>: StoreEndpoint, @unche
     /// or the sender is acknowledged; when the write fails the state goes back to what it was and
     /// the sender gets `storageFailed`, so a retry with the same id is applied exactly once.
     private func dispatch(_ request: StoreRequest) throws -> DispatchAck {
-        let parts = request.operation.split(separator: "@", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
-        let name = parts.first ?? ""
-        if parts.count == 2, parts[1].isEmpty {
+        let name = request.operation
+        if request.dispatchID?.isEmpty == true {
             throw BusError(.badArgument, "an empty dispatch id cannot make a retry safe; give a non-empty id or none")
         }
-        let dispatchID = parts.count == 2 ? parts[1] : UUID().uuidString
+        let dispatchID = request.dispatchID ?? UUID().uuidString
         let lockWait = Self.lockWait(for: request.timeout)
         if let previous = try appliedSequence(of: dispatchID, lockWait: lockWait) {
             return DispatchAck(store: storeName, sequence: previous, applied: false)

@@ -117,9 +117,10 @@ public final class Motherboard {
         case .failure(let malformed):
             counters.malformedMessages += 1
             logger.debug("refused message", metadata: ["peer": "\(peer)", "error": "\(malformed.error)"])
-            // Answer when the header is readable, so the sender can match the error to its request.
-            if let header = malformed.header, header.kind != .reply, header.kind != .error {
-                send(Envelope(header: header).errorReply(malformed.error), to: peer)
+            // Answer when the sender waits and its correlation id could be read, so that it gets
+            // the reason at once instead of waiting out its deadline.
+            if let correlationID = malformed.answerWith {
+                send(Envelope(header: EnvelopeHeader(kind: .command, correlationID: correlationID)).errorReply(malformed.error), to: peer)
             }
             return
         }

@@ -13,9 +13,9 @@ struct BaselineBench: Sendable {
     var command = "echo"
 
     /// The request frames: a BoardBus-sized header and the payload, so both sides move the same bytes.
-    static func frames(payload: Data, command: String = "echo") -> [Data] {
+    static func frames(payload: Data, command: String = "echo") throws -> [Data] {
         let header = EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 1, target: "bench.echo", typeName: command)
-        return [Data(HeaderCodec.encode(header)), payload]
+        return [Data(try HeaderCodec.encode(header)), payload]
     }
 
     func latency(payload: Data, requests: Int, warmup: Int) throws -> Histogram<UInt64> {
@@ -23,7 +23,7 @@ struct BaselineBench: Sendable {
             let context = try ZMQContext.shared()
             let socket = try connect(context)
             defer { socket.close() }
-            let frames = Self.frames(payload: payload, command: command)
+            let frames = try Self.frames(payload: payload, command: command)
             var histogram = makeHistogram()
             for index in 0..<(warmup + requests) {
                 let start = monotonicNanoseconds()
@@ -36,7 +36,7 @@ struct BaselineBench: Sendable {
 
     /// `clients` sockets on their own threads, each keeping `window` requests in flight.
     func throughput(payload: Data, clients: Int, window: Int, seconds: Double) throws -> Double {
-        let frames = Self.frames(payload: payload, command: command)
+        let frames = try Self.frames(payload: payload, command: command)
         let results = (0..<clients).map { _ in
             Thread.detachedResult { () throws -> Int in
                 let context = try ZMQContext.shared()

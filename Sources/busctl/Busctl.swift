@@ -217,9 +217,10 @@ extension Busctl {
         @OptionGroup var options: GlobalOptions
         @Argument(help: "The store name.") var store: String
         @Flag(help: "Keep printing changes.") var watch = false
-        @Option(help: "With --watch, stop after this many lines.") var count: Int?
+        @Option(parsing: .unconditional, help: "With --watch, stop after this many lines.") var count: String?
 
         func run() async throws {
+            let limit = try options.validated { try self.count.map { try busctl.count($0, option: "--count") } }
             try await options.withClient { client in
                 guard watch else {
                     let snapshot = try await client.storeState(store, scope: options.scope, timeout: options.deadline)
@@ -230,7 +231,7 @@ extension Busctl {
                     print(String(decoding: update.snapshot, as: UTF8.self))
                     fflushStandardOutput()
                     printed += 1
-                    if let count, printed >= count { return }
+                    if let limit, printed >= limit { return }
                 }
             }
         }

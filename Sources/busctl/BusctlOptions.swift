@@ -10,25 +10,48 @@ struct GlobalOptions: ParsableArguments {
     @Flag(name: .long, help: "Print JSON instead of text.")
     var json = false
 
-    @Option(name: .long, help: "Seconds to wait for an answer.")
-    var timeout: Double = 25
+    /// Read as text and checked by ``deadline``: ArgumentParser would take `-5` for an option,
+    /// and `inf` or `1e20` for numbers no deadline can hold.
+    @Option(name: .long, parsing: .unconditional, help: "Seconds to wait for an answer (more than 0, at most \(Int(maximumTimeoutSeconds)); default 25).")
+    var timeout: String = "25"
 
     @Option(name: .long, help: "The motherboard scope the board ids are in (default: the root scope).")
     var scope: String = ""
 
-    var deadline: Duration { .milliseconds(Int64(max(0.001, timeout) * 1000)) }
+    /// The longest `--timeout`: one day.
+    static let maximumTimeoutSeconds: Double = 86_400
+
+    /// `--timeout` as a duration; checked before anything is sent (``withClient(_:)``).
+    var deadline: Duration {
+        (try? seconds(timeout, option: "--timeout", maximum: Self.maximumTimeoutSeconds)) ?? .seconds(25)
+    }
 
     /// Connects, runs `body`, and turns every failure into one line on stderr and a non-zero exit.
     func withClient(_ body: (BusClient) async throws -> Void) async throws {
         let address = BusAddress.resolve(explicitEndpoint: bus, environment: ProcessInfo.processInfo.environment, userID: getuid())
+        _ = try validated { try seconds(timeout, option: "--timeout", maximum: Self.maximumTimeoutSeconds) }
         do {
             let client = try BusClient(address: address)
             defer { client.close() }
             try await body(client)
         } catch let error as BusError {
-            FileHandle.standardError.write(Data("busctl: \(error.code): \(error.message)\n".utf8))
-            throw ExitCode(error.code == .badArgument ? 2 : 1)
+            throw report(error)
         }
+    }
+
+    /// Checks arguments before anything is sent: a refusal is one line on stderr and exit 2.
+    func validated<T>(_ check: () throws -> T) throws -> T {
+        do {
+            return try check()
+        } catch let error as BusError {
+            throw report(error)
+        }
+    }
+
+    /// Prints an error as one line on stderr; the exit code to leave with (2 for a bad argument).
+    private func report(_ error: BusError) -> ExitCode {
+        FileHandle.standardError.write(Data("busctl: \(error.code): \(error.message)\n".utf8))
+        return ExitCode(error.code == .badArgument ? 2 : 1)
     }
 
     /// Prints a value as pretty JSON.
@@ -37,6 +60,28 @@ struct GlobalOptions: ParsableArguments {
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         print(String(decoding: try encoder.encode(value), as: UTF8.self))
     }
+}
+
+/// Parses a number of seconds given on the command line: a finite decimal number above zero and
+/// at most `maximum`, with at least a millisecond in it; anything else (`inf`, `nan`, `-0`, `1e20`,
+/// `-5`, `abc`) is a `badArgument` naming the option.
+func seconds(_ text: String, option: String, maximum: Double) throws -> Duration {
+    let trimmed = text.trimmingCharacters(in: .whitespaces)
+    guard let value = Double(trimmed), trimmed.allSatisfy({ $0.isNumber || $0 == "." || $0 == "e" || $0 == "E" || $0 == "+" || $0 == "-" }) else {
+        throw BusError(.badArgument, "\(option) takes a number of seconds, not '\(text)'")
+    }
+    guard value.isFinite, value >= 0.001, value <= maximum else {
+        throw BusError(.badArgument, "\(option) must be at least 0.001 and at most \(Int(maximum)) seconds, not '\(text)'")
+    }
+    return .milliseconds(Int64((value * 1000).rounded()))
+}
+
+/// Parses a count given on the command line: a whole number from 1 to `maximum`.
+func count(_ text: String, option: String, maximum: Int = 1_000_000_000) throws -> Int {
+    guard let value = Int(text.trimmingCharacters(in: .whitespaces)), (1...maximum).contains(value) else {
+        throw BusError(.badArgument, "\(option) takes a whole number from 1 to \(maximum), not '\(text)'")
+    }
+    return value
 }
 
 /// Parses a board id argument; a bad one is a `badArgument`.

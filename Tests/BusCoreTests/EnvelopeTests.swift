@@ -7,19 +7,19 @@ import Testing
 struct EnvelopeTests {
     @Test func framesRoundTrip() throws {
         let envelope = Envelope(header: EnvelopeHeader(kind: .output, source: "auth.login", typeName: "LoginSucceeded"), payload: Data(#"{"a":1}"#.utf8))
-        #expect(try Envelope(frames: envelope.frames()) == envelope)
+        #expect(try Envelope(frames: try envelope.frames()) == envelope)
     }
 
-    @Test func refusesWrongFrameCounts() {
-        let header = Data(HeaderCodec.encode(EnvelopeHeader(kind: .heartbeat)))
+    @Test func refusesWrongFrameCounts() throws {
+        let header = Data(try HeaderCodec.encode(EnvelopeHeader(kind: .heartbeat)))
         for frames in [[], [header], [header, Data(), Data()]] {
             let error = try? #require(throws: BusError.self) { try Envelope(frames: frames) }
             #expect(error?.code == .malformed)
         }
     }
 
-    @Test func refusesAnOversizedPayload() {
-        let header = Data(HeaderCodec.encode(EnvelopeHeader(kind: .command)))
+    @Test func refusesAnOversizedPayload() throws {
+        let header = Data(try HeaderCodec.encode(EnvelopeHeader(kind: .command)))
         let limits = BusLimits(maximumPayloadBytes: 1024)
         let error = try? #require(throws: BusError.self) { try Envelope(frames: [header, Data(count: 1025)], limits: limits) }
         #expect(error?.code == .tooLarge)
@@ -47,7 +47,7 @@ struct EnvelopeTests {
         #expect(Greet.busTypeName == "Greet")
     }
 
-    @Test func boardIDsAreChecked() {
+    @Test func boardIDsAreChecked() throws {
         #expect(BoardID.isValid("auth.login"))
         #expect(BoardID.isValid("a-b_c.d1"))
         for bad in ["", ".a", "a.", "a..b", "a b", "é", String(repeating: "a", count: 256)] {
@@ -56,7 +56,7 @@ struct EnvelopeTests {
         #expect(throws: BusError.self) { try BoardID(validating: "no spaces") }
     }
 
-    @Test func addressesFollowTheEnvironment() {
+    @Test func addressesFollowTheEnvironment() throws {
         let explicit = BusAddress.resolve(environment: ["BOARDBUS_RUNTIME_DIR": "/r"], userID: 5)
         #expect(explicit.endpoint == "ipc:///r/motherboard.sock")
         #expect(explicit.ipcPath == "/r/motherboard.sock")

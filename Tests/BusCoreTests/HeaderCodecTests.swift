@@ -11,27 +11,27 @@ struct HeaderCodecTests {
         source: "auth.login", target: "app.dashboard", scope: "root.checkout", typeName: "greet·ünïcode")
 
     @Test func roundTripsEveryField() throws {
-        let bytes = HeaderCodec.encode(sample)
+        let bytes = try HeaderCodec.encode(sample)
         #expect(try HeaderCodec.decode(Data(bytes)) == sample)
     }
 
     @Test func roundTripsEveryKind() throws {
         for kind in MessageKind.allCases {
             let header = EnvelopeHeader(kind: kind)
-            #expect(try HeaderCodec.decode(Data(HeaderCodec.encode(header))) == header)
+            #expect(try HeaderCodec.decode(Data(try HeaderCodec.encode(header))) == header)
         }
     }
 
-    @Test func writesTheDocumentedLayout() {
-        let bytes = HeaderCodec.encode(EnvelopeHeader(kind: .reply, correlationID: 5, timeoutMilliseconds: 1, source: "a"))
-        #expect(Array(bytes[0..<4]) == [0x42, 0x42, 1, 16])
+    @Test func writesTheDocumentedLayout() throws {
+        let bytes = try HeaderCodec.encode(EnvelopeHeader(kind: .reply, correlationID: 5, timeoutMilliseconds: 1, source: "a"))
+        #expect(Array(bytes[0..<4]) == [0x42, 0x42, 2, 16])
         #expect(Array(bytes[6..<14]) == [0, 0, 0, 0, 0, 0, 0, 5])
         #expect(Array(bytes[14..<18]) == [0, 0, 0, 1])
         #expect(Array(bytes[18...]) == [0, 1, 0x61, 0, 0, 0, 0, 0, 0])
     }
 
-    @Test func refusesEveryTruncation() {
-        let bytes = HeaderCodec.encode(sample)
+    @Test func refusesEveryTruncation() throws {
+        let bytes = try HeaderCodec.encode(sample)
         for length in 0..<bytes.count {
             #expect(throws: BusError.self) { try HeaderCodec.decode(Data(bytes[0..<length])) }
             let error = try? #require(throws: BusError.self) { try HeaderCodec.decode(Data(bytes[0..<length])) }
@@ -40,36 +40,36 @@ struct HeaderCodecTests {
     }
 
     @Test func refusesAnotherVersion() throws {
-        var bytes = HeaderCodec.encode(sample)
+        var bytes = try HeaderCodec.encode(sample)
         bytes[2] = 7
         let error = try #require(throws: BusError.self) { try HeaderCodec.decode(Data(bytes)) }
         #expect(error.code == .malformed)
         #expect(error.message.contains("version 7"))
     }
 
-    @Test func refusesBadMagicUnknownKindAndTrailingBytes() {
-        var badMagic = HeaderCodec.encode(sample)
+    @Test func refusesBadMagicUnknownKindAndTrailingBytes() throws {
+        var badMagic = try HeaderCodec.encode(sample)
         badMagic[0] = 0x00
-        var badKind = HeaderCodec.encode(sample)
+        var badKind = try HeaderCodec.encode(sample)
         badKind[3] = 200
-        let trailing = HeaderCodec.encode(sample) + [0]
+        let trailing = try HeaderCodec.encode(sample) + [0]
         for bytes in [badMagic, badKind, trailing] {
             let error = try? #require(throws: BusError.self) { try HeaderCodec.decode(Data(bytes)) }
             #expect(error?.code == .malformed)
         }
     }
 
-    @Test func refusesInvalidUTF8() {
-        var bytes = HeaderCodec.encode(EnvelopeHeader(kind: .command, source: "ab"))
+    @Test func refusesInvalidUTF8() throws {
+        var bytes = try HeaderCodec.encode(EnvelopeHeader(kind: .command, source: "ab"))
         bytes[20] = 0xFF
         let error = try? #require(throws: BusError.self) { try HeaderCodec.decode(Data(bytes)) }
         #expect(error?.code == .malformed)
     }
 
-    @Test func refusesEveryKindOfInvalidUTF8() {
+    @Test func refusesEveryKindOfInvalidUTF8() throws {
         // A lone continuation byte, an overlong '/', a truncated 3-byte sequence, a surrogate.
         for bad: [UInt8] in [[0x80], [0xC0, 0xAF], [0xE2, 0x82], [0xED, 0xA0, 0x80], [0x61, 0xF8, 0x61]] {
-            var bytes = HeaderCodec.encode(EnvelopeHeader(kind: .command))
+            var bytes = try HeaderCodec.encode(EnvelopeHeader(kind: .command))
             bytes.replaceSubrange(18..<20, with: [0, UInt8(bad.count)] + bad)
             let error = try? #require(throws: BusError.self) { try HeaderCodec.decode(Data(bytes)) }
             #expect(error?.code == .malformed, "\(bad)")
@@ -78,25 +78,76 @@ struct HeaderCodecTests {
     }
 
     @Test func encodesIntoABufferOfTheAnnouncedSize() throws {
-        let long = String(repeating: "é", count: 600)  // 1200 bytes: cut to the 1 KiB field limit
-        for header in [sample, EnvelopeHeader(kind: .reply), EnvelopeHeader(kind: .command, source: long, typeName: "x")] {
+        let long = String(repeating: "é", count: 512)  // 1024 bytes: at the field limit
+        for header in [sample, EnvelopeHeader(kind: .reply), EnvelopeHeader(kind: .command, source: long, typeName: "x", dispatchID: "ïd")] {
             let size = HeaderCodec.encodedSize(header)
             let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 1)
             defer { buffer.deallocate() }
-            #expect(HeaderCodec.encode(header, into: buffer) == size)
-            #expect(Array(buffer) == HeaderCodec.encode(header))
+            #expect(try HeaderCodec.encode(header, into: buffer) == size)
+            let encoded = try HeaderCodec.encode(header)
+            #expect(Array(buffer) == encoded)
         }
-        let cut = HeaderCodec.encode(EnvelopeHeader(kind: .command, source: String(repeating: "a", count: 2000)))
-        #expect(try HeaderCodec.decode(Data(cut)).source.utf8.count == HeaderCodec.maximumFieldBytes)
     }
 
-    @Test func refusesAnOversizedHeader() {
+    /// Nothing is ever cut (a 1 018-byte common prefix made two dispatch ids one, and 300 emoji
+    /// were cut inside a character): a field over its limit is refused with `badArgument`, at one
+    /// byte past it and with a multi-byte character across the limit.
+    @Test func aFieldOverItsLimitIsRefusedNotCut() throws {
+        let limit = HeaderCodec.maximumFieldBytes
+        let atLimit = String(repeating: "a", count: limit)
+        let emojiAcrossLimit = String(repeating: "a", count: limit - 2) + "😀"  // 1 026 bytes
+        #expect(try HeaderCodec.decode(Data(try HeaderCodec.encode(EnvelopeHeader(kind: .command, typeName: atLimit)))).typeName == atLimit)
+        let overLimit: [EnvelopeHeader] = [
+            EnvelopeHeader(kind: .command, source: atLimit + "b"), EnvelopeHeader(kind: .command, target: emojiAcrossLimit),
+            EnvelopeHeader(kind: .command, scope: atLimit + "é"), EnvelopeHeader(kind: .command, typeName: String(repeating: "😀", count: 300)),
+            EnvelopeHeader(kind: .dispatch, dispatchID: String(repeating: "😀", count: 300)),
+            EnvelopeHeader(kind: .dispatch, dispatchID: String(repeating: "x", count: HeaderCodec.maximumDispatchIDBytes + 1)),
+            EnvelopeHeader(kind: .dispatch, dispatchID: ""),
+            EnvelopeHeader(kind: .dispatch, unknownFields: [9, 0, 5, 1]),
+        ]
+        for header in overLimit {
+            let error = try #require(throws: BusError.self) { try HeaderCodec.encode(header) }
+            #expect(error.code == .badArgument)
+            #expect(throws: BusError.self) { try Envelope(header: header).frames() }
+        }
+        let longestID = String(repeating: "x", count: HeaderCodec.maximumDispatchIDBytes)
+        #expect(try HeaderCodec.decode(Data(try HeaderCodec.encode(EnvelopeHeader(kind: .dispatch, dispatchID: longestID)))).dispatchID == longestID)
+    }
+
+    /// Optional fields: the dispatch id has its own; a tag this version does not know is kept and
+    /// encoded again unchanged; a broken or doubled field is `malformed`.
+    @Test func optionalFieldsRoundTripAndUnknownOnesAreKept() throws {
+        let unknown: [UInt8] = [7, 0, 3, 0x61, 0x62, 0x63]
+        let header = EnvelopeHeader(kind: .dispatch, target: "comments", typeName: "reply", dispatchID: "imm1", unknownFields: unknown)
+        let bytes = try HeaderCodec.encode(header)
+        #expect(try HeaderCodec.decode(Data(bytes)) == header)
+        #expect(Array(bytes.suffix(7 + unknown.count)) == [1, 0, 4, 0x69, 0x6D, 0x6D, 0x31] + unknown)
+        let plain = try HeaderCodec.encode(EnvelopeHeader(kind: .dispatch))
+        for broken: [UInt8] in [[1], [1, 0], [1, 0, 5, 0x61], [0, 0, 0], [1, 0, 0], [1, 0, 1, 0x61, 1, 0, 1, 0x62], [1, 0, 1, 0xFF]] {
+            let error = try #require(throws: BusError.self) { try HeaderCodec.decode(Data(plain + broken)) }
+            #expect(error.code == .malformed, "\(broken)")
+        }
+    }
+
+    /// A bad header whose fixed part can be read is answered when its sender waits.
+    @Test func aBadHeaderIsAnswerableWhenItsFixedPartIsReadable() throws {
+        var bytes = try HeaderCodec.encode(EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 77, typeName: "x"))
+        bytes[2] = 9  // another version
+        #expect(bytes.withUnsafeBytes { HeaderLayout.answerableCorrelationID($0) } == 77)
+        let noReply = try HeaderCodec.encode(EnvelopeHeader(kind: .command, correlationID: 77))
+        #expect(noReply.withUnsafeBytes { HeaderLayout.answerableCorrelationID($0) } == nil)
+        let answer = try HeaderCodec.encode(EnvelopeHeader(kind: .error, flags: .replyExpected, correlationID: 77))
+        #expect(answer.withUnsafeBytes { HeaderLayout.answerableCorrelationID($0) } == nil)
+        #expect(Array(bytes.prefix(17)).withUnsafeBytes { HeaderLayout.answerableCorrelationID($0) } == nil)
+    }
+
+    @Test func refusesAnOversizedHeader() throws {
         let bytes = [UInt8](repeating: 0x42, count: HeaderCodec.maximumHeaderBytes + 1)
         let error = try? #require(throws: BusError.self) { try HeaderCodec.decode(Data(bytes)) }
         #expect(error?.code == .tooLarge)
     }
 
-    @Test func survivesRandomGarbage() {
+    @Test func survivesRandomGarbage() throws {
         var generator = SeededRandom(seed: 42)
         var decoded = 0
         for _ in 0..<20_000 {
@@ -104,7 +155,7 @@ struct HeaderCodecTests {
             var bytes = (0..<length).map { _ in UInt8(truncatingIfNeeded: generator.next()) }
             // Half the inputs start like a real header, so the decoder gets past the magic.
             if generator.next() % 2 == 0 && bytes.count >= 4 {
-                bytes[0] = 0x42; bytes[1] = 0x42; bytes[2] = 1; bytes[3] = UInt8(1 + generator.next() % 9)
+                bytes[0] = 0x42; bytes[1] = 0x42; bytes[2] = 2; bytes[3] = UInt8(1 + generator.next() % 9)
             }
             if (try? HeaderCodec.decode(Data(bytes))) != nil { decoded += 1 }
         }
@@ -124,8 +175,9 @@ struct HeaderCodecTests {
                 flags: MessageFlags(rawValue: UInt16(truncatingIfNeeded: generator.next())), correlationID: generator.next(),
                 timeoutMilliseconds: UInt32(truncatingIfNeeded: generator.next()),
                 source: names[Int(generator.next() % 6)], target: names[Int(generator.next() % 6)],
-                scope: names[Int(generator.next() % 6)], typeName: names[Int(generator.next() % 6)])
-            var bytes = HeaderCodec.encode(header)
+                scope: names[Int(generator.next() % 6)], typeName: names[Int(generator.next() % 6)],
+                dispatchID: [nil, "d", "ïd"][Int(generator.next() % 3)])
+            var bytes = try HeaderCodec.encode(header)
             // Most rounds damage the frame: a byte changed, or the frame cut or lengthened.
             switch round % 4 {
             case 1: bytes[Int(generator.next() % UInt64(bytes.count))] = UInt8(truncatingIfNeeded: generator.next())
@@ -144,7 +196,7 @@ struct HeaderCodecTests {
                     for (range, text) in [(layout.source, decoded.source), (layout.target, decoded.target), (layout.scope, decoded.scope), (layout.typeName, decoded.typeName)] {
                         #expect(Array(buffer[range]) == Array(text.utf8))
                     }
-                    #expect(layout.stringsAreASCII(in: buffer) == [decoded.source, decoded.target, decoded.scope, decoded.typeName].allSatisfy { $0.utf8.allSatisfy { $0 < 0x80 } })
+                    #expect(layout.stringsAreASCII(in: buffer) == [decoded.source, decoded.target, decoded.scope, decoded.typeName, decoded.dispatchID ?? ""].allSatisfy { $0.utf8.allSatisfy { $0 < 0x80 } })
                 case (.failure(let decodeError), .failure(let layoutError)):
                     #expect((decodeError as? BusError) == (layoutError as? BusError))
                 case (.failure(let decodeError), .success(let layout)):
@@ -160,7 +212,7 @@ struct HeaderCodecTests {
     }
 
     @Test func theCorrelationIDIsRewrittenInPlace() throws {
-        var bytes = HeaderCodec.encode(sample)
+        var bytes = try HeaderCodec.encode(sample)
         bytes.withUnsafeMutableBytes { HeaderLayout.setCorrelationID(0xAABB, in: $0) }
         var expected = sample
         expected.correlationID = 0xAABB

@@ -57,7 +57,7 @@ final class PublishedChanges: @unchecked Sendable {
 
 func dispatchRequest(_ action: String, id: String?, text: String = "", timeout: Duration? = .seconds(2)) -> StoreRequest {
     let payload = action == "add" ? Data(#"{"text":"\#(text)"}"#.utf8) : Data("{}".utf8)
-    return StoreRequest(kind: .dispatch, operation: id.map { "\(action)@\($0)" } ?? action, sender: "", payload: payload, timeout: timeout)
+    return StoreRequest(kind: .dispatch, operation: action, dispatchID: id, sender: "", payload: payload, timeout: timeout)
 }
 
 /// A second connection to a store's database that may leave a transaction open between calls,

@@ -10,13 +10,13 @@ import Testing
 struct HostileInputIntegrationTests {
     /// Random frames: pure garbage, truncated headers, valid headers of every kind with random
     /// fields and payloads, too many or too few frames, oversized payloads.
-    static func randomMessage(_ generator: inout SeededRandom) -> [Data] {
+    static func randomMessage(_ generator: inout SeededRandom) throws -> [Data] {
         func bytes(_ count: Int) -> Data { Data((0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }) }
         switch Int.random(in: 0..<6, using: &generator) {
         case 0:
             return (0..<Int.random(in: 0...5, using: &generator)).map { _ in bytes(Int.random(in: 0...64, using: &generator)) }
         case 1:
-            let header = HeaderCodec.encode(EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"))
+            let header = try HeaderCodec.encode(EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"))
             return [Data(header.prefix(Int.random(in: 0..<header.count, using: &generator))), bytes(8)]
         case 2, 3:
             let kind = MessageKind.allCases.randomElement(using: &generator) ?? .command
@@ -28,11 +28,11 @@ struct HostileInputIntegrationTests {
                 source: targets.randomElement(using: &generator) ?? "", target: targets.randomElement(using: &generator) ?? "",
                 typeName: ["greet", "list", "status", "flows", "subscribe", "change", "register", ""].randomElement(using: &generator) ?? "")
             let payloads = [Data(), Data("{}".utf8), bytes(20), Data(#"{"id":"demo.greeter","pid":1}"#.utf8)]
-            return [Data(HeaderCodec.encode(header)), payloads.randomElement(using: &generator) ?? Data()]
+            return [Data(try HeaderCodec.encode(header)), payloads.randomElement(using: &generator) ?? Data()]
         case 4:
-            return [Data(HeaderCodec.encode(EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 9, target: "demo.greeter"))), Data(count: (4 << 20) + 10)]
+            return [Data(try HeaderCodec.encode(EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 9, target: "demo.greeter"))), Data(count: (4 << 20) + 10)]
         default:
-            var header = HeaderCodec.encode(EnvelopeHeader(kind: .action, typeName: "app.announce"))
+            var header = try HeaderCodec.encode(EnvelopeHeader(kind: .action, typeName: "app.announce"))
             header[Int.random(in: 0..<header.count, using: &generator)] ^= 0xFF
             return [Data(header), bytes(4), bytes(4)]
         }
@@ -44,7 +44,7 @@ struct HostileInputIntegrationTests {
                 var generator = SeededRandom(seed: 2026)
                 var sent = 0
                 for _ in 0..<5000 {
-                    let message = Self.randomMessage(&generator)
+                    let message = try Self.randomMessage(&generator)
                     // Wait (boundedly) while our queue to the broker is full; never give up silently.
                     for _ in 0..<5000 {
                         if try socket.send(message) == .sent {
@@ -86,7 +86,7 @@ struct HostileInputIntegrationTests {
             // A peer that ignores the limit is answered by the broker with a typed error.
             let answer = try await withRawDealer(connectedTo: fleet.address.endpoint) { socket in
                 let header = EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 77, target: GreeterIO.id.rawValue, typeName: "greet")
-                _ = try socket.send([Data(HeaderCodec.encode(header)), Data(count: (4 << 20) + 10)])
+                _ = try socket.send([Data(try HeaderCodec.encode(header)), Data(count: (4 << 20) + 10)])
                 guard socket.waitReadable(timeoutMilliseconds: 10_000), let frames = try socket.receive() else { return nil as Envelope? }
                 return try Envelope(frames: frames)
             }
@@ -104,7 +104,7 @@ extension HostileInputIntegrationTests {
         try await TestFleet.with(manifest: exampleManifest) { fleet in
             let answers = try await withRawDealer(connectedTo: fleet.address.endpoint) { socket in
                 let header = EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 41, target: GreeterIO.id.rawValue, typeName: "greet")
-                _ = try socket.send([Data(HeaderCodec.encode(header)), Data(count: 40_000), Data("extra".utf8)])
+                _ = try socket.send([Data(try HeaderCodec.encode(header)), Data(count: 40_000), Data("extra".utf8)])
                 var answers: [Envelope] = []
                 // Every answer the broker gives within two seconds of its first.
                 var wait = 10_000

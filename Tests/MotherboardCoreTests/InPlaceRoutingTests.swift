@@ -23,7 +23,7 @@ struct InPlaceRoutingTests {
 
     /// Routes `header` in place; returns where it goes and the header as rewritten in the frame.
     func routeInPlace(_ harness: Harness, _ header: EnvelopeHeader, from peer: PeerID) throws -> (PeerID?, EnvelopeHeader) {
-        var frame = HeaderCodec.encode(header)
+        var frame = try HeaderCodec.encode(header)
         let route = frame.withUnsafeMutableBytes { harness.motherboard.routeInPlace($0, from: peer, now: harness.now) }
         #expect(route == nil || route?.kind == header.kind)
         return (route?.peer, try HeaderCodec.decode(Data(frame)))

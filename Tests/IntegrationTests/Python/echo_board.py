@@ -12,25 +12,32 @@ REGISTER, UNREGISTER, HEARTBEAT, COMMAND, REPLY, ERROR = 1, 2, 3, 5, 16, 17
 REPLY_EXPECTED = 1
 
 
-def encode_header(kind, corr=0, flags=0, timeout_ms=0, source="", target="", scope="", type_name=""):
-    out = struct.pack(">2sBBHQI", b"BB", 1, kind, flags, corr, timeout_ms)
+def encode_header(kind, corr=0, flags=0, timeout_ms=0, source="", target="", scope="", type_name="", optional=()):
+    out = struct.pack(">2sBBHQI", b"BB", 2, kind, flags, corr, timeout_ms)
     for text in (source, target, scope, type_name):
         raw = text.encode()
         out += struct.pack(">H", len(raw)) + raw
+    for tag, value in optional:
+        out += struct.pack(">BH", tag, len(value)) + value
     return out
 
 
 def decode_header(buf):
     magic, version, kind, flags, corr, timeout_ms = struct.unpack_from(">2sBBHQI", buf, 0)
-    if magic != b"BB" or version != 1:
-        raise ValueError("not a BoardBus v1 header")
+    if magic != b"BB" or version != 2:
+        raise ValueError("not a BoardBus v2 header")
     off, fields = 18, []
     for _ in range(4):
         (n,) = struct.unpack_from(">H", buf, off)
         fields.append(buf[off + 2: off + 2 + n].decode())
         off += 2 + n
+    optional = {}
+    while off < len(buf):
+        tag, n = struct.unpack_from(">BH", buf, off)
+        optional[tag] = buf[off + 3: off + 3 + n]
+        off += 3 + n
     return dict(kind=kind, flags=flags, corr=corr, timeout_ms=timeout_ms,
-                source=fields[0], target=fields[1], scope=fields[2], type_name=fields[3])
+                source=fields[0], target=fields[1], scope=fields[2], type_name=fields[3], optional=optional)
 
 
 def main():

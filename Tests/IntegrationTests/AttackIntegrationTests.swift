@@ -1,0 +1,106 @@
+import BoardKit
+import BusCore
+import BoardKitTesting
+import BusZeroMQ
+import Foundation
+import GreeterIO
+import Testing
+
+let greeterManifest = """
+    {
+      "boards": [ { "id": "demo.greeter", "executable": "Greeter", "start": "always" } ]
+    }
+    """
+
+/// Each promise, tried as an attacker would: the attack, then what must still hold.
+@Suite("Promises under attack", .serialized, .timeLimit(.minutes(3)))
+struct AttackIntegrationTests {
+    /// busctl refuses numbers no deadline can hold with one line and exit 2 (it died with SIGILL
+    /// on `inf` and `1e20`, took `nan` for 1 ms and `-5` for an option).
+    @Test func busctlRefusesTimeoutsAndCountsThatAreNotNumbersItCanUse() async throws {
+        try await TestFleet.with(manifest: greeterManifest) { fleet in
+            for value in ["inf", "-inf", "nan", "1e20", "-5", "-0", "0", "0.0001", "86401", "abc", "", "0x10"] {
+                let result = try await fleet.busctl("call", "demo.greeter", "ping", #"{"sequence":1}"#, "--timeout", value)
+                #expect(result.exitCode == 2, "--timeout \(value): \(result.standardError)")
+                #expect(result.standardError.hasPrefix("busctl: badArgument: --timeout"), "--timeout \(value): \(result.standardError)")
+                #expect(result.standardError.split(separator: "\n").count == 1, "--timeout \(value): \(result.standardError)")
+            }
+            for value in ["0", "-1", "1e3", "x", "99999999999999999999"] {
+                let result = try await fleet.busctl("state", "comments", "--watch", "--count", value)
+                #expect(result.exitCode == 2, "--count \(value): \(result.standardError)")
+                #expect(result.standardError.hasPrefix("busctl: badArgument: --count"), "--count \(value): \(result.standardError)")
+            }
+            let good = try await fleet.busctl("call", "demo.greeter", "ping", #"{"sequence":1}"#, "--timeout", "2.5")
+            #expect(good.exitCode == 0, "\(good.standardError)")
+        }
+    }
+
+    /// Dispatch ids are never cut: ids over the limit, cut inside a character or empty are
+    /// refused before sending (exit 2), and two long ids that share all but their last byte are
+    /// two dispatches (ids sharing a 1 018-byte prefix collided, the second reported "already
+    /// applied" and lost; 300 emoji were cut mid-character and the caller waited 25 s).
+    @Test func dispatchIDsAreRefusedOverTheirLimitAndNeverCollide() async throws {
+        try await TestFleet.with(manifest: fluxManifest) { fleet in
+            let action = #"{"filter":"photos"}"#
+            let tooLong = String(repeating: "i", count: HeaderCodec.maximumDispatchIDBytes + 1)
+            for id in [tooLong, String(repeating: "😀", count: 300), String(repeating: "i", count: 253) + "é"  + "😀", ""] {
+                let started = ContinuousClock.now
+                let refused = try await fleet.busctl("dispatch", "annotationFilter", "toggle", action, "--id", id)
+                #expect(refused.exitCode == 2, "\(id.utf8.count) bytes: \(refused.standardError)")
+                #expect(refused.standardError.hasPrefix("busctl: badArgument: "), "\(refused.standardError)")
+                #expect(started.duration(to: .now) < .seconds(20), "refused at once, not after the 25 s deadline")
+            }
+            let prefix = String(repeating: "p", count: HeaderCodec.maximumDispatchIDBytes - 1)
+            for last in ["a", "b"] {
+                let result = try await fleet.busctl("dispatch", "annotationFilter", "toggle", action, "--id", prefix + last)
+                #expect(result.standardOutput.contains("toggle applied"), "\(result.standardOutput) \(result.standardError)")
+            }
+            let retry = try await fleet.busctl("dispatch", "annotationFilter", "toggle", action, "--id", prefix + "b")
+            #expect(retry.standardOutput.contains("already applied"))
+            // A multi-byte id at the limit goes through whole.
+            let emojiID = String(repeating: "😀", count: HeaderCodec.maximumDispatchIDBytes / 4)
+            #expect(try await fleet.busctl("dispatch", "annotationFilter", "toggle", action, "--id", emojiID).standardOutput.contains("toggle applied"))
+            #expect(try await fleet.busctl("dispatch", "annotationFilter", "toggle", action, "--id", emojiID).standardOutput.contains("already applied"))
+        }
+    }
+
+    /// A header the broker cannot accept (another version, bad UTF-8, trailing bytes, a broken
+    /// optional field, an unknown kind) whose sender waits is answered `malformed` with the
+    /// sender's correlation id, instead of being dropped while the sender waits out its deadline.
+    @Test func aBadHeaderWhoseSenderWaitsIsAnsweredMalformed() async throws {
+        try await TestFleet.with(manifest: greeterManifest) { fleet in
+            let answers = try await withRawDealer(connectedTo: fleet.address.endpoint) { socket in
+                let good = try HeaderCodec.encode(EnvelopeHeader(
+                    kind: .command, flags: .replyExpected, correlationID: 100, target: GreeterIO.id.rawValue, typeName: "ping"))
+                var badVersion = good
+                badVersion[2] = 1
+                var badUTF8 = good
+                badUTF8[badUTF8.count - 1] = 0xFF
+                var unknownKind = good
+                unknownKind[3] = 99
+                var answers: [UInt64: BusError] = [:]
+                for (index, frame) in [badVersion, badUTF8, good + [0], good + [1, 0, 9, 0x61], unknownKind].enumerated() {
+                    var header = frame
+                    header.withUnsafeMutableBytes { HeaderLayout.setCorrelationID(UInt64(200 + index), in: $0) }
+                    _ = try socket.send([Data(header), Data("{}".utf8)])
+                    guard socket.waitReadable(timeoutMilliseconds: 10_000), let frames = try socket.receive() else { continue }
+                    let answer = try Envelope(frames: frames)
+                    answers[answer.header.correlationID] = answer.carriedError
+                }
+                // Without reply-expected nobody waits: nothing comes back, the broker goes on.
+                var silent = badVersion
+                silent.withUnsafeMutableBytes { $0.storeBytes(of: UInt16(0).bigEndian, toByteOffset: 4, as: UInt16.self) }
+                _ = try socket.send([Data(silent), Data()])
+                let answeredSilent = socket.waitReadable(timeoutMilliseconds: 500)
+                return (answers, answeredSilent)
+            }
+            #expect(answers.0.count == 5)
+            for index in 0..<5 {
+                #expect(answers.0[UInt64(200 + index)]?.code == .malformed, "case \(index)")
+            }
+            #expect(answers.0[200]?.message.contains("version 1") == true)
+            #expect(!answers.1)
+            #expect(try await fleet.busctl("call", "demo.greeter", "ping", #"{"sequence":1}"#).exitCode == 0)
+        }
+    }
+}
