@@ -167,8 +167,18 @@ public struct Board: Sendable {
         Registration(
             id: id, pid: getpid(), scope: scope, inputType: inputType,
             commands: Set(commandHandlers.keys).union(immediateCommandHandlers.keys).sorted(),
-            actions: actionHandlers.keys.sorted(), outputTypes: outputTypes, stores: storeEndpoints.keys.sorted())
+            actions: actionHandlers.keys.sorted(), outputTypes: outputTypes, stores: storeEndpoints.keys.sorted(),
+            secret: Board.registrationSecret)
     }
+
+    /// This process's registration secret: the one the motherboard handed it when it started the
+    /// process (`BOARDBUS_BOARD_SECRET`), else one made up at first use. Only a registration that
+    /// carries it can take this board's id over from its live registration (after a reconnect).
+    static let registrationSecret: String = {
+        if let given = ProcessInfo.processInfo.environment["BOARDBUS_BOARD_SECRET"], !given.isEmpty { return given }
+        var generator = SystemRandomNumberGenerator()
+        return (0..<4).map { _ in String(generator.next(), radix: 16) }.joined(separator: "-")
+    }()
 
     /// Connects, registers and serves until SIGTERM/SIGINT or `complete()`.
     public func run(environment: [String: String] = ProcessInfo.processInfo.environment) async throws {

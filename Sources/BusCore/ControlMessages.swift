@@ -17,10 +17,15 @@ public struct Registration: BusPayload, Hashable {
     public var outputTypes: [String]
     /// The Flux stores the board owns; other processes reach them through the broker.
     public var stores: [String]
+    /// The board's registration secret: the one the motherboard handed the process it started
+    /// (`BOARDBUS_BOARD_SECRET`), else one the process made up. Only a registration with the
+    /// secret of the live holder of an id can register that id again (a pid is no proof); a
+    /// registration without one can take a free id only. Never shown by the broker.
+    public var secret: String?
 
     public init(
         id: BoardID, pid: Int32, scope: String = "", inputType: String? = nil, commands: [String] = [], actions: [String] = [],
-        outputTypes: [String] = [], stores: [String] = []
+        outputTypes: [String] = [], stores: [String] = [], secret: String? = nil
     ) {
         self.id = id
         self.pid = pid
@@ -30,6 +35,7 @@ public struct Registration: BusPayload, Hashable {
         self.actions = actions
         self.outputTypes = outputTypes
         self.stores = stores
+        self.secret = secret
     }
 
     public init(from decoder: any Decoder) throws {
@@ -42,6 +48,7 @@ public struct Registration: BusPayload, Hashable {
         actions = try container.decodeIfPresent([String].self, forKey: .actions) ?? []
         outputTypes = try container.decodeIfPresent([String].self, forKey: .outputTypes) ?? []
         stores = try container.decodeIfPresent([String].self, forKey: .stores) ?? []
+        secret = try container.decodeIfPresent(String.self, forKey: .secret)
     }
 }
 

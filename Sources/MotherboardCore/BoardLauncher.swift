@@ -5,16 +5,22 @@ import Synchronization
 
 /// Starts board processes from the manifest and stops exactly the ones it started.
 ///
-/// Each board gets `BOARDBUS_ADDRESS`, `BOARDBUS_RUNTIME_DIR`, `BOARDBUS_BOARD_ID` and
-/// `BOARDBUS_SCOPE` in its environment, its output in `<runtime>/logs/<id>.log` and a pid file in
-/// `<runtime>/pids/<id>.pid` (`<id>@<scope>` outside the root scope), so `scripts/fleet` and tests
-/// can find it.
+/// Each board gets `BOARDBUS_ADDRESS`, `BOARDBUS_RUNTIME_DIR`, `BOARDBUS_BOARD_ID`,
+/// `BOARDBUS_SCOPE` and a new `BOARDBUS_BOARD_SECRET` in its environment, its output in
+/// `<runtime>/logs/<id>.log` and a pid file in `<runtime>/pids/<id>.pid` (`<id>@<scope>` outside
+/// the root scope), so `scripts/fleet` and tests can find it. The secret is also kept beside the
+/// pid file (`.secret`, mode 0600) so that a restarted broker can check the registration of a
+/// process it adopts.
 public final class BoardLauncher: Sendable {
     private struct Child: @unchecked Sendable {
         let id: BoardID
         /// Nil for a process adopted from an earlier broker (not our child).
         let process: Process?
         let pidFile: String
+        var secretFile: String { Self.secretFile(pidFile) }
+        static func secretFile(_ pidFile: String) -> String {
+            (pidFile as NSString).deletingPathExtension + ".secret"
+        }
     }
 
     private let address: BusAddress
@@ -35,9 +41,9 @@ public final class BoardLauncher: Sendable {
     var pidDirectory: String { "\(address.runtimeDirectory)/pids" }
     var logDirectory: String { "\(address.runtimeDirectory)/logs" }
 
-    /// Starts one board's process and returns its pid.
+    /// Starts one board's process with a new registration secret.
     @discardableResult
-    public func start(_ board: FleetManifest.Board) throws -> Int32 {
+    public func start(_ board: FleetManifest.Board) throws -> LaunchedProcess {
         let fileManager = FileManager.default
         try fileManager.createDirectory(atPath: pidDirectory, withIntermediateDirectories: true)
         try fileManager.createDirectory(atPath: logDirectory, withIntermediateDirectories: true)
@@ -61,6 +67,8 @@ public final class BoardLauncher: Sendable {
         environment["BOARDBUS_RUNTIME_DIR"] = address.runtimeDirectory
         environment["BOARDBUS_BOARD_ID"] = board.id.rawValue
         environment["BOARDBUS_SCOPE"] = board.scope
+        let secret = LaunchedProcess.makeSecret()
+        environment["BOARDBUS_BOARD_SECRET"] = secret
         process.environment = environment
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = log
@@ -76,9 +84,11 @@ public final class BoardLauncher: Sendable {
         try? log.close()
         let pid = process.processIdentifier
         children.withLock { $0[pid] = Child(id: id, process: process, pidFile: pidFile) }
+        let secretFile = Child.secretFile(pidFile)
+        _ = fileManager.createFile(atPath: secretFile, contents: Data(secret.utf8), attributes: [.posixPermissions: 0o600])
         try "\(pid)\n".write(toFile: pidFile, atomically: true, encoding: .utf8)
         logger.info("started board", metadata: ["board": "\(id)", "pid": "\(pid)", "log": "\(logPath)"])
-        return pid
+        return LaunchedProcess(pid: pid, secret: secret)
     }
 
     /// The name of a board's pid and log files: `<id>` in the root scope, `<id>@<scope>` elsewhere.
@@ -90,6 +100,7 @@ public final class BoardLauncher: Sendable {
         let removed = children.withLock { $0.removeValue(forKey: pid) }
         guard removed != nil else { return }
         try? FileManager.default.removeItem(atPath: pidFile)
+        try? FileManager.default.removeItem(atPath: Child.secretFile(pidFile))
         logger.info("board process ended", metadata: ["board": "\(id)", "pid": "\(pid)", "status": "\(status)"])
         onExit(pid, status, clean)
     }
@@ -101,7 +112,7 @@ public final class BoardLauncher: Sendable {
     /// A live process of this board left by an earlier broker of the fleet (its pid file names a
     /// process that runs the board's executable): adopted instead of started twice. Its end is
     /// noticed through heartbeats, not `onExit`.
-    public func adoptRunning(_ board: FleetManifest.Board) -> Int32? {
+    public func adoptRunning(_ board: FleetManifest.Board) -> LaunchedProcess? {
         let pidFile = "\(pidDirectory)/\(BoardLauncher.fileStem(board)).pid"
         guard let text = try? String(contentsOfFile: pidFile, encoding: .utf8),
               let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0, isRunning(pid),
@@ -109,8 +120,9 @@ public final class BoardLauncher: Sendable {
                 == URL(fileURLWithPath: executablePath(board)).resolvingSymlinksInPath().path
         else { return nil }
         children.withLock { $0[pid] = Child(id: board.id, process: nil, pidFile: pidFile) }
+        let secret = try? String(contentsOfFile: Child.secretFile(pidFile), encoding: .utf8)
         logger.info("adopted running board", metadata: ["board": "\(board.id)", "pid": "\(pid)"])
-        return pid
+        return LaunchedProcess(pid: pid, secret: secret)
     }
 
     /// Whether a process is alive (and not a zombie).
@@ -126,7 +138,10 @@ public final class BoardLauncher: Sendable {
             guard children[pid]?.process == nil else { return nil }
             return children.removeValue(forKey: pid)
         }
-        if let removed { try? FileManager.default.removeItem(atPath: removed.pidFile) }
+        if let removed {
+            try? FileManager.default.removeItem(atPath: removed.pidFile)
+            try? FileManager.default.removeItem(atPath: removed.secretFile)
+        }
     }
 
     /// The pids of the processes still running.

@@ -25,11 +25,11 @@ extension Motherboard {
         guard let producer else { return }
         for entry in manifest.boards where entry.start == .always {
             let name = ScopedName(scope: entry.scope, name: entry.id.rawValue)
-            if let pid = producer.adoptRunning(entry) {
-                processes[pid] = name
-                adopted.insert(pid)
+            if let process = producer.adoptRunning(entry) {
+                processes[process.pid] = name
+                adopted.insert(process.pid)
                 // Its registration follows: it heartbeats, hears `notRegistered`, registers again.
-                starting[name] = StartingBoard(pid: pid, since: now, queue: [])
+                starting[name] = StartingBoard(pid: process.pid, secret: process.secret, since: now, queue: [])
             } else {
                 try startProcess(name, entry: entry, now: now)
             }
@@ -39,11 +39,12 @@ extension Motherboard {
     /// Starts a board's process; queued work waits in `starting` until it registers.
     func startProcess(_ name: ScopedName, entry: FleetManifest.Board, now: ContinuousClock.Instant) throws {
         guard let producer else { throw BusError(.boardNotRunning, "this motherboard cannot start boards") }
-        let pid = try producer.start(entry)
+        let process = try producer.start(entry)
+        let pid = process.pid
         processes[pid] = name
         completedBoards.remove(name)
         let queue = starting[name]?.queue ?? []
-        starting[name] = StartingBoard(pid: pid, since: now, queue: queue)
+        starting[name] = StartingBoard(pid: pid, secret: process.secret, since: now, queue: queue)
         logger.info("started board", metadata: ["board": "\(name)", "pid": "\(pid)"])
     }
 

@@ -14,14 +14,41 @@ public protocol MotherboardTransport: AnyObject {
 /// Starts board processes: the motherboard's producer, for the fleet, on-demand activation and
 /// restarts.
 public protocol BoardProducer: AnyObject {
-    /// Starts the process of a manifest board and returns its pid; must not block for long.
-    func start(_ board: FleetManifest.Board) throws -> Int32
-    /// The pid of a live process of this board that an earlier broker started, if any (it is adopted).
-    func adoptRunning(_ board: FleetManifest.Board) -> Int32?
+    /// Starts the process of a manifest board, handing it a new registration secret; must not
+    /// block for long.
+    func start(_ board: FleetManifest.Board) throws -> LaunchedProcess
+    /// A live process of this board that an earlier broker started, if any (it is adopted), with
+    /// the secret it was started with.
+    func adoptRunning(_ board: FleetManifest.Board) -> LaunchedProcess?
     /// Whether a process still runs.
     func isRunning(_ pid: Int32) -> Bool
     /// Forgets an adopted process that ended.
     func forgetAdopted(_ pid: Int32)
+}
+
+/// A board process the broker started (or adopted), and the registration secret it was handed:
+/// the proof, which a pid written in a message is not, that a registration comes from it.
+public struct LaunchedProcess: Sendable, Hashable {
+    public var pid: Int32
+    /// Nil when it is not known (a process adopted without its secret file).
+    public var secret: String?
+
+    public init(pid: Int32, secret: String?) {
+        self.pid = pid
+        self.secret = secret
+    }
+
+    /// A new secret: 32 random bytes from the system's generator, as hex.
+    public static func makeSecret() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<4).map { _ in String(generator.next(), radix: 16).leftPadded(to: 16) }.joined()
+    }
+}
+
+extension String {
+    fileprivate func leftPadded(to length: Int) -> String {
+        String(repeating: "0", count: max(0, length - count)) + self
+    }
 }
 
 /// The broker's logic: registry, scopes, flows, on-demand activation, routing of the four message
@@ -53,6 +80,8 @@ public final class Motherboard {
     /// A manifest board whose process was started on demand and has not registered yet.
     struct StartingBoard {
         var pid: Int32
+        /// The secret the process was started with: its registration must carry it.
+        var secret: String? = nil
         var since: ContinuousClock.Instant
         /// Activations waiting for it, with their senders (nil for flows).
         var queue: [(envelope: Envelope, client: PeerID?)]
@@ -182,9 +211,12 @@ public final class Motherboard {
             return reply(to: envelope, from: peer, error: BusError(.badArgument, "no scope '\(registration.scope)' in the manifest"))
         }
         let board = LiveBoard(registration: registration, peer: peer, registeredAt: now, lastSeen: now)
-        if let holder = registry[board.name], holder.peer != peer, holder.registration.pid != registration.pid {
-            return reply(to: envelope, from: peer, error: BusError(
-                .idInUse, "board id '\(registration.id)' is held by live process \(holder.registration.pid)"))
+        if let refusal = registrationRefusal(registration, name: board.name, from: peer) {
+            counters.refusedRegistrations += 1
+            logger.warning("registration refused", metadata: [
+                "board": "\(board.name)", "claimedPID": "\(registration.pid)", "peer": "\(peer)", "error": "\(refusal.message)",
+            ])
+            return reply(to: envelope, from: peer, error: refusal)
         }
         registry.insert(board)
         logger.info("board registered", metadata: ["board": "\(board.name)", "pid": "\(registration.pid)"])
@@ -193,6 +225,34 @@ public final class Motherboard {
             livenessTimeoutMilliseconds: settings.livenessTimeout.wholeMilliseconds)
         send(envelope.reply(payload: PayloadCodec.encodeOrEmpty(accepted)), to: peer)
         deliverQueuedActivations(to: board, now: now)
+    }
+
+    /// Why a registration may not take its id, if it may not. One board id is one board: an id
+    /// held by a live board on another connection is taken over only with that board's secret
+    /// (its own re-registration on a new connection); an id whose process the broker is starting
+    /// only with the secret that process was handed. The pid in the registration proves nothing.
+    private func registrationRefusal(_ registration: Registration, name: ScopedName, from peer: PeerID) -> BusError? {
+        if let holder = registry[name], holder.peer != peer {
+            guard Self.secretsMatch(holder.registration.secret, registration.secret) else {
+                return BusError(.idInUse, "board id '\(name)' is held by live process \(holder.registration.pid); only that board can register it again")
+            }
+            return nil
+        }
+        if registry[name] == nil, let start = starting[name], manifest.board(named: name.name, scope: name.scope) != nil {
+            guard start.pid != 0, start.secret == nil || Self.secretsMatch(start.secret, registration.secret) else {
+                let what = start.pid == 0 ? "is restarting it" : "started process \(start.pid) for it"
+                return BusError(.idInUse, "board id '\(name)' belongs to the manifest and the motherboard \(what); a board started by hand can take a free id only")
+            }
+        }
+        return nil
+    }
+
+    /// Whether a registration's secret is the expected one, compared in constant time.
+    static func secretsMatch(_ expected: String?, _ offered: String?) -> Bool {
+        guard let expected, let offered else { return false }
+        let (left, right) = (Array(expected.utf8), Array(offered.utf8))
+        guard left.count == right.count else { return false }
+        return zip(left, right).reduce(UInt8(0)) { $0 | ($1.0 ^ $1.1) } == 0
     }
 
     private func unregister(_ envelope: Envelope, from peer: PeerID) {

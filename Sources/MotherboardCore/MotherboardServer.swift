@@ -214,8 +214,8 @@ final class ExitForwarder: @unchecked Sendable {
 final class LauncherProducer: BoardProducer {
     private let launcher: BoardLauncher
     init(launcher: BoardLauncher) { self.launcher = launcher }
-    func start(_ board: FleetManifest.Board) throws -> Int32 { try launcher.start(board) }
-    func adoptRunning(_ board: FleetManifest.Board) -> Int32? { launcher.adoptRunning(board) }
+    func start(_ board: FleetManifest.Board) throws -> LaunchedProcess { try launcher.start(board) }
+    func adoptRunning(_ board: FleetManifest.Board) -> LaunchedProcess? { launcher.adoptRunning(board) }
     func isRunning(_ pid: Int32) -> Bool { launcher.isRunning(pid) }
     func forgetAdopted(_ pid: Int32) { launcher.forgetAdopted(pid) }
 }

@@ -37,6 +37,8 @@ public struct MotherboardSettings: Sendable, Hashable {
 public struct MotherboardCounters: Sendable, Hashable {
     /// Frames that could not be parsed.
     public var malformedMessages = 0
+    /// Registrations refused because their id belongs to another board (`idInUse`).
+    public var refusedRegistrations = 0
     /// Outputs no flow listened to.
     public var droppedOutputs = 0
     /// Outputs a guaranteed flow ignored because of their type.

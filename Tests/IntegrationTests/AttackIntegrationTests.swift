@@ -103,4 +103,25 @@ struct AttackIntegrationTests {
             #expect(try await fleet.busctl("call", "demo.greeter", "ping", #"{"sequence":1}"#).exitCode == 0)
         }
     }
+
+    /// A raw peer that registers `demo.greeter` with the real greeter's pid is refused `idInUse`
+    /// (it was accepted, and answered the greeter's calls); the real greeter still answers.
+    @Test func anImpostorClaimingTheLiveBoardsPIDIsRefused() async throws {
+        try await TestFleet.with(manifest: greeterManifest) { fleet in
+            let realPID = try #require(fleet.pid(of: GreeterIO.id))
+            let answer = try await withRawDealer(connectedTo: fleet.address.endpoint) { socket in
+                let registration = Registration(id: GreeterIO.id, pid: realPID, commands: ["ping", "greet"])
+                let header = EnvelopeHeader(kind: .register, flags: .replyExpected, correlationID: 1, timeoutMilliseconds: 5000, source: GreeterIO.id.rawValue)
+                _ = try socket.send(try Envelope(header: header, payload: try PayloadCodec.encode(registration)).frames())
+                guard socket.waitReadable(timeoutMilliseconds: 10_000), let frames = try socket.receive() else { return nil as Envelope? }
+                return try Envelope(frames: frames)
+            }
+            #expect(answer?.carriedError?.code == .idInUse)
+            let status = try decode(BoardInfo.self, from: try await fleet.busctl("status", "demo.greeter", "--json"))
+            #expect(status.pid == realPID)
+            let call = try await fleet.busctl("call", "demo.greeter", "ping", #"{"sequence":7}"#, "--json")
+            #expect(call.exitCode == 0, "\(call.standardError)")
+            #expect(fleet.brokerLog.contains("registration refused"))
+        }
+    }
 }

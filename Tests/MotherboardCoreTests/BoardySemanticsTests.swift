@@ -11,15 +11,15 @@ final class RecordingProducer: BoardProducer {
     var failure: BusError?
     var nextPID: Int32 = 500
 
-    func start(_ board: FleetManifest.Board) throws -> Int32 {
+    func start(_ board: FleetManifest.Board) throws -> LaunchedProcess {
         if let failure { throw failure }
         started.append(board)
         nextPID += 1
-        return nextPID
+        return LaunchedProcess(pid: nextPID, secret: "secret-\(nextPID)")
     }
 
     var running: Set<Int32> = []
-    func adoptRunning(_ board: FleetManifest.Board) -> Int32? { nil }
+    func adoptRunning(_ board: FleetManifest.Board) -> LaunchedProcess? { nil }
     func isRunning(_ pid: Int32) -> Bool { running.contains(pid) }
     func forgetAdopted(_ pid: Int32) {}
 }
@@ -32,8 +32,10 @@ extension Harness {
     }
 
     @discardableResult
-    func register(_ id: BoardID, scope: String, peer: PeerID, pid: Int32 = 100, actions: [String] = []) -> [Envelope] {
-        let registration = Registration(id: id, pid: pid, scope: scope, actions: actions)
+    /// Registers as the process `pid` that ``RecordingProducer`` started would: with its secret
+    /// (unless another is given).
+    func register(_ id: BoardID, scope: String, peer: PeerID, pid: Int32 = 100, actions: [String] = [], secret: String? = nil) -> [Envelope] {
+        let registration = Registration(id: id, pid: pid, scope: scope, actions: actions, secret: secret ?? "secret-\(pid)")
         request(EnvelopeHeader(kind: .register, source: id.rawValue), payload: try! PayloadCodec.encode(registration), from: peer)
         return transport.take(for: peer)
     }

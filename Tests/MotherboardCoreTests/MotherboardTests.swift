@@ -58,8 +58,8 @@ final class Harness {
     }
 
     @discardableResult
-    func register(_ id: BoardID, peer: PeerID, pid: Int32 = 100, actions: [String] = []) -> [Envelope] {
-        let registration = Registration(id: id, pid: pid, commands: ["greet"], actions: actions)
+    func register(_ id: BoardID, peer: PeerID, pid: Int32 = 100, actions: [String] = [], secret: String? = nil) -> [Envelope] {
+        let registration = Registration(id: id, pid: pid, commands: ["greet"], actions: actions, secret: secret)
         request(EnvelopeHeader(kind: .register, source: id.rawValue), payload: try! PayloadCodec.encode(registration), from: peer)
         return transport.take(for: peer)
     }
@@ -93,6 +93,25 @@ struct MotherboardTests {
         let replies = harness.register("auth.login", peer: dashboard, pid: 200)
         #expect(replies.first?.carriedError?.code == .idInUse)
         #expect(try harness.list().boards.map(\.pid) == [100])
+    }
+
+    /// A pid written in a registration proves nothing: an impostor that claims the live board's
+    /// pid is refused (`idInUse`, counted), and only the board's own secret moves the id to a new
+    /// connection.
+    @Test func anIDIsTakenOverOnlyWithItsHoldersSecretNeverWithItsPID() throws {
+        let harness = try Harness()
+        harness.register("demo.greeter", peer: greeter, pid: 100, secret: "the-greeter's")
+        #expect(harness.register("demo.greeter", peer: login, pid: 100).first?.carriedError?.code == .idInUse)
+        #expect(harness.register("demo.greeter", peer: login, pid: 100, secret: "a guess").first?.carriedError?.code == .idInUse)
+        #expect(harness.motherboard.counters.refusedRegistrations == 2)
+        harness.request(EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"), from: harness.client, correlation: 5)
+        #expect(harness.transport.take(for: greeter).count == 1)
+        #expect(harness.transport.take(for: login).isEmpty)
+
+        let moved = harness.register("demo.greeter", peer: dashboard, pid: 100, secret: "the-greeter's")
+        #expect(moved.map(\.header.kind) == [.reply])
+        harness.request(EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"), from: harness.client, correlation: 6)
+        #expect(harness.transport.take(for: dashboard).count == 1)
     }
 
     @Test func commandsAreForwardedAndRepliesRelayed() throws {

@@ -80,4 +80,18 @@ struct SupervisionTests {
         harness.motherboard.tick(now: harness.now)
         #expect(producer.started.count == 1)
     }
+
+    /// While the broker starts a manifest board's process, its id can be registered only with the
+    /// secret that process was handed: a board started by hand cannot race it for the id.
+    @Test func aBoardStartedByHandCannotTakeAnIDTheBrokerIsStarting() throws {
+        let producer = RecordingProducer()
+        let harness = try Harness(manifest: manifest(.always), producer: producer)
+        try harness.motherboard.startFleet(now: harness.now)
+        let byHand = harness.register("svc", scope: "", peer: PeerID(Data([0x7])), pid: producer.nextPID, secret: "made up")
+        #expect(byHand.first?.carriedError?.code == .idInUse)
+        #expect(byHand.first?.carriedError?.message.contains("started process \(producer.nextPID)") == true)
+        let real = harness.register("svc", scope: "", peer: board, pid: producer.nextPID)
+        #expect(real.map(\.header.kind) == [.reply])
+        #expect(harness.motherboard.counters.refusedRegistrations == 1)
+    }
 }
