@@ -182,8 +182,9 @@ public final class TestFleet: @unchecked Sendable {
         }
     }
 
-    /// Finds the build products: `$BOARDBUS_BIN_DIR`, else the directory of the running test binary.
-    static func locateBinaries() throws -> String {
+    /// Finds the build products (`motherboard`, `busctl`, the services): `$BOARDBUS_BIN_DIR`, else
+    /// the directory of the running test binary.
+    public static func locateBinaries() throws -> String {
         if let explicit = ProcessInfo.processInfo.environment["BOARDBUS_BIN_DIR"], !explicit.isEmpty { return explicit }
         var directory = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
         for _ in 0..<4 {

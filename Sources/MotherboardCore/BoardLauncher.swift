@@ -106,7 +106,7 @@ public final class BoardLauncher: Sendable {
     }
 
     private func executablePath(_ board: FleetManifest.Board) -> String {
-        board.executable.hasPrefix("/") ? board.executable : "\(binaryDirectory)/\(board.executable)"
+        board.executablePath(binaryDirectory: binaryDirectory)
     }
 
     /// A live process of this board left by an earlier broker of the fleet (its pid file names a

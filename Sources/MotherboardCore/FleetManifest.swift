@@ -185,19 +185,14 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         } catch {
             throw BusError(.badArgument, "cannot read manifest \(path): \(error.localizedDescription)")
         }
-        let manifest: FleetManifest
-        do {
-            manifest = try JSONDecoder().decode(FleetManifest.self, from: data)
-        } catch {
-            throw BusError(.badArgument, "manifest \(path) is not valid: \(error)")
-        }
-        try manifest.validate()
-        return manifest
+        return try parse(data, source: path)
     }
 
-    /// Checks the scope tree, that ids are unique per scope, and that flows are well formed.
+    /// Checks the scope tree, that ids are unique per scope, that flows are well formed, and that
+    /// restart limits are numbers a duration can hold.
     public func validate() throws {
         _ = try ScopeTable(self)
+        try validateNumbers()
         var seen = Set<ScopedName>()
         for board in boards where !seen.insert(ScopedName(scope: board.scope, name: board.id.rawValue)).inserted {
             throw BusError(.badArgument, "manifest names board '\(board.id)' twice in scope '\(board.scope)'")

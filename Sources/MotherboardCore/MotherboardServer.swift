@@ -42,6 +42,8 @@ public final class MotherboardServer: Service {
 
     public func run() async throws {
         let address = options.address
+        try options.manifest.checkExecutables(binaryDirectory: options.binaryDirectory)
+        for warning in options.manifest.warnings() { logger.warning("manifest: \(warning)") }
         try RuntimeDirectory.prepare(address.runtimeDirectory)
         if let path = address.ipcPath {
             if (try? EndpointProbe.checkListening(address)) != nil {

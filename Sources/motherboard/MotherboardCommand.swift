@@ -32,12 +32,12 @@ struct MotherboardCommand: AsyncParsableCommand {
         var environment = ProcessInfo.processInfo.environment
         if let runtimeDir { environment["BOARDBUS_RUNTIME_DIR"] = runtimeDir }
         let address = BusAddress.resolve(explicitEndpoint: bus, environment: environment, userID: getuid())
-        let fleet = try manifest.map(FleetManifest.load(path:)) ?? FleetManifest()
         let binaries = binDir ?? URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path
         let logger = Logger(label: "motherboard")
-        let server = MotherboardServer(options: .init(address: address, manifest: fleet, binaryDirectory: binaries, exitWithParent: exitWithParent), logger: logger)
-        let group = ServiceGroup(configuration: .init(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         do {
+            let fleet = try manifest.map(FleetManifest.load(path:)) ?? FleetManifest()
+            let server = MotherboardServer(options: .init(address: address, manifest: fleet, binaryDirectory: binaries, exitWithParent: exitWithParent), logger: logger)
+            let group = ServiceGroup(configuration: .init(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
             try await group.run()
         } catch let error as BusError {
             FileHandle.standardError.write(Data("motherboard: \(error)\n".utf8))

@@ -125,3 +125,31 @@ struct AttackIntegrationTests {
         }
     }
 }
+
+extension AttackIntegrationTests {
+    /// The real broker refuses a manifest with a mistake at start, with one line that says where,
+    /// and exits 1 without binding or starting anything.
+    @Test func theBrokerRefusesAManifestWithAMistake() async throws {
+        let binaries = try TestFleet.locateBinaries()
+        let cases: [(manifest: String, says: String)] = [
+            (#"{"boards": [{"id": "demo.greeter", "executable": "Greeter", "restrat": "always"}]}"#, "unknown key 'boards[0].restrat'"),
+            (#"{"boards": [{"id": "demo.late", "executable": "NoSuchBoard", "start": "on-demand"}]}"#, "no executable for board 'demo.late'"),
+            ("{\n\"boards\": [\n}", "line 3, column 1"),
+            (#"{"boards": [{"id": "demo.greeter", "executable": "Greeter", "restartLimit": {"count": 1, "windowSeconds": 1e20}}]}"#, "windowSeconds"),
+        ]
+        for (index, (manifest, says)) in cases.enumerated() {
+            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-manifest-\(UUID().uuidString)").path
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            try manifest.write(toFile: "\(directory)/fleet.json", atomically: true, encoding: .utf8)
+            let broker = try ChildProcess(
+                executable: "\(binaries)/motherboard",
+                arguments: ["--manifest", "\(directory)/fleet.json", "--runtime-dir", "\(directory)/run", "--exit-with-parent"],
+                environment: ProcessInfo.processInfo.environment, directory: directory, name: "motherboard-\(index)")
+            let result = try await broker.wait(timeout: .seconds(30))
+            #expect(result.exitCode == 1, "case \(index): \(result.standardError)")
+            #expect(result.standardError.contains(says), "case \(index): \(result.standardError)")
+            #expect(!FileManager.default.fileExists(atPath: "\(directory)/run/motherboard.sock"))
+        }
+    }
+}

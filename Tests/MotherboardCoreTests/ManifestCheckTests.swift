@@ -1,0 +1,79 @@
+import BusCore
+import Foundation
+import Testing
+
+@testable import MotherboardCore
+
+/// The manifest refuses mistakes with where they are, instead of taking them for defaults.
+@Suite("Manifest checks")
+struct ManifestCheckTests {
+    func refusal(_ text: String) -> BusError? {
+        do {
+            _ = try FleetManifest.parse(Data(text.utf8), source: "fleet.json")
+            return nil
+        } catch let error as BusError {
+            return error
+        } catch {
+            return BusError(.transport, "not a BusError: \(error)")
+        }
+    }
+
+    @Test func anUnknownKeyIsRefusedWithItsPath() {
+        let misspelled = refusal(#"{"boards": [{"id": "a.b", "executable": "A"}, {"id": "c.d", "executable": "C", "restrat": "always"}]}"#)
+        #expect(misspelled?.code == .badArgument)
+        #expect(misspelled?.message.contains("unknown key 'boards[1].restrat'") == true, "\(misspelled?.message ?? "")")
+        #expect(refusal(#"{"bords": []}"#)?.message.contains("unknown key 'bords'") == true)
+        #expect(refusal(#"{"scopes": [{"name": "s", "parnet": ""}]}"#)?.message.contains("scopes[0].parnet") == true)
+        #expect(refusal(#"{"flows": [{"from": "a.b", "to": "c.d", "output_type": "X"}]}"#)?.message.contains("flows[0].output_type") == true)
+        let limit = refusal(#"{"boards": [{"id": "a.b", "executable": "A", "restartLimit": {"count": 1, "window": 5}}]}"#)
+        #expect(limit?.message.contains("boards[0].restartLimit.window") == true)
+        #expect(refusal(#"[1, 2]"#)?.message.contains("must be a JSON object") == true)
+        #expect(refusal(#"{"boards": [{"id": "a.b", "executable": "A", "restart": "always"}]}"#) == nil)
+    }
+
+    @Test func invalidJSONIsReportedWithLineAndColumn() {
+        let error = refusal("{\n  \"boards\": [\n    {\"id\": \"a.b\", \"executable\": A}\n  ]\n}")
+        #expect(error?.code == .badArgument)
+        #expect(error?.message.contains("line 3, column 33") == true, "\(error?.message ?? "")")
+    }
+
+    @Test func badValuesAreReportedWithTheirPath() {
+        let policy = refusal(#"{"boards": [{"id": "a.b", "executable": "A", "start": "sometimes"}]}"#)
+        #expect(policy?.message.contains("boards[0].start") == true, "\(policy?.message ?? "")")
+        let missing = refusal(#"{"boards": [{"id": "a.b"}]}"#)
+        #expect(missing?.message.contains("missing key 'boards[0].executable'") == true, "\(missing?.message ?? "")")
+    }
+
+    /// Restart limits are durations: `1e20` seconds crashed the broker at the board's first failure.
+    @Test func restartLimitsMustBeNumbersADurationHolds() {
+        for window in ["1e20", "0", "-1", "-0", "31536001"] {
+            let error = refusal(#"{"boards": [{"id": "a.b", "executable": "A", "restartLimit": {"count": 3, "windowSeconds": \#(window)}}]}"#)
+            #expect(error?.message.contains("windowSeconds") == true, "\(window): \(error?.message ?? "none")")
+        }
+        #expect(refusal(#"{"boards": [{"id": "a.b", "executable": "A", "restartLimit": {"count": -1, "windowSeconds": 5}}]}"#) != nil)
+        #expect(refusal(#"{"boards": [{"id": "a.b", "executable": "A", "restartLimit": {"count": 1e30, "windowSeconds": 5}}]}"#) != nil)
+        #expect(refusal(#"{"boards": [{"id": "a.b", "executable": "A", "restartLimit": {"count": 3, "windowSeconds": 0.5}}]}"#) == nil)
+    }
+
+    @Test func everyBoardNeedsItsExecutableOnDemandOnesToo() throws {
+        let manifest = FleetManifest(boards: [
+            .init(id: "a.b", executable: "/bin/sh"), .init(id: "c.d", executable: "NoSuchProgram", start: .onDemand),
+        ])
+        let error = try #require(throws: BusError.self) { try manifest.checkExecutables(binaryDirectory: "/usr/bin") }
+        #expect(error.message.contains("'c.d'") && error.message.contains("/usr/bin/NoSuchProgram"))
+        #expect(!error.message.contains("'a.b'"))
+    }
+
+    @Test func aFlowToAnUndeclaredBoardIsNamedInAWarning() throws {
+        let manifest = FleetManifest(boards: [.init(id: "a.b", executable: "A")], flows: ["a.b ->> x.y", "a.b ->> x.y"])
+        #expect(manifest.warnings() == ["a flow names board 'x.y', which the manifest does not declare; it runs only if such a board registers"])
+        #expect(FleetManifest(boards: [.init(id: "a.b", executable: "A"), .init(id: "x.y", executable: "X")], flows: ["a.b ->> x.y"]).warnings().isEmpty)
+    }
+
+    @Test func theExampleFleetsManifestPassesItsOwnChecks() throws {
+        let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../fleet/fleet.json").standardized.path
+        let manifest = try FleetManifest.load(path: path)
+        #expect(!manifest.boards.isEmpty)
+        #expect(manifest.warnings().isEmpty)
+    }
+}
