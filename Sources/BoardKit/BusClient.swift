@@ -18,9 +18,10 @@ public final class BusClient: Sendable {
     private let state: ClientState
 
     /// Connects to the broker at `address`. With `probe`, fails at once with `brokerNotRunning`
-    /// when nothing listens on an `ipc://` endpoint, instead of waiting for a timeout.
+    /// when nothing listens on an `ipc://` endpoint, or with `unauthorized` when the broker closes
+    /// the connection unanswered (it admits its own user only), instead of waiting for a timeout.
     public init(address: BusAddress, probe: Bool = true, limits: BusLimits = .default) throws {
-        if probe { try EndpointProbe.checkListening(address) }
+        if probe { try EndpointProbe.checkListening(address, greeting: .milliseconds(500)) }
         self.address = address
         self.limits = limits
         let socket = try ZMQSocket(context: ZMQContext.shared(), kind: .dealer)

@@ -13,8 +13,8 @@ public struct BoardID: Hashable, Sendable, Codable, Comparable, CustomStringConv
 
     /// Makes an id, checking its syntax; throws ``BusError/Code/badArgument`` when it is not valid.
     public init(validating rawValue: String) throws {
-        guard BoardID.isValid(rawValue) else {
-            throw BusError(.badArgument, "invalid board id '\(rawValue)': use dot-separated segments of letters, digits, '_' and '-'")
+        if let problem = BoardID.problem(with: rawValue) {
+            throw BusError(.badArgument, "invalid board id '\(rawValue.escapedForDisplay())': \(problem)")
         }
         self.rawValue = rawValue
     }
@@ -50,10 +50,23 @@ public struct BoardID: Hashable, Sendable, Codable, Comparable, CustomStringConv
         return length > 0 && length <= maximumLength && !previousWasDot
     }
 
+    /// Why `text` is not a valid id, for a person; nil when it is valid.
+    public static func problem(with text: String) -> String? {
+        guard !isValid(text) else { return nil }
+        let length = text.utf8.count
+        if length == 0 { return "an id cannot be empty" }
+        if length > maximumLength { return "an id is at most \(maximumLength) bytes of UTF-8, this one has \(length)" }
+        if let bad = text.unicodeScalars.first(where: { !($0.isASCII && ($0 == "." || $0 == "_" || $0 == "-" || $0.properties.isAlphabetic || ("0"..."9").contains($0))) }) {
+            return "'\(String(bad).escapedForDisplay())' is not allowed: use dot-separated segments of letters, digits, '_' and '-'"
+        }
+        return "a segment is empty (a leading, trailing or doubled '.'): use dot-separated segments of letters, digits, '_' and '-'"
+    }
+
     public init(from decoder: any Decoder) throws {
         let text = try decoder.singleValueContainer().decode(String.self)
-        guard BoardID.isValid(text) else {
-            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "invalid board id '\(text)'"))
+        if let problem = BoardID.problem(with: text) {
+            throw DecodingError.dataCorrupted(.init(
+                codingPath: decoder.codingPath, debugDescription: "invalid board id '\(text.escapedForDisplay())': \(problem)"))
         }
         self.rawValue = text
     }

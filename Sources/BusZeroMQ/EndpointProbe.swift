@@ -9,7 +9,12 @@ import Foundation
 public enum EndpointProbe {
     /// Throws ``BusError/Code/brokerNotRunning`` when nothing accepts connections on the path.
     /// Endpoints other than `ipc://` are not probed.
-    public static func checkListening(_ address: BusAddress) throws {
+    ///
+    /// With `greeting`, also waits (up to that long) for the broker to speak first, as ZeroMQ
+    /// peers do on connecting: a broker that closes the connection at once instead refuses this
+    /// peer (its uid filter admits its own user only), which is then said, with `unauthorized`,
+    /// rather than left to a bare timeout.
+    public static func checkListening(_ address: BusAddress, greeting: Duration? = nil) throws {
         guard let path = address.ipcPath else { return }
         let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard descriptor >= 0 else { return }
@@ -33,5 +38,21 @@ public enum EndpointProbe {
             let code = errno
             throw BusError(.brokerNotRunning, "no motherboard at \(address.endpoint) (\(String(cString: strerror(code)))); start one with scripts/fleet up")
         }
+        if let greeting, closedWithoutGreeting(descriptor, within: greeting) {
+            var owner = stat()
+            let ownerText = stat(path, &owner) == 0 ? " (the socket belongs to uid \(owner.st_uid); this process runs as uid \(getuid()))" : ""
+            throw BusError(
+                .unauthorized,
+                "the motherboard at \(address.endpoint) closed the connection at once: it accepts peers of its own user only\(ownerText)")
+        }
+    }
+
+    /// Whether the peer closed the connection before sending a byte, within `wait`.
+    private static func closedWithoutGreeting(_ descriptor: Int32, within wait: Duration) -> Bool {
+        var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+        let milliseconds = Int32(clamping: wait.components.seconds * 1000 + wait.components.attoseconds / 1_000_000_000_000_000)
+        guard poll(&poller, 1, milliseconds) == 1 else { return false }
+        var byte: UInt8 = 0
+        return recv(descriptor, &byte, 1, Int32(MSG_DONTWAIT)) == 0
     }
 }

@@ -230,7 +230,7 @@ extension Motherboard {
         let sender = registry.board(for: peer)
         let origin = scope(of: envelope, sender: sender)
         guard scopes.contains(origin) else {
-            return reply(to: envelope, from: peer, error: BusError(.badArgument, "no scope '\(origin)'"))
+            return reply(to: envelope, from: peer, error: noScopeError(origin) ?? BusError(.badArgument, "no scope"))
         }
         let subscribers = scopes.chain(from: origin).flatMap { scope in
             registry.subscribers(of: envelope.header.typeName, in: scope).filter { $0.peer != peer }

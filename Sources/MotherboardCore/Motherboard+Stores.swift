@@ -31,7 +31,7 @@ extension Motherboard {
             }
         }
         guard let owner = owner(of: store) else {
-            return reply(to: envelope, from: peer, error: BusError(.noSuchStore, "no live board owns a store '\(store)'"))
+            return reply(to: envelope, from: peer, error: noScopeError(store.scope) ?? BusError(.noSuchStore, "no live board owns a store '\(store)'"))
         }
         var request = envelope
         if envelope.header.kind == .store && envelope.header.typeName == StoreOperation.subscribe {

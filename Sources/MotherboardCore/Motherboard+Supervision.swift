@@ -104,12 +104,16 @@ extension Motherboard {
         }
     }
 
+    /// How an adopted process ended, as far as this broker can know: it is not its parent, so the
+    /// kernel tells it neither the exit code nor the signal.
+    static let adoptedExitStatus = "ended, exit status unknown (adopted after a motherboard restart, so not a child of this one)"
+
     /// Adopted processes are not our children, so no exit is reported for them: look.
     func checkAdoptedProcesses(now: ContinuousClock.Instant) {
         guard let producer else { return }
         for pid in adopted where !producer.isRunning(pid) {
             producer.forgetAdopted(pid)
-            processExited(pid: pid, status: "lost (no longer running)", clean: false, now: now)
+            processExited(pid: pid, status: Self.adoptedExitStatus, clean: false, now: now)
         }
     }
 

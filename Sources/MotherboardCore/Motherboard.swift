@@ -208,7 +208,7 @@ public final class Motherboard {
             return
         }
         guard scopes.contains(registration.scope) else {
-            return reply(to: envelope, from: peer, error: BusError(.badArgument, "no scope '\(registration.scope)' in the manifest"))
+            return reply(to: envelope, from: peer, error: noScopeError(registration.scope) ?? BusError(.badArgument, "no scope"))
         }
         let board = LiveBoard(registration: registration, peer: peer, registeredAt: now, lastSeen: now)
         if let refusal = registrationRefusal(registration, name: board.name, from: peer) {
@@ -333,8 +333,16 @@ public final class Motherboard {
         sender?.scope ?? envelope.header.scope
     }
 
+    /// `badArgument` naming the scopes there are, when `scope` is not one of them.
+    func noScopeError(_ scope: String) -> BusError? {
+        guard !scopes.contains(scope) else { return nil }
+        let known = scopes.names.map { $0.isEmpty ? "(root)" : $0 }.joined(separator: ", ")
+        return BusError(.badArgument, "no scope '\(scope.escapedForDisplay())' in this fleet (it has: \(known))")
+    }
+
     /// The error for a target that is not live: the manifest decides between "not running" and "no such board".
     func notLiveError(_ name: ScopedName) -> BusError {
+        if let noScope = noScopeError(name.scope) { return noScope }
         if manifest.board(named: name.name, scope: name.scope) != nil {
             return BusError(.boardNotRunning, "board '\(name)' is in the manifest but not running")
         }

@@ -50,7 +50,9 @@ struct GlobalOptions: ParsableArguments {
 
     /// Prints an error as one line on stderr; the exit code to leave with (2 for a bad argument).
     private func report(_ error: BusError) -> ExitCode {
-        FileHandle.standardError.write(Data("busctl: \(error.code): \(error.message)\n".utf8))
+        // One line, whatever the names in it hold.
+        let message = error.message.escapedForDisplay(limit: 2_000)
+        FileHandle.standardError.write(Data("busctl: \(error.code.name.escapedForDisplay()): \(message)\n".utf8))
         return ExitCode(error.code == .badArgument ? 2 : 1)
     }
 

@@ -127,6 +127,30 @@ struct AttackIntegrationTests {
 }
 
 extension AttackIntegrationTests {
+    /// Names from the command line cannot break busctl's one error line, an id over 255 bytes is
+    /// said to be too long, and a scope that does not exist is named as such (it was
+    /// `noSuchBoard: no board 'nosuch/demo.greeter'`).
+    @Test func badNamesAreSaidOnOneLineAndAnUnknownScopeIsNamed() async throws {
+        try await TestFleet.with(manifest: greeterManifest) { fleet in
+            let newline = try await fleet.busctl("call", "demo\ngreeter\u{1B}[31m", "ping")
+            #expect(newline.exitCode == 2)
+            #expect(newline.standardError.split(separator: "\n").count == 1, "\(newline.standardError)")
+            #expect(newline.standardError.contains("demo\\ngreeter\\u{1B}[31m"), "\(newline.standardError)")
+            #expect(!newline.standardError.contains("\u{1B}"))
+
+            let long = try await fleet.busctl("call", String(repeating: "a", count: 300), "ping")
+            #expect(long.exitCode == 2)
+            #expect(long.standardError.contains("at most 255 bytes of UTF-8, this one has 300"), "\(long.standardError)")
+            #expect(long.standardError.count < 400)
+
+            let scope = try await fleet.busctl("call", "demo.greeter", "ping", "--scope", "nosuch")
+            #expect(scope.exitCode == 2)
+            #expect(scope.standardError.hasPrefix("busctl: badArgument: no scope 'nosuch' in this fleet"), "\(scope.standardError)")
+            let store = try await fleet.busctl("dispatch", "comments", "reply", "--scope", "nosuch")
+            #expect(store.standardError.contains("no scope 'nosuch'"), "\(store.standardError)")
+        }
+    }
+
     /// The real broker refuses a manifest with a mistake at start, with one line that says where,
     /// and exits 1 without binding or starting anything.
     @Test func theBrokerRefusesAManifestWithAMistake() async throws {

@@ -148,6 +148,18 @@ struct ReliabilityIntegrationTests {
             writer.cancel()
             _ = await writer.result
             #expect((next?.sequence ?? 0) > first.sequence)
+
+            // An adopted board killed with SIGKILL: the broker is not its parent and cannot know how
+            // it ended, and says so (it said "lost (no longer running)"); it restarts it as usual.
+            let adoptedPID = try #require(before.boards.first { $0.id == GreeterIO.id }?.pid)
+            #expect(kill(adoptedPID, SIGKILL) == 0)
+            let restarted = try await eventually {
+                let status = try decode(BoardInfo.self, from: try await fleet.busctl("status", "demo.greeter", "--json"))
+                return status.pid != adoptedPID && status.state == "running"
+            }
+            #expect(restarted)
+            let status = try decode(BoardInfo.self, from: try await fleet.busctl("status", "demo.greeter", "--json"))
+            #expect(status.lastExit?.contains("exit status unknown (adopted") == true, "\(status.lastExit ?? "nil")")
         }
     }
 }
