@@ -306,6 +306,11 @@ public struct HeaderLayout: Sendable, Hashable {
         return ascii(source) && ascii(target) && ascii(scope) && ascii(typeName) && dispatchID.map(ascii) ?? true
     }
 
+    /// The correlation id of a frame at least ``HeaderCodec/fixedSize`` long (0 when shorter).
+    public static func correlationID(in buffer: UnsafeRawBufferPointer) -> UInt64 {
+        buffer.count >= HeaderCodec.fixedSize ? bigEndian(buffer, at: correlationOffset, as: UInt64.self) : 0
+    }
+
     /// Writes a new correlation id into the frame the layout was read from.
     public static func setCorrelationID(_ id: UInt64, in buffer: UnsafeMutableRawBufferPointer) {
         buffer.storeBytes(of: id.bigEndian, toByteOffset: correlationOffset, as: UInt64.self)

@@ -6,10 +6,12 @@ import Synchronization
 public final class ZMQContext: @unchecked Sendable {
     let handle: UnsafeMutableRawPointer
 
-    /// Makes a context with one I/O thread (enough for Unix-domain sockets).
-    public init() throws {
+    /// Makes a context with one I/O thread (enough for Unix-domain sockets) and room for
+    /// `maximumSockets` sockets (libzmq's default is 1 023).
+    public init(maximumSockets: Int32? = nil) throws {
         guard let handle = zmq_ctx_new() else { throw ZMQContext.lastError("zmq_ctx_new") }
         zmq_ctx_set(handle, ZMQ_IO_THREADS, 1)
+        if let maximumSockets { zmq_ctx_set(handle, ZMQ_MAX_SOCKETS, maximumSockets) }
         self.handle = handle
     }
 

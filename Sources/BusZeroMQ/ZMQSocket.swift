@@ -143,6 +143,12 @@ public final class ZMQSocket {
         return try send(frame: routingID, more: true)
     }
 
+    /// The file descriptor of the connection the last received message came in on (libzmq's
+    /// `ZMQ_SRCFD`), or -1: a way to ask the kernel how much waits unread toward that peer.
+    public var lastSourceDescriptor: Int32 {
+        zmq_msg_get(lastHeader, ZMQ_SRCFD)
+    }
+
     /// The bytes of the last received header frame, in place.
     private var lastHeaderBytes: UnsafeMutableRawBufferPointer {
         UnsafeMutableRawBufferPointer(start: zmq_msg_data(lastHeader), count: zmq_msg_size(lastHeader))

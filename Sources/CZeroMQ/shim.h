@@ -6,9 +6,20 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/prctl.h>
+#include <malloc.h>
 
 /* Names the calling thread (at most 15 bytes are kept); prctl is variadic, which Swift cannot call. */
 static inline int boardbus_set_thread_name(const char *name) {
     return prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0);
+}
+
+/* Bytes the C heap holds free (glibc's mallinfo2, which Swift's Glibc module does not export). */
+static inline size_t boardbus_heap_free_bytes(void) {
+    return mallinfo2().fordblks;
+}
+
+/* Gives free heap memory back to the system (glibc's malloc_trim). */
+static inline int boardbus_trim_heap(void) {
+    return malloc_trim(0);
 }
 #endif

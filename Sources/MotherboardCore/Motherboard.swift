@@ -9,6 +9,13 @@ public protocol MotherboardTransport: AnyObject {
     func send(_ envelope: Envelope, to peer: PeerID) -> Bool
     /// Whether the peer is still connected (after a failed send: gone, or only full?).
     func isConnected(_ peer: PeerID) -> Bool
+    /// Whether sends to the peer are refused because it does not read what it was sent (after
+    /// a failed send: a live but slow peer, not one to drop).
+    func isBacklogged(_ peer: PeerID) -> Bool
+}
+
+extension MotherboardTransport {
+    public func isBacklogged(_ peer: PeerID) -> Bool { false }
 }
 
 /// Starts board processes: the motherboard's producer, for the fleet, on-demand activation and
@@ -293,13 +300,22 @@ public final class Motherboard {
     }
 
     func send(_ envelope: Envelope, to peer: PeerID) {
-        if !transport.send(envelope, to: peer) { undeliverable(envelope.header.kind, to: peer) }
+        if !transport.send(envelope, to: peer) { undeliverable(envelope.header.kind, to: peer, correlationID: envelope.header.correlationID) }
     }
 
     /// A message could not be handed to `peer` (its queue is full, or it is gone): counted; a
-    /// board that cannot take a request is dropped.
-    func undeliverable(_ kind: MessageKind, to peer: PeerID) {
+    /// board that cannot take a request is dropped. A peer that is only backlogged (alive, not
+    /// reading fast enough) is kept, and the request sent to it under `correlationID` is answered
+    /// `busy` at once.
+    func undeliverable(_ kind: MessageKind, to peer: PeerID, correlationID: UInt64 = 0) {
         counters.undeliverable += 1
+        if transport.isBacklogged(peer) {
+            if kind != .reply && kind != .error && correlationID != 0 {
+                let name = registry.board(for: peer).map { "board '\($0.name)'" } ?? "the peer"
+                finish(correlationID, .failure(BusError(.busy, "\(name) has not read what it was sent (\(settings.maximumUnreadBytesPerPeer >> 20) MiB wait); try again later")))
+            }
+            return
+        }
         if let board = registry.board(for: peer), kind != .error {
             drop(board.name, reason: "its socket is gone or full")
         }

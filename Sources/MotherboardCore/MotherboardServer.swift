@@ -75,7 +75,7 @@ public final class MotherboardServer: Service {
         let launcher = BoardLauncher(address: address, binaryDirectory: options.binaryDirectory, logger: logger) { pid, status, clean in
             exits.forward(pid: pid, status: status, clean: clean)
         }
-        let transport = RouterTransport(socket: socket)
+        let transport = RouterTransport(socket: socket, backlogBudget: options.settings.maximumUnreadBytesPerPeer)
         let motherboard = try Motherboard(
             manifest: options.manifest, settings: options.settings, transport: transport,
             producer: LauncherProducer(launcher: launcher), logger: logger)
@@ -132,33 +132,62 @@ extension MotherboardServer {
     }
 }
 
-/// Sends the broker's envelopes on the ROUTER socket, prefixed with the peer's routing id.
+/// Sends the broker's envelopes on the ROUTER socket, prefixed with the peer's routing id. Large
+/// messages toward a peer that does not read them are refused past its backlog budget, as if its
+/// queue were full.
 final class RouterTransport: MotherboardTransport {
     private let socket: ZMQSocket
+    let backlog: ConnectionBacklog
 
-    init(socket: ZMQSocket) {
+    init(socket: ZMQSocket, backlogBudget: Int = MotherboardSettings().maximumUnreadBytesPerPeer) {
         self.socket = socket
+        backlog = ConnectionBacklog(budget: backlogBudget)
     }
 
     /// The peer of the last send that failed because the peer is gone (not merely full).
     private var lastGone: PeerID?
 
     func send(_ envelope: Envelope, to peer: PeerID) -> Bool {
-        sent(try? socket.send(envelope, routingID: peer.bytes), to: peer)
+        guard backlog.mayQueue(envelope.payload.count, to: peer.bytes) else {
+            answerInstead(kind: envelope.header.kind, correlationID: envelope.header.correlationID, to: peer)
+            return false
+        }
+        return sent(try? socket.send(envelope, routingID: peer.bytes), to: peer)
     }
 
-    /// Sends the frames of the message being handled on to `peer`, as they are.
-    func forwardReceived(to peer: PeerID) -> Bool {
-        sent(try? socket.forwardReceived(to: peer.bytes), to: peer)
+    /// Sends the frames of the message being handled on to `peer`, as they are (`header` is its
+    /// header frame, as routed).
+    func forwardReceived(to peer: PeerID, payloadBytes: Int, kind: MessageKind, header: UnsafeRawBufferPointer) -> Bool {
+        guard backlog.mayQueue(payloadBytes, to: peer.bytes) else {
+            answerInstead(kind: kind, correlationID: HeaderLayout.correlationID(in: header), to: peer)
+            return false
+        }
+        return sent(try? socket.forwardReceived(to: peer.bytes), to: peer)
+    }
+
+    /// An answer refused because its peer does not read: a small `busy` error goes in its place,
+    /// so that the request still ends with an answer (when it is read) rather than a timeout.
+    private func answerInstead(kind: MessageKind, correlationID: UInt64, to peer: PeerID) {
+        guard kind == .reply || kind == .error, correlationID != 0 else { return }
+        let error = BusError(.busy, "the answer was dropped: \(backlog.queuedBytes(to: peer.bytes)) bytes of earlier answers to this connection wait unread")
+        let header = EnvelopeHeader(kind: .error, correlationID: correlationID, typeName: error.code.name)
+        _ = sent(try? socket.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(error)), routingID: peer.bytes), to: peer)
     }
 
     private func sent(_ result: ZMQSocket.SendResult?, to peer: PeerID) -> Bool {
-        if result == .peerUnreachable { lastGone = peer }
+        if result == .peerUnreachable {
+            lastGone = peer
+            backlog.forget(peer.bytes)
+        }
         return result == .sent
     }
 
     func isConnected(_ peer: PeerID) -> Bool {
         lastGone != peer
+    }
+
+    func isBacklogged(_ peer: PeerID) -> Bool {
+        backlog.isStalled(peer.bytes)
     }
 }
 
@@ -167,6 +196,7 @@ final class RouterLoopHandler: SocketLoopHandler {
     private let motherboard: Motherboard
     private let transport: RouterTransport
     private let clock = ContinuousClock()
+    private var heap = HeapTrim()
 
     init(motherboard: Motherboard, transport: RouterTransport) {
         self.motherboard = motherboard
@@ -175,17 +205,37 @@ final class RouterLoopHandler: SocketLoopHandler {
 
     /// Commands and replies that need only a new correlation id go on in the frames they came in.
     func intercept(from routingID: Data?, header: UnsafeMutableRawBufferPointer, payloadBytes: Int, on socket: ZMQSocket) -> Bool {
-        guard let routingID, let route = motherboard.routeInPlace(header, from: PeerID(routingID), now: clock.now) else { return false }
-        if !transport.forwardReceived(to: route.peer) { motherboard.undeliverable(route.kind, to: route.peer) }
+        guard let routingID else { return false }
+        transport.backlog.noteReceived(from: routingID, descriptor: socket.lastSourceDescriptor)
+        if transport.backlog.isStalled(routingID) { return refuseStalled(routingID, header: UnsafeRawBufferPointer(header)) }
+        guard let route = motherboard.routeInPlace(header, from: PeerID(routingID), now: clock.now) else { return false }
+        if !transport.forwardReceived(to: route.peer, payloadBytes: payloadBytes, kind: route.kind, header: UnsafeRawBufferPointer(header)) {
+            motherboard.undeliverable(route.kind, to: route.peer, correlationID: HeaderLayout.correlationID(in: UnsafeRawBufferPointer(header)))
+        }
+        return true
+    }
+
+    /// A peer that does not read what it asked for: its requests are answered `busy` (a small
+    /// answer, which the backlog lets through) and go no further. Other messages (heartbeats,
+    /// answers it gives as a board) are handled as usual.
+    private func refuseStalled(_ routingID: Data, header: UnsafeRawBufferPointer) -> Bool {
+        guard let correlationID = HeaderLayout.answerableCorrelationID(header) else { return false }
+        motherboard.counters.refusedWhileStalled += 1
+        let error = BusError(
+            .busy, "\(transport.backlog.queuedBytes(to: routingID)) bytes of answers to this connection wait unread; read them before asking for more")
+        _ = transport.send(Envelope(header: EnvelopeHeader(kind: .command, correlationID: correlationID)).errorReply(error), to: PeerID(routingID))
         return true
     }
 
     func received(_ message: ReceivedMessage, on socket: ZMQSocket) {
         guard let routingID = message.routingID else { return }
+        transport.backlog.noteReceived(from: routingID, descriptor: socket.lastSourceDescriptor)
         motherboard.receive(message.content, from: PeerID(routingID), now: clock.now)
     }
 
     func tick(on socket: ZMQSocket) {
+        transport.backlog.tick()
+        heap.trimIfWorthwhile()
         motherboard.tick(now: clock.now)
     }
 

@@ -15,6 +15,10 @@ public struct MotherboardSettings: Sendable, Hashable {
     public var activationQueueLimit: Int
     /// Size limits of incoming messages.
     public var limits: BusLimits
+    /// Bytes of large messages (4 KiB and more) the broker queues toward one peer that does not
+    /// read them (its socket stays over half full) before it refuses more to it and answers its
+    /// requests `busy` (``ConnectionBacklog``). Default 32 MiB.
+    public var maximumUnreadBytesPerPeer: Int
 
     public init(
         heartbeatInterval: Duration = .milliseconds(500),
@@ -22,7 +26,8 @@ public struct MotherboardSettings: Sendable, Hashable {
         defaultRequestTimeout: Duration = .seconds(25),
         startTimeout: Duration = .seconds(15),
         activationQueueLimit: Int = 64,
-        limits: BusLimits = .default
+        limits: BusLimits = .default,
+        maximumUnreadBytesPerPeer: Int = 32 << 20
     ) {
         self.heartbeatInterval = heartbeatInterval
         self.livenessTimeout = livenessTimeout
@@ -30,6 +35,7 @@ public struct MotherboardSettings: Sendable, Hashable {
         self.startTimeout = startTimeout
         self.activationQueueLimit = activationQueueLimit
         self.limits = limits
+        self.maximumUnreadBytesPerPeer = maximumUnreadBytesPerPeer
     }
 }
 
@@ -37,6 +43,8 @@ public struct MotherboardSettings: Sendable, Hashable {
 public struct MotherboardCounters: Sendable, Hashable {
     /// Frames that could not be parsed.
     public var malformedMessages = 0
+    /// Requests answered `busy` because their sender did not read its earlier answers.
+    public var refusedWhileStalled = 0
     /// Registrations refused because their id belongs to another board (`idInUse`).
     public var refusedRegistrations = 0
     /// Outputs no flow listened to.

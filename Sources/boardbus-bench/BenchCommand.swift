@@ -46,7 +46,17 @@ struct BenchCommand: AsyncParsableCommand {
         visibility: .hidden))
     var latencyOnly: Int?
 
+    @Option(help: ArgumentHelp("Instead of the comparison, only this many boards registering and leaving, with the broker's memory.", visibility: .hidden))
+    var churn: Int?
+
     func run() async throws {
+        if let churn {
+            try await TestFleet.with(manifest: #"{"boards": []}"#) { fleet in
+                let result = try await ChurnBench(endpoint: fleet.address.endpoint, brokerPID: fleet.brokerPID).run(boards: churn)
+                print("registering \(churn) boards: \(String(format: "%.2f", result.registerSeconds)) s; broker RSS \(result.beforeKiB) → \(result.registeredKiB) → \(result.afterKiB) KiB")
+            }
+            return
+        }
         if let brokerLogic {
             print("broker logic per round trip, no sockets: \(Int(try BrokerLogicBench.roundTrip(iterations: brokerLogic))) ns")
             print("routed in place: \(Int(try BrokerLogicBench.roundTripInPlace(iterations: brokerLogic))) ns")
@@ -155,6 +165,10 @@ struct BenchCommand: AsyncParsableCommand {
                 seconds: settings.memorySeconds, command: "echo.raw") * settings.memorySeconds
             let memoryEnd = residentKiB(of: brokerPID) ?? 0
             report.memory(startKiB: memoryStart, endKiB: memoryEnd, messages: Int(messages), seconds: settings.memorySeconds)
+
+            progress("\(settings.churnBoards) boards registering and leaving")
+            let churn = try await ChurnBench(endpoint: fleet.address.endpoint, brokerPID: brokerPID).run(boards: settings.churnBoards)
+            report.churn(churn)
 
             progress("cold start and busctl")
             var coldStarts: [Double] = []

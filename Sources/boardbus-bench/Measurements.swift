@@ -51,6 +51,8 @@ struct BenchSettings {
     var clients: Int
     var window: Int
     var memorySeconds: Double
+    /// Boards registered and unregistered in the churn row.
+    var churnBoards = 2_000
     var coldStarts: Int
     var busctlRuns: Int
 

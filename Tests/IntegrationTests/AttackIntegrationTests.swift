@@ -2,6 +2,7 @@ import BoardKit
 import BusCore
 import BoardKitTesting
 import BusZeroMQ
+import CZeroMQ
 import Foundation
 import GreeterIO
 import Testing
@@ -175,5 +176,202 @@ extension AttackIntegrationTests {
             #expect(result.standardError.contains(says), "case \(index): \(result.standardError)")
             #expect(!FileManager.default.fileExists(atPath: "\(directory)/run/motherboard.sock"))
         }
+    }
+}
+
+/// Resident memory of a process, in MiB.
+func residentMiB(of pid: Int32) -> Double {
+    let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+    for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+        return Double(line.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0) / 1024
+    }
+    return 0
+}
+
+extension AttackIntegrationTests {
+    /// A client that asks for large answers and never reads them (a DEALER with RCVHWM 1 sending
+    /// 600 `greet`s of 512 KiB names) grew the broker from 33 MB to 365 MB, and 354 MB stayed after
+    /// it left. Now the broker holds about its backlog budget for it, answers it `busy` (every
+    /// request still ends with an answer), serves everyone else meanwhile, and gives the memory
+    /// back once the client is gone.
+    @Test func aClientThatNeverReadsCannotMakeTheBrokerHoldUnboundedMemory() async throws {
+        try await TestFleet.with(manifest: greeterManifest) { fleet in
+            let broker = fleet.brokerPID
+            let before = residentMiB(of: broker)
+            let name = String(repeating: "n", count: 512 * 1024)
+            let payload = try PayloadCodec.encode(GreeterIO.Greet(name: name))
+            let requests = 600
+            let endpoint = fleet.address.endpoint
+            let outcome = try await onOwnThread { () -> (peak: Double, answers: Int, busy: Int, servedMeanwhile: Bool) in
+                let context = try ZMQContext()
+                defer { context.terminate() }
+                let socket = try ZMQSocket(context: context, kind: .dealer)
+                defer { socket.close() }
+                try socket.setOption(ZMQ_RCVHWM, Int32(1))
+                try socket.connect(endpoint)
+                var peak = 0.0
+                for index in 1...requests {
+                    let header = EnvelopeHeader(
+                        kind: .command, flags: .replyExpected, correlationID: UInt64(index), timeoutMilliseconds: 120_000,
+                        target: GreeterIO.id.rawValue, typeName: "greet")
+                    var sent = false
+                    for _ in 0..<20_000 where !sent {
+                        sent = try socket.send([Data(try HeaderCodec.encode(header)), payload]) == .sent
+                        if !sent { usleep(500) }
+                    }
+                    if index % 50 == 0 { peak = max(peak, residentMiB(of: broker)) }
+                }
+                // Meanwhile the broker serves others (another connection asks the greeter how many
+                // greetings it made). Wait, boundedly, until the greeter has made more greetings
+                // than the budget holds and then none for a second: every request has been
+                // answered or refused, and none of the answers was read.
+                let other = try ZMQSocket(context: context, kind: .dealer)
+                defer { other.close() }
+                try other.connect(endpoint)
+                func greetings(_ sequence: UInt64) throws -> Int? {
+                    let stats = EnvelopeHeader(
+                        kind: .command, flags: .replyExpected, correlationID: sequence, timeoutMilliseconds: 10_000,
+                        target: GreeterIO.id.rawValue, typeName: "stats")
+                    _ = try other.send([Data(try HeaderCodec.encode(stats)), Data("{}".utf8)])
+                    guard other.waitReadable(timeoutMilliseconds: 10_000), let frames = try other.receive() else { return nil }
+                    return try? PayloadCodec.decode(GreeterIO.Seen.self, from: Envelope(frames: frames).payload).greetings
+                }
+                var served = false
+                var (last, unchanged) = (-1, 0)
+                for sequence in 1...600 where unchanged < 4 {
+                    usleep(250_000)
+                    peak = max(peak, residentMiB(of: broker))
+                    guard let count = try greetings(UInt64(sequence)) else { continue }
+                    served = true
+                    unchanged = count == last && count > 64 ? unchanged + 1 : 0
+                    last = count
+                }
+                // Now read: every request has an answer, a greeting or `busy`.
+                var answers = 0
+                var busy = 0
+                while answers < requests, socket.waitReadable(timeoutMilliseconds: 10_000), let frames = try socket.receive() {
+                    answers += 1
+                    if (try? Envelope(frames: frames))?.carriedError?.code == .busy { busy += 1 }
+                }
+                // Having read everything, it is served again (once the broker sees its socket drained).
+                var recovered = false
+                for attempt in 0..<50 where !recovered {
+                    let header = EnvelopeHeader(
+                        kind: .command, flags: .replyExpected, correlationID: UInt64(10_000 + attempt), timeoutMilliseconds: 10_000,
+                        target: GreeterIO.id.rawValue, typeName: "greet")
+                    _ = try socket.send([Data(try HeaderCodec.encode(header)), Data(#"{"name":"back"}"#.utf8)])
+                    guard socket.waitReadable(timeoutMilliseconds: 10_000), let frames = try socket.receive() else { break }
+                    recovered = (try? Envelope(frames: frames))?.carriedError == nil
+                    if !recovered { usleep(100_000) }
+                }
+                print("never-reading client: the greeter made \(last) greetings before the client read; broker at \(residentMiB(of: broker)) MiB then")
+                return (peak, answers, busy, served && recovered)
+            }
+            let growth = outcome.peak - before
+            #expect(growth < 160, "the broker grew by \(growth) MiB for one client that does not read")
+            #expect(outcome.busy > 0)
+            #expect(outcome.answers == requests, "\(outcome.answers) answers, \(outcome.busy) busy")
+            #expect(outcome.servedMeanwhile)
+            // Gone: the broker gives the memory back.
+            let returned = await eventually(timeout: .seconds(15)) { residentMiB(of: broker) - before < 40 }
+            #expect(returned, "broker at \(residentMiB(of: broker)) MiB after the client left (\(before) MiB before)")
+            print("never-reading client: broker \(before) MiB before, peak \(outcome.peak) MiB, \(residentMiB(of: broker)) MiB after; \(outcome.busy) of \(outcome.answers) answers busy")
+        }
+    }
+}
+
+extension AttackIntegrationTests {
+    /// libzmq keeps the frames of a message until its last frame arrives, and no option bounds a
+    /// message's frame count (`ZMQ_MAXMSGSIZE` bounds each frame): two connections sending 25
+    /// frames of 4 MiB marked "more" and never a last one make the broker hold them while they
+    /// stay open (PROTOCOL §7 gives the figures). What holds: the broker serves everyone else
+    /// meanwhile, and gives the memory back when those connections close.
+    @Test func unfinishedMessagesAreHeldOnlyWhileTheirConnectionsStayOpen() async throws {
+        try await TestFleet.with(manifest: greeterManifest) { fleet in
+            let broker = fleet.brokerPID
+            let before = residentMiB(of: broker)
+            let endpoint = fleet.address.endpoint
+            let path = try #require(fleet.address.ipcPath)
+            let (peak, served) = try await onOwnThread { () -> (Double, Bool) in
+                // libzmq's own sockets keep an unfinished message on the sending side: write ZMTP
+                // by hand, as an attacker would.
+                let connections = try (0..<2).map { _ in try RawZMTPConnection(path: path) }
+                defer { connections.forEach { $0.close() } }
+                let frame = [UInt8](repeating: 0x61, count: 4 << 20)
+                for connection in connections {
+                    for _ in 0..<25 { try connection.writeFrame(frame, more: true) }
+                }
+                var peak = 0.0
+                var stable = 0
+                var last = 0.0
+                for _ in 0..<400 where stable < 10 {
+                    usleep(50_000)
+                    let now = residentMiB(of: broker)
+                    peak = max(peak, now)
+                    stable = abs(now - last) < 1 ? stable + 1 : 0
+                    last = now
+                }
+                let context = try ZMQContext()
+                defer { context.terminate() }
+                let other = try ZMQSocket(context: context, kind: .dealer)
+                defer { other.close() }
+                try other.connect(endpoint)
+                let ping = EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 1, timeoutMilliseconds: 10_000, target: GreeterIO.id.rawValue, typeName: "ping")
+                _ = try other.send([Data(try HeaderCodec.encode(ping)), Data(#"{"sequence":1}"#.utf8)])
+                return (peak, try other.waitReadable(timeoutMilliseconds: 10_000) && other.receive() != nil)
+            }
+            #expect(served)
+            let returned = await eventually(timeout: .seconds(15)) { residentMiB(of: broker) - before < 40 }
+            #expect(returned, "broker at \(residentMiB(of: broker)) MiB after the connections closed (\(before) MiB before)")
+            print("unfinished messages: broker \(before) MiB before, peak \(peak) MiB with 2 × 25 × 4 MiB frames pending, \(residentMiB(of: broker)) MiB after they closed")
+        }
+    }
+}
+
+/// A DEALER spoken by hand over a Unix socket (ZMTP 3.0, NULL mechanism): to send what libzmq's
+/// own sockets never would, e.g. frames of a message that never ends.
+final class RawZMTPConnection {
+    private let descriptor: Int32
+
+    init(path: String) throws {
+        descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { buffer in
+            buffer.copyBytes(from: path.utf8)
+            buffer[path.utf8.count] = 0
+        }
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard connected == 0 else { throw BusError(.transport, "connect: errno \(errno)") }
+        // Greeting: signature, version 3.0, mechanism NULL, as-server 0, filler.
+        var greeting: [UInt8] = [0xFF] + [UInt8](repeating: 0, count: 8) + [0x7F, 3, 0]
+        greeting += Array("NULL".utf8) + [UInt8](repeating: 0, count: 16) + [0] + [UInt8](repeating: 0, count: 31)
+        try write(greeting)
+        // READY with Socket-Type DEALER.
+        let ready: [UInt8] = [5] + Array("READY".utf8) + [11] + Array("Socket-Type".utf8) + [0, 0, 0, 6] + Array("DEALER".utf8)
+        try write([0x04, UInt8(ready.count)] + ready)
+    }
+
+    /// One message frame (long form), marked "more" or not.
+    func writeFrame(_ body: [UInt8], more: Bool) throws {
+        var header: [UInt8] = [more ? 0x03 : 0x02]
+        header += withUnsafeBytes(of: UInt64(body.count).bigEndian, Array.init)
+        try write(header)
+        try write(body)
+    }
+
+    private func write(_ bytes: [UInt8]) throws {
+        var offset = 0
+        while offset < bytes.count {
+            let written = bytes[offset...].withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
+            guard written > 0 else { throw BusError(.transport, "write: errno \(errno)") }
+            offset += written
+        }
+    }
+
+    func close() {
+        Glibc.close(descriptor)
     }
 }
