@@ -276,16 +276,8 @@ public struct HeaderLayout: Sendable, Hashable {
         }
         let tag = buffer[offset]
         guard tag != 0 else { throw BusError(.malformed, "optional field with tag 0") }
-        let length = Int(bigEndian(buffer, at: offset + 1, as: UInt16.self))
-        offset += 3
-        guard length <= HeaderCodec.maximumOptionalFieldBytes else {
-            throw BusError(.malformed, "optional field \(tag) of \(length) bytes is over the limit of \(HeaderCodec.maximumOptionalFieldBytes)")
-        }
-        guard buffer.count - offset >= length else {
-            throw BusError(.malformed, "header truncated inside optional field \(tag)")
-        }
-        defer { offset += length }
-        return (tag, offset..<(offset + length))
+        offset += 1
+        return (tag, try field(buffer, &offset, "optional field \(tag)", limit: HeaderCodec.maximumOptionalFieldBytes))
     }
 
     /// The optional fields of tags this version does not know, as they are in the frame.
@@ -320,15 +312,17 @@ public struct HeaderLayout: Sendable, Hashable {
         T(bigEndian: buffer.loadUnaligned(fromByteOffset: offset, as: T.self))
     }
 
-    /// A u16 length and that many bytes, starting at `offset`, which moves past them.
-    private static func field(_ buffer: UnsafeRawBufferPointer, _ offset: inout Int, _ name: String) throws(BusError) -> Range<Int> {
+    /// A u16 length and that many bytes (at most `limit`), starting at `offset`, which moves past them.
+    private static func field(
+        _ buffer: UnsafeRawBufferPointer, _ offset: inout Int, _ name: String, limit: Int = HeaderCodec.maximumFieldBytes
+    ) throws(BusError) -> Range<Int> {
         guard buffer.count - offset >= 2 else {
             throw BusError(.malformed, "header truncated before the \(name) length")
         }
         let length = Int(bigEndian(buffer, at: offset, as: UInt16.self))
         offset += 2
-        guard length <= HeaderCodec.maximumFieldBytes else {
-            throw BusError(.malformed, "\(name) field of \(length) bytes is over the limit of \(HeaderCodec.maximumFieldBytes)")
+        guard length <= limit else {
+            throw BusError(.malformed, "\(name) field of \(length) bytes is over the limit of \(limit)")
         }
         guard buffer.count - offset >= length else {
             throw BusError(.malformed, "header truncated inside the \(name) field")
