@@ -1,3 +1,5 @@
+import Foundation
+
 /// The routing part of an envelope. The broker reads only this; payloads pass through untouched.
 public struct EnvelopeHeader: Sendable, Hashable, Codable {
     /// The protocol version this code speaks.
@@ -26,7 +28,7 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
     public var dispatchID: String?
     /// Optional fields this version does not know, as received (tag, length, value each); sent on
     /// unchanged, so that peers newer than the broker can use fields it does not know yet.
-    public var unknownFields: [UInt8]
+    public var unknownFields: Data
 
     public init(
         version: UInt8 = EnvelopeHeader.currentVersion,
@@ -39,7 +41,7 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
         scope: String = "",
         typeName: String = "",
         dispatchID: String? = nil,
-        unknownFields: [UInt8] = []
+        unknownFields: Data = Data()
     ) {
         self.version = version
         self.kind = kind

@@ -281,8 +281,8 @@ public struct HeaderLayout: Sendable, Hashable {
     }
 
     /// The optional fields of tags this version does not know, as they are in the frame.
-    func unknownFields(in buffer: UnsafeRawBufferPointer) -> [UInt8] {
-        var unknown: [UInt8] = []
+    func unknownFields(in buffer: UnsafeRawBufferPointer) -> Data {
+        var unknown = Data()
         var offset = optionalFields.lowerBound
         while offset < optionalFields.upperBound {
             let start = offset

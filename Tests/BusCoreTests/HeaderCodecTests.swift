@@ -103,7 +103,7 @@ struct HeaderCodecTests {
             EnvelopeHeader(kind: .dispatch, dispatchID: String(repeating: "😀", count: 300)),
             EnvelopeHeader(kind: .dispatch, dispatchID: String(repeating: "x", count: HeaderCodec.maximumDispatchIDBytes + 1)),
             EnvelopeHeader(kind: .dispatch, dispatchID: ""),
-            EnvelopeHeader(kind: .dispatch, unknownFields: [9, 0, 5, 1]),
+            EnvelopeHeader(kind: .dispatch, unknownFields: Data([9, 0, 5, 1])),
         ]
         for header in overLimit {
             let error = try #require(throws: BusError.self) { try HeaderCodec.encode(header) }
@@ -118,7 +118,7 @@ struct HeaderCodecTests {
     /// encoded again unchanged; a broken or doubled field is `malformed`.
     @Test func optionalFieldsRoundTripAndUnknownOnesAreKept() throws {
         let unknown: [UInt8] = [7, 0, 3, 0x61, 0x62, 0x63]
-        let header = EnvelopeHeader(kind: .dispatch, target: "comments", typeName: "reply", dispatchID: "imm1", unknownFields: unknown)
+        let header = EnvelopeHeader(kind: .dispatch, target: "comments", typeName: "reply", dispatchID: "imm1", unknownFields: Data(unknown))
         let bytes = try HeaderCodec.encode(header)
         #expect(try HeaderCodec.decode(Data(bytes)) == header)
         #expect(Array(bytes.suffix(7 + unknown.count)) == [1, 0, 4, 0x69, 0x6D, 0x6D, 0x31] + unknown)
