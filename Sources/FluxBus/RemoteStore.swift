@@ -10,6 +10,10 @@ import Foundation
 ///
 /// Host it in the owning board with `board.host(remoteStore)`; like its store, it runs on that
 /// board's socket thread.
+///
+/// A dispatch is all or nothing for the hosted store (see ``StatefulStore/stage(_:commit:)``):
+/// give the store a dispatcher of its own, since other stores that listen on the same dispatcher
+/// would apply a remote action that the hosted store then refuses.
 public final class RemoteStore<State: Codable & Sendable>: StoreEndpoint, @unchecked Sendable {
     public let storeName: String
     public let store: StatefulStore<State>
