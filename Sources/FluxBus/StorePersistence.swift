@@ -112,12 +112,12 @@ public final class StorePersistence: @unchecked Sendable {
             return try queue.writeWithoutTransaction { db in
                 try db.execute(sql: "PRAGMA busy_timeout = \(milliseconds)")
                 guard write else { return try body(db) }
-                var result: T?
+                var result: Result<T, any Error> = .failure(BusError(.storageFailed, "the transaction did not run"))
                 try db.inTransaction(.immediate) {
-                    result = try body(db)
+                    result = .success(try body(db))
                     return .commit
                 }
-                return result!
+                return try result.get()
             }
         } catch {
             throw BusError(.storageFailed, "store '\(store)' could not \(what): \(Self.describe(error))")
