@@ -176,8 +176,7 @@ public struct Board: Sendable {
     /// carries it can take this board's id over from its live registration (after a reconnect).
     static let registrationSecret: String = {
         if let given = ProcessInfo.processInfo.environment["BOARDBUS_BOARD_SECRET"], !given.isEmpty { return given }
-        var generator = SystemRandomNumberGenerator()
-        return (0..<4).map { _ in String(generator.next(), radix: 16) }.joined(separator: "-")
+        return Registration.makeSecret()
     }()
 
     /// Connects, registers and serves until SIGTERM/SIGINT or `complete()`.

@@ -42,12 +42,16 @@ public struct BoardID: Hashable, Sendable, Codable, Comparable, CustomStringConv
                 previousWasDot = true
                 continue
             }
-            let allowed = (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A)
-                || (byte >= 0x61 && byte <= 0x7A) || byte == 0x5F || byte == 0x2D
-            guard allowed else { return false }
+            guard isSegmentByte(byte) else { return false }
             previousWasDot = false
         }
         return length > 0 && length <= maximumLength && !previousWasDot
+    }
+
+    /// Whether a byte may stand in a segment: an ASCII letter or digit, `_` or `-`.
+    @inline(__always)
+    static func isSegmentByte(_ byte: UInt8) -> Bool {
+        (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A) || byte == 0x5F || byte == 0x2D
     }
 
     /// Why `text` is not a valid id, for a person; nil when it is valid.
@@ -56,7 +60,7 @@ public struct BoardID: Hashable, Sendable, Codable, Comparable, CustomStringConv
         let length = text.utf8.count
         if length == 0 { return "an id cannot be empty" }
         if length > maximumLength { return "an id is at most \(maximumLength) bytes of UTF-8, this one has \(length)" }
-        if let bad = text.unicodeScalars.first(where: { !($0.isASCII && ($0 == "." || $0 == "_" || $0 == "-" || $0.properties.isAlphabetic || ("0"..."9").contains($0))) }) {
+        if let bad = text.unicodeScalars.first(where: { !($0 == "." || ($0.isASCII && isSegmentByte(UInt8($0.value)))) }) {
             return "'\(String(bad).escapedForDisplay())' is not allowed: use dot-separated segments of letters, digits, '_' and '-'"
         }
         return "a segment is empty (a leading, trailing or doubled '.'): use dot-separated segments of letters, digits, '_' and '-'"

@@ -50,6 +50,15 @@ public struct Registration: BusPayload, Hashable {
         stores = try container.decodeIfPresent([String].self, forKey: .stores) ?? []
         secret = try container.decodeIfPresent(String.self, forKey: .secret)
     }
+
+    /// A new registration secret: 32 random bytes from the system's generator, as hex.
+    public static func makeSecret() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<4).map { _ in
+            let hex = String(generator.next(), radix: 16)
+            return String(repeating: "0", count: 16 - hex.count) + hex
+        }.joined()
+    }
 }
 
 /// One board as `list` and `status` show it.

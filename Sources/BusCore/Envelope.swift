@@ -75,8 +75,14 @@ public struct Envelope: Sendable, Hashable, Codable {
 
     /// An error reply to this request (with no target, as ``reply(payload:source:)``).
     public func errorReply(_ error: BusError, source: String = "") -> Envelope {
+        Envelope.error(error, correlationID: header.correlationID, source: source)
+    }
+
+    /// An `error` answer to the request the sender knows by `correlationID`: the code in the type
+    /// name, `{"code", "message"}` as payload, no target.
+    public static func error(_ error: BusError, correlationID: UInt64, source: String = "") -> Envelope {
         Envelope(
-            header: EnvelopeHeader(kind: .error, correlationID: header.correlationID, source: source, typeName: error.code.name),
+            header: EnvelopeHeader(kind: .error, correlationID: correlationID, source: source, typeName: error.code.name),
             payload: PayloadCodec.encodeOrEmpty(error)
         )
     }

@@ -63,15 +63,7 @@ public enum HeaderCodec {
         try checkLength(header.target, "target")
         try checkLength(header.scope, "scope")
         try checkLength(header.typeName, "type name")
-        if let id = header.dispatchID {
-            let count = id.utf8.count
-            guard count >= 1 else {
-                throw BusError(.badArgument, "an empty dispatch id cannot make a retry safe; give a non-empty id or none")
-            }
-            guard count <= maximumDispatchIDBytes else {
-                throw BusError(.badArgument, "dispatch id of \(count) bytes is over the limit of \(maximumDispatchIDBytes) bytes")
-            }
-        }
+        if let id = header.dispatchID { try checkDispatchID(id) }
         if !header.unknownFields.isEmpty {
             let refusal = header.unknownFields.withUnsafeBytes { bytes -> BusError? in
                 var offset = 0
@@ -91,6 +83,18 @@ public enum HeaderCodec {
         return size
     }
 
+    /// Refuses (`badArgument`) a dispatch id that is empty (it would make no retry safe) or
+    /// longer than ``maximumDispatchIDBytes``.
+    public static func checkDispatchID(_ id: String) throws(BusError) {
+        let count = id.utf8.count
+        guard count >= 1 else {
+            throw BusError(.badArgument, "an empty dispatch id cannot make a retry safe; give a non-empty id or none")
+        }
+        guard count <= maximumDispatchIDBytes else {
+            throw BusError(.badArgument, "dispatch id of \(count) bytes is over the limit of \(maximumDispatchIDBytes) bytes")
+        }
+    }
+
     private static func checkLength(_ text: String, _ field: String) throws(BusError) {
         let count = text.utf8.count
         guard count <= maximumFieldBytes else {
@@ -107,8 +111,9 @@ public enum HeaderCodec {
         return write(header, into: buffer)
     }
 
-    /// Writes a header already checked by ``validatedSize(_:)``.
-    private static func write(_ header: EnvelopeHeader, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+    /// Writes a header already checked by ``validatedSize(_:)`` into a buffer of at least that
+    /// size: for a sender that checked it once and must not pay for the check twice.
+    package static func write(_ header: EnvelopeHeader, into buffer: UnsafeMutableRawBufferPointer) -> Int {
         var writer = Writer(buffer: buffer)
         writer.write(magic.0)
         writer.write(magic.1)

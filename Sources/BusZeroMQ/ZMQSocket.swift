@@ -159,12 +159,12 @@ public final class ZMQSocket {
     private func sendHeader(_ header: EnvelopeHeader) throws -> SendResult {
         let size = try HeaderCodec.validatedSize(header)
         if zmq_msg_size(lastHeader) == size {
-            _ = try HeaderCodec.encode(header, into: lastHeaderBytes)
+            _ = HeaderCodec.write(header, into: lastHeaderBytes)
             framesReused += 1
             // On success libzmq takes the frame and leaves `lastHeader` empty (size 0).
             return try check(zmq_msg_send(lastHeader, handle, ZMQ_DONTWAIT | ZMQ_SNDMORE))
         }
-        let headerBytes = try HeaderCodec.encode(header, into: headerBuffer)
+        let headerBytes = HeaderCodec.write(header, into: headerBuffer)
         return try check(zmq_send(handle, headerBuffer.baseAddress, headerBytes, ZMQ_DONTWAIT | ZMQ_SNDMORE))
     }
 

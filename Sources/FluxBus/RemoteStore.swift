@@ -77,9 +77,7 @@ public final class RemoteStore<State: Codable & Sendable>: StoreEndpoint, @unche
     /// the sender gets `storageFailed`, so a retry with the same id is applied exactly once.
     private func dispatch(_ request: StoreRequest) throws -> DispatchAck {
         let name = request.operation
-        if request.dispatchID?.isEmpty == true {
-            throw BusError(.badArgument, "an empty dispatch id cannot make a retry safe; give a non-empty id or none")
-        }
+        if let id = request.dispatchID { try HeaderCodec.checkDispatchID(id) }
         let dispatchID = request.dispatchID ?? UUID().uuidString
         let lockWait = Self.lockWait(for: request.timeout)
         if let previous = try appliedSequence(of: dispatchID, lockWait: lockWait) {

@@ -67,7 +67,7 @@ public final class BoardLauncher: Sendable {
         environment["BOARDBUS_RUNTIME_DIR"] = address.runtimeDirectory
         environment["BOARDBUS_BOARD_ID"] = board.id.rawValue
         environment["BOARDBUS_SCOPE"] = board.scope
-        let secret = LaunchedProcess.makeSecret()
+        let secret = Registration.makeSecret()
         environment["BOARDBUS_BOARD_SECRET"] = secret
         process.environment = environment
         process.standardInput = FileHandle.nullDevice

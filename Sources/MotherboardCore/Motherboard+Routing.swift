@@ -229,8 +229,8 @@ extension Motherboard {
     func deliverAction(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
         let sender = registry.board(for: peer)
         let origin = scope(of: envelope, sender: sender)
-        guard scopes.contains(origin) else {
-            return reply(to: envelope, from: peer, error: noScopeError(origin) ?? BusError(.badArgument, "no scope"))
+        if let noScope = noScopeError(origin) {
+            return reply(to: envelope, from: peer, error: noScope)
         }
         let subscribers = scopes.chain(from: origin).flatMap { scope in
             registry.subscribers(of: envelope.header.typeName, in: scope).filter { $0.peer != peer }

@@ -44,18 +44,6 @@ public struct LaunchedProcess: Sendable, Hashable {
         self.pid = pid
         self.secret = secret
     }
-
-    /// A new secret: 32 random bytes from the system's generator, as hex.
-    public static func makeSecret() -> String {
-        var generator = SystemRandomNumberGenerator()
-        return (0..<4).map { _ in String(generator.next(), radix: 16).leftPadded(to: 16) }.joined()
-    }
-}
-
-extension String {
-    fileprivate func leftPadded(to length: Int) -> String {
-        String(repeating: "0", count: max(0, length - count)) + self
-    }
 }
 
 /// The broker's logic: registry, scopes, flows, on-demand activation, routing of the four message
@@ -156,7 +144,7 @@ public final class Motherboard {
             // Answer when the sender waits and its correlation id could be read, so that it gets
             // the reason at once instead of waiting out its deadline.
             if let correlationID = malformed.answerWith {
-                send(Envelope(header: EnvelopeHeader(kind: .command, correlationID: correlationID)).errorReply(malformed.error), to: peer)
+                send(Envelope.error(malformed.error, correlationID: correlationID), to: peer)
             }
             return
         }
@@ -214,8 +202,8 @@ public final class Motherboard {
         } catch {
             return
         }
-        guard scopes.contains(registration.scope) else {
-            return reply(to: envelope, from: peer, error: noScopeError(registration.scope) ?? BusError(.badArgument, "no scope"))
+        if let noScope = noScopeError(registration.scope) {
+            return reply(to: envelope, from: peer, error: noScope)
         }
         let board = LiveBoard(registration: registration, peer: peer, registeredAt: now, lastSeen: now)
         if let refusal = registrationRefusal(registration, name: board.name, from: peer) {
@@ -335,8 +323,7 @@ public final class Motherboard {
     }
 
     func replyError(_ error: BusError, correlationID: UInt64, to peer: PeerID) {
-        let header = EnvelopeHeader(kind: .error, correlationID: correlationID, typeName: error.code.name)
-        send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(error)), to: peer)
+        send(Envelope.error(error, correlationID: correlationID), to: peer)
     }
 
     func makeCorrelationID() -> UInt64 {

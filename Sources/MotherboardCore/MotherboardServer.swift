@@ -170,8 +170,7 @@ final class RouterTransport: MotherboardTransport {
     private func answerInstead(kind: MessageKind, correlationID: UInt64, to peer: PeerID) {
         guard kind == .reply || kind == .error, correlationID != 0 else { return }
         let error = BusError(.busy, "the answer was dropped: \(backlog.queuedBytes(to: peer.bytes)) bytes of earlier answers to this connection wait unread")
-        let header = EnvelopeHeader(kind: .error, correlationID: correlationID, typeName: error.code.name)
-        _ = sent(try? socket.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(error)), routingID: peer.bytes), to: peer)
+        _ = sent(try? socket.send(Envelope.error(error, correlationID: correlationID), routingID: peer.bytes), to: peer)
     }
 
     private func sent(_ result: ZMQSocket.SendResult?, to peer: PeerID) -> Bool {
@@ -223,7 +222,7 @@ final class RouterLoopHandler: SocketLoopHandler {
         motherboard.counters.refusedWhileStalled += 1
         let error = BusError(
             .busy, "\(transport.backlog.queuedBytes(to: routingID)) bytes of answers to this connection wait unread; read them before asking for more")
-        _ = transport.send(Envelope(header: EnvelopeHeader(kind: .command, correlationID: correlationID)).errorReply(error), to: PeerID(routingID))
+        _ = transport.send(Envelope.error(error, correlationID: correlationID), to: PeerID(routingID))
         return true
     }
 

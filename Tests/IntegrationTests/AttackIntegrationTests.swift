@@ -202,13 +202,8 @@ extension AttackIntegrationTests {
             let payload = try PayloadCodec.encode(GreeterIO.Greet(name: name))
             let requests = 600
             let endpoint = fleet.address.endpoint
-            let outcome = try await onOwnThread { () -> (peak: Double, answers: Int, busy: Int, servedMeanwhile: Bool) in
-                let context = try ZMQContext()
-                defer { context.terminate() }
-                let socket = try ZMQSocket(context: context, kind: .dealer)
-                defer { socket.close() }
-                try socket.setOption(ZMQ_RCVHWM, Int32(1))
-                try socket.connect(endpoint)
+            let outcome = try await withRawDealer(connectedTo: endpoint, configure: { try $0.setOption(ZMQ_RCVHWM, Int32(1)) }) {
+                socket -> (peak: Double, answers: Int, busy: Int, servedMeanwhile: Bool) in
                 var peak = 0.0
                 for index in 1...requests {
                     let header = EnvelopeHeader(
@@ -225,6 +220,8 @@ extension AttackIntegrationTests {
                 // greetings it made). Wait, boundedly, until the greeter has made more greetings
                 // than the budget holds and then none for a second: every request has been
                 // answered or refused, and none of the answers was read.
+                let context = try ZMQContext()
+                defer { context.terminate() }
                 let other = try ZMQSocket(context: context, kind: .dealer)
                 defer { other.close() }
                 try other.connect(endpoint)

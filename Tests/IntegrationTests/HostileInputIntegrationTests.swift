@@ -122,13 +122,18 @@ extension HostileInputIntegrationTests {
 }
 
 /// Runs `body` with a raw DEALER socket connected to `endpoint`, as a client in another language
-/// would talk to the broker; closes it afterwards. `body` may block: it runs on a thread of its own.
-func withRawDealer<T: Sendable>(connectedTo endpoint: String, _ body: @escaping @Sendable (ZMQSocket) throws -> T) async throws -> T {
+/// would talk to the broker; closes it afterwards. `configure` sets options before it connects.
+/// `body` may block: it runs on a thread of its own.
+func withRawDealer<T: Sendable>(
+    connectedTo endpoint: String, configure: @escaping @Sendable (ZMQSocket) throws -> Void = { _ in },
+    _ body: @escaping @Sendable (ZMQSocket) throws -> T
+) async throws -> T {
     try await onOwnThread {
         let context = try ZMQContext()
         defer { context.terminate() }
         let socket = try ZMQSocket(context: context, kind: .dealer)
         defer { socket.close() }
+        try configure(socket)
         try socket.connect(endpoint)
         return try body(socket)
     }
