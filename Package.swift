@@ -30,6 +30,9 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.2.0"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/swiftlang/swift-subprocess", from: "1.0.2"),
+        .package(url: "https://github.com/apple/swift-system", from: "1.8.1"),
+        .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
     ],
     targets: [
         // libzmq from Debian's libzmq3-dev; only BusZeroMQ imports it.
@@ -73,7 +76,15 @@ let package = Package(
             name: "FluxBus",
             dependencies: ["Flux", "BoardKit", "BusCore", .product(name: "GRDB", package: "GRDB.swift")]
         ),
-        .target(name: "BoardKitTesting", dependencies: ["BoardKit", "BusCore", "BusZeroMQ"]),
+        // TestFleet (the real processes) for users' tests; children spawned with swift-subprocess.
+        .target(
+            name: "BoardKitTesting",
+            dependencies: [
+                "BoardKit", "BusCore",
+                .product(name: "Subprocess", package: "swift-subprocess"),
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]
+        ),
         .executableTarget(
             name: "busctl",
             dependencies: [

@@ -1,6 +1,5 @@
 import BusCore
 import BusZeroMQ
-import CZeroMQ
 import Foundation
 import Synchronization
 
@@ -26,10 +25,9 @@ public final class BusClient: Sendable {
         self.limits = limits
         let socket = try ZMQSocket(context: ZMQContext.shared(), kind: .dealer)
         do {
-            try socket.setOption(ZMQ_SNDHWM, Int32(10_000))
-            try socket.setOption(ZMQ_RCVHWM, Int32(10_000))
-            try socket.setOption(ZMQ_RECONNECT_IVL, Int32(100))
-            try socket.setOption(ZMQ_RECONNECT_IVL_MAX, Int32(1000))
+            try socket.set(
+                .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000),
+                .reconnectInterval(.milliseconds(100)), .maximumReconnectInterval(.seconds(1)))
             try socket.connect(address.endpoint)
             let state = ClientState()
             self.loop = try SocketLoop(name: "bus-client", socket: socket, handler: state, tickInterval: .milliseconds(50), limits: limits)

@@ -1,39 +1,97 @@
 import BusCore
-import BusZeroMQ
 import Foundation
+import Subprocess
+import Synchronization
+
+#if canImport(System)
+import System
+#else
+import SystemPackage
+#endif
 
 /// A process started by a test, with its output in files (no pipe can fill up and block it)
 /// and a hard deadline on every wait.
-public final class ChildProcess: @unchecked Sendable {
+///
+/// Spawned and waited for by swift-subprocess: the child starts with no signal blocked (so
+/// SIGTERM reaches it), and its end is an event (the kernel's pidfd) rather than something polled.
+public final class ChildProcess: Sendable {
     /// What a finished process left.
     public struct Result: Sendable {
+        /// The exit status, or 128 + the signal that ended it (as a shell reports it).
         public var exitCode: Int32
         public var standardOutput: String
         public var standardError: String
     }
 
-    public let process: Process
+    public let pid: Int32
+    /// The executable's file name, for messages.
+    public let name: String
     let outputPath: String
     let errorPath: String
+    /// Runs as long as the process does; its value is the exit code.
+    private let termination: Task<Int32, Never>
+    /// Set once the process has been reaped.
+    private let exit = ExitCode()
 
-    /// Starts `executable` with `arguments`, writing its output under `directory`.
-    public init(executable: String, arguments: [String], environment: [String: String], directory: String, name: String) throws {
-        outputPath = "\(directory)/\(name).out"
-        errorPath = "\(directory)/\(name).err"
-        _ = FileManager.default.createFile(atPath: outputPath, contents: nil)
-        _ = FileManager.default.createFile(atPath: errorPath, contents: nil)
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.environment = environment
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = FileHandle(forWritingAtPath: outputPath)
-        process.standardError = FileHandle(forWritingAtPath: errorPath)
-        try process.runWithDefaultSignalMask()
+    private final class ExitCode: Sendable {
+        let code = Mutex<Int32?>(nil)
+        func set(_ value: Int32) { code.withLock { $0 = value } }
+        var value: Int32? { code.withLock { $0 } }
     }
 
-    public var pid: Int32 { process.processIdentifier }
-    public var isRunning: Bool { process.isRunning }
+    /// Starts `executable` with `arguments`, writing its output under `directory`.
+    public init(executable: String, arguments: [String], environment: [String: String], directory: String, name: String) async throws {
+        outputPath = "\(directory)/\(name).out"
+        errorPath = "\(directory)/\(name).err"
+        self.name = (executable as NSString).lastPathComponent
+        let output = try FileDescriptor.open(
+            FilePath(outputPath), .writeOnly, options: [.create, .truncate], permissions: [.ownerReadWrite, .groupRead, .otherRead])
+        let error: FileDescriptor
+        do {
+            error = try FileDescriptor.open(
+                FilePath(errorPath), .writeOnly, options: [.create, .truncate], permissions: [.ownerReadWrite, .groupRead, .otherRead])
+        } catch {
+            try? output.close()
+            throw error
+        }
+        var variables: [Environment.Key: String] = [:]
+        for (key, value) in environment {
+            if let key = Environment.Key(rawValue: key) { variables[key] = value }
+        }
+        let (spawned, reportSpawn) = AsyncStream.makeStream(of: Swift.Result<Int32, any Error>.self)
+        let exit = self.exit
+        // Detached: the process outlives whatever task started it, and no executor preference of
+        // the caller's (a socket loop's) may be asked to run the wait.
+        termination = Task.detached {
+            defer { reportSpawn.finish() }
+            do {
+                let outcome = try await Subprocess.run(
+                    .path(FilePath(executable)), arguments: Arguments(arguments), environment: .custom(variables),
+                    input: .none, output: .fileDescriptor(output, closeAfterSpawningProcess: true),
+                    error: .fileDescriptor(error, closeAfterSpawningProcess: true)
+                ) { execution in
+                    reportSpawn.yield(.success(execution.processIdentifier.value))
+                }
+                let code: Int32 = switch outcome.terminationStatus {
+                case .exited(let code): code
+                case .signaled(let signal): 128 + signal
+                }
+                exit.set(code)
+                return code
+            } catch {
+                reportSpawn.yield(.failure(error))
+                exit.set(127)
+                return 127
+            }
+        }
+        var reports = spawned.makeAsyncIterator()
+        guard let first = await reports.next() else {
+            throw BusError(.transport, "\(self.name) did not start")
+        }
+        pid = try first.get()
+    }
+
+    public var isRunning: Bool { exit.value == nil }
 
     /// What the process has written to stdout so far.
     public var standardOutput: String {
@@ -47,23 +105,36 @@ public final class ChildProcess: @unchecked Sendable {
 
     /// Waits for the process to end; past `timeout` it is killed and `timeout` is thrown.
     public func wait(timeout: Duration) async throws -> Result {
-        let deadline = ContinuousClock.now.advanced(by: timeout)
-        while process.isRunning {
-            if ContinuousClock.now >= deadline {
-                kill(pid, SIGKILL)
-                process.waitUntilExit()
-                throw BusError(.timeout, "\(process.executableURL?.lastPathComponent ?? "process") did not finish within \(timeout)")
-            }
-            try? await Task.sleep(for: .milliseconds(5))
+        guard let code = await ended(within: timeout) else {
+            kill(pid, SIGKILL)
+            _ = await termination.value
+            throw BusError(.timeout, "\(name) did not finish within \(timeout)")
         }
-        return Result(exitCode: process.terminationStatus, standardOutput: standardOutput, standardError: standardError)
+        return Result(exitCode: code, standardOutput: standardOutput, standardError: standardError)
+    }
+
+    /// The exit code once the process has ended, or nil if it still runs after `timeout`.
+    private func ended(within timeout: Duration) async -> Int32? {
+        let termination = self.termination
+        return await withTaskGroup(of: Int32?.self) { group in
+            group.addTask { await termination.value }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
     }
 
     /// Waits until stdout contains `text`, or throws `timeout` (also when the process exits first).
+    ///
+    /// Output goes to a file, which has no event to wait on: this one wait looks at it every 10 ms.
     public func waitForOutput(_ text: String, timeout: Duration) async throws {
         let deadline = ContinuousClock.now.advanced(by: timeout)
         while !standardOutput.contains(text) {
-            guard process.isRunning else {
+            guard isRunning else {
                 throw BusError(.boardNotRunning, "process exited before printing '\(text)': \(standardError)")
             }
             guard ContinuousClock.now < deadline else {
@@ -86,15 +157,18 @@ public final class ChildProcess: @unchecked Sendable {
     /// SIGTERM, then SIGKILL after `grace`; returns once the process is gone.
     @discardableResult
     public func stop(grace: Duration = .seconds(5)) async -> Ending {
-        guard process.isRunning else { return .alreadyExited }
+        guard isRunning else { return .alreadyExited }
         kill(pid, SIGTERM)
-        let deadline = ContinuousClock.now.advanced(by: grace)
-        while process.isRunning && ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(10))
-        }
-        guard process.isRunning else { return .terminated }
+        if await ended(within: grace) != nil { return .terminated }
         kill(pid, SIGKILL)
-        process.waitUntilExit()
+        _ = await termination.value
         return .killed
+    }
+
+    /// SIGKILL, and returns once the process is gone.
+    public func killAndWait() async {
+        guard isRunning else { return }
+        kill(pid, SIGKILL)
+        _ = await termination.value
     }
 }

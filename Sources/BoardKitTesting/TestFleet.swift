@@ -51,7 +51,7 @@ public final class TestFleet: @unchecked Sendable {
         manifestPath = "\(directory)/fleet.json"
         try manifest.write(toFile: manifestPath, atomically: true, encoding: .utf8)
         do {
-            broker = try TestFleet.startBroker(
+            broker = try await TestFleet.startBroker(
                 binaryDirectory: binaryDirectory, manifestPath: manifestPath, address: address, directory: directory, name: "motherboard")
         } catch {
             try? FileManager.default.removeItem(atPath: directory)
@@ -73,9 +73,9 @@ public final class TestFleet: @unchecked Sendable {
 
     private static func startBroker(
         binaryDirectory: String, manifestPath: String, address: BusAddress, directory: String, name: String
-    ) throws -> ChildProcess {
-        try ChildProcess(
-            executable: "\(binaryDirectory)/motherboard",
+    ) async throws -> ChildProcess {
+        try await ChildProcess(
+            executable: try executable("motherboard", in: binaryDirectory),
             arguments: ["--manifest", manifestPath, "--runtime-dir", address.runtimeDirectory, "--exit-with-parent"],
             environment: TestFleet.environment(for: address), directory: directory, name: name)
     }
@@ -86,7 +86,7 @@ public final class TestFleet: @unchecked Sendable {
         let old = lock.withLock { broker }
         kill(old.pid, SIGKILL)
         _ = try? await old.wait(timeout: .seconds(10))
-        let fresh = try TestFleet.startBroker(
+        let fresh = try await TestFleet.startBroker(
             binaryDirectory: binaryDirectory, manifestPath: manifestPath, address: address, directory: directory,
             name: nextOutputName("motherboard"))
         lock.withLock { broker = fresh }
@@ -109,15 +109,15 @@ public final class TestFleet: @unchecked Sendable {
 
     /// Runs one of the package's executables to completion against this fleet.
     public func run(_ executable: String, arguments: [String], timeout: Duration = .seconds(30)) async throws -> ChildProcess.Result {
-        let child = try ChildProcess(
-            executable: "\(binaryDirectory)/\(executable)", arguments: arguments,
+        let child = try await ChildProcess(
+            executable: try TestFleet.executable(executable, in: binaryDirectory), arguments: arguments,
             environment: TestFleet.environment(for: address), directory: directory, name: nextOutputName(executable))
         return try await child.wait(timeout: timeout)
     }
 
     /// Starts a board executable by hand (outside the manifest) under `id`, and waits for its READY line.
     public func startBoard(_ executable: String, id: BoardID, timeout: Duration = .seconds(30)) async throws -> ChildProcess {
-        try await startBoard(path: "\(binaryDirectory)/\(executable)", arguments: [], id: id, timeout: timeout)
+        try await startBoard(path: try TestFleet.executable(executable, in: binaryDirectory), arguments: [], id: id, timeout: timeout)
     }
 
     /// Starts any board program (e.g. one written in another language) with this fleet's
@@ -125,7 +125,7 @@ public final class TestFleet: @unchecked Sendable {
     public func startBoard(path: String, arguments: [String], id: BoardID, timeout: Duration = .seconds(30)) async throws -> ChildProcess {
         var environment = TestFleet.environment(for: address)
         environment["BOARDBUS_BOARD_ID"] = id.rawValue
-        let child = try ChildProcess(
+        let child = try await ChildProcess(
             executable: path, arguments: arguments, environment: environment,
             directory: directory, name: nextOutputName(id.rawValue))
         lock.withLock { extras.append(child) }
@@ -182,6 +182,19 @@ public final class TestFleet: @unchecked Sendable {
         }
     }
 
+    /// The path of one of the build products, or a `badArgument` that says how to get it built.
+    static func executable(_ name: String, in binaryDirectory: String) throws -> String {
+        let path = "\(binaryDirectory)/\(name)"
+        guard FileManager.default.isExecutableFile(atPath: path) else {
+            throw BusError(.badArgument, """
+                no '\(name)' in \(binaryDirectory): a test target that uses TestFleet must depend on the \
+                product that builds it (BoardBus's `motherboard` and `busctl`, or your board's executable), \
+                or BOARDBUS_BIN_DIR must name the directory that has it
+                """)
+        }
+        return path
+    }
+
     /// Finds the build products (`motherboard`, `busctl`, the services): `$BOARDBUS_BIN_DIR`, else
     /// the directory of the running test binary.
     public static func locateBinaries() throws -> String {
@@ -193,6 +206,9 @@ public final class TestFleet: @unchecked Sendable {
             }
             directory = directory.deletingLastPathComponent()
         }
-        throw BusError(.badArgument, "cannot find the motherboard executable; run `swift build` first or set BOARDBUS_BIN_DIR")
+        throw BusError(.badArgument, """
+            cannot find the motherboard executable beside the test binary: make the test target depend on \
+            BoardBus's `motherboard` and `busctl` products (`swift build` builds them), or set BOARDBUS_BIN_DIR
+            """)
     }
 }

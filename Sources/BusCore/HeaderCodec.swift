@@ -203,25 +203,25 @@ public enum HeaderCodec {
 ///
 /// A router reads the fixed fields and the names in place and rewrites the correlation id in the
 /// received frame (``setCorrelationID(_:in:)``), without building an ``EnvelopeHeader``.
-public struct HeaderLayout: Sendable, Hashable {
-    public let kind: MessageKind
-    public let flags: MessageFlags
-    public let correlationID: UInt64
-    public let timeoutMilliseconds: UInt32
+package struct HeaderLayout: Sendable, Hashable {
+    package let kind: MessageKind
+    package let flags: MessageFlags
+    package let correlationID: UInt64
+    package let timeoutMilliseconds: UInt32
     /// Byte ranges of the four strings in the frame.
-    public let source: Range<Int>
-    public let target: Range<Int>
-    public let scope: Range<Int>
-    public let typeName: Range<Int>
+    package let source: Range<Int>
+    package let target: Range<Int>
+    package let scope: Range<Int>
+    package let typeName: Range<Int>
     /// Where the optional fields are (empty when there are none), and the dispatch id among them.
-    public let optionalFields: Range<Int>
-    public let dispatchID: Range<Int>?
+    package let optionalFields: Range<Int>
+    package let dispatchID: Range<Int>?
 
     /// Offset of the correlation id in the frame.
     static let correlationOffset = 6
 
     /// Checks the frame's structure; throws ``BusError`` with `malformed` or `tooLarge`.
-    public init(_ buffer: UnsafeRawBufferPointer) throws(BusError) {
+    package init(_ buffer: UnsafeRawBufferPointer) throws(BusError) {
         guard buffer.count <= HeaderCodec.maximumHeaderBytes else {
             throw BusError(.tooLarge, "header of \(buffer.count) bytes is over the limit of \(HeaderCodec.maximumHeaderBytes)")
         }
@@ -264,7 +264,7 @@ public struct HeaderLayout: Sendable, Hashable {
     /// The correlation id to answer a header that is not valid with, when its fixed part can be
     /// read and it asks for an answer: the magic is there, the reply-expected flag is set, the
     /// kind is not an answer itself, and the id is not 0. Nil otherwise (the message is dropped).
-    public static func answerableCorrelationID(_ buffer: UnsafeRawBufferPointer) -> UInt64? {
+    package static func answerableCorrelationID(_ buffer: UnsafeRawBufferPointer) -> UInt64? {
         guard buffer.count >= HeaderCodec.fixedSize, buffer[0] == HeaderCodec.magic.0, buffer[1] == HeaderCodec.magic.1 else { return nil }
         let flags = MessageFlags(rawValue: bigEndian(buffer, at: 4, as: UInt16.self))
         let id = bigEndian(buffer, at: correlationOffset, as: UInt64.self)
@@ -298,18 +298,18 @@ public struct HeaderLayout: Sendable, Hashable {
     }
 
     /// Whether every string is ASCII (then it is valid UTF-8 without further checks).
-    public func stringsAreASCII(in buffer: UnsafeRawBufferPointer) -> Bool {
+    package func stringsAreASCII(in buffer: UnsafeRawBufferPointer) -> Bool {
         func ascii(_ range: Range<Int>) -> Bool { UnsafeRawBufferPointer(rebasing: buffer[range]).allSatisfy { $0 < 0x80 } }
         return ascii(source) && ascii(target) && ascii(scope) && ascii(typeName) && dispatchID.map(ascii) ?? true
     }
 
     /// The correlation id of a frame at least ``HeaderCodec/fixedSize`` long (0 when shorter).
-    public static func correlationID(in buffer: UnsafeRawBufferPointer) -> UInt64 {
+    package static func correlationID(in buffer: UnsafeRawBufferPointer) -> UInt64 {
         buffer.count >= HeaderCodec.fixedSize ? bigEndian(buffer, at: correlationOffset, as: UInt64.self) : 0
     }
 
     /// Writes a new correlation id into the frame the layout was read from.
-    public static func setCorrelationID(_ id: UInt64, in buffer: UnsafeMutableRawBufferPointer) {
+    package static func setCorrelationID(_ id: UInt64, in buffer: UnsafeMutableRawBufferPointer) {
         buffer.storeBytes(of: id.bigEndian, toByteOffset: correlationOffset, as: UInt64.self)
     }
 

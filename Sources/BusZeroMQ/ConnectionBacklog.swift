@@ -15,9 +15,9 @@ import Foundation
 ///
 /// Small messages are not counted (the per-message limit of the pipe bounds them): the routing
 /// of small messages pays nothing. Used on the router's socket thread only.
-public final class ConnectionBacklog {
+package final class ConnectionBacklog {
     /// Messages at least this large are counted.
-    public static let countedMessageBytes = 4096
+    package static let countedMessageBytes = 4096
 
     private struct Peer {
         var descriptor: Int32
@@ -26,26 +26,26 @@ public final class ConnectionBacklog {
     }
 
     /// Bytes that may wait toward one peer before it counts as stalled.
-    public let budget: Int
+    package let budget: Int
     private var peers: [Data: Peer] = [:]
     private var descriptors: [Data: Int32] = [:]
-    public private(set) var stalled: Set<Data> = []
+    package private(set) var stalled: Set<Data> = []
     /// Large messages refused because their peer was stalled.
-    public private(set) var refusedMessages = 0
+    package private(set) var refusedMessages = 0
     private var ticks: UInt64 = 0
 
-    public init(budget: Int) {
+    package init(budget: Int) {
         self.budget = budget
     }
 
     /// Notes the connection a peer's message came in on (cheap when it did not change).
-    public func noteReceived(from peer: Data, descriptor: Int32) {
+    package func noteReceived(from peer: Data, descriptor: Int32) {
         guard descriptor >= 0, descriptors[peer] != descriptor else { return }
         descriptors[peer] = descriptor
     }
 
     /// Whether a message of `bytes` may be queued toward `peer`; counts it when it may.
-    public func mayQueue(_ bytes: Int, to peer: Data) -> Bool {
+    package func mayQueue(_ bytes: Int, to peer: Data) -> Bool {
         guard bytes >= Self.countedMessageBytes else { return true }
         if stalled.contains(peer) {
             refusedMessages += 1
@@ -69,13 +69,13 @@ public final class ConnectionBacklog {
     }
 
     /// Whether the router should refuse `peer`'s new requests (`busy`).
-    public func isStalled(_ peer: Data) -> Bool {
+    package func isStalled(_ peer: Data) -> Bool {
         !stalled.isEmpty && stalled.contains(peer)
     }
 
     /// About every tick: peers whose socket drained are counted from zero again (and no longer
     /// stalled); peers long idle and gone are forgotten.
-    public func tick() {
+    package func tick() {
         ticks += 1
         for (peer, entry) in peers {
             let drained = Self.isHalfEmpty(entry.descriptor)
@@ -90,14 +90,14 @@ public final class ConnectionBacklog {
     }
 
     /// A peer that is gone.
-    public func forget(_ peer: Data) {
+    package func forget(_ peer: Data) {
         peers[peer] = nil
         descriptors[peer] = nil
         stalled.remove(peer)
     }
 
     /// Bytes counted toward `peer` since its socket was last seen half empty.
-    public func queuedBytes(to peer: Data) -> Int {
+    package func queuedBytes(to peer: Data) -> Int {
         peers[peer]?.queued ?? 0
     }
 

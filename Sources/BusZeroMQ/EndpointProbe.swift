@@ -6,7 +6,7 @@ import Foundation
 ///
 /// ZeroMQ connects lazily and retries forever, so a client of a dead broker would only learn of it
 /// at its timeout. A plain `connect(2)` on the socket file answers at once.
-public enum EndpointProbe {
+package enum EndpointProbe {
     /// Throws ``BusError/Code/brokerNotRunning`` when nothing accepts connections on the path.
     /// Endpoints other than `ipc://` are not probed.
     ///
@@ -14,7 +14,7 @@ public enum EndpointProbe {
     /// peers do on connecting: a broker that closes the connection at once instead refuses this
     /// peer (its uid filter admits its own user only), which is then said, with `unauthorized`,
     /// rather than left to a bare timeout.
-    public static func checkListening(_ address: BusAddress, greeting: Duration? = nil) throws {
+    package static func checkListening(_ address: BusAddress, greeting: Duration? = nil) throws {
         guard let path = address.ipcPath else { return }
         let descriptor = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard descriptor >= 0 else { return }

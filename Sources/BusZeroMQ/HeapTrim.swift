@@ -6,20 +6,20 @@ import CZeroMQ
 /// answers freed when it left, 2 000 boards gone) a long-running broker would keep hundreds of MB
 /// it no longer uses. Asked about every tick, this trims the heap when more than `threshold`
 /// bytes lie free in it: a few microseconds to look, and nothing done in the steady state.
-public struct HeapTrim: Sendable {
-    public let threshold: Int
+package struct HeapTrim: Sendable {
+    package let threshold: Int
     /// How many times the heap was trimmed.
-    public private(set) var trims = 0
+    package private(set) var trims = 0
 
-    public init(threshold: Int = 16 << 20) {
+    package init(threshold: Int = 16 << 20) {
         self.threshold = threshold
     }
 
     /// Bytes the heap holds free.
-    public static var freeBytes: Int { Int(boardbus_heap_free_bytes()) }
+    package static var freeBytes: Int { Int(boardbus_heap_free_bytes()) }
 
     /// Trims the heap when more than the threshold lies free in it.
-    public mutating func trimIfWorthwhile() {
+    package mutating func trimIfWorthwhile() {
         guard Self.freeBytes > threshold else { return }
         _ = boardbus_trim_heap()
         trims += 1

@@ -4,7 +4,7 @@ import Foundation
 import Synchronization
 
 /// What runs on a ``SocketLoop``'s thread. Every call happens on that thread, which owns the socket.
-public protocol SocketLoopHandler: AnyObject {
+package protocol SocketLoopHandler: AnyObject {
     /// A whole multipart message arrived: an envelope, or frames that are not one.
     func received(_ message: ReceivedMessage, on socket: ZMQSocket)
     /// Called about every tick interval, for heartbeats and deadlines.
@@ -18,7 +18,7 @@ public protocol SocketLoopHandler: AnyObject {
 }
 
 extension SocketLoopHandler {
-    public func intercept(from routingID: Data?, header: UnsafeMutableRawBufferPointer, payloadBytes: Int, on socket: ZMQSocket) -> Bool {
+    package func intercept(from routingID: Data?, header: UnsafeMutableRawBufferPointer, payloadBytes: Int, on socket: ZMQSocket) -> Bool {
         false
     }
 }
@@ -33,7 +33,7 @@ extension SocketLoopHandler {
 /// The loop is also a `TaskExecutor`: tasks that prefer it (`withTaskExecutorPreference`) run on
 /// the socket's thread, so a reply resumes its waiting task, and that task's next send goes
 /// out, without waking another thread. As with an event loop, such tasks must not block.
-public final class SocketLoop: TaskExecutor, @unchecked Sendable {
+package final class SocketLoop: TaskExecutor, @unchecked Sendable {
     private enum Work {
         case send(Envelope)
         case run(@Sendable (ZMQSocket) -> Void)
@@ -70,7 +70,7 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
     ///   - handler: called on the loop thread.
     ///   - tickInterval: how often `tick` runs at least.
     ///   - limits: the sizes of message the handler accepts; larger ones reach it as malformed.
-    public init(
+    package init(
         name: String, socket: ZMQSocket, handler: any SocketLoopHandler, tickInterval: Duration = .milliseconds(100),
         limits: BusLimits = .default
     ) throws {
@@ -97,7 +97,7 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
     }
 
     /// Starts the loop thread.
-    public func start() {
+    package func start() {
         guard phase.compareExchange(expected: Phase.created.rawValue, desired: Phase.running.rawValue, ordering: .acquiringAndReleasing).exchanged else { return }
         let thread = Thread { [self] in
             // Named from the thread itself (`Thread.name` set beforehand does not reach the
@@ -111,12 +111,12 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
     }
 
     /// Whether the caller runs on the loop thread.
-    public var isOnLoopThread: Bool {
+    package var isOnLoopThread: Bool {
         loopThread.load(ordering: .acquiring) == UInt(pthread_self())
     }
 
     /// Sends an envelope from the loop thread: at once when called there, else queued.
-    public func send(_ envelope: Envelope) {
+    package func send(_ envelope: Envelope) {
         if isOnLoopThread {
             _ = try? socket.send(envelope)
         } else {
@@ -125,13 +125,13 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
     }
 
     /// Runs `work` on the loop thread, with the socket.
-    public func execute(_ work: @escaping @Sendable (ZMQSocket) -> Void) {
+    package func execute(_ work: @escaping @Sendable (ZMQSocket) -> Void) {
         enqueue(.run(work))
     }
 
     /// Runs a task's job on the loop thread (the `TaskExecutor` requirement). After the loop has
     /// stopped, jobs go to the global concurrent executor so that no task is stranded.
-    public func enqueue(_ job: consuming ExecutorJob) {
+    package func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         if !enqueue(.job(job)) {
             globalConcurrentExecutor.enqueue(job)
@@ -140,7 +140,7 @@ public final class SocketLoop: TaskExecutor, @unchecked Sendable {
 
     /// Stops the loop, lets the handler say goodbye, closes the socket and waits for the thread.
     /// Called on the loop thread itself, it asks the loop to stop and returns at once.
-    public func stop() {
+    package func stop() {
         let previous = phase.exchange(Phase.stopping.rawValue, ordering: .acquiringAndReleasing)
         switch Phase(rawValue: previous) {
         case .created:

@@ -3,12 +3,12 @@ import CZeroMQ
 import Synchronization
 
 /// A libzmq context. The context itself is thread-safe; its sockets are not.
-public final class ZMQContext: @unchecked Sendable {
+package final class ZMQContext: @unchecked Sendable {
     let handle: UnsafeMutableRawPointer
 
     /// Makes a context with one I/O thread (enough for Unix-domain sockets) and room for
     /// `maximumSockets` sockets (libzmq's default is 1 023).
-    public init(maximumSockets: Int32? = nil) throws {
+    package init(maximumSockets: Int32? = nil) throws {
         guard let handle = zmq_ctx_new() else { throw ZMQContext.lastError("zmq_ctx_new") }
         zmq_ctx_set(handle, ZMQ_IO_THREADS, 1)
         if let maximumSockets { zmq_ctx_set(handle, ZMQ_MAX_SOCKETS, maximumSockets) }
@@ -18,7 +18,7 @@ public final class ZMQContext: @unchecked Sendable {
     /// The process's shared context, made on first use and never terminated. As the ZeroMQ guide
     /// advises, a process needs one context: every connection made from it shares its I/O thread,
     /// which then wakes once for the messages of all of them.
-    public static func shared() throws -> ZMQContext {
+    package static func shared() throws -> ZMQContext {
         try sharedContext.withLock { context in
             if let context { return context }
             let made = try ZMQContext()
@@ -31,12 +31,12 @@ public final class ZMQContext: @unchecked Sendable {
 
     /// Terminates the context. Every socket must be closed first (they all use linger 0, so this
     /// returns at once).
-    public func terminate() {
+    package func terminate() {
         while zmq_ctx_term(handle) == -1 && zmq_errno() == EINTR {}
     }
 
     /// The libzmq version, e.g. "4.3.4".
-    public static var libraryVersion: String {
+    package static var libraryVersion: String {
         var major: Int32 = 0, minor: Int32 = 0, patch: Int32 = 0
         zmq_version(&major, &minor, &patch)
         return "\(major).\(minor).\(patch)"
@@ -50,7 +50,7 @@ public final class ZMQContext: @unchecked Sendable {
 }
 
 /// The version of the libzmq this process runs on.
-public enum ZMQVersion {
+package enum ZMQVersion {
     /// e.g. "4.3.4".
-    public static var string: String { ZMQContext.libraryVersion }
+    package static var string: String { ZMQContext.libraryVersion }
 }

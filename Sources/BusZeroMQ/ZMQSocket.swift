@@ -4,9 +4,9 @@ import Foundation
 
 /// One libzmq socket. Not thread-safe: it belongs to one thread (a ``SocketLoop``), and only that
 /// thread touches it after it has been handed over.
-public final class ZMQSocket {
+package final class ZMQSocket {
     /// The socket types BoardBus uses.
-    public enum Kind: Sendable {
+    package enum Kind: Sendable {
         case router, dealer
 
         var rawValue: Int32 {
@@ -18,16 +18,16 @@ public final class ZMQSocket {
     }
 
     /// The outcome of a non-blocking send.
-    public enum SendResult: Sendable, Equatable {
+    package enum SendResult: Sendable, Equatable {
         case sent
         /// The peer's queue is full (high-water mark) or, on a ROUTER, the peer is gone.
         case wouldBlock
         case peerUnreachable
     }
 
-    public let kind: Kind
+    package let kind: Kind
     // Read on every call, by the owning thread only: no exclusivity checks.
-    @exclusivity(unchecked) private var handle: UnsafeMutableRawPointer?
+    @exclusivity(unchecked) private(set) var handle: UnsafeMutableRawPointer?
     /// One heap-allocated message reused for every receive (a `zmq_msg_t` must not move).
     private let message: UnsafeMutablePointer<zmq_msg_t>
     /// Where outgoing headers are encoded, reused for every send.
@@ -46,7 +46,7 @@ public final class ZMQSocket {
     /// the owning thread only.
     @exclusivity(unchecked) private(set) var framesReused = 0
 
-    public init(context: ZMQContext, kind: Kind) throws {
+    package init(context: ZMQContext, kind: Kind) throws {
         guard let handle = zmq_socket(context.handle, kind.rawValue) else {
             throw ZMQContext.lastError("zmq_socket")
         }
@@ -60,7 +60,7 @@ public final class ZMQSocket {
         zmq_msg_init(lastPayload)
         // Four fields of at most 1 KiB, their lengths and the fixed part.
         self.headerBuffer = .allocate(byteCount: HeaderCodec.maximumHeaderBytes, alignment: 8)
-        try setOption(ZMQ_LINGER, Int32(0))
+        try set(.linger(.zero))
     }
 
     deinit {
@@ -72,33 +72,17 @@ public final class ZMQSocket {
         headerBuffer.deallocate()
     }
 
-    /// Sets an integer socket option.
-    public func setOption(_ option: Int32, _ value: Int32) throws {
-        var value = value
-        guard zmq_setsockopt(handle, option, &value, MemoryLayout<Int32>.size) == 0 else {
-            throw ZMQContext.lastError("zmq_setsockopt(\(option))")
-        }
-    }
-
-    /// Sets a 64-bit integer socket option.
-    public func setOption(_ option: Int32, _ value: Int64) throws {
-        var value = value
-        guard zmq_setsockopt(handle, option, &value, MemoryLayout<Int64>.size) == 0 else {
-            throw ZMQContext.lastError("zmq_setsockopt(\(option))")
-        }
-    }
-
-    public func bind(_ endpoint: String) throws {
+    package func bind(_ endpoint: String) throws {
         guard zmq_bind(handle, endpoint) == 0 else { throw ZMQContext.lastError("zmq_bind(\(endpoint))") }
     }
 
-    public func connect(_ endpoint: String) throws {
+    package func connect(_ endpoint: String) throws {
         guard zmq_connect(handle, endpoint) == 0 else { throw ZMQContext.lastError("zmq_connect(\(endpoint))") }
     }
 
     /// Sends a multipart message without blocking.
     @discardableResult
-    public func send(_ frames: [Data]) throws -> SendResult {
+    package func send(_ frames: [Data]) throws -> SendResult {
         for (index, frame) in frames.enumerated() {
             let more = index < frames.count - 1
             let result = try send(frame: frame, more: more)
@@ -120,7 +104,7 @@ public final class ZMQSocket {
     /// payload is handed to libzmq without a copy (it keeps the `Data` alive until it has
     /// written it); other payloads are copied.
     @discardableResult
-    public func send(_ envelope: Envelope, routingID: Data? = nil) throws -> SendResult {
+    package func send(_ envelope: Envelope, routingID: Data? = nil) throws -> SendResult {
         let routed = try sendRoutingID(routingID)
         if routed != .sent { return routed }
         // Without a routing id the header is the first frame, the only one that can be refused.
@@ -145,7 +129,7 @@ public final class ZMQSocket {
 
     /// The file descriptor of the connection the last received message came in on (libzmq's
     /// `ZMQ_SRCFD`), or -1: a way to ask the kernel how much waits unread toward that peer.
-    public var lastSourceDescriptor: Int32 {
+    package var lastSourceDescriptor: Int32 {
         zmq_msg_get(lastHeader, ZMQ_SRCFD)
     }
 
@@ -180,7 +164,7 @@ public final class ZMQSocket {
     /// Lets go of the frames of the last envelope received, once it has been handled. libzmq's
     /// I/O thread decodes small frames into a shared receive buffer, and allocates a new buffer
     /// for each read while any frame of the last one is still held.
-    public func releaseReceivedFrames() {
+    package func releaseReceivedFrames() {
         lastPayloadData = nil
         zmq_msg_close(lastPayload)
         zmq_msg_init(lastPayload)
@@ -224,7 +208,7 @@ public final class ZMQSocket {
     /// is decoded straight from libzmq's buffer; a large payload becomes a `Data` over libzmq's
     /// buffer, without a copy. Frames that are not a valid envelope come back as a
     /// ``MalformedMessage``.
-    public func receiveEnvelope(limits: BusLimits) throws -> ReceivedMessage? {
+    package func receiveEnvelope(limits: BusLimits) throws -> ReceivedMessage? {
         switch try receive(limits: limits, intercept: { _, _, _ in false }) {
         case .message(let message): message
         case .nothing, .intercepted: nil
@@ -232,7 +216,7 @@ public final class ZMQSocket {
     }
 
     /// What ``receive(limits:intercept:)`` found.
-    public enum Receipt: Sendable {
+    package enum ReceiveOutcome: Sendable {
         /// No message was waiting.
         case nothing
         /// The interceptor dealt with the message.
@@ -247,9 +231,9 @@ public final class ZMQSocket {
     /// and the payload's size. When it returns true it has dealt with the message (a router
     /// typically sends it on with ``forwardReceived(to:)``); otherwise the message is parsed as
     /// by ``receiveEnvelope(limits:)``.
-    public func receive(
+    package func receive(
         limits: BusLimits, intercept: (_ routingID: Data?, _ header: UnsafeMutableRawBufferPointer, _ payloadBytes: Int) -> Bool
-    ) throws -> Receipt {
+    ) throws -> ReceiveOutcome {
         let routed = kind == .router
         var routingID: Data?
         var parts = 0
@@ -290,7 +274,7 @@ public final class ZMQSocket {
     /// Sends the frames of the envelope last received on to `routingID` (on a ROUTER socket) as
     /// they are, with the header as an interceptor may have rewritten it: both frames go back to
     /// libzmq, no copy. Only once per received envelope.
-    public func forwardReceived(to routingID: Data?) throws -> SendResult {
+    package func forwardReceived(to routingID: Data?) throws -> SendResult {
         let routed = try sendRoutingID(routingID)
         if routed != .sent { return routed }
         let headerResult = try check(zmq_msg_send(lastHeader, handle, ZMQ_DONTWAIT | ZMQ_SNDMORE))
@@ -314,7 +298,7 @@ public final class ZMQSocket {
     }
 
     /// Receives one whole multipart message without blocking; nil when none is waiting.
-    public func receive() throws -> [Data]? {
+    package func receive() throws -> [Data]? {
         var frames: [Data] = []
         let received = try receiveFrames { _, bytes in
             frames.append(bytes.isEmpty ? Data() : Data(bytes: bytes.baseAddress!, count: bytes.count))
@@ -345,7 +329,7 @@ public final class ZMQSocket {
 
     /// Waits until a message can be received, up to `timeoutMilliseconds` (-1: forever).
     /// For callers that own the socket on a thread of their own (e.g. a benchmark client).
-    public func waitReadable(timeoutMilliseconds: Int) -> Bool {
+    package func waitReadable(timeoutMilliseconds: Int) -> Bool {
         var item = zmq_pollitem_t(socket: handle, fd: 0, events: Int16(ZMQ_POLLIN), revents: 0)
         return zmq_poll(&item, 1, timeoutMilliseconds) > 0
     }
@@ -369,7 +353,7 @@ public final class ZMQSocket {
     }
 
     /// Closes the socket; later calls do nothing.
-    public func close() {
+    package func close() {
         if let handle {
             zmq_close(handle)
             self.handle = nil
@@ -378,11 +362,11 @@ public final class ZMQSocket {
 }
 
 /// One message read from a socket by ``ZMQSocket/receiveEnvelope(limits:)``.
-public struct ReceivedMessage: Sendable {
+package struct ReceivedMessage: Sendable {
     /// The sender's routing id, on a ROUTER socket.
-    public var routingID: Data?
+    package var routingID: Data?
     /// The envelope, or why the frames are not one.
-    public var content: Result<Envelope, MalformedMessage>
+    package var content: Result<Envelope, MalformedMessage>
 }
 
 /// Keeps a sent payload alive until libzmq has written it.

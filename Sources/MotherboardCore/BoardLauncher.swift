@@ -27,6 +27,9 @@ public final class BoardLauncher: Sendable {
     private let binaryDirectory: String
     private let logger: Logger
     private let children = Mutex<[Int32: Child]>([:])
+    /// Set by ``stopAll(gracePeriod:)``: the processes that end from then on are being stopped,
+    /// not failing, so their ends are not reported (nothing restarts them).
+    private let stopping = Atomic<Bool>(false)
     private let onExit: @Sendable (Int32, String, Bool) -> Void
 
     /// - Parameter onExit: called with the pid, a description of how it ended, and whether it
@@ -101,6 +104,10 @@ public final class BoardLauncher: Sendable {
         guard removed != nil else { return }
         try? FileManager.default.removeItem(atPath: pidFile)
         try? FileManager.default.removeItem(atPath: Child.secretFile(pidFile))
+        if stopping.load(ordering: .acquiring) {
+            logger.info("board stopped", metadata: ["board": "\(id)", "pid": "\(pid)", "status": "\(status)"])
+            return
+        }
         logger.info("board process ended", metadata: ["board": "\(id)", "pid": "\(pid)", "status": "\(status)"])
         onExit(pid, status, clean)
     }
@@ -153,6 +160,7 @@ public final class BoardLauncher: Sendable {
 
     /// Sends SIGTERM to every board process, waits up to `gracePeriod`, then SIGKILLs what is left.
     public func stopAll(gracePeriod: Duration = .seconds(3)) async {
+        stopping.store(true, ordering: .releasing)
         for pid in runningPIDs { kill(pid, SIGTERM) }
         let deadline = ContinuousClock.now.advanced(by: gracePeriod)
         while !runningPIDs.isEmpty && ContinuousClock.now < deadline {
@@ -169,5 +177,26 @@ public final class BoardLauncher: Sendable {
         while !runningPIDs.isEmpty && ContinuousClock.now < settle {
             try? await Task.sleep(for: .milliseconds(10))
         }
+    }
+}
+
+extension Process {
+    /// Starts the process with no signal blocked in the child.
+    ///
+    /// `posix_spawn` gives the child the signal mask of the calling thread, and the threads of
+    /// Swift's concurrency pool block most signals. A child started from one of them could
+    /// never receive SIGTERM, so `stop` would always end in SIGKILL. The mask is emptied on this
+    /// thread for the duration of the spawn, then restored.
+    ///
+    /// (Tests and tools spawn with swift-subprocess, which does this itself. The broker does not:
+    /// it starts boards from its synchronous loop thread and needs the pid at once, to bind the
+    /// registration secret to it, while swift-subprocess only spawns from an async task.)
+    fileprivate func runWithDefaultSignalMask() throws {
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        var previous = sigset_t()
+        pthread_sigmask(SIG_SETMASK, &empty, &previous)
+        defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
+        try run()
     }
 }

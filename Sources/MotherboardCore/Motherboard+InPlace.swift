@@ -3,9 +3,9 @@ import Foundation
 
 extension Motherboard {
     /// Where a message routed in place goes, and what it is.
-    public struct InPlaceRoute: Sendable, Hashable {
-        public let peer: PeerID
-        public let kind: MessageKind
+    package struct InPlaceRoute: Sendable, Hashable {
+        package let peer: PeerID
+        package let kind: MessageKind
     }
 
     /// Routes a command or a reply, the bulk of the traffic, from its header frame as received:
@@ -19,7 +19,7 @@ extension Motherboard {
     /// else (a reply to an action is counted, not relayed); when the broker must answer (an
     /// unknown target, a late or forged reply, a retired peer); or when a string is not ASCII.
     /// The caller then parses the message and hands it to `receive`, which routes it the same way.
-    public func routeInPlace(_ header: UnsafeMutableRawBufferPointer, from peer: PeerID, now: ContinuousClock.Instant) -> InPlaceRoute? {
+    package func routeInPlace(_ header: UnsafeMutableRawBufferPointer, from peer: PeerID, now: ContinuousClock.Instant) -> InPlaceRoute? {
         let bytes = UnsafeRawBufferPointer(header)
         guard let layout = try? HeaderLayout(bytes), layout.stringsAreASCII(in: bytes) else { return nil }
         let destination: PeerID?

@@ -1,6 +1,5 @@
 import BusCore
 import BusZeroMQ
-import CZeroMQ
 import Foundation
 import Logging
 import ServiceLifecycle
@@ -54,16 +53,15 @@ public final class MotherboardServer: Service {
 
         let context = try ZMQContext()
         let socket = try ZMQSocket(context: context, kind: .router)
-        try socket.setOption(ZMQ_ROUTER_MANDATORY, Int32(1))
-        try socket.setOption(ZMQ_SNDHWM, Int32(10_000))
-        try socket.setOption(ZMQ_RCVHWM, Int32(10_000))
         // Hard cap: frames far beyond the soft limit disconnect the peer inside libzmq; those
         // between the two get a typed `tooLarge` answer from the broker.
-        try socket.setOption(ZMQ_MAXMSGSIZE, Int64(options.settings.limits.maximumPayloadBytes * 2 + 65_536))
+        try socket.set(
+            .routerMandatory(true), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000),
+            .maximumMessageBytes(Int64(options.settings.limits.maximumPayloadBytes * 2 + 65_536)))
         if address.ipcPath != nil {
             // Only peers running as our uid may talk to the broker (on top of the 0700 directory).
             do {
-                try socket.setOption(ZMQ_IPC_FILTER_UID, Int32(bitPattern: getuid()))
+                try socket.set(.acceptIPCFromUser(getuid()))
             } catch {
                 logger.warning("this libzmq cannot filter ipc peers by uid; relying on the runtime directory's mode", metadata: ["error": "\(error)"])
             }

@@ -1,6 +1,5 @@
 import BusCore
 import BusZeroMQ
-import CZeroMQ
 import Foundation
 import Histogram
 
@@ -70,8 +69,7 @@ struct BaselineBench: Sendable {
 
     private func connect(_ context: ZMQContext) throws -> ZMQSocket {
         let socket = try ZMQSocket(context: context, kind: .dealer)
-        try socket.setOption(ZMQ_SNDHWM, Int32(10_000))
-        try socket.setOption(ZMQ_RCVHWM, Int32(10_000))
+        try socket.set(.sendHighWaterMark(10_000), .receiveHighWaterMark(10_000))
         try socket.connect(endpoint)
         return socket
     }

@@ -222,11 +222,11 @@ struct BaselineProcesses {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-baseline-\(getpid())").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let environment = ProcessInfo.processInfo.environment
-        let proxy = try ChildProcess(
+        let proxy = try await ChildProcess(
             executable: "\(binaries)/zmq-baseline-proxy", arguments: ["ipc://\(directory)/front.sock", "ipc://\(directory)/back.sock"],
             environment: environment, directory: directory, name: "proxy")
         try await proxy.waitForOutput("READY", timeout: .seconds(10))
-        let echo = try ChildProcess(
+        let echo = try await ChildProcess(
             executable: "\(binaries)/zmq-baseline-echo", arguments: ["ipc://\(directory)/back.sock"],
             environment: environment, directory: directory, name: "echo")
         try await echo.waitForOutput("READY", timeout: .seconds(10))
@@ -234,10 +234,8 @@ struct BaselineProcesses {
     }
 
     func stop() {
-        for child in [echo, proxy] where child.isRunning {
-            kill(child.pid, SIGKILL)
-            child.process.waitUntilExit()
-        }
+        // Killed, not waited for: both are gone before anything reuses the directory's name.
+        for child in [echo, proxy] where child.isRunning { kill(child.pid, SIGKILL) }
         try? FileManager.default.removeItem(atPath: directory)
     }
 }

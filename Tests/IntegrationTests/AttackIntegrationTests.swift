@@ -2,7 +2,6 @@ import BoardKit
 import BusCore
 import BoardKitTesting
 import BusZeroMQ
-import CZeroMQ
 import Foundation
 import GreeterIO
 import Testing
@@ -167,7 +166,7 @@ extension AttackIntegrationTests {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             defer { try? FileManager.default.removeItem(atPath: directory) }
             try manifest.write(toFile: "\(directory)/fleet.json", atomically: true, encoding: .utf8)
-            let broker = try ChildProcess(
+            let broker = try await ChildProcess(
                 executable: "\(binaries)/motherboard",
                 arguments: ["--manifest", "\(directory)/fleet.json", "--runtime-dir", "\(directory)/run", "--exit-with-parent"],
                 environment: ProcessInfo.processInfo.environment, directory: directory, name: "motherboard-\(index)")
@@ -202,7 +201,7 @@ extension AttackIntegrationTests {
             let payload = try PayloadCodec.encode(GreeterIO.Greet(name: name))
             let requests = 600
             let endpoint = fleet.address.endpoint
-            let outcome = try await withRawDealer(connectedTo: endpoint, configure: { try $0.setOption(ZMQ_RCVHWM, Int32(1)) }) {
+            let outcome = try await withRawDealer(connectedTo: endpoint, configure: { try $0.set(.receiveHighWaterMark(1)) }) {
                 socket -> (peak: Double, answers: Int, busy: Int, servedMeanwhile: Bool) in
                 var peak = 0.0
                 for index in 1...requests {

@@ -1,5 +1,5 @@
+import BusCore
 import Foundation
-import CZeroMQ
 import Testing
 
 @testable import BusZeroMQ

@@ -1,3 +1,4 @@
+import BusCore
 import BoardKit
 import BoardKitTesting
 import Foundation
@@ -55,7 +56,7 @@ struct FailureIntegrationTests {
         try await TestFleet.with(manifest: exampleManifest) { fleet in
             var environment = TestFleet.environment(for: fleet.address)
             environment["BOARDBUS_BOARD_ID"] = "demo.greeter"
-            let impostor = try ChildProcess(
+            let impostor = try await ChildProcess(
                 executable: "\(fleet.binaryDirectory)/Greeter", arguments: [], environment: environment,
                 directory: fleet.directory, name: "impostor")
             let result = try await impostor.wait(timeout: .seconds(30))

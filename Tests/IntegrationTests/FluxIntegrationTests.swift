@@ -1,3 +1,4 @@
+import BusCore
 import AnnotationFilterIO
 import BoardKit
 import BoardKitTesting

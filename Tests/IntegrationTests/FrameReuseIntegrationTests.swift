@@ -1,6 +1,5 @@
 import BusCore
 @testable import BusZeroMQ
-import CZeroMQ
 import Foundation
 import Testing
 
@@ -67,7 +66,7 @@ struct FrameReuseIntegrationTests {
     @Test func anInterceptedMessageGoesOnInItsFramesWithTheHeaderRewritten() async throws {
         let limits = BusLimits(maximumPayloadBytes: 1_000)
         let (received, declined, oversized, reused) = try await withPair { pair in
-            func receive(_ envelope: Envelope, intercept: (Data?, UnsafeMutableRawBufferPointer, Int) -> Bool) throws -> ZMQSocket.Receipt {
+            func receive(_ envelope: Envelope, intercept: (Data?, UnsafeMutableRawBufferPointer, Int) -> Bool) throws -> ZMQSocket.ReceiveOutcome {
                 guard try pair.dealer.send(envelope) == .sent, pair.router.waitReadable(timeoutMilliseconds: 5_000) else {
                     throw BusError(.timeout, "the router received nothing")
                 }

@@ -1,5 +1,4 @@
 import BusCore
-import CZeroMQ
 import Foundation
 import Logging
 import Testing
@@ -21,7 +20,7 @@ struct ServerRoutingIntegrationTests {
         defer { context.terminate() }
         let router = try ZMQSocket(context: context, kind: .router)
         defer { router.close() }
-        try router.setOption(ZMQ_ROUTER_MANDATORY, Int32(1))
+        try router.set(.routerMandatory(true))
         try router.bind(endpoint)
         let board = try ZMQSocket(context: context, kind: .dealer)
         defer { board.close() }
@@ -34,7 +33,7 @@ struct ServerRoutingIntegrationTests {
         let motherboard = try Motherboard(manifest: FleetManifest(), transport: transport, logger: Logger(label: "test"))
         let handler: any SocketLoopHandler = RouterLoopHandler(motherboard: motherboard, transport: transport)
         /// Handles one message as the socket loop does.
-        func serve() throws -> ZMQSocket.Receipt {
+        func serve() throws -> ZMQSocket.ReceiveOutcome {
             guard router.waitReadable(timeoutMilliseconds: 5_000) else { throw BusError(.timeout, "the broker received nothing") }
             let receipt = try router.receive(limits: .default) { routingID, header, payloadBytes in
                 handler.intercept(from: routingID, header: header, payloadBytes: payloadBytes, on: router)

@@ -1,6 +1,5 @@
 import BusCore
 import BusZeroMQ
-import CZeroMQ
 import Foundation
 import Synchronization
 import Testing
@@ -81,8 +80,7 @@ struct SocketLoopIntegrationTests {
             let context = try ZMQContext()
             defer { context.terminate() }
             let router = try ZMQSocket(context: context, kind: .router)
-            try router.setOption(ZMQ_RCVHWM, Int32(100_000))
-            try router.setOption(ZMQ_SNDHWM, Int32(100_000))
+            try router.set(.receiveHighWaterMark(100_000), .sendHighWaterMark(100_000))
             try router.bind(endpoint)
             let handler = EchoHandler()
             let loop = try SocketLoop(name: "test-loop", socket: router, handler: handler, tickInterval: .seconds(3600))
@@ -95,8 +93,7 @@ struct SocketLoopIntegrationTests {
                 defer { clientContext.terminate() }
                 let dealer = try ZMQSocket(context: clientContext, kind: .dealer)
                 defer { dealer.close() }
-                try dealer.setOption(ZMQ_RCVHWM, Int32(100_000))
-                try dealer.setOption(ZMQ_SNDHWM, Int32(100_000))
+                try dealer.set(.receiveHighWaterMark(100_000), .sendHighWaterMark(100_000))
                 try dealer.connect(endpoint)
                 // All at once, so that more than one batch waits when the loop wakes.
                 var sent = 0
@@ -131,11 +128,11 @@ struct SocketLoopIntegrationTests {
                 defer { context.terminate() }
                 let router = try ZMQSocket(context: context, kind: .router)
                 defer { router.close() }
-                try router.setOption(ZMQ_RCVHWM, Int32(1))
+                try router.set(.receiveHighWaterMark(1))
                 try router.bind(endpoint)
                 let dealer = try ZMQSocket(context: context, kind: .dealer)
                 defer { dealer.close() }
-                try dealer.setOption(ZMQ_SNDHWM, Int32(1))
+                try dealer.set(.sendHighWaterMark(1))
                 try dealer.connect(endpoint)
                 var accepted = 0
                 var refused = 0

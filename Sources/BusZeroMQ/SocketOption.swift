@@ -1,0 +1,66 @@
+import CZeroMQ
+
+extension ZMQSocket {
+    /// The libzmq socket options BoardBus sets, each with the type of its value (as swift-nio's
+    /// `ChannelOption` and czmq's generated setters give them), so that no module but this one
+    /// names a `ZMQ_*` constant or picks the C integer width of an option.
+    package enum Option: Sendable, Equatable {
+        /// `ZMQ_SNDHWM`: messages queued per peer before sends to it would block.
+        case sendHighWaterMark(Int32)
+        /// `ZMQ_RCVHWM`: messages queued from a peer before libzmq stops reading it.
+        case receiveHighWaterMark(Int32)
+        /// `ZMQ_ROUTER_MANDATORY`: a ROUTER's send to an unknown peer fails instead of vanishing.
+        case routerMandatory(Bool)
+        /// `ZMQ_MAXMSGSIZE`: a peer sending a larger frame is disconnected.
+        case maximumMessageBytes(Int64)
+        /// `ZMQ_RECONNECT_IVL`: the first wait before reconnecting.
+        case reconnectInterval(Duration)
+        /// `ZMQ_RECONNECT_IVL_MAX`: the longest wait between reconnection attempts.
+        case maximumReconnectInterval(Duration)
+        /// `ZMQ_IPC_FILTER_UID`: an `ipc://` listener accepts connections of this user only.
+        case acceptIPCFromUser(UInt32)
+        /// `ZMQ_LINGER`: how long unsent messages are kept at close.
+        case linger(Duration)
+
+        var code: Int32 {
+            switch self {
+            case .sendHighWaterMark: ZMQ_SNDHWM
+            case .receiveHighWaterMark: ZMQ_RCVHWM
+            case .routerMandatory: ZMQ_ROUTER_MANDATORY
+            case .maximumMessageBytes: ZMQ_MAXMSGSIZE
+            case .reconnectInterval: ZMQ_RECONNECT_IVL
+            case .maximumReconnectInterval: ZMQ_RECONNECT_IVL_MAX
+            case .acceptIPCFromUser: ZMQ_IPC_FILTER_UID
+            case .linger: ZMQ_LINGER
+            }
+        }
+
+        /// The value as libzmq reads it: an `int` for most options, an `int64_t` for the size.
+        enum Value { case int32(Int32), int64(Int64) }
+
+        var value: Value {
+            switch self {
+            case .sendHighWaterMark(let count), .receiveHighWaterMark(let count): .int32(count)
+            case .routerMandatory(let on): .int32(on ? 1 : 0)
+            case .maximumMessageBytes(let bytes): .int64(bytes)
+            case .reconnectInterval(let interval), .maximumReconnectInterval(let interval), .linger(let interval):
+                .int32(Int32(clamping: interval.wholeMilliseconds))
+            case .acceptIPCFromUser(let uid): .int32(Int32(bitPattern: uid))
+            }
+        }
+    }
+
+    /// Sets socket options, in order; the first libzmq refuses is thrown with its name.
+    package func set(_ options: Option...) throws {
+        for option in options { try set(option) }
+    }
+
+    private func set(_ option: Option) throws {
+        let rc: Int32
+        switch option.value {
+        case .int32(var value): rc = zmq_setsockopt(handle, option.code, &value, MemoryLayout<Int32>.size)
+        case .int64(var value): rc = zmq_setsockopt(handle, option.code, &value, MemoryLayout<Int64>.size)
+        }
+        guard rc == 0 else { throw ZMQContext.lastError("zmq_setsockopt(\(option))") }
+    }
+}
