@@ -56,7 +56,7 @@ extension BusClient {
     public func waitForBoard(_ board: BoardID, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws -> BoardInfo {
         try await poll(timeout: timeout, what: "board '\(board)' to register") {
             let info = try await self.status(board, scope: scope, timeout: .seconds(2))
-            return info.state == "running" ? info : nil
+            return info.state == .running ? info : nil
         } retryingOn: { [.boardNotRunning, .noSuchBoard] }
     }
 

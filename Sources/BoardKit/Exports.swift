@@ -15,6 +15,7 @@
 @_exported import struct BusCore.FlowSpec
 @_exported import struct BusCore.FlowInfo
 @_exported import struct BusCore.BoardInfo
+@_exported import struct BusCore.BoardState
 @_exported import struct BusCore.BoardList
 @_exported import struct BusCore.FlowList
 @_exported import struct BusCore.Introspection

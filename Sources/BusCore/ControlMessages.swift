@@ -66,9 +66,7 @@ public struct BoardInfo: BusPayload, Hashable {
     public var id: BoardID
     public var scope: String
     public var pid: Int32
-    /// `running` (live), `starting` (started, not registered yet), `restarting` (waiting out its
-    /// back-off), `failed` (restart limit reached) or `stopped`.
-    public var state: String
+    public var state: BoardState
     /// How the manifest starts it (`always`, `on-demand`), or `external` for a board no manifest names.
     public var start: String
     public var inputType: String?
@@ -86,7 +84,7 @@ public struct BoardInfo: BusPayload, Hashable {
     public var lastExit: String?
 
     public init(
-        id: BoardID, scope: String, pid: Int32, state: String, start: String, inputType: String?,
+        id: BoardID, scope: String, pid: Int32, state: BoardState, start: String, inputType: String?,
         commands: [String], actions: [String], uptimeSeconds: Double, activations: Int, commandsHandled: Int,
         actionsDelivered: Int, restarts: Int = 0, lastExit: String? = nil
     ) {
@@ -111,7 +109,7 @@ public struct BoardInfo: BusPayload, Hashable {
         id = try container.decode(BoardID.self, forKey: .id)
         scope = try container.decodeIfPresent(String.self, forKey: .scope) ?? ""
         pid = try container.decode(Int32.self, forKey: .pid)
-        state = try container.decode(String.self, forKey: .state)
+        state = try container.decode(BoardState.self, forKey: .state)
         start = try container.decode(String.self, forKey: .start)
         inputType = try container.decodeIfPresent(String.self, forKey: .inputType)
         commands = try container.decodeIfPresent([String].self, forKey: .commands) ?? []
@@ -188,5 +186,36 @@ public struct RegistrationAccepted: BusPayload, Hashable {
     public init(heartbeatIntervalMilliseconds: Int, livenessTimeoutMilliseconds: Int) {
         self.heartbeatIntervalMilliseconds = heartbeatIntervalMilliseconds
         self.livenessTimeoutMilliseconds = livenessTimeoutMilliseconds
+    }
+}
+
+/// Where a board is in its life, as `list` and `status` show it. A stable wire name, like
+/// ``BusError/Code``: a peer that receives a state it does not know keeps its name.
+public struct BoardState: Hashable, Sendable, Codable, CustomStringConvertible {
+    /// The wire name, e.g. `running`.
+    public let name: String
+
+    public init(name: String) { self.name = name }
+
+    /// Registered and live.
+    public static let running = BoardState(name: "running")
+    /// Its process was started and has not registered yet.
+    public static let starting = BoardState(name: "starting")
+    /// Its process ended and the broker waits out the back-off before starting it again.
+    public static let restarting = BoardState(name: "restarting")
+    /// Its restart limit was reached: it stays down.
+    public static let failed = BoardState(name: "failed")
+    /// Not running (never started, completed, or ended without a restart).
+    public static let stopped = BoardState(name: "stopped")
+
+    public var description: String { name }
+
+    public init(from decoder: any Decoder) throws {
+        name = try decoder.singleValueContainer().decode(String.self)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(name)
     }
 }

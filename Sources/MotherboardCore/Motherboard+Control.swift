@@ -64,20 +64,20 @@ extension Motherboard {
     private func stoppedInfo(_ entry: FleetManifest.Board) -> BoardInfo {
         let name = ScopedName(scope: entry.scope, name: entry.id.rawValue)
         return BoardInfo(
-            id: entry.id, scope: entry.scope, pid: 0, state: offlineState(name), start: entry.start.rawValue,
+            id: entry.id, scope: entry.scope, pid: 0, state: supervisor.offlineState(of: name), start: entry.start.rawValue,
             inputType: nil, commands: [], actions: [], uptimeSeconds: 0, activations: 0, commandsHandled: 0, actionsDelivered: 0,
-            restarts: supervision[name]?.restarts ?? 0, lastExit: supervision[name]?.lastExit)
+            restarts: supervisor.records[name]?.restarts ?? 0, lastExit: supervisor.records[name]?.lastExit)
     }
 
     private func info(for board: LiveBoard, now: ContinuousClock.Instant) -> BoardInfo {
         let registration = board.registration
         let uptime = board.registeredAt.duration(to: now)
         return BoardInfo(
-            id: registration.id, scope: registration.scope, pid: registration.pid, state: "running",
+            id: registration.id, scope: registration.scope, pid: registration.pid, state: .running,
             start: manifest.board(registration.id, scope: registration.scope)?.start.rawValue ?? "external",
             inputType: registration.inputType, commands: registration.commands, actions: registration.actions,
             uptimeSeconds: Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18,
             activations: board.activations, commandsHandled: board.commandsHandled, actionsDelivered: board.actionsDelivered,
-            restarts: supervision[board.name]?.restarts ?? 0, lastExit: supervision[board.name]?.lastExit)
+            restarts: supervisor.records[board.name]?.restarts ?? 0, lastExit: supervisor.records[board.name]?.lastExit)
     }
 }

@@ -62,13 +62,12 @@ extension Motherboard {
     private func replyInPlace(
         _ layout: HeaderLayout, _ header: UnsafeMutableRawBufferPointer, from peer: PeerID, now: ContinuousClock.Instant
     ) -> PeerID? {
-        guard let sender = registry.board(for: peer), let request = pending.removeValue(forKey: layout.correlationID) else { return nil }
-        guard request.boardPeer == peer, request.action == nil, layout.target.isEmpty,
-            Self.bytes(UnsafeRawBufferPointer(header), layout.source, equal: request.board.name)
-        else {
-            pending[layout.correlationID] = request
-            return nil
-        }
+        guard let sender = registry.board(for: peer),
+            let request = replies.takeReply(layout.correlationID, from: peer, accept: { request in
+                request.action == nil && layout.target.isEmpty
+                    && Self.bytes(UnsafeRawBufferPointer(header), layout.source, equal: request.board.name)
+            })
+        else { return nil }
         sender.lastSeen = now
         HeaderLayout.setCorrelationID(request.clientCorrelationID, in: header)
         return request.client

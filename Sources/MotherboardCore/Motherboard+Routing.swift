@@ -38,27 +38,27 @@ extension Motherboard {
             if let client { reply(to: envelope, from: client, error: notLiveError(name)) }
             return
         }
-        if var start = starting[name] {
-            guard start.queue.count < settings.activationQueueLimit else {
-                if let client {
-                    reply(to: envelope, from: client, error: BusError(.busy, "board '\(name)' is starting and \(settings.activationQueueLimit) inputs already wait"))
-                }
-                return
-            }
-            start.queue.append((envelope, client))
-            starting[name] = start
+        switch supervisor.enqueue((envelope, client), for: name, limit: settings.activationQueueLimit) {
+        case .queued:
             return
+        case .full:
+            if let client {
+                reply(to: envelope, from: client, error: BusError(.busy, "board '\(name)' is starting and \(settings.activationQueueLimit) inputs already wait"))
+            }
+            return
+        case .notStarting:
+            break
         }
-        if supervision[name]?.failed == true {
+        if supervisor.hasFailed(name) {
             if let client { reply(to: envelope, from: client, error: BusError(.boardNotRunning, "board '\(name)' reached its restart limit")) }
             return
         }
         do {
-            starting[name] = StartingBoard(pid: 0, since: now, queue: [(envelope, client)])
+            supervisor.willStart(name, with: (envelope, client), now: now)
             try startProcess(name, entry: entry, now: now)
             counters.onDemandStarts += 1
         } catch {
-            starting[name] = nil
+            _ = supervisor.endStart(name)
             let failure = error as? BusError ?? BusError(.boardNotRunning, "cannot start board '\(name)': \(error)")
             if let client { reply(to: envelope, from: client, error: failure) }
         }
@@ -66,7 +66,7 @@ extension Motherboard {
 
     /// A board started on demand registered: its queued inputs go to it, in order.
     func deliverQueuedActivations(to board: LiveBoard, now: ContinuousClock.Instant) {
-        guard let start = starting.removeValue(forKey: board.name) else { return }
+        guard let start = supervisor.endStart(board.name) else { return }
         for (envelope, client) in start.queue {
             board.activations += 1
             deliver(envelope, to: board, from: client, sender: nil, now: now)
@@ -75,7 +75,7 @@ extension Motherboard {
 
     /// A start failed: everything waiting for it gets `error`.
     func failStart(_ name: ScopedName, _ error: BusError) {
-        guard let start = starting.removeValue(forKey: name) else { return }
+        guard let start = supervisor.endStart(name) else { return }
         logger.warning("on-demand start failed", metadata: ["board": "\(name)", "error": "\(error)"])
         for (envelope, client) in start.queue {
             if let client { reply(to: envelope, from: client, error: error) }
@@ -106,11 +106,9 @@ extension Motherboard {
         now: ContinuousClock.Instant
     ) -> UInt64 {
         guard let client, flags.contains(.replyExpected) else { return 0 }
-        let forwarded = makeCorrelationID()
-        pending[forwarded] = PendingRequest(
-            client: client, clientCorrelationID: correlationID, board: target.name, boardPeer: target.peer,
+        return replies.expect(
+            from: client, clientCorrelationID: correlationID, board: target.name, boardPeer: target.peer,
             deadline: now.advanced(by: requestTimeout(milliseconds: timeoutMilliseconds)))
-        return forwarded
     }
 
     /// The deadline a request carries (its header's timeout), or the default when it carries none.
@@ -120,29 +118,21 @@ extension Motherboard {
 
     /// A board's answer to a forwarded request: relayed to the client under its own correlation id.
     func relayReply(_ envelope: Envelope, from peer: PeerID) {
-        let correlationID = envelope.header.correlationID
-        // One dictionary operation on the common path: taken out, and put back if forged.
-        guard let request = pending.removeValue(forKey: correlationID) else {
-            // Late (after a timeout): nobody waits for it.
-            return
-        }
-        guard request.boardPeer == peer else {
-            // Forged: not from the board the request went to.
-            pending[correlationID] = request
-            return
-        }
+        // Late (after a timeout: nobody waits for it) or forged (not from the board the request
+        // went to): dropped.
+        guard let request = replies.takeReply(envelope.header.correlationID, from: peer) else { return }
         finish(request, .success(envelope))
     }
 
     /// Ends a forwarded request with the board's answer or an error: relayed to the client, or
     /// counted towards the action delivery it is part of.
     func finish(_ correlationID: UInt64, _ outcome: Result<Envelope, BusError>) {
-        guard let request = pending.removeValue(forKey: correlationID) else { return }
+        guard let request = replies.take(correlationID) else { return }
         finish(request, outcome)
     }
 
-    /// Ends a request already taken out of `pending`.
-    private func finish(_ request: PendingRequest, _ outcome: Result<Envelope, BusError>) {
+    /// Ends a request already taken out of ``replies``.
+    func finish(_ request: ReplyRegistry.Request, _ outcome: Result<Envelope, BusError>) {
         if let action = request.action {
             let acknowledged = (try? outcome.get())?.header.kind == .reply
             return finishActionPart(action, acknowledged: acknowledged)
@@ -160,16 +150,9 @@ extension Motherboard {
     }
 
     private func finishActionPart(_ id: UInt64, acknowledged: Bool) {
-        guard var delivery = actionDeliveries[id] else { return }
-        delivery.remaining -= 1
-        if acknowledged { delivery.acknowledged += 1 }
-        guard delivery.remaining == 0 else {
-            actionDeliveries[id] = delivery
-            return
-        }
-        actionDeliveries[id] = nil
-        let header = EnvelopeHeader(kind: .reply, correlationID: delivery.clientCorrelationID)
-        send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(Delivery(delivered: delivery.acknowledged))), to: delivery.client)
+        guard let done = replies.finishActionPart(id, acknowledged: acknowledged) else { return }
+        let header = EnvelopeHeader(kind: .reply, correlationID: done.clientCorrelationID)
+        send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(Delivery(delivered: done.acknowledged))), to: done.client)
     }
 
     /// `sendToMotherboard(output)`: every output flow of the sender's scope whose sources include
@@ -236,11 +219,8 @@ extension Motherboard {
             registry.subscribers(of: envelope.header.typeName, in: scope).filter { $0.peer != peer }
         }
         let acknowledged = envelope.header.flags.contains(.replyExpected) && !subscribers.isEmpty
-        let deliveryID = makeCorrelationID()
-        if acknowledged {
-            actionDeliveries[deliveryID] = ActionDelivery(
-                client: peer, clientCorrelationID: envelope.header.correlationID, remaining: subscribers.count)
-        }
+        let deliveryID = acknowledged
+            ? replies.beginAction(from: peer, clientCorrelationID: envelope.header.correlationID, subscribers: subscribers.count) : 0
         let timeout = requestTimeout(milliseconds: envelope.header.timeoutMilliseconds)
         var header = envelope.header
         header.source = sender?.id.rawValue ?? ""
@@ -249,11 +229,8 @@ extension Motherboard {
             header.target = subscriber.id.rawValue
             subscriber.actionsDelivered += 1
             if acknowledged {
-                let correlationID = makeCorrelationID()
-                pending[correlationID] = PendingRequest(
-                    client: peer, clientCorrelationID: 0, board: subscriber.name, boardPeer: subscriber.peer,
-                    deadline: now.advanced(by: timeout), action: deliveryID)
-                header.correlationID = correlationID
+                header.correlationID = replies.expectActionPart(
+                    deliveryID, board: subscriber.name, boardPeer: subscriber.peer, deadline: now.advanced(by: timeout))
             } else {
                 header.flags.remove(.replyExpected)
                 header.correlationID = 0
@@ -272,7 +249,7 @@ extension Motherboard {
         }
         let completion = (try? PayloadCodec.decode(Completion.self, from: envelope.payload)) ?? Completion(isDone: true)
         retiredPeers.insert(peer)
-        completedBoards.insert(board.name)
+        supervisor.completed(board.name)
         drop(board.name, reason: "completed (isDone: \(completion.isDone))")
         let ran = runFlows(.completion, from: board.name, typeName: Completion.busTypeName, payload: PayloadCodec.encodeOrEmpty(completion), now: now)
         reply(to: envelope, from: peer, with: Delivery(delivered: ran))

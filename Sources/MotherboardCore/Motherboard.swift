@@ -53,35 +53,6 @@ public struct LaunchedProcess: Sendable, Hashable {
 /// for each incoming message and ``tick(now:)`` periodically. The broker routes on headers only;
 /// it decodes payloads of its own control messages and never those between boards.
 public final class Motherboard {
-    /// A request forwarded to a board, waiting for its reply.
-    struct PendingRequest {
-        var client: PeerID
-        var clientCorrelationID: UInt64
-        var board: ScopedName
-        var boardPeer: PeerID
-        var deadline: ContinuousClock.Instant
-        /// For an action delivered to several subscribers: the delivery this part belongs to.
-        var action: UInt64? = nil
-    }
-
-    /// An action waiting for its subscribers' acknowledgements.
-    struct ActionDelivery {
-        var client: PeerID
-        var clientCorrelationID: UInt64
-        var remaining: Int
-        var acknowledged = 0
-    }
-
-    /// A manifest board whose process was started on demand and has not registered yet.
-    struct StartingBoard {
-        var pid: Int32
-        /// The secret the process was started with: its registration must carry it.
-        var secret: String? = nil
-        var since: ContinuousClock.Instant
-        /// Activations waiting for it, with their senders (nil for flows).
-        var queue: [(envelope: Envelope, client: PeerID?)]
-    }
-
     public let manifest: FleetManifest
     public let settings: MotherboardSettings
     // The routing state below is touched on every message, only on the loop thread and never
@@ -90,21 +61,14 @@ public final class Motherboard {
     let scopes: ScopeTable
     var flows = FlowTable()
     @exclusivity(unchecked) var registry = BoardRegistry()
-    @exclusivity(unchecked) var pending: [UInt64: PendingRequest] = [:]
-    var actionDeliveries: [UInt64: ActionDelivery] = [:]
-    var starting: [ScopedName: StartingBoard] = [:]
-    /// Board processes the broker started or adopted, by pid.
-    var processes: [Int32: ScopedName] = [:]
-    /// Pids adopted from an earlier broker: not our children, their end is found by liveness.
-    var adopted: Set<Int32> = []
-    var supervision: [ScopedName: Supervision] = [:]
-    /// Boards that completed: their process's end is not a failure, and is not restarted.
-    var completedBoards: Set<ScopedName> = []
+    /// Forwarded requests and action deliveries waiting for answers (both routing paths).
+    @exclusivity(unchecked) var replies = ReplyRegistry()
+    /// The board processes: starting, running, adopted, completed, and their restarts.
+    var supervisor = Supervisor()
     /// Subscribers of each store's changes.
     var storeSubscriptions: [ScopedName: Set<PeerID>] = [:]
     /// Peers of board instances that completed: their later messages are refused.
     @exclusivity(unchecked) var retiredPeers = RetiredPeers(capacity: 1024)
-    @exclusivity(unchecked) private var nextCorrelationID: UInt64 = 1
     private var lastHeartbeat: ContinuousClock.Instant?
     private let transport: any MotherboardTransport
     let producer: (any BoardProducer)?
@@ -181,11 +145,11 @@ public final class Motherboard {
                 send(Envelope(header: EnvelopeHeader(kind: .heartbeat, target: board.id.rawValue)), to: board.peer)
             }
         }
-        for (correlationID, request) in pending where request.deadline <= now {
+        for request in replies.takeExpired(now: now) {
             counters.timedOutRequests += 1
-            finish(correlationID, .failure(BusError(.timeout, "board '\(request.board)' did not answer in time")))
+            finish(request, .failure(BusError(.timeout, "board '\(request.board)' did not answer in time")))
         }
-        for (name, start) in starting where start.pid != 0 && start.since.duration(to: now) > settings.startTimeout {
+        for name in supervisor.overdueStarts(now: now, timeout: settings.startTimeout) {
             failStart(name, BusError(.boardNotRunning, "board '\(name)' did not register within \(settings.startTimeout) of its start"))
         }
         restartDueBoards(now: now)
@@ -233,7 +197,7 @@ public final class Motherboard {
             }
             return nil
         }
-        if registry[name] == nil, let start = starting[name], manifest.board(named: name.name, scope: name.scope) != nil {
+        if registry[name] == nil, let start = supervisor.starting[name], manifest.board(named: name.name, scope: name.scope) != nil {
             guard start.pid != 0, start.secret == nil || Self.secretsMatch(start.secret, registration.secret) else {
                 let what = start.pid == 0 ? "is restarting it" : "started process \(start.pid) for it"
                 return BusError(.idInUse, "board id '\(name)' belongs to the manifest and the motherboard \(what); a board started by hand can take a free id only")
@@ -270,8 +234,8 @@ public final class Motherboard {
         flows.removeFlows(ownedBy: name)
         storesForget(board)
         logger.info("board dropped", metadata: ["board": "\(name)", "pid": "\(board.registration.pid)", "reason": "\(reason)"])
-        for (correlationID, request) in pending where request.board == name && request.boardPeer == board.peer {
-            finish(correlationID, .failure(BusError(.boardNotRunning, "board '\(name)' stopped before answering (\(reason))")))
+        for request in replies.takeAll(waitingOn: name, peer: board.peer) {
+            finish(request, .failure(BusError(.boardNotRunning, "board '\(name)' stopped before answering (\(reason))")))
         }
     }
 
@@ -327,8 +291,7 @@ public final class Motherboard {
     }
 
     func makeCorrelationID() -> UInt64 {
-        defer { nextCorrelationID &+= 1 }
-        return nextCorrelationID
+        replies.makeCorrelationID()
     }
 
     /// The scope a message acts in: a registered board's own, else the one the header names.

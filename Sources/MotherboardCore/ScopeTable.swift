@@ -1,7 +1,7 @@
 import BusCore
 
 /// A board's name within a scope: ids are unique per scope, not across the fleet.
-public struct ScopedName: Hashable, Sendable, CustomStringConvertible {
+public struct ScopedName: Hashable, Sendable, Comparable, CustomStringConvertible {
     /// Empty for the root scope.
     public var scope: String
     public var name: String
@@ -12,6 +12,10 @@ public struct ScopedName: Hashable, Sendable, CustomStringConvertible {
     }
 
     public var description: String { scope.isEmpty ? name : "\(scope)/\(name)" }
+
+    public static func < (left: ScopedName, right: ScopedName) -> Bool {
+        (left.scope, left.name) < (right.scope, right.name)
+    }
 }
 
 /// The tree of motherboard scopes declared by the manifest.

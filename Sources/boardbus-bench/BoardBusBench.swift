@@ -83,7 +83,7 @@ extension BusClient {
     func waitForBoardToStop(_ board: BoardID) async throws -> Bool {
         let deadline = ContinuousClock.now.advanced(by: .seconds(30))
         while ContinuousClock.now < deadline {
-            if try await status(board).state == "stopped" { return true }
+            if try await status(board).state == .stopped { return true }
             try await Task.sleep(for: .milliseconds(10))
         }
         return false

@@ -23,7 +23,7 @@ extension Busctl {
                 let list = try await client.list(timeout: options.deadline)
                 if options.json { return try options.printJSON(list) }
                 let rows = list.boards.map { board in
-                    [board.id.rawValue, "\(board.pid)", board.scope.isEmpty ? "-" : board.scope, board.state, board.start,
+                    [board.id.rawValue, "\(board.pid)", board.scope.isEmpty ? "-" : board.scope, board.state.name, board.start,
                      String(format: "%.1fs", board.uptimeSeconds), board.commands.joined(separator: ",")]
                 }
                 printTable(header: ["ID", "PID", "SCOPE", "STATE", "START", "UPTIME", "COMMANDS"], rows: rows)

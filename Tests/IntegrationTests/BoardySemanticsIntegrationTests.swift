@@ -47,7 +47,7 @@ struct BoardySemanticsIntegrationTests {
     @Test func onDemandTaskBoardQueuesInputRefusesBusyAndCompletesOnce() async throws {
         try await TestFleet.with(manifest: boardyManifest) { fleet in
             try await fleet.withClient { client in
-                #expect(try await client.status(PaymentIO.id, scope: "checkout").state == "stopped")
+                #expect(try await client.status(PaymentIO.id, scope: "checkout").state == .stopped)
                 // Not running: the broker starts it and delivers the queued input once it registers.
                 try await client.activate(PaymentIO.destination, with: PaymentIO.Pay(orderID: "o1", amount: 5, millis: 400), scope: "checkout")
                 let firstPID = try #require(fleet.pid(of: PaymentIO.id, scope: "checkout"))
@@ -73,7 +73,7 @@ struct BoardySemanticsIntegrationTests {
                 // The completed process exits and leaves the registry.
                 let exited = await eventually { kill(firstPID, 0) != 0 }
                 #expect(exited)
-                #expect(try await client.status(PaymentIO.id, scope: "checkout").state == "stopped")
+                #expect(try await client.status(PaymentIO.id, scope: "checkout").state == .stopped)
 
                 // Activating the id again starts a fresh instance.
                 try await client.activate(PaymentIO.destination, with: PaymentIO.Pay(orderID: "o3", amount: 7, millis: 10), scope: "checkout")

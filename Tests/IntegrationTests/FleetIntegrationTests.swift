@@ -26,7 +26,7 @@ struct FleetIntegrationTests {
             let text = try await fleet.busctl("list")
             #expect(text.standardOutput.contains("demo.greeter"))
             let status = try await fleet.busctl("status", "demo.spare", "--json")
-            #expect(try decode(BoardInfo.self, from: status).state == "stopped")
+            #expect(try decode(BoardInfo.self, from: status).state == .stopped)
         }
     }
 

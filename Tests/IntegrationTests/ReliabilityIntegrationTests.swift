@@ -46,7 +46,7 @@ struct ReliabilityIntegrationTests {
             let back = try await fleet.withClient { client in
                 try await eventually(timeout: .seconds(10)) {
                     let info = try await client.status(GreeterIO.id)
-                    return info.state == "running" && info.pid != firstPID
+                    return info.state == .running && info.pid != firstPID
                 }
             }
             #expect(back)
@@ -156,7 +156,7 @@ struct ReliabilityIntegrationTests {
             #expect(kill(adoptedPID, SIGKILL) == 0)
             let restarted = try await eventually {
                 let status = try decode(BoardInfo.self, from: try await fleet.busctl("status", "demo.greeter", "--json"))
-                return status.pid != adoptedPID && status.state == "running"
+                return status.pid != adoptedPID && status.state == .running
             }
             #expect(restarted)
             let status = try decode(BoardInfo.self, from: try await fleet.busctl("status", "demo.greeter", "--json"))

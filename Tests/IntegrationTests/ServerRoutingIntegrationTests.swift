@@ -74,6 +74,6 @@ struct ServerRoutingIntegrationTests {
         #expect(reply.payload == answer)
         // Both messages went on in the frames they came in.
         #expect(router.framesReused - reusedBefore == 4)
-        #expect(motherboard.pending.isEmpty)
+        #expect(motherboard.replies.isEmpty)
     }
 }

@@ -48,14 +48,14 @@ struct InPlaceRoutingTests {
             kind: .command, flags: .replyExpected, correlationID: 41, timeoutMilliseconds: 3_000, target: "demo.greeter", typeName: "greet")
         let forwarded = try expectSameRoute(twins, command, from: twins.parsed.client)
         #expect(forwarded.correlationID != 41 && forwarded.correlationID != 0)
-        #expect(twins.inPlace.motherboard.pending.count == 1)
+        #expect(twins.inPlace.motherboard.replies.count == 1)
         #expect(twins.inPlace.motherboard.registry[ScopedName(scope: "", name: "demo.greeter")]?.commandsHandled == 1)
 
         // The board answers as BoardKit does: from itself, to the command's source (none).
         let reply = try expectSameRoute(
             twins, EnvelopeHeader(kind: .reply, correlationID: forwarded.correlationID, source: "demo.greeter"), from: greeter)
         #expect(reply.correlationID == 41)
-        #expect(twins.inPlace.motherboard.pending.isEmpty)
+        #expect(twins.inPlace.motherboard.replies.isEmpty)
     }
 
     @Test func errorRepliesAndCommandsWithoutAReplyToo() throws {
@@ -69,7 +69,7 @@ struct InPlaceRoutingTests {
         // Fire and forget: no correlation id, nothing remembered.
         let oneWay = try expectSameRoute(twins, EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"), from: twins.parsed.client)
         #expect(oneWay.correlationID == 0)
-        #expect(twins.inPlace.motherboard.pending.isEmpty)
+        #expect(twins.inPlace.motherboard.replies.isEmpty)
     }
 
     @Test func aBoardsCommandThatNamesItselfGoesInPlace() throws {
@@ -82,7 +82,7 @@ struct InPlaceRoutingTests {
         let named = EnvelopeHeader(kind: .reply, correlationID: forwarded.correlationID, source: "demo.greeter", target: "app.dashboard")
         let (destination, _) = try routeInPlace(twins.inPlace, named, from: greeter)
         #expect(destination == nil)
-        #expect(twins.inPlace.motherboard.pending.count == 1)
+        #expect(twins.inPlace.motherboard.replies.count == 1)
     }
 
     /// The answers BoardKit makes (`reply`, `errorReply`) name no target, whoever asked: a board's
@@ -97,7 +97,7 @@ struct InPlaceRoutingTests {
         #expect(answer.header.target.isEmpty)
         let relayed = try expectSameRoute(twins, answer.header, from: greeter)
         #expect(relayed.correlationID == 5)
-        #expect(twins.inPlace.motherboard.pending.isEmpty)
+        #expect(twins.inPlace.motherboard.replies.isEmpty)
     }
 
     /// Each of these needs more than a new correlation id, or an answer from the broker.
@@ -123,7 +123,7 @@ struct InPlaceRoutingTests {
             #expect(destination == nil, "\(what)")
             #expect(after == header, "\(what)")
         }
-        #expect(harness.motherboard.pending.isEmpty)
+        #expect(harness.motherboard.replies.isEmpty)
         #expect(harness.motherboard.registry[ScopedName(scope: "", name: "demo.greeter")]?.commandsHandled == 0)
         #expect(harness.transport.sent.isEmpty)
     }
@@ -150,7 +150,7 @@ struct InPlaceRoutingTests {
         let (destination, _) = try routeInPlace(
             harness, EnvelopeHeader(kind: .reply, correlationID: delivered.header.correlationID, source: "demo.greeter"), from: greeter)
         #expect(destination == nil)
-        #expect(harness.motherboard.pending.count == 1)
+        #expect(harness.motherboard.replies.count == 1)
     }
 
     @Test func aRetiredInstanceIsLeftToTheParsedPath() throws {

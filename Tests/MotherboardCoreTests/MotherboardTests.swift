@@ -131,7 +131,7 @@ struct MotherboardTests {
         #expect(answer.header.correlationID == 9)
         #expect(answer.carriedError?.code == .busy)
         #expect(try harness.list().boards.map(\.id) == ["demo.greeter"])
-        #expect(harness.motherboard.pending.isEmpty)
+        #expect(harness.motherboard.replies.isEmpty)
     }
 
     @Test func commandsAreForwardedAndRepliesRelayed() throws {

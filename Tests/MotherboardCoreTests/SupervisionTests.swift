@@ -33,7 +33,7 @@ struct SupervisionTests {
         let delivered = harness.register("svc", scope: "", peer: PeerID(Data([0x2])), pid: producer.nextPID)
         #expect(delivered.contains { $0.header.kind == .activate })
         let status = try harness.control(ControlOperation.status, StatusRequest(id: "svc"), from: harness.client, as: BoardInfo.self)
-        #expect(status.restarts == 1 && status.lastExit == "signal 9" && status.state == "running")
+        #expect(status.restarts == 1 && status.lastExit == "signal 9" && status.state == .running)
 
         // Second crash: 200 ms back-off; third: 400 ms; then the limit (3 in the window) holds.
         for expected in [200, 400] {
@@ -50,7 +50,7 @@ struct SupervisionTests {
         harness.motherboard.tick(now: harness.now)
         #expect(producer.started.count == 4)
         let failed = try harness.control(ControlOperation.status, StatusRequest(id: "svc"), from: harness.client, as: BoardInfo.self)
-        #expect(failed.state == "failed" && failed.restarts == 3)
+        #expect(failed.state == .failed && failed.restarts == 3)
         harness.request(EnvelopeHeader(kind: .activate, target: "svc"), from: harness.client, correlation: 9)
         #expect(harness.transport.take(for: harness.client).last?.carriedError?.code == .boardNotRunning)
     }

@@ -1,0 +1,137 @@
+import BusCore
+
+/// What the broker waits for: every request it forwarded and whose sender waits, by the
+/// correlation id it travels under, and every action delivery waiting for its subscribers'
+/// acknowledgements. Both routing paths (parsed and in place) insert, match and expire here, so
+/// they cannot disagree about what is pending. (dbus-broker's `reply.c` keeps the same ledger:
+/// a reply is accepted once, from the peer the call went to, before its deadline.)
+///
+/// No I/O and no clock of its own: the broker passes `now`, and relays what comes out.
+struct ReplyRegistry {
+    /// A request forwarded to a board, waiting for its reply.
+    struct Request: Equatable {
+        /// Who waits, and under which of its own correlation ids.
+        var client: PeerID
+        var clientCorrelationID: UInt64
+        /// The board the request went to: only its connection may answer.
+        var board: ScopedName
+        var boardPeer: PeerID
+        var deadline: ContinuousClock.Instant
+        /// For one subscriber's part of an acknowledged action: the delivery it counts towards.
+        var action: UInt64? = nil
+    }
+
+    /// An acknowledged action waiting for its subscribers.
+    struct ActionDelivery: Equatable {
+        var client: PeerID
+        var clientCorrelationID: UInt64
+        var remaining: Int
+        var acknowledged = 0
+    }
+
+    /// How an action part ended, once every part has.
+    struct FinishedAction: Equatable {
+        var client: PeerID
+        var clientCorrelationID: UInt64
+        /// The subscribers that acknowledged (the others died or missed the deadline).
+        var acknowledged: Int
+    }
+
+    private var requests: [UInt64: Request] = [:]
+    private var actions: [UInt64: ActionDelivery] = [:]
+    private var nextID: UInt64 = 1
+
+    /// The requests waiting for a reply.
+    var count: Int { requests.count }
+    var isEmpty: Bool { requests.isEmpty && actions.isEmpty }
+
+    /// A correlation id not used before (by this broker): for a forwarded request, an action
+    /// delivery, or a message the broker itself sends.
+    mutating func makeCorrelationID() -> UInt64 {
+        defer { nextID &+= 1 }
+        return nextID
+    }
+
+    // MARK: - Insert
+
+    /// Remembers a request forwarded to `board` on `boardPeer`; returns the correlation id it
+    /// travels under.
+    mutating func expect(
+        from client: PeerID, clientCorrelationID: UInt64, board: ScopedName, boardPeer: PeerID, deadline: ContinuousClock.Instant
+    ) -> UInt64 {
+        let id = makeCorrelationID()
+        requests[id] = Request(
+            client: client, clientCorrelationID: clientCorrelationID, board: board, boardPeer: boardPeer, deadline: deadline)
+        return id
+    }
+
+    /// Begins an acknowledged action delivery to `subscribers` parts; returns its id, for
+    /// ``expectActionPart(_:board:boardPeer:deadline:)``.
+    mutating func beginAction(from client: PeerID, clientCorrelationID: UInt64, subscribers: Int) -> UInt64 {
+        let id = makeCorrelationID()
+        actions[id] = ActionDelivery(client: client, clientCorrelationID: clientCorrelationID, remaining: subscribers)
+        return id
+    }
+
+    /// Remembers one subscriber's part of action delivery `action`; returns the correlation id
+    /// it travels under.
+    mutating func expectActionPart(_ action: UInt64, board: ScopedName, boardPeer: PeerID, deadline: ContinuousClock.Instant) -> UInt64 {
+        guard let delivery = actions[action] else { preconditionFailure("no action delivery \(action)") }
+        let id = makeCorrelationID()
+        requests[id] = Request(
+            client: delivery.client, clientCorrelationID: 0, board: board, boardPeer: boardPeer, deadline: deadline, action: action)
+        return id
+    }
+
+    // MARK: - Match
+
+    /// Takes the request a reply from `peer` answers, if `peer` is the connection the request
+    /// went to and `accept` agrees; otherwise nothing changes (a late reply, one that another
+    /// connection forged, or one the caller routes another way) and nil is returned. One
+    /// dictionary operation on the common path.
+    mutating func takeReply(
+        _ correlationID: UInt64, from peer: PeerID, accept: (Request) -> Bool = { _ in true }
+    ) -> Request? {
+        guard let request = requests.removeValue(forKey: correlationID) else { return nil }
+        guard request.boardPeer == peer, accept(request) else {
+            requests[correlationID] = request
+            return nil
+        }
+        return request
+    }
+
+    /// Takes a request by id, whoever answers it (the broker failing it).
+    mutating func take(_ correlationID: UInt64) -> Request? {
+        requests.removeValue(forKey: correlationID)
+    }
+
+    /// Counts one part of an action delivery as ended; returns the delivery once every part has.
+    mutating func finishActionPart(_ action: UInt64, acknowledged: Bool) -> FinishedAction? {
+        guard var delivery = actions[action] else { return nil }
+        delivery.remaining -= 1
+        if acknowledged { delivery.acknowledged += 1 }
+        guard delivery.remaining == 0 else {
+            actions[action] = delivery
+            return nil
+        }
+        actions[action] = nil
+        return FinishedAction(client: delivery.client, clientCorrelationID: delivery.clientCorrelationID, acknowledged: delivery.acknowledged)
+    }
+
+    // MARK: - Expire
+
+    /// Takes every request whose deadline has passed, oldest id first.
+    mutating func takeExpired(now: ContinuousClock.Instant) -> [Request] {
+        take { $0.deadline <= now }
+    }
+
+    /// Takes every request waiting on `board`'s connection `peer` (it is gone), oldest id first.
+    mutating func takeAll(waitingOn board: ScopedName, peer: PeerID) -> [Request] {
+        take { $0.board == board && $0.boardPeer == peer }
+    }
+
+    private mutating func take(where matches: (Request) -> Bool) -> [Request] {
+        let ids = requests.compactMap { matches($0.value) ? $0.key : nil }.sorted()
+        return ids.compactMap { requests.removeValue(forKey: $0) }
+    }
+}

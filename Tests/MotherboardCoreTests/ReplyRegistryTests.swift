@@ -1,0 +1,84 @@
+import BusCore
+import Foundation
+import Testing
+
+@testable import MotherboardCore
+
+/// The broker's ledger of what it waits for, on its own: both routing paths rely on these rules.
+@Suite("Reply registry")
+struct ReplyRegistryTests {
+    let client = PeerID(Data([0xC0]))
+    let board = PeerID(Data([0xB0]))
+    let other = PeerID(Data([0xB1]))
+    let greeter = ScopedName(scope: "", name: "demo.greeter")
+    let start = ContinuousClock.now
+
+    @Test func aReplyIsAcceptedOnceAndOnlyFromTheConnectionTheRequestWentTo() {
+        var registry = ReplyRegistry()
+        let id = registry.expect(from: client, clientCorrelationID: 7, board: greeter, boardPeer: board, deadline: start + .seconds(1))
+        #expect(registry.count == 1)
+        // Forged: another connection answers. Nothing changes.
+        #expect(registry.takeReply(id, from: other) == nil)
+        #expect(registry.count == 1)
+        // Refused by the caller's own check (the in-place path's header checks): put back.
+        #expect(registry.takeReply(id, from: board, accept: { _ in false }) == nil)
+        #expect(registry.count == 1)
+        let request = registry.takeReply(id, from: board)
+        #expect(request?.client == client && request?.clientCorrelationID == 7 && request?.board == greeter)
+        // Late or duplicated: nobody waits for it any more.
+        #expect(registry.takeReply(id, from: board) == nil)
+        #expect(registry.isEmpty)
+    }
+
+    @Test func correlationIDsAreNeverReused() {
+        var registry = ReplyRegistry()
+        var seen = Set<UInt64>()
+        for index in 0..<1000 {
+            let id = index.isMultiple(of: 3)
+                ? registry.makeCorrelationID()
+                : registry.expect(from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: start)
+            #expect(seen.insert(id).inserted && id != 0)
+            _ = registry.take(id)
+        }
+    }
+
+    @Test func expiryTakesExactlyTheRequestsPastTheirDeadline() {
+        var registry = ReplyRegistry()
+        let early = registry.expect(from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: start + .milliseconds(100))
+        let onTime = registry.expect(from: client, clientCorrelationID: 2, board: greeter, boardPeer: board, deadline: start + .milliseconds(200))
+        let late = registry.expect(from: client, clientCorrelationID: 3, board: greeter, boardPeer: board, deadline: start + .seconds(5))
+        #expect(registry.takeExpired(now: start + .milliseconds(99)).isEmpty)
+        #expect(registry.takeExpired(now: start + .milliseconds(200)).map(\.clientCorrelationID) == [1, 2])
+        #expect(registry.takeReply(early, from: board) == nil && registry.takeReply(onTime, from: board) == nil)
+        #expect(registry.takeReply(late, from: board)?.clientCorrelationID == 3)
+    }
+
+    @Test func aBoardThatGoesAwayTakesOnlyItsOwnRequests() {
+        var registry = ReplyRegistry()
+        let payment = ScopedName(scope: "checkout", name: "demo.payment")
+        _ = registry.expect(from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: start + .seconds(1))
+        _ = registry.expect(from: client, clientCorrelationID: 2, board: payment, boardPeer: other, deadline: start + .seconds(1))
+        // The same id on a newer connection: the old connection's requests only.
+        _ = registry.expect(from: client, clientCorrelationID: 3, board: greeter, boardPeer: other, deadline: start + .seconds(1))
+        #expect(registry.takeAll(waitingOn: greeter, peer: board).map(\.clientCorrelationID) == [1])
+        #expect(registry.count == 2)
+    }
+
+    @Test func anActionIsAnsweredOnceEveryPartHasEndedCountingOnlyAcknowledgements() {
+        var registry = ReplyRegistry()
+        let delivery = registry.beginAction(from: client, clientCorrelationID: 9, subscribers: 3)
+        let parts = [board, other, PeerID(Data([0xB2]))].map {
+            registry.expectActionPart(delivery, board: greeter, boardPeer: $0, deadline: start + .seconds(1))
+        }
+        #expect(registry.takeReply(parts[0], from: board)?.action == delivery)
+        #expect(registry.finishActionPart(delivery, acknowledged: true) == nil)
+        #expect(registry.take(parts[1])?.action == delivery)
+        #expect(registry.finishActionPart(delivery, acknowledged: false) == nil)
+        #expect(registry.takeExpired(now: start + .seconds(2)).count == 1)
+        let done = registry.finishActionPart(delivery, acknowledged: false)
+        #expect(done == .init(client: client, clientCorrelationID: 9, acknowledged: 1))
+        #expect(registry.isEmpty)
+        // A part that ends after the delivery was answered changes nothing.
+        #expect(registry.finishActionPart(delivery, acknowledged: true) == nil)
+    }
+}
