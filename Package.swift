@@ -51,6 +51,7 @@ let package = Package(
                 "BusCore", "BusZeroMQ",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "DequeModule", package: "swift-collections"),
             ]
         ),
         .executableTarget(
@@ -74,7 +75,11 @@ let package = Package(
         .target(name: "Flux"),
         .target(
             name: "FluxBus",
-            dependencies: ["Flux", "BoardKit", "BusCore", .product(name: "GRDB", package: "GRDB.swift")]
+            dependencies: [
+                "Flux", "BoardKit", "BusCore",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "DequeModule", package: "swift-collections"),
+            ]
         ),
         // TestFleet (the real processes) for users' tests; children spawned with swift-subprocess.
         .target(
@@ -88,7 +93,7 @@ let package = Package(
         .executableTarget(
             name: "busctl",
             dependencies: [
-                "BoardKit", "BusCore",
+                "BoardKit", "BusCore", "FluxBus",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -109,7 +114,7 @@ let package = Package(
         .target(name: "RecorderIO", dependencies: ["BoardKit"], path: "Services/RecorderIO"),
         .executableTarget(name: "Payment", dependencies: ["BoardKit", "PaymentIO"], path: "Services/Payment"),
         .executableTarget(name: "Tasks", dependencies: ["BoardKit", "TasksIO"], path: "Services/Tasks"),
-        .executableTarget(name: "Recorder", dependencies: ["BoardKit", "RecorderIO"], path: "Services/Recorder"),
+        .executableTarget(name: "Recorder", dependencies: ["BoardKit", "FluxBus", "RecorderIO"], path: "Services/Recorder"),
         .target(name: "GateIO", dependencies: ["BoardKit"], path: "Services/GateIO"),
         .executableTarget(name: "Gate", dependencies: ["BoardKit", "GateIO"], path: "Services/Gate"),
         .target(name: "CommentsIO", dependencies: ["BoardKit", "Flux"], path: "Services/CommentsIO"),
@@ -126,7 +131,7 @@ let package = Package(
         .executableTarget(
             name: "boardbus-bench",
             dependencies: [
-                "BoardKit", "BoardKitTesting", "BusCore", "BusZeroMQ", "MotherboardCore",
+                "BoardKit", "BoardKitTesting", "BusCore", "BusZeroMQ", "FluxBus", "MotherboardCore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
                 .product(name: "Logging", package: "swift-log"),
@@ -144,7 +149,7 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "BoardKitTesting", "BoardKit", "BusCore", "BusZeroMQ", "MotherboardCore", "LoginIO", "DashboardIO", "GreeterIO", "PaymentIO", "TasksIO", "RecorderIO", "GateIO", "CommentsIO", "AnnotationFilterIO",
+                "BoardKitTesting", "BoardKit", "BusCore", "BusZeroMQ", "FluxBus", "MotherboardCore", "LoginIO", "DashboardIO", "GreeterIO", "PaymentIO", "TasksIO", "RecorderIO", "GateIO", "CommentsIO", "AnnotationFilterIO",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ],
             exclude: ["Python"]

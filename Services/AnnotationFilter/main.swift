@@ -21,8 +21,8 @@ final class AnnotationFilterStore: StatefulStore<AnnotationFilterIO.State>, @unc
 }
 
 let store = AnnotationFilterStore(dispatcher: Dispatcher())
-let remote = try RemoteStore(name: AnnotationFilterIO.store, store: store)
-remote.action(AnnotationFilterIO.Toggle.self, named: AnnotationFilterIO.Toggle.name)
+let host = try StoreHost(name: AnnotationFilterIO.store, store: store)
+host.action(AnnotationFilterIO.Toggle.self, named: AnnotationFilterIO.Toggle.name)
 var board = Board(id: AnnotationFilterIO.id)
-board.host(remote)
+board.host(host)
 try await board.run()

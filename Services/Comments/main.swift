@@ -6,11 +6,11 @@ import FluxBus
 /// The comments board owns the persistent `comments` store.
 let store = CommentsStore(dispatcher: Dispatcher())
 var board = Board(id: CommentsIO.id)
-let remote = try RemoteStore(
+let host = try StoreHost(
     name: CommentsIO.store, queryStore: store, persistence: try StorePersistence.forStore(CommentsIO.store, board: board.id))
-remote.action(CommentsIO.Reply.self, named: CommentsIO.Reply.name)
-remote.action(CommentsIO.Delete.self, named: CommentsIO.Delete.name)
-board.host(remote)
+host.action(CommentsIO.Reply.self, named: CommentsIO.Reply.name)
+host.action(CommentsIO.Delete.self, named: CommentsIO.Delete.name)
+board.host(host)
 // Activation only starts the board (it may be started on demand); the store is the interface.
 board.onAnyActivation { _, _ in }
 try await board.run()

@@ -1,4 +1,5 @@
 import BoardKit
+import FluxBus
 import Foundation
 import RecorderIO
 import Synchronization

@@ -49,31 +49,6 @@ public struct BoardContext: Sendable {
         _ = try await client.request(envelope, timeout: .seconds(5))
     }
 
-    // MARK: - Flux stores of other boards
-
-    /// Dispatches an action to a store another board owns; returns once it is applied.
-    @discardableResult
-    public func dispatch<Payload: Encodable>(
-        _ action: Payload, named name: String, to store: String, dispatchID: String? = nil
-    ) async throws -> DispatchAck {
-        try await client.dispatch(store: store, action: name, payload: PayloadCodec.encode(action), dispatchID: dispatchID, scope: scope)
-    }
-
-    /// Holds a query on a store another board owns, until released or until this board leaves.
-    public func activateQuery<Query: Encodable>(_ query: Query, on store: String) async throws -> QueryLease {
-        try await client.activateQuery(store: store, query: PayloadCodec.encode(query), scope: scope)
-    }
-
-    /// Releases a query this board holds.
-    public func releaseQuery(_ lease: QueryLease) async throws {
-        try await client.releaseQuery(lease, scope: scope)
-    }
-
-    /// Watches a store's state: a snapshot, then every change in order.
-    public func watch(_ store: String) -> AsyncThrowingStream<StoreUpdate, any Error> {
-        client.watch(store, scope: scope)
-    }
-
     // MARK: - Flows registered at run time (Boardy's registerFlow…)
 
     /// Registers a flow owned by this board, in its scope: outputs of `sources` (of `outputType`

@@ -133,12 +133,14 @@ public final class BusClient: Sendable {
         state.failAll(BusError(.transport, "connection closed"))
     }
 
-    func addWatch(_ watch: StoreWatch) -> UUID {
-        state.addWatch(watch)
+    /// Starts delivering the messages the broker pushes for `subscription` to it; returns the id
+    /// that ``removeSubscription(_:)`` takes.
+    package func addSubscription(_ subscription: any BusSubscription) -> UUID {
+        state.addSubscription(subscription)
     }
 
-    func removeWatch(_ id: UUID) {
-        state.removeWatch(id)
+    package func removeSubscription(_ id: UUID) {
+        state.removeSubscription(id)
     }
 
     /// Refuses, before anything is queued, a header field over its limit (`badArgument`) or a
@@ -165,7 +167,7 @@ final class ClientState: SocketLoopHandler, @unchecked Sendable {
         var pending: [UInt64: Pending] = [:]
         var messageHandler: (@Sendable (Envelope) -> Void)?
         var tickHandler: (@Sendable () -> Void)?
-        var watches: [UUID: StoreWatch] = [:]
+        var subscriptions: [UUID: any BusSubscription] = [:]
         var lastRenewal: ContinuousClock.Instant?
     }
 
@@ -202,33 +204,32 @@ final class ClientState: SocketLoopHandler, @unchecked Sendable {
         for pending in all { pending.continuation.resume(throwing: error) }
     }
 
-    func addWatch(_ watch: StoreWatch) -> UUID {
+    func addSubscription(_ subscription: any BusSubscription) -> UUID {
         let id = UUID()
-        guarded.withLock { $0.watches[id] = watch }
+        guarded.withLock { $0.subscriptions[id] = subscription }
         return id
     }
 
-    func removeWatch(_ id: UUID) {
-        _ = guarded.withLock { $0.watches.removeValue(forKey: id) }
-    }
-
-    func watches(store: String, scope: String) -> [StoreWatch] {
-        guarded.withLock { $0.watches.values.filter { $0.store == store && $0.scope == scope } }
+    func removeSubscription(_ id: UUID) {
+        _ = guarded.withLock { $0.subscriptions.removeValue(forKey: id) }
     }
 
     func received(_ message: ReceivedMessage, on socket: ZMQSocket) {
         guard case .success(let envelope) = message.content else { return }
         let kind = envelope.header.kind
-        if kind == .store && envelope.header.typeName == StoreOperation.change {
-            for watch in watches(store: envelope.header.target, scope: envelope.header.scope) { watch.change(envelope.payload) }
-            return
-        }
         if kind == .reply || kind == .error, envelope.header.correlationID != 0 {
             let pending = guarded.withLock { $0.pending.removeValue(forKey: envelope.header.correlationID) }
             pending?.continuation.resume(returning: envelope)
             return
         }
-        let handler = guarded.withLock { $0.messageHandler }
+        // One lock for both: the subscriptions a pushed message is for, else the board's handler.
+        let (subscribers, handler) = guarded.withLock { state in
+            (state.subscriptions.isEmpty ? [] : state.subscriptions.values.filter { $0.matches(envelope.header) }, state.messageHandler)
+        }
+        guard subscribers.isEmpty else {
+            for subscriber in subscribers { subscriber.receive(envelope) }
+            return
+        }
         handler?(envelope)
     }
 
@@ -245,20 +246,32 @@ final class ClientState: SocketLoopHandler, @unchecked Sendable {
         tickHandler?()
     }
 
-    /// Every second, each watch renews its subscription, so that a restarted motherboard (which
-    /// knows no subscriptions) forwards changes again; the changes missed meanwhile show as a gap,
-    /// which the watch repairs with a new snapshot.
+    /// Every second, each subscription is renewed, so that a restarted motherboard (which knows no
+    /// subscriptions) forwards its messages again; what was missed meanwhile shows as a gap, which
+    /// the subscriber repairs (a store watch takes a new snapshot).
     private func renewSubscriptions(on socket: ZMQSocket, now: ContinuousClock.Instant) {
-        let watches = guarded.withLock { state -> [StoreWatch] in
+        let subscriptions = guarded.withLock { state -> [any BusSubscription] in
             guard state.lastRenewal.map({ $0.duration(to: now) >= .seconds(1) }) ?? true else { return [] }
             state.lastRenewal = now
-            return Array(state.watches.values)
+            return Array(state.subscriptions.values)
         }
-        for watch in watches {
-            let header = EnvelopeHeader(kind: .store, target: watch.store, scope: watch.scope, typeName: StoreOperation.renew)
-            _ = try? socket.send(Envelope(header: header))
+        for subscription in subscriptions {
+            _ = try? socket.send(subscription.renewal)
         }
     }
 
     func stopping(on socket: ZMQSocket) {}
+}
+
+/// Messages the broker pushes to a client unasked (a store's changes to its watchers), and the
+/// message that subscribes to them again, sent every second so that a restarted broker learns of
+/// the subscription. The library that owns the kind of message implements it (FluxBus's store
+/// watch); the client only routes.
+package protocol BusSubscription: AnyObject, Sendable {
+    /// Whether a pushed message is for this subscription.
+    func matches(_ header: EnvelopeHeader) -> Bool
+    /// A message for it arrived (on the client's socket thread: must not block).
+    func receive(_ envelope: Envelope)
+    /// The message that renews the subscription.
+    var renewal: Envelope { get }
 }

@@ -1,7 +1,7 @@
 import BusCore
 import Foundation
 
-/// A store a board hosts for other processes (the `Flux` library's `RemoteStore` is one).
+/// A store a board hosts for other processes (the `Flux` library's `StoreHost` is one).
 ///
 /// The board hands it every `dispatch` and `store` message addressed to its name, on the socket
 /// thread, one at a time in arrival order, and answers with what it returns.

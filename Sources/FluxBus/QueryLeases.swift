@@ -39,7 +39,7 @@ final class QueryLeases: @unchecked Sendable {
     var count: Int { leases.values.reduce(0) { $0 + $1.count } }
 }
 
-extension RemoteStore {
+extension StoreHost {
     /// Makes a ``QueryStore`` reachable, with queries that other boards hold (decoded as `Query`).
     public convenience init<Query: Decodable>(
         name: String, queryStore: QueryStore<State, Query>, persistence: StorePersistence? = nil

@@ -1,4 +1,5 @@
 import BusCore
+import DequeModule
 import Foundation
 import Logging
 
@@ -318,7 +319,7 @@ public final class Motherboard {
 
 /// A bounded set of peers, forgetting the oldest first.
 struct RetiredPeers {
-    private var order: [PeerID] = []
+    private var order = Deque<PeerID>()
     private var members: Set<PeerID> = []
     let capacity: Int
 

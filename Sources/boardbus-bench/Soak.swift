@@ -1,4 +1,5 @@
 import BoardKit
+import FluxBus
 import BoardKitTesting
 import Foundation
 import Synchronization

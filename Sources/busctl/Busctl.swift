@@ -1,5 +1,6 @@
 import ArgumentParser
 import BoardKit
+import FluxBus
 import Foundation
 
 /// `busctl`: inspect and drive a BoardBus fleet, in the manner of systemd's busctl.

@@ -31,9 +31,9 @@ struct DurableStoreFixture {
     }
 
     /// The store as its owner opens it at start: loaded from the database.
-    func open(maximumBytes: Int? = nil) throws -> (store: NotesStore, remote: RemoteStore<[String]>, published: PublishedChanges) {
+    func open(maximumBytes: Int? = nil) throws -> (store: NotesStore, remote: StoreHost<[String]>, published: PublishedChanges) {
         let store = NotesStore(initialState: [], dispatcher: Dispatcher())
-        let remote = try RemoteStore(name: "notes", store: store, persistence: StorePersistence(path: path, store: "notes", maximumBytes: maximumBytes))
+        let remote = try StoreHost(name: "notes", store: store, persistence: StorePersistence(path: path, store: "notes", maximumBytes: maximumBytes))
         remote.action(NotesStore.Add.self, named: "add")
         remote.action(NotesStore.Clear.self, named: "clear")
         remote.action(NotesStore.Ignored.self, named: "ignored")
@@ -113,9 +113,9 @@ struct DurableDispatchTests {
         try other.writeWithoutTransaction { db in try db.execute(sql: "BEGIN IMMEDIATE") }
         defer { try? other.writeWithoutTransaction { db in try db.execute(sql: "ROLLBACK") } }
         // A caller that waits 100 ms leaves no time to wait for the lock at all.
-        #expect(RemoteStore<[String]>.lockWait(for: .milliseconds(100)) == .zero)
-        #expect(RemoteStore<[String]>.lockWait(for: .seconds(25)) < .seconds(25))
-        #expect(RemoteStore<[String]>.lockWait(for: nil) == StorePersistence.defaultLockWait)
+        #expect(StoreHost<[String]>.lockWait(for: .milliseconds(100)) == .zero)
+        #expect(StoreHost<[String]>.lockWait(for: .seconds(25)) < .seconds(25))
+        #expect(StoreHost<[String]>.lockWait(for: nil) == StorePersistence.defaultLockWait)
         let error = #expect(throws: BusError.self) {
             try remote.handle(dispatchRequest("add", id: "x", text: "x", timeout: .milliseconds(100)))
         }

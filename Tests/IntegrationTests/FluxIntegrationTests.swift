@@ -1,6 +1,7 @@
 import BusCore
 import AnnotationFilterIO
 import BoardKit
+import FluxBus
 import BoardKitTesting
 import CommentsIO
 import Foundation

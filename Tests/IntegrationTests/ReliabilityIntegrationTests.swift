@@ -1,5 +1,6 @@
 import BusCore
 import BoardKit
+import FluxBus
 import BoardKitTesting
 import CommentsIO
 import Foundation

@@ -1,5 +1,6 @@
 import BoardKit
 import BusCore
+import DequeModule
 import Flux
 import Foundation
 
@@ -8,13 +9,13 @@ import Foundation
 /// is published with the next sequence number to the store's watchers. Optionally persistent
 /// and, for a ``QueryStore``, queryable by other boards.
 ///
-/// Host it in the owning board with `board.host(remoteStore)`; like its store, it runs on that
+/// Host it in the owning board with `board.host(storeHost)`; like its store, it runs on that
 /// board's socket thread.
 ///
 /// A dispatch is all or nothing for the hosted store (see ``StatefulStore/stage(_:commit:)``):
 /// give the store a dispatcher of its own, since other stores that listen on the same dispatcher
 /// would apply a remote action that the hosted store then refuses.
-public final class RemoteStore<State: Codable & Sendable>: StoreEndpoint, @unchecked Sendable {
+public final class StoreHost<State: Codable & Sendable>: StoreEndpoint, @unchecked Sendable {
     public let storeName: String
     public let store: StatefulStore<State>
     private var decoders: [String: (Data) throws -> any Action] = [:]
@@ -26,9 +27,11 @@ public final class RemoteStore<State: Codable & Sendable>: StoreEndpoint, @unche
     private var committed: Data?
     /// Recent dispatch ids of a store that is not persistent (bounded), so retries are not applied twice.
     private var recentDispatches: [String: UInt64] = [:]
-    private var recentOrder: [String] = []
+    private var recentOrder = Deque<String>()
     var queries: QueryLeases?
-    private let lock = NSLock()
+
+    /// How many dispatch ids a store kept in memory remembers.
+    static var recentDispatchLimit: Int { 10_000 }
 
     /// - Parameter persistence: where to keep state and journal; nil for a store kept in memory.
     public init(name: String, store: StatefulStore<State>, persistence: StorePersistence? = nil) throws {
@@ -120,7 +123,7 @@ public final class RemoteStore<State: Codable & Sendable>: StoreEndpoint, @unche
         guard persistence == nil else { return }
         recentDispatches[id] = sequence
         recentOrder.append(id)
-        if recentOrder.count > 10_000 { recentDispatches[recentOrder.removeFirst()] = nil }
+        if recentOrder.count > Self.recentDispatchLimit { recentDispatches[recentOrder.removeFirst()] = nil }
     }
 
     /// Every state change, once observers may hear of it. A dispatched action's change was saved
@@ -144,3 +147,7 @@ public final class RemoteStore<State: Codable & Sendable>: StoreEndpoint, @unche
         publisher?.send(payload)
     }
 }
+
+/// The earlier name of ``StoreHost``.
+@available(*, deprecated, renamed: "StoreHost")
+public typealias RemoteStore = StoreHost

@@ -1,3 +1,4 @@
+import BoardKit
 import BusCore
 import Foundation
 import Synchronization
@@ -15,7 +16,7 @@ public struct StoreUpdate: Sendable, Hashable {
 /// The snapshot-plus-updates state machine of one watcher. Changes that arrive before the
 /// snapshot wait; afterwards those already in the snapshot are dropped and the rest must follow
 /// one another with no gap, or the watcher takes a new snapshot.
-final class StoreWatch: Sendable {
+final class StoreWatch: BusSubscription {
     private enum Phase {
         case awaitingSnapshot(buffer: [(UInt64, Data)])
         case live(last: UInt64)
@@ -35,6 +36,16 @@ final class StoreWatch: Sendable {
         self.scope = scope
         self.continuation = continuation
         self.resync = resync
+    }
+
+    func matches(_ header: EnvelopeHeader) -> Bool {
+        header.kind == .store && header.typeName == StoreOperation.change && header.target == store && header.scope == scope
+    }
+
+    func receive(_ envelope: Envelope) { change(envelope.payload) }
+
+    var renewal: Envelope {
+        Envelope(header: EnvelopeHeader(kind: .store, target: store, scope: scope, typeName: StoreOperation.renew))
     }
 
     /// A snapshot arrived (first one, or after a gap).

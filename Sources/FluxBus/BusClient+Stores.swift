@@ -1,3 +1,4 @@
+import BoardKit
 import BusCore
 import Foundation
 
@@ -41,10 +42,10 @@ extension BusClient {
                 }
             }
         }
-        let id = addWatch(watch)
+        let id = addSubscription(watch)
         continuation.onTermination = { [weak self] _ in
             guard let self else { return }
-            self.removeWatch(id)
+            self.removeSubscription(id)
             let header = EnvelopeHeader(kind: .store, target: store, scope: scope, typeName: StoreOperation.unsubscribe)
             try? self.send(Envelope(header: header))
         }
@@ -73,5 +74,31 @@ extension BusClient {
     func storeRequest(_ store: String, _ operation: String, payload: Data = Data(), scope: String, timeout: Duration) async throws -> Data {
         let envelope = Envelope(header: EnvelopeHeader(kind: .store, target: store, scope: scope, typeName: operation), payload: payload)
         return try await request(envelope, timeout: timeout).payload
+    }
+}
+
+/// Flux stores of other boards, from inside a board (in its scope).
+extension BoardContext {
+    /// Dispatches an action to a store another board owns; returns once it is applied.
+    @discardableResult
+    public func dispatch<Payload: Encodable>(
+        _ action: Payload, named name: String, to store: String, dispatchID: String? = nil
+    ) async throws -> DispatchAck {
+        try await client.dispatch(store: store, action: name, payload: PayloadCodec.encode(action), dispatchID: dispatchID, scope: scope)
+    }
+
+    /// Holds a query on a store another board owns, until released or until this board leaves.
+    public func activateQuery<Query: Encodable>(_ query: Query, on store: String) async throws -> QueryLease {
+        try await client.activateQuery(store: store, query: PayloadCodec.encode(query), scope: scope)
+    }
+
+    /// Releases a query this board holds.
+    public func releaseQuery(_ lease: QueryLease) async throws {
+        try await client.releaseQuery(lease, scope: scope)
+    }
+
+    /// Watches a store's state: a snapshot, then every change in order.
+    public func watch(_ store: String) -> AsyncThrowingStream<StoreUpdate, any Error> {
+        client.watch(store, scope: scope)
     }
 }

@@ -2,7 +2,8 @@ import Foundation
 import Synchronization
 import Testing
 
-@testable import BoardKit
+import BoardKit
+@testable import FluxBus
 
 /// The snapshot-plus-updates logic of a watcher, fed by hand.
 @Suite("Store watch")
