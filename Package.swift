@@ -113,8 +113,13 @@ let package = Package(
         .target(name: "TasksIO", dependencies: ["BoardKit"], path: "Services/TasksIO"),
         .target(name: "RecorderIO", dependencies: ["BoardKit"], path: "Services/RecorderIO"),
         .executableTarget(name: "Payment", dependencies: ["BoardKit", "PaymentIO"], path: "Services/Payment"),
-        .executableTarget(name: "Tasks", dependencies: ["BoardKit", "TasksIO"], path: "Services/Tasks"),
-        .executableTarget(name: "Recorder", dependencies: ["BoardKit", "FluxBus", "RecorderIO"], path: "Services/Recorder"),
+        .executableTarget(
+            name: "Tasks", dependencies: ["BoardKit", "TasksIO", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            path: "Services/Tasks"),
+        .executableTarget(
+            name: "Recorder",
+            dependencies: ["BoardKit", "FluxBus", "RecorderIO", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            path: "Services/Recorder"),
         .target(name: "GateIO", dependencies: ["BoardKit"], path: "Services/GateIO"),
         .executableTarget(name: "Gate", dependencies: ["BoardKit", "GateIO"], path: "Services/Gate"),
         .target(name: "CommentsIO", dependencies: ["BoardKit", "Flux"], path: "Services/CommentsIO"),

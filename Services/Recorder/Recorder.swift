@@ -1,0 +1,73 @@
+import ArgumentParser
+import BoardKit
+import FluxBus
+import Foundation
+import RecorderIO
+import Synchronization
+
+/// Everything that reached the board, in arrival order.
+final class Log: Sendable {
+    private let entries = Mutex<[RecorderIO.Entry]>([])
+    func record(_ kind: String, _ message: RawMessage) {
+        let entry = RecorderIO.Entry(
+            kind: kind, source: message.source, typeName: message.typeName, payload: String(decoding: message.payload, as: UTF8.self))
+        entries.withLock { $0.append(entry) }
+    }
+    var all: [RecorderIO.Entry] { entries.withLock { $0 } }
+}
+
+/// A board that records every activation, flow output, completion and action it is given.
+@main
+struct Recorder: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "A board that records what reaches it, for tests.")
+
+    @Option(help: "Boards (comma-separated) whose outputs a run-time flow of this board receives.", transform: Recorder.boardIDs)
+    var from: [BoardID] = []
+
+    @Option(help: "Boards (comma-separated) whose completions this board is told of.", transform: Recorder.boardIDs)
+    var completionsOf: [BoardID] = []
+
+    @Option(help: "Action names (comma-separated) this board subscribes to.", transform: { $0.split(separator: ",").map(String.init) })
+    var actions: [String] = []
+
+    @Option(parsing: .upToNextOption, help: ArgumentHelp("Holds a query on a store for as long as the board lives.", valueName: "store> <json"))
+    var holdQuery: [String] = []
+
+    func validate() throws {
+        guard holdQuery.isEmpty || holdQuery.count == 2 else {
+            throw ValidationError("--hold-query takes a store name and a JSON query")
+        }
+    }
+
+    static func boardIDs(_ text: String) throws -> [BoardID] {
+        try text.split(separator: ",").map { try BoardID(validating: String($0)) }
+    }
+
+    func run() async throws {
+        let log = Log()
+        var board = Board(id: RecorderIO.id)
+        board.onAnyActivation { message, _ in log.record("activation", message) }
+        for action in actions {
+            board.onAction(named: action) { message, _ in log.record("action", message) }
+        }
+        board.onCommand(RecorderIO.Recorded.self) { _, _ in RecorderIO.Recording(entries: log.all) }
+        let (flowSources, completionSources, holdQuery) = (from, completionsOf, holdQuery)
+        board.onStart { context in
+            if holdQuery.count == 2 {
+                let query = try JSONSerialization.jsonObject(with: Data(holdQuery[1].utf8))
+                _ = try await context.client.activateQuery(
+                    store: holdQuery[0], query: try JSONSerialization.data(withJSONObject: query), scope: context.scope)
+            }
+            if !flowSources.isEmpty {
+                try await context.registerFlow(from: flowSources) { message, _ in log.record("flow", message) }
+            }
+            if !completionSources.isEmpty {
+                try await context.onCompletion(of: completionSources) { completion, source, _ in
+                    let payload = (try? PayloadCodec.encode(completion)) ?? Data()
+                    log.record("completion", RawMessage(source: source.rawValue, typeName: Completion.busTypeName, payload: payload))
+                }
+            }
+        }
+        try await board.run()
+    }
+}
