@@ -49,7 +49,7 @@ public struct Board: Sendable {
     /// The board's id. `$BOARDBUS_BOARD_ID` overrides it, so one executable can serve several ids.
     public let id: BoardID
     /// The motherboard scope (`$BOARDBUS_SCOPE`, else the root scope).
-    public let scope: String
+    public let scope: Scope
     // Used from the inlinable registration methods, so that a service's handlers are specialised
     // for its own types (the payload coding of a typed handler runs on every message).
     @usableFromInline var inputType: String?
@@ -64,7 +64,7 @@ public struct Board: Sendable {
     public init(id: BoardID, environment: [String: String] = ProcessInfo.processInfo.environment) {
         let override = environment["BOARDBUS_BOARD_ID"].flatMap { try? BoardID(validating: $0) }
         self.id = override ?? id
-        self.scope = environment["BOARDBUS_SCOPE"] ?? ""
+        self.scope = Scope(environment["BOARDBUS_SCOPE"] ?? "")
     }
 
     /// Handles `activate(input)`. The board declares `Input` as its input type (a guaranteed

@@ -8,7 +8,7 @@ public struct BoardContext: Sendable {
     /// The board's own id.
     public let id: BoardID
     /// The board's motherboard scope.
-    public let scope: String
+    public let scope: Scope
     /// A logger with the board id in its metadata.
     public let logger: Logger
     /// The board's connection, for operations on raw JSON payloads.

@@ -11,7 +11,7 @@ extension BusClient {
     }
 
     /// One board (`busctl status ID`).
-    public func status(_ id: BoardID, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws -> BoardInfo {
+    public func status(_ id: BoardID, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) async throws -> BoardInfo {
         let envelope = Envelope(
             header: EnvelopeHeader(kind: .control, typeName: ControlOperation.status),
             payload: try PayloadCodec.encode(StatusRequest(id: id, scope: scope)))
@@ -24,7 +24,7 @@ extension BusClient {
     /// timeout: only for commands that are safe to repeat.
     nonisolated(nonsending)
     public func call(
-        _ board: BoardID, command: String, payload: Data, scope: String = "", timeout: Duration = BusClient.defaultTimeout,
+        _ board: BoardID, command: String, payload: Data, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout,
         retries: Bool = false
     ) async throws -> Data {
         let envelope = Envelope(header: EnvelopeHeader(kind: .command, target: board.rawValue, scope: scope, typeName: command), payload: payload)
@@ -32,28 +32,28 @@ extension BusClient {
     }
 
     /// Activates a live board with an input (`nextToBoard`); returns when the board accepted it.
-    public func activate(_ board: BoardID, typeName: String = "", payload: Data, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws {
+    public func activate(_ board: BoardID, typeName: String = "", payload: Data, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) async throws {
         let envelope = Envelope(header: EnvelopeHeader(kind: .activate, target: board.rawValue, scope: scope, typeName: typeName), payload: payload)
         _ = try await request(envelope, timeout: timeout)
     }
 
     /// Emits an output as if `source` had sent it (`sendToMotherboard`); returns how many flows ran.
     /// A registered board always emits as itself, whatever `source` says.
-    public func emit(from source: BoardID, typeName: String, payload: Data, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws -> Delivery {
+    public func emit(from source: BoardID, typeName: String, payload: Data, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) async throws -> Delivery {
         let envelope = Envelope(header: EnvelopeHeader(kind: .output, source: source.rawValue, scope: scope, typeName: typeName), payload: payload)
         let reply = try await request(envelope, timeout: timeout)
         return try PayloadCodec.decode(Delivery.self, from: reply.payload)
     }
 
     /// Sends an action to every board subscribed to `name` (`sendAction`); returns how many got it.
-    public func action(_ name: String, payload: Data, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws -> Delivery {
+    public func action(_ name: String, payload: Data, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) async throws -> Delivery {
         let envelope = Envelope(header: EnvelopeHeader(kind: .action, scope: scope, typeName: name), payload: payload)
         let reply = try await request(envelope, timeout: timeout)
         return try PayloadCodec.decode(Delivery.self, from: reply.payload)
     }
 
     /// Waits until `board` is live, polling `status`, or throws `timeout`.
-    public func waitForBoard(_ board: BoardID, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws -> BoardInfo {
+    public func waitForBoard(_ board: BoardID, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) async throws -> BoardInfo {
         try await poll(timeout: timeout, what: "board '\(board)' to register") {
             let info = try await self.status(board, scope: scope, timeout: .seconds(2))
             return info.state == .running ? info : nil
@@ -61,7 +61,7 @@ extension BusClient {
     }
 
     /// A board's interface and the flows that touch it (`busctl introspect ID`).
-    public func introspect(_ id: BoardID, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws -> Introspection {
+    public func introspect(_ id: BoardID, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) async throws -> Introspection {
         let envelope = Envelope(
             header: EnvelopeHeader(kind: .control, typeName: ControlOperation.introspect),
             payload: try PayloadCodec.encode(StatusRequest(id: id, scope: scope)))

@@ -6,7 +6,7 @@ extension BusClient {
     /// Sends a command to a live board and decodes its reply (`interactWithOtherBoard`).
     nonisolated(nonsending)
     public func interact<Command: BoardCommand>(
-        with board: BoardID, _ command: Command, scope: String = "", timeout: Duration = BusClient.defaultTimeout,
+        with board: BoardID, _ command: Command, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout,
         retries: Bool = false
     ) async throws -> Command.Reply {
         let reply = try await call(
@@ -16,14 +16,14 @@ extension BusClient {
 
     /// Activates a board through its typed destination.
     public func activate<Input>(
-        _ destination: BoardDestination<Input>, with input: Input, scope: String = "", timeout: Duration = BusClient.defaultTimeout
+        _ destination: BoardDestination<Input>, with input: Input, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout
     ) async throws {
         try await activate(destination.id, typeName: Input.busTypeName, payload: PayloadCodec.encode(input), scope: scope, timeout: timeout)
     }
 
     /// Sends an action; returns how many boards received it.
     @discardableResult
-    public func send<Action: BoardAction>(action: Action, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws -> Int {
+    public func send<Action: BoardAction>(action: Action, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) async throws -> Int {
         try await self.action(Action.actionName, payload: PayloadCodec.encode(action), scope: scope, timeout: timeout).delivered
     }
 }

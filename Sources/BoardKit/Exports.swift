@@ -19,6 +19,7 @@
 @_exported import struct BusCore.BoardList
 @_exported import struct BusCore.FlowList
 @_exported import struct BusCore.Introspection
+@_exported import struct BusCore.Scope
 @_exported import struct BusCore.ScopeTree
 @_exported import struct BusCore.ScopeNode
 @_exported import struct BusCore.StoreSnapshot

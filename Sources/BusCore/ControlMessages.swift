@@ -5,8 +5,8 @@
 public struct Registration: BusPayload, Hashable {
     public var id: BoardID
     public var pid: Int32
-    /// The motherboard scope the board lives in; empty means the root scope.
-    public var scope: String
+    /// The motherboard scope the board lives in.
+    public var scope: Scope
     /// The input type the board accepts on activation, when it declares one.
     public var inputType: String?
     /// The command names the board answers.
@@ -24,7 +24,7 @@ public struct Registration: BusPayload, Hashable {
     public var secret: String?
 
     public init(
-        id: BoardID, pid: Int32, scope: String = "", inputType: String? = nil, commands: [String] = [], actions: [String] = [],
+        id: BoardID, pid: Int32, scope: Scope = .root, inputType: String? = nil, commands: [String] = [], actions: [String] = [],
         outputTypes: [String] = [], stores: [String] = [], secret: String? = nil
     ) {
         self.id = id
@@ -42,7 +42,7 @@ public struct Registration: BusPayload, Hashable {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         id = try container.decode(BoardID.self, forKey: .id)
         pid = try container.decode(Int32.self, forKey: .pid)
-        scope = try container.decodeIfPresent(String.self, forKey: .scope) ?? ""
+        scope = try container.decodeIfPresent(Scope.self, forKey: .scope) ?? .root
         inputType = try container.decodeIfPresent(String.self, forKey: .inputType)
         commands = try container.decodeIfPresent([String].self, forKey: .commands) ?? []
         actions = try container.decodeIfPresent([String].self, forKey: .actions) ?? []
@@ -64,7 +64,7 @@ public struct Registration: BusPayload, Hashable {
 /// One board as `list` and `status` show it.
 public struct BoardInfo: BusPayload, Hashable {
     public var id: BoardID
-    public var scope: String
+    public var scope: Scope
     public var pid: Int32
     public var state: BoardState
     /// How the manifest starts it (`always`, `on-demand`), or `external` for a board no manifest names.
@@ -84,7 +84,7 @@ public struct BoardInfo: BusPayload, Hashable {
     public var lastExit: String?
 
     public init(
-        id: BoardID, scope: String, pid: Int32, state: BoardState, start: String, inputType: String?,
+        id: BoardID, scope: Scope, pid: Int32, state: BoardState, start: String, inputType: String?,
         commands: [String], actions: [String], uptimeSeconds: Double, activations: Int, commandsHandled: Int,
         actionsDelivered: Int, restarts: Int = 0, lastExit: String? = nil
     ) {
@@ -107,7 +107,7 @@ public struct BoardInfo: BusPayload, Hashable {
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         id = try container.decode(BoardID.self, forKey: .id)
-        scope = try container.decodeIfPresent(String.self, forKey: .scope) ?? ""
+        scope = try container.decodeIfPresent(Scope.self, forKey: .scope) ?? .root
         pid = try container.decode(Int32.self, forKey: .pid)
         state = try container.decode(BoardState.self, forKey: .state)
         start = try container.decode(String.self, forKey: .start)
@@ -139,8 +139,8 @@ public struct BoardList: BusPayload, Hashable {
 /// The question of `status ID` and `introspect ID`; the scope defaults to the root.
 public struct StatusRequest: BusPayload, Hashable {
     public var id: BoardID
-    public var scope: String
-    public init(id: BoardID, scope: String = "") {
+    public var scope: Scope
+    public init(id: BoardID, scope: Scope = .root) {
         self.id = id
         self.scope = scope
     }
@@ -148,7 +148,7 @@ public struct StatusRequest: BusPayload, Hashable {
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         id = try container.decode(BoardID.self, forKey: .id)
-        scope = try container.decodeIfPresent(String.self, forKey: .scope) ?? ""
+        scope = try container.decodeIfPresent(Scope.self, forKey: .scope) ?? .root
     }
 }
 

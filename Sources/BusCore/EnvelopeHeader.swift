@@ -19,8 +19,8 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
     public var source: String
     /// The board the message is for (empty when it is for the broker).
     public var target: String
-    /// The motherboard scope of the source (empty means the root scope).
-    public var scope: String
+    /// The motherboard scope of the source (on the wire, empty for the root).
+    public var scope: Scope
     /// The payload's type name: input/output/command type, action name or control operation.
     public var typeName: String
     /// Optional field 1: the idempotency key of a `dispatch` (a retry with the same id is applied
@@ -38,7 +38,7 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
         timeoutMilliseconds: UInt32 = 0,
         source: String = "",
         target: String = "",
-        scope: String = "",
+        scope: Scope = .root,
         typeName: String = "",
         dispatchID: String? = nil,
         unknownFields: Data = Data()

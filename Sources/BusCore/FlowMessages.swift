@@ -42,14 +42,14 @@ public struct FlowInfo: BusPayload, Hashable, CustomStringConvertible {
     /// Unique in the broker's lifetime; flows run in ascending id order (registration order).
     public var id: Int
     /// The scope whose boards the flow matches and activates.
-    public var scope: String
+    public var scope: Scope
     /// The board that registered it, nil for flows of the manifest.
     public var owner: BoardID?
     public var spec: FlowSpec
     /// How many times it ran.
     public var runs: Int
 
-    public init(id: Int, scope: String, owner: BoardID?, spec: FlowSpec, runs: Int = 0) {
+    public init(id: Int, scope: Scope, owner: BoardID?, spec: FlowSpec, runs: Int = 0) {
         self.id = id
         self.scope = scope
         self.owner = owner
@@ -99,12 +99,12 @@ public struct Introspection: BusPayload, Hashable {
 
 /// One scope of the tree (`tree`).
 public struct ScopeNode: BusPayload, Hashable {
-    /// Empty for the root scope.
-    public var name: String
-    public var parent: String?
+    public var name: Scope
+    /// Nil for the root.
+    public var parent: Scope?
     /// Live boards and manifest boards of this scope.
     public var boards: [BoardInfo]
-    public init(name: String, parent: String?, boards: [BoardInfo]) {
+    public init(name: Scope, parent: Scope?, boards: [BoardInfo]) {
         self.name = name
         self.parent = parent
         self.boards = boards

@@ -52,7 +52,7 @@ public enum HeaderCodec {
     /// The size of a header's encoding: what ``encode(_:into:)`` needs.
     @inlinable
     public static func encodedSize(_ header: EnvelopeHeader) -> Int {
-        fixedSize + 8 + header.source.utf8.count + header.target.utf8.count + header.scope.utf8.count + header.typeName.utf8.count
+        fixedSize + 8 + header.source.utf8.count + header.target.utf8.count + header.scope.name.utf8.count + header.typeName.utf8.count
             + (header.dispatchID.map { 3 + $0.utf8.count } ?? 0) + header.unknownFields.count
     }
 
@@ -61,7 +61,7 @@ public enum HeaderCodec {
     public static func validatedSize(_ header: EnvelopeHeader) throws(BusError) -> Int {
         try checkLength(header.source, "source")
         try checkLength(header.target, "target")
-        try checkLength(header.scope, "scope")
+        try checkLength(header.scope.name, "scope")
         try checkLength(header.typeName, "type name")
         if let id = header.dispatchID { try checkDispatchID(id) }
         if !header.unknownFields.isEmpty {
@@ -124,7 +124,7 @@ public enum HeaderCodec {
         writer.writeBigEndian(header.timeoutMilliseconds)
         writer.write(header.source)
         writer.write(header.target)
-        writer.write(header.scope)
+        writer.write(header.scope.name)
         writer.write(header.typeName)
         if let id = header.dispatchID {
             writer.write(OptionalField.dispatchID)
@@ -146,7 +146,7 @@ public enum HeaderCodec {
             version: EnvelopeHeader.currentVersion, kind: layout.kind, flags: layout.flags, correlationID: layout.correlationID,
             timeoutMilliseconds: layout.timeoutMilliseconds,
             source: try string(buffer, layout.source, field: "source"), target: try string(buffer, layout.target, field: "target"),
-            scope: try string(buffer, layout.scope, field: "scope"), typeName: try string(buffer, layout.typeName, field: "type name"))
+            scope: Scope(try string(buffer, layout.scope, field: "scope")), typeName: try string(buffer, layout.typeName, field: "type name"))
         if !layout.optionalFields.isEmpty {
             if let id = layout.dispatchID { header.dispatchID = try string(buffer, id, field: "dispatch id") }
             header.unknownFields = layout.unknownFields(in: buffer)

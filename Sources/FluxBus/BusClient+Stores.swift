@@ -12,7 +12,7 @@ extension BusClient {
     /// With `retries`, the dispatch is sent again while the store's owner is not running (until the
     /// timeout), under one dispatch id (made up when none is given), so it is applied once.
     public func dispatch(
-        store: String, action: String, payload: Data, dispatchID: String? = nil, scope: String = "",
+        store: String, action: String, payload: Data, dispatchID: String? = nil, scope: Scope = .root,
         timeout: Duration = BusClient.defaultTimeout, retries: Bool = false
     ) async throws -> DispatchAck {
         let id = dispatchID ?? (retries ? UUID().uuidString : nil)
@@ -23,14 +23,14 @@ extension BusClient {
     }
 
     /// A store's current state as a ``StoreSnapshot`` JSON payload.
-    public func storeState(_ store: String, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws -> Data {
+    public func storeState(_ store: String, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) async throws -> Data {
         try await storeRequest(store, StoreOperation.state, scope: scope, timeout: timeout)
     }
 
     /// Watches a store: first a snapshot, then every change in order. When changes were lost (this
     /// client's queue was full), a new snapshot comes next, marked `isSnapshot`. The subscription
     /// ends when the stream's consumer stops.
-    public func watch(_ store: String, scope: String = "", timeout: Duration = BusClient.defaultTimeout) -> AsyncThrowingStream<StoreUpdate, any Error> {
+    public func watch(_ store: String, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) -> AsyncThrowingStream<StoreUpdate, any Error> {
         let (stream, continuation) = AsyncThrowingStream<StoreUpdate, any Error>.makeStream(bufferingPolicy: .unbounded)
         let watch = StoreWatch(store: store, scope: scope, continuation: continuation) { [weak self] watch in
             guard let self else { return }
@@ -61,17 +61,17 @@ extension BusClient {
     }
 
     /// Holds a query on a store (only boards can: the lease lasts as long as the holder lives).
-    public func activateQuery(store: String, query: Data, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws -> QueryLease {
+    public func activateQuery(store: String, query: Data, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) async throws -> QueryLease {
         let reply = try await storeRequest(store, StoreOperation.activateQuery, payload: query, scope: scope, timeout: timeout)
         return try PayloadCodec.decode(QueryLease.self, from: reply)
     }
 
     /// Releases a held query.
-    public func releaseQuery(_ lease: QueryLease, scope: String = "", timeout: Duration = BusClient.defaultTimeout) async throws {
+    public func releaseQuery(_ lease: QueryLease, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) async throws {
         _ = try await storeRequest(lease.store, StoreOperation.releaseQuery, payload: PayloadCodec.encode(lease), scope: scope, timeout: timeout)
     }
 
-    func storeRequest(_ store: String, _ operation: String, payload: Data = Data(), scope: String, timeout: Duration) async throws -> Data {
+    func storeRequest(_ store: String, _ operation: String, payload: Data = Data(), scope: Scope, timeout: Duration) async throws -> Data {
         let envelope = Envelope(header: EnvelopeHeader(kind: .store, target: store, scope: scope, typeName: operation), payload: payload)
         return try await request(envelope, timeout: timeout).payload
     }

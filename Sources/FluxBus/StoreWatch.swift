@@ -23,13 +23,13 @@ final class StoreWatch: BusSubscription {
     }
 
     let store: String
-    let scope: String
+    let scope: Scope
     private let phase = Mutex<Phase>(.awaitingSnapshot(buffer: []))
     private let continuation: AsyncThrowingStream<StoreUpdate, any Error>.Continuation
     private let resync: @Sendable (StoreWatch) -> Void
 
     init(
-        store: String, scope: String, continuation: AsyncThrowingStream<StoreUpdate, any Error>.Continuation,
+        store: String, scope: Scope, continuation: AsyncThrowingStream<StoreUpdate, any Error>.Continuation,
         resync: @escaping @Sendable (StoreWatch) -> Void
     ) {
         self.store = store

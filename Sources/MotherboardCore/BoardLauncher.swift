@@ -69,7 +69,7 @@ public final class BoardLauncher: Sendable {
         environment["BOARDBUS_ADDRESS"] = address.endpoint
         environment["BOARDBUS_RUNTIME_DIR"] = address.runtimeDirectory
         environment["BOARDBUS_BOARD_ID"] = board.id.rawValue
-        environment["BOARDBUS_SCOPE"] = board.scope
+        environment["BOARDBUS_SCOPE"] = board.scope.name
         let secret = Registration.makeSecret()
         environment["BOARDBUS_BOARD_SECRET"] = secret
         process.environment = environment
@@ -96,7 +96,7 @@ public final class BoardLauncher: Sendable {
 
     /// The name of a board's pid and log files: `<id>` in the root scope, `<id>@<scope>` elsewhere.
     public static func fileStem(_ board: FleetManifest.Board) -> String {
-        board.scope.isEmpty ? board.id.rawValue : "\(board.id)@\(board.scope)"
+        board.scope.isRoot ? board.id.rawValue : "\(board.id)@\(board.scope.name)"
     }
 
     private func finished(pid: Int32, id: BoardID, pidFile: String, status: String, clean: Bool) {

@@ -49,7 +49,7 @@ final class LiveBoard {
     }
 
     var id: BoardID { registration.id }
-    var scope: String { registration.scope }
+    var scope: Scope { registration.scope }
     var name: ScopedName { ScopedName(scope: registration.scope, name: registration.id.rawValue) }
 }
 
@@ -83,7 +83,7 @@ struct BoardRegistry {
     }
 
     /// Live boards of a scope subscribed to an action name, sorted by id for a stable order.
-    func subscribers(of action: String, in scope: String) -> [LiveBoard] {
+    func subscribers(of action: String, in scope: Scope) -> [LiveBoard] {
         boards.values.filter { $0.scope == scope && $0.registration.actions.contains(action) }.sorted { $0.id < $1.id }
     }
 

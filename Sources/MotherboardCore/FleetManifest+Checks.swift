@@ -126,7 +126,7 @@ extension FleetManifest {
     public func checkExecutables(binaryDirectory: String) throws {
         let missing = boards.filter { !FileManager.default.isExecutableFile(atPath: $0.executablePath(binaryDirectory: binaryDirectory)) }
         guard missing.isEmpty else {
-            let list = missing.map { "'\($0.id)'\($0.scope.isEmpty ? "" : " in scope '\($0.scope)'") (\($0.executablePath(binaryDirectory: binaryDirectory)))" }
+            let list = missing.map { "'\($0.id)'\($0.scope.isRoot ? "" : " in scope '\($0.scope.name)'") (\($0.executablePath(binaryDirectory: binaryDirectory)))" }
             throw BusError(.badArgument, "no executable for board \(list.joined(separator: ", "))")
         }
     }
@@ -139,7 +139,7 @@ extension FleetManifest {
         var warnings: [String] = []
         for (scope, spec) in specs {
             for id in spec.sources + (spec.target.map { [$0] } ?? []) where board(id, scope: scope) == nil {
-                let name = scope.isEmpty ? id.rawValue : "\(scope)/\(id)"
+                let name = ScopedName(scope: scope, name: id.rawValue).description
                 guard warned.insert(name).inserted else { continue }
                 warnings.append("a flow names board '\(name)', which the manifest does not declare; it runs only if such a board registers")
             }

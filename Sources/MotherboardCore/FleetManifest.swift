@@ -48,13 +48,13 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         public var executable: String
         /// Extra arguments for the executable.
         public var arguments: [String]
-        public var scope: String
+        public var scope: Scope
         public var start: StartPolicy
         public var restart: RestartPolicy
         public var restartLimit: RestartLimit
 
         public init(
-            id: BoardID, executable: String, arguments: [String] = [], scope: String = "", start: StartPolicy = .always,
+            id: BoardID, executable: String, arguments: [String] = [], scope: Scope = .root, start: StartPolicy = .always,
             restart: RestartPolicy = .no, restartLimit: RestartLimit = RestartLimit()
         ) {
             self.id = id
@@ -71,28 +71,28 @@ public struct FleetManifest: Sendable, Hashable, Codable {
             id = try container.decode(BoardID.self, forKey: .id)
             executable = try container.decode(String.self, forKey: .executable)
             arguments = try container.decodeIfPresent([String].self, forKey: .arguments) ?? []
-            scope = try container.decodeIfPresent(String.self, forKey: .scope) ?? ""
+            scope = try container.decodeIfPresent(Scope.self, forKey: .scope) ?? .root
             start = try container.decodeIfPresent(StartPolicy.self, forKey: .start) ?? .always
             restart = try container.decodeIfPresent(RestartPolicy.self, forKey: .restart) ?? .no
             restartLimit = try container.decodeIfPresent(RestartLimit.self, forKey: .restartLimit) ?? RestartLimit()
         }
     }
 
-    /// A scope of the tree: nested motherboards. The root scope (named "") always exists.
-    public struct Scope: Sendable, Hashable, Codable {
-        public var name: String
+    /// A scope of the tree: nested motherboards. The root scope always exists.
+    public struct ScopeEntry: Sendable, Hashable, Codable {
+        public var name: Scope
         /// The parent scope; the root when absent.
-        public var parent: String
+        public var parent: Scope
 
-        public init(name: String, parent: String = "") {
+        public init(name: Scope, parent: Scope = .root) {
             self.name = name
             self.parent = parent
         }
 
         public init(from decoder: any Decoder) throws {
             let container = try decoder.container(keyedBy: CodingKeys.self)
-            name = try container.decode(String.self, forKey: .name)
-            parent = try container.decodeIfPresent(String.self, forKey: .parent) ?? ""
+            name = try container.decode(Scope.self, forKey: .name)
+            parent = try container.decodeIfPresent(Scope.self, forKey: .parent) ?? .root
         }
     }
 
@@ -107,9 +107,9 @@ public struct FleetManifest: Sendable, Hashable, Codable {
             public var output: String?
             public var on: FlowSpec.Trigger
             public var to: BoardID
-            public var scope: String
+            public var scope: Scope
 
-            public init(from: [BoardID], output: String? = nil, on: FlowSpec.Trigger = .output, to: BoardID, scope: String = "") {
+            public init(from: [BoardID], output: String? = nil, on: FlowSpec.Trigger = .output, to: BoardID, scope: Scope = .root) {
                 self.from = from
                 self.output = output
                 self.on = on
@@ -133,7 +133,7 @@ public struct FleetManifest: Sendable, Hashable, Codable {
                     throw DecodingError.dataCorruptedError(forKey: .on, in: container, debugDescription: "'on' must be 'output' or 'complete'")
                 }
                 to = try container.decode(BoardID.self, forKey: .to)
-                scope = try container.decodeIfPresent(String.self, forKey: .scope) ?? ""
+                scope = try container.decodeIfPresent(Scope.self, forKey: .scope) ?? .root
             }
         }
 
@@ -155,24 +155,24 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         }
     }
 
-    public var scopes: [Scope]
+    public var scopes: [ScopeEntry]
     public var boards: [Board]
     public var flows: [Flow]
 
-    public init(scopes: [Scope] = [], boards: [Board] = [], flows: [Flow] = []) {
+    public init(scopes: [ScopeEntry] = [], boards: [Board] = [], flows: [Flow] = []) {
         self.scopes = scopes
         self.boards = boards
         self.flows = flows
     }
 
     /// A manifest with chain flows only, e.g. `["a ->> b"]`.
-    public init(scopes: [Scope] = [], boards: [Board] = [], flows chains: [String]) {
+    public init(scopes: [ScopeEntry] = [], boards: [Board] = [], flows chains: [String]) {
         self.init(scopes: scopes, boards: boards, flows: chains.map(Flow.chain))
     }
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        scopes = try container.decodeIfPresent([Scope].self, forKey: .scopes) ?? []
+        scopes = try container.decodeIfPresent([ScopeEntry].self, forKey: .scopes) ?? []
         boards = try container.decodeIfPresent([Board].self, forKey: .boards) ?? []
         flows = try container.decodeIfPresent([Flow].self, forKey: .flows) ?? []
     }
@@ -201,21 +201,21 @@ public struct FleetManifest: Sendable, Hashable, Codable {
     }
 
     /// The manifest entry for an id in a scope.
-    public func board(_ id: BoardID, scope: String = "") -> Board? {
+    public func board(_ id: BoardID, scope: Scope = .root) -> Board? {
         boards.first { $0.id == id && $0.scope == scope }
     }
 
     /// The manifest entry for a name as written in a header.
-    func board(named name: String, scope: String) -> Board? {
+    func board(named name: String, scope: Scope) -> Board? {
         boards.first { $0.id.rawValue == name && $0.scope == scope }
     }
 
     /// Every flow of the manifest with its scope, in declaration order (chains give one flow per edge).
-    public func flowSpecs() throws -> [(scope: String, spec: FlowSpec)] {
-        try flows.flatMap { flow -> [(scope: String, spec: FlowSpec)] in
+    public func flowSpecs() throws -> [(scope: Scope, spec: FlowSpec)] {
+        try flows.flatMap { flow -> [(scope: Scope, spec: FlowSpec)] in
             switch flow {
             case .chain(let text):
-                return try FlowEdge.parseChain(text).map { ("", FlowSpec(sources: [$0.source], target: $0.target)) }
+                return try FlowEdge.parseChain(text).map { (.root, FlowSpec(sources: [$0.source], target: $0.target)) }
             case .rule(let rule):
                 guard !rule.from.isEmpty else { throw BusError(.badArgument, "a flow needs at least one source") }
                 return [(rule.scope, FlowSpec(sources: rule.from, trigger: rule.on, outputType: rule.output, target: rule.to))]

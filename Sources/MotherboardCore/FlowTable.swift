@@ -7,7 +7,7 @@ struct FlowTable {
     private var nextID = 1
 
     @discardableResult
-    mutating func add(scope: String, owner: BoardID?, spec: FlowSpec) -> FlowInfo {
+    mutating func add(scope: Scope, owner: BoardID?, spec: FlowSpec) -> FlowInfo {
         let flow = FlowInfo(id: nextID, scope: scope, owner: owner, spec: spec)
         nextID += 1
         flows.append(flow)
@@ -32,7 +32,7 @@ struct FlowTable {
     }
 
     /// The flows of `trigger` from `source` in `scope`, in order.
-    func matching(scope: String, source: String, trigger: FlowSpec.Trigger) -> [FlowInfo] {
+    func matching(scope: Scope, source: String, trigger: FlowSpec.Trigger) -> [FlowInfo] {
         flows.filter { flow in
             flow.scope == scope && flow.spec.trigger == trigger && flow.spec.sources.contains { $0.rawValue == source }
         }

@@ -37,16 +37,16 @@ extension Motherboard {
     ) -> PeerID? {
         let bytes = UnsafeRawBufferPointer(header)
         let sender = registry.board(for: peer)
-        let scope: String
+        let scope: Scope
         if let sender {
             // A board speaks as itself: in place only when the header already says so.
-            guard Self.bytes(bytes, layout.source, equal: sender.id.rawValue), Self.bytes(bytes, layout.scope, equal: sender.scope) else {
+            guard Self.bytes(bytes, layout.source, equal: sender.id.rawValue), Self.bytes(bytes, layout.scope, equal: sender.scope.name) else {
                 return nil
             }
             scope = sender.scope
         } else {
             guard !retiredPeers.contains(peer) else { return nil }
-            scope = Self.string(bytes, layout.scope)
+            scope = Scope(Self.string(bytes, layout.scope))
         }
         guard let target = registry[ScopedName(scope: scope, name: Self.string(bytes, layout.target))] else { return nil }
         sender?.lastSeen = now

@@ -296,15 +296,15 @@ public final class Motherboard {
     }
 
     /// The scope a message acts in: a registered board's own, else the one the header names.
-    func scope(of envelope: Envelope, sender: LiveBoard?) -> String {
+    func scope(of envelope: Envelope, sender: LiveBoard?) -> Scope {
         sender?.scope ?? envelope.header.scope
     }
 
     /// `badArgument` naming the scopes there are, when `scope` is not one of them.
-    func noScopeError(_ scope: String) -> BusError? {
+    func noScopeError(_ scope: Scope) -> BusError? {
         guard !scopes.contains(scope) else { return nil }
-        let known = scopes.names.map { $0.isEmpty ? "(root)" : $0 }.joined(separator: ", ")
-        return BusError(.badArgument, "no scope '\(scope.escapedForDisplay())' in this fleet (it has: \(known))")
+        let known = scopes.names.map(\.description).joined(separator: ", ")
+        return BusError(.badArgument, "no scope '\(scope.name.escapedForDisplay())' in this fleet (it has: \(known))")
     }
 
     /// The error for a target that is not live: the manifest decides between "not running" and "no such board".

@@ -24,7 +24,7 @@ extension Busctl {
                 let list = try await client.list(timeout: options.deadline)
                 if options.json { return try options.printJSON(list) }
                 let rows = list.boards.map { board in
-                    [board.id.rawValue, "\(board.pid)", board.scope.isEmpty ? "-" : board.scope, board.state.name, board.start,
+                    [board.id.rawValue, "\(board.pid)", board.scope.isRoot ? "-" : board.scope.name, board.state.name, board.start,
                      String(format: "%.1fs", board.uptimeSeconds), board.commands.joined(separator: ",")]
                 }
                 printTable(header: ["ID", "PID", "SCOPE", "STATE", "START", "UPTIME", "COMMANDS"], rows: rows)
@@ -48,7 +48,7 @@ extension Busctl {
                     id:         \(info.id)
                     state:      \(info.state)
                     pid:        \(info.pid)
-                    scope:      \(scopeName(info.scope))
+                    scope:      \(info.scope)
                     start:      \(info.start)
                     input:      \(info.inputType ?? "-")
                     commands:   \(listed(info.commands))
@@ -73,7 +73,7 @@ extension Busctl {
                 let board = found.board
                 print("""
                     id:       \(board.id)
-                    scope:    \(scopeName(board.scope))
+                    scope:    \(board.scope)
                     state:    \(board.state)\(board.pid > 0 ? " (pid \(board.pid))" : "")
                     input:    \(board.inputType ?? "-")
                     outputs:  \(listed(found.outputTypes))
@@ -95,17 +95,17 @@ extension Busctl {
             try await options.withClient { client in
                 let tree = try await client.tree(timeout: options.deadline)
                 if options.json { return try options.printJSON(tree) }
-                printScope("", in: tree, indent: "")
+                printScope(.root, in: tree, indent: "")
             }
         }
 
-        private func printScope(_ name: String, in tree: ScopeTree, indent: String) {
+        private func printScope(_ name: Scope, in tree: ScopeTree, indent: String) {
             guard let node = tree.scopes.first(where: { $0.name == name }) else { return }
-            print("\(indent)\(scopeName(name))")
+            print("\(indent)\(name)")
             for board in node.boards {
                 print("\(indent)  \(board.id)  \(board.state)\(board.pid > 0 ? " pid \(board.pid)" : "")")
             }
-            for child in tree.scopes where child.parent == name && !child.name.isEmpty {
+            for child in tree.scopes where child.parent == name && !child.name.isRoot {
                 printScope(child.name, in: tree, indent: indent + "  ")
             }
         }
@@ -120,7 +120,7 @@ extension Busctl {
                 let list = try await client.flows(timeout: options.deadline)
                 if options.json { return try options.printJSON(list) }
                 let rows = list.flows.map { flow in
-                    ["\(flow.id)", flow.scope.isEmpty ? "-" : flow.scope, flow.owner?.rawValue ?? "manifest", "\(flow.runs)", flow.description]
+                    ["\(flow.id)", flow.scope.isRoot ? "-" : flow.scope.name, flow.owner?.rawValue ?? "manifest", "\(flow.runs)", flow.description]
                 }
                 printTable(header: ["ID", "SCOPE", "OWNER", "RUNS", "FLOW"], rows: rows)
                 print("outputs dropped (no flow): \(list.droppedOutputs)")
@@ -276,7 +276,3 @@ func listed(_ items: [String]) -> String {
     items.isEmpty ? "-" : items.joined(separator: ", ")
 }
 
-/// A scope for people: "(root)" for the root scope.
-func scopeName(_ scope: String) -> String {
-    scope.isEmpty ? "(root)" : scope
-}

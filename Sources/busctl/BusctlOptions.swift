@@ -15,8 +15,8 @@ struct GlobalOptions: ParsableArguments {
     @Option(name: .long, parsing: .unconditional, help: "Seconds to wait for an answer (more than 0, at most \(Int(maximumTimeoutSeconds)); default 25).")
     var timeout: String = "25"
 
-    @Option(name: .long, help: "The motherboard scope the board ids are in (default: the root scope).")
-    var scope: String = ""
+    @Option(name: .long, help: "The motherboard scope the board ids are in (default: the root scope).", transform: { Scope($0) })
+    var scope: Scope = .root
 
     /// The longest `--timeout`: one day.
     static let maximumTimeoutSeconds: Double = 86_400

@@ -99,7 +99,7 @@ struct HeaderCodecTests {
         #expect(try HeaderCodec.decode(Data(try HeaderCodec.encode(EnvelopeHeader(kind: .command, typeName: atLimit)))).typeName == atLimit)
         let overLimit: [EnvelopeHeader] = [
             EnvelopeHeader(kind: .command, source: atLimit + "b"), EnvelopeHeader(kind: .command, target: emojiAcrossLimit),
-            EnvelopeHeader(kind: .command, scope: atLimit + "é"), EnvelopeHeader(kind: .command, typeName: String(repeating: "😀", count: 300)),
+            EnvelopeHeader(kind: .command, scope: Scope(atLimit + "é")), EnvelopeHeader(kind: .command, typeName: String(repeating: "😀", count: 300)),
             EnvelopeHeader(kind: .dispatch, dispatchID: String(repeating: "😀", count: 300)),
             EnvelopeHeader(kind: .dispatch, dispatchID: String(repeating: "x", count: HeaderCodec.maximumDispatchIDBytes + 1)),
             EnvelopeHeader(kind: .dispatch, dispatchID: ""),
@@ -175,7 +175,7 @@ struct HeaderCodecTests {
                 flags: MessageFlags(rawValue: UInt16(truncatingIfNeeded: generator.next())), correlationID: generator.next(),
                 timeoutMilliseconds: UInt32(truncatingIfNeeded: generator.next()),
                 source: names[Int(generator.next() % 6)], target: names[Int(generator.next() % 6)],
-                scope: names[Int(generator.next() % 6)], typeName: names[Int(generator.next() % 6)],
+                scope: Scope(names[Int(generator.next() % 6)]), typeName: names[Int(generator.next() % 6)],
                 dispatchID: [nil, "d", "ïd"][Int(generator.next() % 3)])
             var bytes = try HeaderCodec.encode(header)
             // Most rounds damage the frame: a byte changed, or the frame cut or lengthened.
@@ -193,10 +193,10 @@ struct HeaderCodecTests {
                     compared += 1
                     #expect(layout.kind == decoded.kind && layout.flags == decoded.flags)
                     #expect(layout.correlationID == decoded.correlationID && layout.timeoutMilliseconds == decoded.timeoutMilliseconds)
-                    for (range, text) in [(layout.source, decoded.source), (layout.target, decoded.target), (layout.scope, decoded.scope), (layout.typeName, decoded.typeName)] {
+                    for (range, text) in [(layout.source, decoded.source), (layout.target, decoded.target), (layout.scope, decoded.scope.name), (layout.typeName, decoded.typeName)] {
                         #expect(Array(buffer[range]) == Array(text.utf8))
                     }
-                    #expect(layout.stringsAreASCII(in: buffer) == [decoded.source, decoded.target, decoded.scope, decoded.typeName, decoded.dispatchID ?? ""].allSatisfy { $0.utf8.allSatisfy { $0 < 0x80 } })
+                    #expect(layout.stringsAreASCII(in: buffer) == [decoded.source, decoded.target, decoded.scope.name, decoded.typeName, decoded.dispatchID ?? ""].allSatisfy { $0.utf8.allSatisfy { $0 < 0x80 } })
                 case (.failure(let decodeError), .failure(let layoutError)):
                     #expect((decodeError as? BusError) == (layoutError as? BusError))
                 case (.failure(let decodeError), .success(let layout)):

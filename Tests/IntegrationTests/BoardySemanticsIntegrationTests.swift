@@ -37,7 +37,7 @@ let boardyManifest = """
     """
 
 extension BusClient {
-    func recording(scope: String = "") async throws -> RecorderIO.Recording {
+    func recording(scope: Scope = .root) async throws -> RecorderIO.Recording {
         try await interact(with: RecorderIO.id, RecorderIO.Recorded(), scope: scope)
     }
 }
@@ -103,7 +103,7 @@ struct BoardySemanticsIntegrationTests {
             #expect(result.exitCode == 0, "\(result.standardError)")
             #expect(try decode(Delivery.self, from: result).delivered == 3)
             try await fleet.withClient { client in
-                for scope in ["express", "checkout", ""] {
+                for scope: Scope in ["express", "checkout", .root] {
                     let heard = try await eventually { try await client.recording(scope: scope).of("action").count == 1 }
                     #expect(heard, "scope '\(scope)'")
                 }

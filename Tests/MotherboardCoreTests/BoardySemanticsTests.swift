@@ -34,7 +34,7 @@ extension Harness {
     @discardableResult
     /// Registers as the process `pid` that ``RecordingProducer`` started would: with its secret
     /// (unless another is given).
-    func register(_ id: BoardID, scope: String, peer: PeerID, pid: Int32 = 100, actions: [String] = [], secret: String? = nil) -> [Envelope] {
+    func register(_ id: BoardID, scope: Scope, peer: PeerID, pid: Int32 = 100, actions: [String] = [], secret: String? = nil) -> [Envelope] {
         let registration = Registration(id: id, pid: pid, scope: scope, actions: actions, secret: secret ?? "secret-\(pid)")
         request(EnvelopeHeader(kind: .register, source: id.rawValue), payload: try! PayloadCodec.encode(registration), from: peer)
         return transport.take(for: peer)
