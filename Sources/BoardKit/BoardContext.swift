@@ -54,7 +54,7 @@ public struct BoardContext: Sendable {
     /// Registers a flow owned by this board, in its scope: outputs of `sources` (of `outputType`
     /// only, when given) activate `target`. Returns the flow id. The flow goes when the board does.
     @discardableResult
-    public func registerFlow(from sources: [BoardID], outputType: String? = nil, to target: BoardID) async throws -> Int {
+    public func registerFlow(from sources: [BoardID], outputType: String? = nil, to target: BoardID) async throws -> FlowID {
         try await register(FlowSpec(sources: sources, outputType: outputType, target: target))
     }
 
@@ -64,7 +64,7 @@ public struct BoardContext: Sendable {
     public func registerFlow<Output: BusPayload>(
         from sources: [BoardID], output: Output.Type,
         _ handler: @escaping @Sendable (Output, BoardID, BoardContext) async throws -> Void
-    ) async throws -> Int {
+    ) async throws -> FlowID {
         try await register(FlowSpec(sources: sources, outputType: Output.busTypeName)) { envelope, context in
             let source = try BoardID(validating: envelope.header.source)
             try await handler(PayloadCodec.decode(Output.self, from: envelope.payload), source, context)
@@ -75,7 +75,7 @@ public struct BoardContext: Sendable {
     @discardableResult
     public func registerFlow(
         from sources: [BoardID], _ handler: @escaping @Sendable (RawMessage, BoardContext) async throws -> Void
-    ) async throws -> Int {
+    ) async throws -> FlowID {
         try await register(FlowSpec(sources: sources)) { envelope, context in
             try await handler(RawMessage(envelope), context)
         }
@@ -84,7 +84,7 @@ public struct BoardContext: Sendable {
     /// Registers a completion flow: when one of `sources` completes, `target` is activated with
     /// its ``Completion``.
     @discardableResult
-    public func registerCompletionFlow(from sources: [BoardID], to target: BoardID) async throws -> Int {
+    public func registerCompletionFlow(from sources: [BoardID], to target: BoardID) async throws -> FlowID {
         try await register(FlowSpec(sources: sources, trigger: .completion, target: target))
     }
 
@@ -92,7 +92,7 @@ public struct BoardContext: Sendable {
     @discardableResult
     public func onCompletion(
         of sources: [BoardID], _ handler: @escaping @Sendable (Completion, BoardID, BoardContext) async throws -> Void
-    ) async throws -> Int {
+    ) async throws -> FlowID {
         try await register(FlowSpec(sources: sources, trigger: .completion)) { envelope, context in
             let source = try BoardID(validating: envelope.header.source)
             try await handler(PayloadCodec.decode(Completion.self, from: envelope.payload), source, context)
@@ -100,7 +100,7 @@ public struct BoardContext: Sendable {
     }
 
     /// Removes a flow this board registered.
-    public func removeFlow(_ id: Int) async throws {
+    public func removeFlow(_ id: FlowID) async throws {
         let envelope = Envelope(
             header: EnvelopeHeader(kind: .control, typeName: ControlOperation.removeFlow),
             payload: try PayloadCodec.encode(FlowRemoval(id: id)))
@@ -108,7 +108,7 @@ public struct BoardContext: Sendable {
         flowHandlers.remove(id)
     }
 
-    private func register(_ spec: FlowSpec, handler: FlowHandlers.Handler? = nil) async throws -> Int {
+    private func register(_ spec: FlowSpec, handler: FlowHandlers.Handler? = nil) async throws -> FlowID {
         let envelope = Envelope(
             header: EnvelopeHeader(kind: .control, typeName: ControlOperation.registerFlow), payload: try PayloadCodec.encode(spec))
         let flow = try PayloadCodec.decode(FlowInfo.self, from: try await client.request(envelope, timeout: .seconds(5)).payload)

@@ -153,11 +153,11 @@ final class BoardRuntime: Service, Sendable {
                 try await board.actionHandlers[header.typeName]?(envelope, self.context) ?? Data()
             }
         case .flowEvent:
-            guard let handler = flowHandlers.handler(for: Int(truncatingIfNeeded: header.correlationID)) else { return }
+            guard let flow = header.flowID, let handler = flowHandlers.handler(for: flow) else { return }
             do {
                 try await handler(envelope, context)
             } catch {
-                logger.warning("flow handler failed", metadata: ["flow": "\(header.correlationID)", "error": "\(error)"])
+                logger.warning("flow handler failed", metadata: ["flow": "\(flow)", "error": "\(error)"])
             }
         case .error where envelope.carriedError?.code == .notRegistered:
             await reregister()

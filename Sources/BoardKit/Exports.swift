@@ -13,6 +13,7 @@
 @_exported import struct BusCore.Delivery
 @_exported import struct BusCore.Completion
 @_exported import struct BusCore.FlowSpec
+@_exported import struct BusCore.FlowID
 @_exported import struct BusCore.FlowInfo
 @_exported import struct BusCore.BoardInfo
 @_exported import struct BusCore.BoardState

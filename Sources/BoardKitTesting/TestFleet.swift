@@ -141,8 +141,8 @@ public final class TestFleet: @unchecked Sendable {
     }
 
     /// The pid the broker recorded for a board it started, from its pid file.
-    public func pid(of board: BoardID, scope: String = "") -> Int32? {
-        let stem = scope.isEmpty ? board.rawValue : "\(board)@\(scope)"
+    public func pid(of board: BoardID, scope: Scope = .root) -> Int32? {
+        let stem = scope.isRoot ? board.rawValue : "\(board)@\(scope.name)"
         let path = "\(address.runtimeDirectory)/pids/\(stem).pid"
         return (try? String(contentsOfFile: path, encoding: .utf8)).flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
     }

@@ -26,6 +26,8 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
     /// Optional field 1: the idempotency key of a `dispatch` (a retry with the same id is applied
     /// once); 1 to ``HeaderCodec/maximumDispatchIDBytes`` bytes of UTF-8.
     public var dispatchID: String?
+    /// Optional field 4: on a `flowEvent`, the flow that delivered it.
+    public var flowID: FlowID?
     /// Optional fields this version does not know, as received (tag, length, value each); sent on
     /// unchanged, so that peers newer than the broker can use fields it does not know yet.
     public var unknownFields: Data
@@ -41,6 +43,7 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
         scope: Scope = .root,
         typeName: String = "",
         dispatchID: String? = nil,
+        flowID: FlowID? = nil,
         unknownFields: Data = Data()
     ) {
         self.version = version
@@ -53,6 +56,7 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
         self.scope = scope
         self.typeName = typeName
         self.dispatchID = dispatchID
+        self.flowID = flowID
         self.unknownFields = unknownFields
     }
 }

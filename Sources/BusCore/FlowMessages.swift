@@ -40,7 +40,7 @@ public struct FlowSpec: BusPayload, Hashable {
 /// A flow held by the broker.
 public struct FlowInfo: BusPayload, Hashable, CustomStringConvertible {
     /// Unique in the broker's lifetime; flows run in ascending id order (registration order).
-    public var id: Int
+    public var id: FlowID
     /// The scope whose boards the flow matches and activates.
     public var scope: Scope
     /// The board that registered it, nil for flows of the manifest.
@@ -49,7 +49,7 @@ public struct FlowInfo: BusPayload, Hashable, CustomStringConvertible {
     /// How many times it ran.
     public var runs: Int
 
-    public init(id: Int, scope: Scope, owner: BoardID?, spec: FlowSpec, runs: Int = 0) {
+    public init(id: FlowID, scope: Scope, owner: BoardID?, spec: FlowSpec, runs: Int = 0) {
         self.id = id
         self.scope = scope
         self.owner = owner
@@ -80,8 +80,31 @@ public struct FlowList: BusPayload, Hashable {
 
 /// The question of `flow.remove`.
 public struct FlowRemoval: BusPayload, Hashable {
-    public var id: Int
-    public init(id: Int) { self.id = id }
+    public var id: FlowID
+    public init(id: FlowID) { self.id = id }
+}
+
+/// A flow's id: given by the broker, unique in its lifetime, ascending in registration order. On
+/// the wire: a JSON number in payloads, and optional header field 4 of the `flowEvent` a flow delivers.
+public struct FlowID: Hashable, Sendable, Comparable, Codable, CustomStringConvertible, ExpressibleByIntegerLiteral {
+    public let rawValue: UInt64
+
+    public init(_ rawValue: UInt64) { self.rawValue = rawValue }
+
+    public init(integerLiteral value: UInt64) { rawValue = value }
+
+    public var description: String { "\(rawValue)" }
+
+    public static func < (left: FlowID, right: FlowID) -> Bool { left.rawValue < right.rawValue }
+
+    public init(from decoder: any Decoder) throws {
+        rawValue = try decoder.singleValueContainer().decode(UInt64.self)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
 }
 
 /// The answer to `introspect ID`.

@@ -13,7 +13,7 @@ import Foundation
 /// 14     4    timeout in milliseconds (0 = none)
 /// 18     -    source, target, scope, type name: each a u16 length then that many UTF-8 bytes
 ///  -     -    optional fields to the end of the frame: each a u8 tag, a u16 length, the value
-///             (tag 1: dispatch id, UTF-8; unknown tags are kept and passed on)
+///             (tag 1: dispatch id, UTF-8; tag 4: flow id, u64; unknown tags are kept and passed on)
 /// ```
 /// The fixed part is the same in every version, so a receiver can read a bad header's correlation
 /// id and flags and answer it. Nothing is ever cut: a field over its limit is refused with
@@ -37,6 +37,8 @@ public enum HeaderCodec {
     public enum OptionalField {
         /// The dispatch id (``EnvelopeHeader/dispatchID``).
         public static let dispatchID: UInt8 = 1
+        /// The flow that delivered a `flowEvent` (``EnvelopeHeader/flowID``): 8 bytes, big-endian.
+        public static let flowID: UInt8 = 4
     }
 
     static let magic: (UInt8, UInt8) = (0x42, 0x42)
@@ -53,7 +55,7 @@ public enum HeaderCodec {
     @inlinable
     public static func encodedSize(_ header: EnvelopeHeader) -> Int {
         fixedSize + 8 + header.source.utf8.count + header.target.utf8.count + header.scope.name.utf8.count + header.typeName.utf8.count
-            + (header.dispatchID.map { 3 + $0.utf8.count } ?? 0) + header.unknownFields.count
+            + (header.dispatchID.map { 3 + $0.utf8.count } ?? 0) + (header.flowID == nil ? 0 : 11) + header.unknownFields.count
     }
 
     /// Checks every field against its limit; returns the encoded size. A sender calls it before
@@ -130,6 +132,11 @@ public enum HeaderCodec {
             writer.write(OptionalField.dispatchID)
             writer.write(id)
         }
+        if let flow = header.flowID {
+            writer.write(OptionalField.flowID)
+            writer.writeBigEndian(UInt16(8))
+            writer.writeBigEndian(flow.rawValue)
+        }
         for byte in header.unknownFields { writer.write(byte) }
         return writer.offset
     }
@@ -149,6 +156,7 @@ public enum HeaderCodec {
             scope: Scope(try string(buffer, layout.scope, field: "scope")), typeName: try string(buffer, layout.typeName, field: "type name"))
         if !layout.optionalFields.isEmpty {
             if let id = layout.dispatchID { header.dispatchID = try string(buffer, id, field: "dispatch id") }
+            if let flow = layout.flowID { header.flowID = FlowID(HeaderLayout.bigEndian(buffer, at: flow.lowerBound, as: UInt64.self)) }
             header.unknownFields = layout.unknownFields(in: buffer)
         }
         return header
@@ -216,6 +224,7 @@ package struct HeaderLayout: Sendable, Hashable {
     /// Where the optional fields are (empty when there are none), and the dispatch id among them.
     package let optionalFields: Range<Int>
     package let dispatchID: Range<Int>?
+    package let flowID: Range<Int>?
 
     /// Offset of the correlation id in the frame.
     static let correlationOffset = 6
@@ -249,16 +258,26 @@ package struct HeaderLayout: Sendable, Hashable {
         typeName = try Self.field(buffer, &offset, "type name")
         optionalFields = offset..<buffer.count
         var dispatchID: Range<Int>?
+        var flowID: Range<Int>?
         while offset < buffer.count {
             let (tag, value) = try Self.optionalField(buffer, &offset)
-            guard tag == HeaderCodec.OptionalField.dispatchID else { continue }
-            guard dispatchID == nil else { throw BusError(.malformed, "header has two dispatch ids") }
-            guard (1...HeaderCodec.maximumDispatchIDBytes).contains(value.count) else {
-                throw BusError(.malformed, "dispatch id of \(value.count) bytes is outside 1...\(HeaderCodec.maximumDispatchIDBytes)")
+            switch tag {
+            case HeaderCodec.OptionalField.dispatchID:
+                guard dispatchID == nil else { throw BusError(.malformed, "header has two dispatch ids") }
+                guard (1...HeaderCodec.maximumDispatchIDBytes).contains(value.count) else {
+                    throw BusError(.malformed, "dispatch id of \(value.count) bytes is outside 1...\(HeaderCodec.maximumDispatchIDBytes)")
+                }
+                dispatchID = value
+            case HeaderCodec.OptionalField.flowID:
+                guard flowID == nil else { throw BusError(.malformed, "header has two flow ids") }
+                guard value.count == 8 else { throw BusError(.malformed, "flow id of \(value.count) bytes (it has 8)") }
+                flowID = value
+            default:
+                continue
             }
-            dispatchID = value
         }
         self.dispatchID = dispatchID
+        self.flowID = flowID
     }
 
     /// The correlation id to answer a header that is not valid with, when its fixed part can be
@@ -292,7 +311,9 @@ package struct HeaderLayout: Sendable, Hashable {
         while offset < optionalFields.upperBound {
             let start = offset
             guard let (tag, _) = try? Self.optionalField(buffer, &offset) else { break }
-            if tag != HeaderCodec.OptionalField.dispatchID { unknown.append(contentsOf: buffer[start..<offset]) }
+            if tag != HeaderCodec.OptionalField.dispatchID && tag != HeaderCodec.OptionalField.flowID {
+                unknown.append(contentsOf: buffer[start..<offset])
+            }
         }
         return unknown
     }
@@ -313,7 +334,7 @@ package struct HeaderLayout: Sendable, Hashable {
         buffer.storeBytes(of: id.bigEndian, toByteOffset: correlationOffset, as: UInt64.self)
     }
 
-    private static func bigEndian<T: FixedWidthInteger>(_ buffer: UnsafeRawBufferPointer, at offset: Int, as: T.Type) -> T {
+    static func bigEndian<T: FixedWidthInteger>(_ buffer: UnsafeRawBufferPointer, at offset: Int, as: T.Type) -> T {
         T(bigEndian: buffer.loadUnaligned(fromByteOffset: offset, as: T.self))
     }
 

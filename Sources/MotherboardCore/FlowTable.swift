@@ -4,18 +4,18 @@ import BusCore
 /// register at run time. Every matching flow runs, in that order.
 struct FlowTable {
     private(set) var flows: [FlowInfo] = []
-    private var nextID = 1
+    private var nextID: FlowID = 1
 
     @discardableResult
     mutating func add(scope: Scope, owner: BoardID?, spec: FlowSpec) -> FlowInfo {
         let flow = FlowInfo(id: nextID, scope: scope, owner: owner, spec: spec)
-        nextID += 1
+        nextID = FlowID(nextID.rawValue + 1)
         flows.append(flow)
         return flow
     }
 
     /// Removes a flow; a board may remove only its own, a tool (no owner) any run-time one.
-    mutating func remove(id: Int, requester: BoardID?) throws {
+    mutating func remove(id: FlowID, requester: BoardID?) throws {
         guard let index = flows.firstIndex(where: { $0.id == id }) else {
             throw BusError(.badArgument, "no flow \(id)")
         }
@@ -38,7 +38,7 @@ struct FlowTable {
         }
     }
 
-    mutating func countRun(_ id: Int) {
+    mutating func countRun(_ id: FlowID) {
         if let index = flows.firstIndex(where: { $0.id == id }) { flows[index].runs += 1 }
     }
 

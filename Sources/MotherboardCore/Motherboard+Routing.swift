@@ -195,8 +195,8 @@ extension Motherboard {
                 activate(ScopedName(scope: source.scope, name: target.rawValue), with: Envelope(header: header, payload: payload), client: nil, now: now)
             } else if let owner = flow.owner, let board = registry[ScopedName(scope: flow.scope, name: owner.rawValue)] {
                 let header = EnvelopeHeader(
-                    kind: .flowEvent, correlationID: UInt64(flow.id), source: source.name, target: owner.rawValue,
-                    scope: source.scope, typeName: typeName)
+                    kind: .flowEvent, source: source.name, target: owner.rawValue,
+                    scope: source.scope, typeName: typeName, flowID: flow.id)
                 send(Envelope(header: header, payload: payload), to: board.peer)
             }
         }

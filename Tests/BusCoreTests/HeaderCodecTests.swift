@@ -129,6 +129,24 @@ struct HeaderCodecTests {
         }
     }
 
+    /// A flow event names its flow in field 4 (8 bytes, big-endian), not in the correlation id.
+    @Test func theFlowIDIsAFieldOfItsOwn() throws {
+        let header = EnvelopeHeader(kind: .flowEvent, source: "src", target: "owner", typeName: "Paid", flowID: FlowID(UInt64.max - 1))
+        let bytes = try HeaderCodec.encode(header)
+        #expect(try HeaderCodec.decode(Data(bytes)) == header)
+        #expect(bytes.count == HeaderCodec.encodedSize(header))
+        #expect(Array(bytes.suffix(11)) == [4, 0, 8, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFE])
+        #expect(bytes.withUnsafeBytes { HeaderLayout.correlationID(in: $0) } == 0)
+        // With a dispatch id and an unknown field around it, each is where it belongs.
+        let both = EnvelopeHeader(kind: .flowEvent, dispatchID: "d", flowID: 9, unknownFields: Data([9, 0, 1, 0x7A]))
+        #expect(try HeaderCodec.decode(Data(try HeaderCodec.encode(both))) == both)
+        let plain = try HeaderCodec.encode(EnvelopeHeader(kind: .flowEvent))
+        for broken: [UInt8] in [[4, 0, 7, 1, 2, 3, 4, 5, 6, 7], [4, 0, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9], [4, 0, 0], [4, 0, 8, 0, 0, 0, 0, 0, 0, 0, 1, 4, 0, 8, 0, 0, 0, 0, 0, 0, 0, 2]] {
+            let error = try #require(throws: BusError.self) { try HeaderCodec.decode(Data(plain + broken)) }
+            #expect(error.code == .malformed, "\(broken)")
+        }
+    }
+
     /// A bad header whose fixed part can be read is answered when its sender waits.
     @Test func aBadHeaderIsAnswerableWhenItsFixedPartIsReadable() throws {
         var bytes = try HeaderCodec.encode(EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 77, typeName: "x"))
