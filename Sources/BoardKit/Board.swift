@@ -189,4 +189,11 @@ public struct Board: Sendable {
         let group = ServiceGroup(configuration: .init(services: [runtime], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
     }
+
+    /// The board as a service on `client`, for a host that runs boards in its own process
+    /// (BoardKitTesting's in-process fleet): it registers, calls `onReady`, handles messages until
+    /// graceful shutdown or `complete()`, then says goodbye. Nothing is printed.
+    package func service(on client: BusClient, logger: Logger, onReady: @escaping @Sendable () -> Void) -> any Service {
+        BoardRuntime(board: self, client: client, logger: logger, announce: false, onReady: onReady)
+    }
 }

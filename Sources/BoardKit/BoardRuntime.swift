@@ -11,22 +11,22 @@ final class BoardRuntime: Service, Sendable {
     private let logger: Logger
     private let completion = CompletionLatch()
     private let flowHandlers = FlowHandlers()
-    private let heartbeat = Mutex<Heartbeat>(Heartbeat())
+    private let heartbeat: Mutex<HeartbeatSchedule>
     private let registering = Atomic<Bool>(false)
-
-    private struct Heartbeat {
-        var interval: Duration = .milliseconds(500)
-        var lastSent = ContinuousClock.now
-        var active = false
-    }
+    /// Whether to print `READY <id>` once registered (a board process does, for its launcher).
+    private let announce: Bool
+    private let onReady: @Sendable () -> Void
 
     /// What every handler gets; made once (handlers run on every message).
     let context: BoardContext
 
-    init(board: Board, client: BusClient, logger: Logger) {
+    init(board: Board, client: BusClient, logger: Logger, announce: Bool = true, onReady: @escaping @Sendable () -> Void = {}) {
         self.board = board
         self.client = client
         self.logger = logger
+        self.announce = announce
+        self.onReady = onReady
+        self.heartbeat = Mutex(HeartbeatSchedule(now: client.clock.now()))
         self.context = BoardContext(id: board.id, scope: board.scope, logger: logger, client: client, flowHandlers: flowHandlers, completion: completion)
     }
 
@@ -63,7 +63,8 @@ final class BoardRuntime: Service, Sendable {
         }
         try await register(deadline: .seconds(30))
         for start in board.startHandlers { try await start(context) }
-        FileHandle.standardOutput.write(Data("READY \(board.id)\n".utf8))
+        if announce { FileHandle.standardOutput.write(Data("READY \(board.id)\n".utf8)) }
+        onReady()
 
         let completed = await withTaskGroup(of: Bool.self) { group in
             // Handlers run on the socket's thread (the client's executor), as on an event loop:
@@ -88,7 +89,7 @@ final class BoardRuntime: Service, Sendable {
             group.cancelAll()
             return first
         }
-        heartbeat.withLock { $0.active = false }
+        heartbeat.withLock { $0.isActive = false }
         if !completed {
             let goodbye = Envelope(header: EnvelopeHeader(kind: .unregister, source: board.id.rawValue))
             _ = try? await client.request(goodbye, timeout: .seconds(1))
@@ -98,7 +99,7 @@ final class BoardRuntime: Service, Sendable {
 
     /// Registers, retrying while the broker is not there yet (it may be starting or restarting).
     private func register(deadline: Duration) async throws {
-        let end = ContinuousClock.now.advanced(by: deadline)
+        let end = client.clock.now().advanced(by: deadline)
         let envelope = Envelope(
             header: EnvelopeHeader(kind: .register, source: board.id.rawValue, scope: board.scope),
             payload: try PayloadCodec.encode(board.registration))
@@ -106,25 +107,18 @@ final class BoardRuntime: Service, Sendable {
             do {
                 let reply = try await client.request(envelope, timeout: .seconds(2))
                 let accepted = try PayloadCodec.decode(RegistrationAccepted.self, from: reply.payload)
-                heartbeat.withLock {
-                    $0.interval = .milliseconds(max(50, accepted.heartbeatIntervalMilliseconds))
-                    $0.active = true
-                }
+                heartbeat.withLock { $0.start(every: .milliseconds(max(50, accepted.heartbeatIntervalMilliseconds))) }
                 logger.info("registered", metadata: ["endpoint": "\(client.address.endpoint)"])
                 return
-            } catch let error as BusError where error.code == .timeout && ContinuousClock.now < end {
+            } catch let error as BusError where error.code == .timeout && client.clock.now() < end {
                 logger.debug("registration not answered yet; retrying")
             }
         }
     }
 
     private func sendHeartbeatIfDue() {
-        let due = heartbeat.withLock { state -> Bool in
-            let now = ContinuousClock.now
-            guard state.active, state.lastSent.duration(to: now) >= state.interval else { return false }
-            state.lastSent = now
-            return true
-        }
+        let now = client.clock.now()
+        let due = heartbeat.withLock { $0.isDue(at: now) }
         if due {
             try? client.send(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: board.id.rawValue)))
         }
@@ -219,5 +213,28 @@ final class BoardRuntime: Service, Sendable {
         } catch {
             logger.error("re-registration failed", metadata: ["error": "\(error)"])
         }
+    }
+}
+
+/// When a registered board heartbeats: every interval the broker asked for (counted from the
+/// last heartbeat), and not before it registered or after it said goodbye.
+struct HeartbeatSchedule: Sendable, Equatable {
+    private(set) var interval: Duration = .milliseconds(500)
+    private(set) var lastSent: ContinuousClock.Instant
+    var isActive = false
+
+    init(now: ContinuousClock.Instant) { lastSent = now }
+
+    /// Registered: heartbeats every `interval` from now on.
+    mutating func start(every interval: Duration) {
+        self.interval = interval
+        isActive = true
+    }
+
+    /// Whether a heartbeat is due at `now`; if so, it counts as sent.
+    mutating func isDue(at now: ContinuousClock.Instant) -> Bool {
+        guard isActive, lastSent.duration(to: now) >= interval else { return false }
+        lastSent = now
+        return true
     }
 }

@@ -92,10 +92,10 @@ extension BusClient {
         timeout: Duration, what: String, _ attempt: @escaping () async throws -> T?,
         retryingOn codes: () -> Set<BusError.Code>
     ) async throws -> T {
-        let deadline = ContinuousClock.now.advanced(by: timeout)
+        let deadline = clock.now().advanced(by: timeout)
         let retryable = codes().union([.timeout])
         var lastError: BusError?
-        while ContinuousClock.now < deadline {
+        while clock.now() < deadline {
             do {
                 if let value = try await attempt() { return value }
             } catch let error as BusError where retryable.contains(error.code) {

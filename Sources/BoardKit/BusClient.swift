@@ -13,30 +13,27 @@ public final class BusClient: Sendable {
 
     public let address: BusAddress
     let limits: BusLimits
-    private let loop: SocketLoop
+    /// Where deadlines are read.
+    package let clock: BusClock
+    private let connection: any BusConnection
     private let state: ClientState
 
     /// Connects to the broker at `address`. With `probe`, fails at once with `brokerNotRunning`
     /// when nothing listens on an `ipc://` endpoint, or with `unauthorized` when the broker closes
     /// the connection unanswered (it admits its own user only), instead of waiting for a timeout.
-    public init(address: BusAddress, probe: Bool = true, limits: BusLimits = .default) throws {
+    public convenience init(address: BusAddress, probe: Bool = true, limits: BusLimits = .default) throws {
         if probe { try EndpointProbe.checkListening(address, greeting: .milliseconds(500)) }
+        try self.init(connection: ZeroMQConnection(address: address, limits: limits), address: address, limits: limits)
+    }
+
+    /// A client over any connection (BoardKitTesting's in-process fleet passes an in-memory one).
+    package init(connection: any BusConnection, address: BusAddress, limits: BusLimits = .default, clock: BusClock = .continuous) {
         self.address = address
         self.limits = limits
-        let socket = try ZMQSocket(context: ZMQContext.shared(), kind: .dealer)
-        do {
-            try socket.set(
-                .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000),
-                .reconnectInterval(.milliseconds(100)), .maximumReconnectInterval(.seconds(1)))
-            try socket.connect(address.endpoint)
-            let state = ClientState()
-            self.loop = try SocketLoop(name: "bus-client", socket: socket, handler: state, tickInterval: .milliseconds(50), limits: limits)
-            self.state = state
-        } catch {
-            socket.close()
-            throw error
-        }
-        loop.start()
+        self.clock = clock
+        self.connection = connection
+        self.state = ClientState(connection: connection, clock: clock)
+        connection.start(state)
     }
 
     /// Connects to the bus named by the environment (`$BOARDBUS_ADDRESS`, `$BOARDBUS_RUNTIME_DIR`…).
@@ -58,7 +55,7 @@ public final class BusClient: Sendable {
     /// Sends a message that expects no reply.
     public func send(_ envelope: Envelope) throws {
         try checkSize(envelope)
-        loop.send(envelope)
+        connection.send(envelope)
     }
 
     /// Sends a request and waits for its reply. Throws the ``BusError`` of an error reply, or
@@ -75,13 +72,13 @@ public final class BusClient: Sendable {
         request.header.correlationID = state.makeCorrelationID()
         request.header.timeoutMilliseconds = UInt32(clamping: timeout.wholeMilliseconds)
         let correlationID = request.header.correlationID
-        let deadline = ContinuousClock.now.advanced(by: timeout)
-        let loop = self.loop
+        let deadline = clock.now().advanced(by: timeout)
+        let connection = self.connection
         let state = self.state
         let reply: Envelope = try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { continuation in
                 state.addPending(correlationID, deadline: deadline, header: request.header, continuation: continuation)
-                loop.send(request)
+                connection.send(request)
             }
         } onCancel: {
             state.fail(correlationID, with: CancellationError())
@@ -96,13 +93,13 @@ public final class BusClient: Sendable {
     nonisolated(nonsending)
     public func request(_ envelope: Envelope, timeout: Duration, retryingWhileNotRunning: Bool) async throws -> Envelope {
         guard retryingWhileNotRunning else { return try await request(envelope, timeout: timeout) }
-        let deadline = ContinuousClock.now.advanced(by: timeout)
+        let deadline = clock.now().advanced(by: timeout)
         var pause = Duration.milliseconds(50)
         while true {
             do {
-                return try await request(envelope, timeout: ContinuousClock.now.duration(to: deadline))
+                return try await request(envelope, timeout: clock.now().duration(to: deadline))
             } catch let error as BusError where Self.retryable.contains(error.code) {
-                guard ContinuousClock.now.advanced(by: pause) < deadline else { throw error }
+                guard clock.now().advanced(by: pause) < deadline else { throw error }
                 try await Task.sleep(for: pause)
                 pause = min(pause * 2, .seconds(1))
             }
@@ -115,7 +112,7 @@ public final class BusClient: Sendable {
     /// The executor of the client's socket thread. Tasks that prefer it
     /// (`withTaskExecutorPreference(client.executor) { … }`) run beside the socket: a reply resumes
     /// them and their next request goes out with no thread hop. They must not block.
-    public var executor: any TaskExecutor { loop }
+    public var executor: any TaskExecutor { connection.executor }
 
     static func describe(_ header: EnvelopeHeader) -> String {
         let what = header.typeName.isEmpty ? "\(header.kind)" : "\(header.kind) \(header.typeName)"
@@ -124,12 +121,12 @@ public final class BusClient: Sendable {
 
     /// Closes the socket (the process's shared context stays). Pending requests fail with `transport`.
     public func close() {
-        if loop.isOnLoopThread {
+        if connection.isCurrentThread {
             // The socket thread cannot wait for itself: finish closing from another thread.
             Thread { self.close() }.start()
             return
         }
-        loop.stop()
+        connection.stop()
         state.failAll(BusError(.transport, "connection closed"))
     }
 
@@ -155,7 +152,7 @@ public final class BusClient: Sendable {
 
 /// The client's shared state: pending requests and handlers. The socket thread reads it, callers
 /// add to it; a mutex guards it.
-final class ClientState: SocketLoopHandler, @unchecked Sendable {
+final class ClientState: BusConnectionHandler, @unchecked Sendable {
     private struct Pending {
         var deadline: ContinuousClock.Instant
         /// The request's header, to say which request timed out (described only then).
@@ -173,6 +170,13 @@ final class ClientState: SocketLoopHandler, @unchecked Sendable {
 
     private let guarded = Mutex(Guarded())
     private let nextCorrelationID = Atomic<UInt64>(0)
+    private let connection: any BusConnection
+    private let clock: BusClock
+
+    init(connection: any BusConnection, clock: BusClock) {
+        self.connection = connection
+        self.clock = clock
+    }
 
     /// The next request's correlation id: 1, 2, 3… (lock-free: taken on every request).
     func makeCorrelationID() -> UInt64 {
@@ -214,8 +218,7 @@ final class ClientState: SocketLoopHandler, @unchecked Sendable {
         _ = guarded.withLock { $0.subscriptions.removeValue(forKey: id) }
     }
 
-    func received(_ message: ReceivedMessage, on socket: ZMQSocket) {
-        guard case .success(let envelope) = message.content else { return }
+    func received(_ envelope: Envelope) {
         let kind = envelope.header.kind
         if kind == .reply || kind == .error, envelope.header.correlationID != 0 {
             let pending = guarded.withLock { $0.pending.removeValue(forKey: envelope.header.correlationID) }
@@ -233,34 +236,41 @@ final class ClientState: SocketLoopHandler, @unchecked Sendable {
         handler?(envelope)
     }
 
-    func tick(on socket: ZMQSocket) {
-        let now = ContinuousClock.now
-        let (expired, tickHandler) = guarded.withLock { state -> ([Pending], (@Sendable () -> Void)?) in
+    func tick() {
+        let now = clock.now()
+        expireRequests(now: now)
+        renewSubscriptions(now: now)
+        let tickHandler = guarded.withLock { $0.tickHandler }
+        tickHandler?()
+    }
+
+    /// Fails with `timeout` every request whose deadline is `now` or earlier.
+    func expireRequests(now: ContinuousClock.Instant) {
+        let expired = guarded.withLock { state -> [Pending] in
             let ids = state.pending.filter { $0.value.deadline <= now }.map(\.key)
-            return (ids.compactMap { state.pending.removeValue(forKey: $0) }, state.tickHandler)
+            return ids.compactMap { state.pending.removeValue(forKey: $0) }
         }
         for pending in expired {
             pending.continuation.resume(throwing: BusError(.timeout, "no answer to \(BusClient.describe(pending.header)) in time"))
         }
-        renewSubscriptions(on: socket, now: now)
-        tickHandler?()
     }
+
+    /// How many requests wait for an answer.
+    var pendingCount: Int { guarded.withLock { $0.pending.count } }
 
     /// Every second, each subscription is renewed, so that a restarted motherboard (which knows no
     /// subscriptions) forwards its messages again; what was missed meanwhile shows as a gap, which
     /// the subscriber repairs (a store watch takes a new snapshot).
-    private func renewSubscriptions(on socket: ZMQSocket, now: ContinuousClock.Instant) {
+    private func renewSubscriptions(now: ContinuousClock.Instant) {
         let subscriptions = guarded.withLock { state -> [any BusSubscription] in
             guard state.lastRenewal.map({ $0.duration(to: now) >= .seconds(1) }) ?? true else { return [] }
             state.lastRenewal = now
             return Array(state.subscriptions.values)
         }
         for subscription in subscriptions {
-            _ = try? socket.send(subscription.renewal)
+            connection.send(subscription.renewal)
         }
     }
-
-    func stopping(on socket: ZMQSocket) {}
 }
 
 /// Messages the broker pushes to a client unasked (a store's changes to its watchers), and the

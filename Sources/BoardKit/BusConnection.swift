@@ -1,0 +1,88 @@
+import BusCore
+import BusZeroMQ
+import Foundation
+
+/// How a ``BusClient`` reaches the broker: in production a ZeroMQ DEALER on a thread of its own
+/// (``ZeroMQConnection``); in BoardKitTesting's in-process fleet an in-memory pipe to the broker's
+/// logic. The client's request matching, deadlines and subscriptions are the same over both.
+package protocol BusConnection: AnyObject, Sendable {
+    /// Starts delivering what arrives, and a tick about every 50 ms, to `handler`, one call at a
+    /// time on the connection's own thread.
+    func start(_ handler: any BusConnectionHandler)
+    /// Sends without blocking (queued when called off the connection's thread).
+    func send(_ envelope: Envelope)
+    /// Stops delivering and closes; what is still queued may be dropped.
+    func stop()
+    /// Whether the caller runs on the connection's thread (which must not wait for it to stop).
+    var isCurrentThread: Bool { get }
+    /// Where tasks run beside the connection, so that a reply resumes them without a thread hop.
+    var executor: any TaskExecutor { get }
+}
+
+/// What a ``BusConnection`` delivers to, on its thread.
+package protocol BusConnectionHandler: AnyObject, Sendable {
+    /// An envelope arrived (frames that are not one are dropped by the connection).
+    func received(_ envelope: Envelope)
+    /// About every 50 ms: deadlines, heartbeats, renewals.
+    func tick()
+}
+
+/// Where BoardKit reads the time: the continuous clock in production, a clock the test moves in
+/// unit tests (BoardKitTesting's `ManualClock`), so that deadline and heartbeat logic is tested
+/// without waiting.
+public struct BusClock: Sendable {
+    public let now: @Sendable () -> ContinuousClock.Instant
+
+    public init(now: @escaping @Sendable () -> ContinuousClock.Instant) { self.now = now }
+
+    /// The system's continuous clock.
+    public static let continuous = BusClock { ContinuousClock.now }
+}
+
+/// A ZeroMQ DEALER connected to the broker, owned by a ``SocketLoop`` thread.
+final class ZeroMQConnection: BusConnection, @unchecked Sendable {
+    private let loop: SocketLoop
+    private let adapter: Adapter
+
+    /// Forwards the loop's calls to the handler given at ``start(_:)``.
+    private final class Adapter: SocketLoopHandler {
+        var handler: (any BusConnectionHandler)?
+
+        func received(_ message: ReceivedMessage, on socket: ZMQSocket) {
+            guard case .success(let envelope) = message.content else { return }
+            handler?.received(envelope)
+        }
+
+        func tick(on socket: ZMQSocket) { handler?.tick() }
+
+        func stopping(on socket: ZMQSocket) {}
+    }
+
+    init(address: BusAddress, limits: BusLimits) throws {
+        let socket = try ZMQSocket(context: ZMQContext.shared(), kind: .dealer)
+        do {
+            try socket.set(
+                .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000),
+                .reconnectInterval(.milliseconds(100)), .maximumReconnectInterval(.seconds(1)))
+            try socket.connect(address.endpoint)
+            adapter = Adapter()
+            loop = try SocketLoop(name: "bus-client", socket: socket, handler: adapter, tickInterval: .milliseconds(50), limits: limits)
+        } catch {
+            socket.close()
+            throw error
+        }
+    }
+
+    func start(_ handler: any BusConnectionHandler) {
+        adapter.handler = handler
+        loop.start()
+    }
+
+    func send(_ envelope: Envelope) { loop.send(envelope) }
+
+    func stop() { loop.stop() }
+
+    var isCurrentThread: Bool { loop.isOnLoopThread }
+
+    var executor: any TaskExecutor { loop }
+}
