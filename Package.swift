@@ -81,11 +81,14 @@ let package = Package(
                 .product(name: "DequeModule", package: "swift-collections"),
             ]
         ),
-        // TestFleet (the real processes) for users' tests; children spawned with swift-subprocess.
+        // For users' tests: TestFleet (the real processes; children spawned with swift-subprocess)
+        // and InProcessFleet (the broker's logic and boards in one process, joined in memory).
         .target(
             name: "BoardKitTesting",
             dependencies: [
-                "BoardKit", "BusCore",
+                "BoardKit", "BusCore", "MotherboardCore",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Subprocess", package: "swift-subprocess"),
                 .product(name: "SystemPackage", package: "swift-system"),
             ]
@@ -144,7 +147,7 @@ let package = Package(
         ),
 
         .testTarget(name: "BusCoreTests", dependencies: ["BusCore", "BoardKitTesting"]),
-        .testTarget(name: "BoardKitTests", dependencies: ["BoardKit"]),
+        .testTarget(name: "BoardKitTests", dependencies: ["BoardKit", "BoardKitTesting", "BusCore", "Flux", "FluxBus", "MotherboardCore"]),
         .testTarget(name: "FluxTests", dependencies: ["Flux"]),
         .testTarget(
             name: "FluxBusTests",

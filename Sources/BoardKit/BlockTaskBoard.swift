@@ -60,6 +60,7 @@ actor TaskScheduler {
     private var running: [Int: Task<Void, Never>] = [:]
     private var waiting: [(Job, @Sendable (any Error) -> Void)] = []
     private var nextID = 0
+    private var idleWaiters: [CheckedContinuation<Void, Never>] = []
 
     init(mode: ExecutionMode, queueLimit: Int) {
         self.mode = mode
@@ -107,5 +108,15 @@ actor TaskScheduler {
             let (job, onFailure) = waiting.removeFirst()
             start(job, onFailure)
         }
+        if running.isEmpty && waiting.isEmpty {
+            for waiter in idleWaiters { waiter.resume() }
+            idleWaiters.removeAll()
+        }
+    }
+
+    /// Returns once no job runs or waits (at once when none does).
+    func untilIdle() async {
+        guard !running.isEmpty || !waiting.isEmpty else { return }
+        await withCheckedContinuation { idleWaiters.append($0) }
     }
 }

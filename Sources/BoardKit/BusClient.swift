@@ -127,7 +127,7 @@ public final class BusClient: Sendable {
             return
         }
         connection.stop()
-        state.failAll(BusError(.transport, "connection closed"))
+        state.close()
     }
 
     /// Starts delivering the messages the broker pushes for `subscription` to it; returns the id
@@ -166,6 +166,7 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
         var tickHandler: (@Sendable () -> Void)?
         var subscriptions: [UUID: any BusSubscription] = [:]
         var lastRenewal: ContinuousClock.Instant?
+        var closed = false
     }
 
     private let guarded = Mutex(Guarded())
@@ -191,21 +192,33 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
         guarded.withLock { $0.tickHandler = handler }
     }
 
+    /// Remembers a request until its answer or deadline; after ``close()`` it fails at once
+    /// (nothing would ever answer or expire it).
     func addPending(_ id: UInt64, deadline: ContinuousClock.Instant, header: EnvelopeHeader, continuation: UnsafeContinuation<Envelope, any Error>) {
-        guarded.withLock { $0.pending[id] = Pending(deadline: deadline, header: header, continuation: continuation) }
+        let added = guarded.withLock { state in
+            guard !state.closed else { return false }
+            state.pending[id] = Pending(deadline: deadline, header: header, continuation: continuation)
+            return true
+        }
+        if !added { continuation.resume(throwing: Self.closedError) }
     }
+
+    static let closedError = BusError(.transport, "connection closed")
 
     func fail(_ id: UInt64, with error: any Error) {
         let pending = guarded.withLock { $0.pending.removeValue(forKey: id) }
         pending?.continuation.resume(throwing: error)
     }
 
-    func failAll(_ error: BusError) {
+    /// The connection closed: every waiting request fails with `transport`, and so does every
+    /// later one.
+    func close() {
         let all = guarded.withLock { state in
+            state.closed = true
             defer { state.pending.removeAll() }
             return Array(state.pending.values)
         }
-        for pending in all { pending.continuation.resume(throwing: error) }
+        for pending in all { pending.continuation.resume(throwing: Self.closedError) }
     }
 
     func addSubscription(_ subscription: any BusSubscription) -> UUID {

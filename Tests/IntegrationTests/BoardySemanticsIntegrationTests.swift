@@ -63,23 +63,28 @@ struct BoardySemanticsIntegrationTests {
                     try await client.recording(scope: "checkout").entries.count >= 4
                 }
                 #expect(done)
-                try await Task.sleep(for: .milliseconds(300))
-                let entries = try await client.recording(scope: "checkout").entries
-                #expect(entries.map { "\($0.kind):\($0.typeName)" } == ["activation:Paid", "flow:Paid", "activation:Completion", "completion:Completion"])
-                #expect(entries.last?.payload == #"{"isDone":true}"#)
-                // The action bubbled from checkout to the root scope.
-                #expect(try await client.recording().of("action").map(\.typeName) == ["checkout.orderPaid"])
-
                 // The completed process exits and leaves the registry.
                 let exited = await eventually { kill(firstPID, 0) != 0 }
                 #expect(exited)
                 #expect(try await client.status(PaymentIO.id, scope: "checkout").state == .stopped)
+                // Nothing else comes: everything the broker routed to the recorder before a marker
+                // sent now (after the payment board is gone) arrives before the marker.
+                try await client.activate(RecorderIO.id, typeName: "Marker", payload: Data("{}".utf8), scope: "checkout")
+                let marked = try await eventually { try await client.recording(scope: "checkout").entries.last?.typeName == "Marker" }
+                #expect(marked)
+                let entries = try await client.recording(scope: "checkout").entries
+                #expect(entries.map { "\($0.kind):\($0.typeName)" } == [
+                    "activation:Paid", "flow:Paid", "activation:Completion", "completion:Completion", "activation:Marker",
+                ])
+                #expect(entries[3].payload == #"{"isDone":true}"#)
+                // The action bubbled from checkout to the root scope.
+                #expect(try await client.recording().of("action").map(\.typeName) == ["checkout.orderPaid"])
 
                 // Activating the id again starts a fresh instance.
                 try await client.activate(PaymentIO.destination, with: PaymentIO.Pay(orderID: "o3", amount: 7, millis: 10), scope: "checkout")
                 let again = try await eventually { try await client.recording(scope: "checkout").of("completion").count == 2 }
                 #expect(again)
-                #expect(try await client.recording(scope: "checkout").of("activation").map(\.typeName) == ["Paid", "Completion", "Paid", "Completion"])
+                #expect(try await client.recording(scope: "checkout").of("activation").map(\.typeName) == ["Paid", "Completion", "Marker", "Paid", "Completion"])
             }
             let flows = try await fleet.busctl("flows")
             #expect(flows.standardOutput.contains("checkout.payment [Refund] ->> demo.recorder"))

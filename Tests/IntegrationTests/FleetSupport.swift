@@ -17,17 +17,6 @@ let exampleManifest = """
     }
     """
 
-/// Polls `condition` until it holds or `timeout` passes; returns whether it held. Tests wait on
-/// state this way, never on a fixed sleep.
-func eventually(timeout: Duration = .seconds(10), _ condition: () async throws -> Bool) async rethrows -> Bool {
-    let deadline = ContinuousClock.now.advanced(by: timeout)
-    while ContinuousClock.now < deadline {
-        if try await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(25))
-    }
-    return try await condition()
-}
-
 /// Runs `body` with an `ipc://` endpoint named `name` in a temporary directory of its own,
 /// removed afterwards: for tests that bind raw sockets without a fleet.
 func withTemporaryEndpoint<T>(_ name: String, _ body: (String) async throws -> T) async throws -> T {

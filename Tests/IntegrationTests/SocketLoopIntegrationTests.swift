@@ -1,3 +1,4 @@
+import BoardKitTesting
 import BusCore
 import BusZeroMQ
 import Foundation
@@ -192,10 +193,7 @@ struct SocketLoopIntegrationTests {
             recorder.loop = loop
             loop.start()
             defer { loop.stop() }
-            let deadline = ContinuousClock.now.advanced(by: .seconds(20))
-            while recorder.events.withLock({ $0.count }) < 2 * count, ContinuousClock.now < deadline {
-                try await Task.sleep(for: .milliseconds(10))
-            }
+            _ = await eventually(timeout: .seconds(20)) { recorder.events.withLock { $0.count } >= 2 * count }
             let expected = (1...count).flatMap { ["received \($0)", "work \($0)"] }
             #expect(recorder.events.withLock { $0 } == expected)
         }

@@ -1,0 +1,148 @@
+import BoardKit
+import BoardKitTesting
+import Flux
+import FluxBus
+import Foundation
+import MotherboardCore
+import Synchronization
+import Testing
+
+/// The in-process test kit, used as a board author would: boards defined here, run in this
+/// process against the broker's own routing logic, in milliseconds.
+@Suite("In-process fleet", .timeLimit(.minutes(1)))
+struct InProcessFleetTests {
+    struct Greet: BoardCommand, Hashable {
+        typealias Reply = Greeting
+        var name: String
+    }
+
+    struct Greeting: BusPayload, Hashable {
+        var message: String
+    }
+
+    /// A command whose handler never answers by itself.
+    struct Wait: BoardCommand, Hashable {
+        typealias Reply = Empty
+    }
+
+    struct LoggedIn: BusPayload, Hashable {
+        var user: String
+    }
+
+    struct Announcement: BoardAction, Hashable {
+        static let actionName = "app.announce"
+        var text: String
+    }
+
+    /// What a board saw, for the test to look at.
+    final class Seen: Sendable {
+        private let items = Mutex<[String]>([])
+        func add(_ item: String) { items.withLock { $0.append(item) } }
+        var all: [String] { items.withLock { $0 } }
+    }
+
+    func greeter(_ seen: Seen) -> Board {
+        var board = Board(id: "demo.greeter", environment: [:])
+        board.onCommand(Greet.self) { greet, _ in Greeting(message: "Hello, \(greet.name)!") }
+        board.onActivate(LoggedIn.self) { login, _ in seen.add("welcome \(login.user)") }
+        board.onAction(Announcement.self) { announcement, _ in seen.add("announced \(announcement.text)") }
+        return board
+    }
+
+    @Test func aCommandAFlowAndAnActionGoThroughTheBrokersLogic() async throws {
+        let seen = Seen()
+        let manifest = FleetManifest(flows: ["auth.login ->> demo.greeter"])
+        try await InProcessFleet.with(manifest: manifest) { fleet in
+            try await fleet.start(greeter(seen))
+            let greeting = try await fleet.client.interact(with: "demo.greeter", Greet(name: "Ann"))
+            #expect(greeting == Greeting(message: "Hello, Ann!"))
+
+            // An output of auth.login runs the manifest's flow to the greeter.
+            var login = Board(id: "auth.login", environment: [:])
+            login.onCommand(named: "login") { message, context in
+                let user = try PayloadCodec.decode(LoggedIn.self, from: message.payload)
+                Task { try await context.sendToMotherboard(user) }
+                return Data("{}".utf8)
+            }
+            try await fleet.start(login)
+            _ = try await fleet.client.call("auth.login", command: "login", payload: PayloadCodec.encode(LoggedIn(user: "ann")))
+            #expect(await eventually { seen.all.contains("welcome ann") })
+
+            // An acknowledged action counts the subscribers that handled it.
+            #expect(try await fleet.client.send(action: Announcement(text: "hi")) == 1)
+            #expect(seen.all.contains("announced hi"))
+
+            // The broker's errors are the real ones.
+            let unknown = await #expect(throws: BusError.self) { try await fleet.client.interact(with: "demo.nobody", Greet(name: "x")) }
+            #expect(unknown?.code == .noSuchBoard)
+        }
+    }
+
+    @Test func aBoardThatIsKilledFailsItsCallersWithATypedError() async throws {
+        try await InProcessFleet.with { fleet in
+            var stuck = Board(id: "demo.stuck", environment: [:])
+            stuck.onCommand(Wait.self) { _, _ in
+                try await Task.sleep(for: .seconds(60))
+                return Empty()
+            }
+            try await fleet.start(stuck)
+            let call = Task { try await fleet.client.interact(with: "demo.stuck", Wait(), timeout: .seconds(20)) }
+            _ = await eventually { (try? await fleet.client.status("demo.stuck").commandsHandled) == 1 }
+            await fleet.kill("demo.stuck")
+            // The next heartbeat to it finds its connection gone, drops it and fails the call.
+            let error = await #expect(throws: BusError.self) { try await call.value }
+            #expect(error?.code == .boardNotRunning)
+        }
+    }
+
+    @Test func deadlinesPassOnTheFleetsClockWithoutWaiting() async throws {
+        let clock = ManualClock()
+        // Boards heartbeat on the same clock; jumping 10 minutes at once would otherwise (rightly)
+        // make the broker drop the board as silent before the request's deadline.
+        let settings = MotherboardSettings(livenessTimeout: .seconds(3600))
+        try await InProcessFleet.with(settings: settings, clock: clock.busClock) { fleet in
+            var slow = Board(id: "demo.slow", environment: [:])
+            slow.onCommand(Wait.self) { _, _ in
+                try await Task.sleep(for: .seconds(3600))
+                return Empty()
+            }
+            try await fleet.start(slow)
+            let started = ContinuousClock.now
+            let call = Task { try await fleet.client.interact(with: "demo.slow", Wait(), timeout: .seconds(600)) }
+            _ = await eventually { (try? await fleet.client.status("demo.slow").commandsHandled) == 1 }
+            clock.advance(by: .seconds(601))
+            fleet.tick()
+            let error = await #expect(throws: BusError.self) { try await call.value }
+            #expect(error?.code == .timeout)
+            #expect(started.duration(to: .now) < .seconds(60), "a 10-minute deadline passed on the test's clock, not the wall's")
+        }
+    }
+
+    /// A Flux store hosted by a board and reached over the in-memory bus: dispatch with an id
+    /// is applied once, and a watcher sees the change.
+    @Test func aStoreIsDispatchedToOnceAndWatched() async throws {
+        struct Add: Flux.Action, Codable { var item: String }
+        final class Items: StatefulStore<[String]>, @unchecked Sendable {
+            override func onDispatch(_ action: any Flux.Action) {
+                if let add = action as? Add { state.append(add.item) }
+            }
+        }
+        try await InProcessFleet.with { fleet in
+            let host = try StoreHost(name: "items", store: Items(initialState: [], dispatcher: Dispatcher()))
+            host.action(Add.self, named: "add")
+            var owner = Board(id: "demo.items", environment: [:])
+            owner.host(host)
+            try await fleet.start(owner)
+
+            var updates = fleet.client.watch("items").makeAsyncIterator()
+            #expect(try await updates.next()?.isSnapshot == true)
+            for _ in 0..<2 {
+                _ = try await fleet.client.dispatch(store: "items", action: "add", payload: PayloadCodec.encode(Add(item: "a")), dispatchID: "once")
+            }
+            let change = try #require(try await updates.next())
+            #expect(!change.isSnapshot && change.sequence == 1)
+            let snapshot = try PayloadCodec.decode(StoreSnapshot<[String]>.self, from: try await fleet.client.storeState("items"))
+            #expect(snapshot.state == ["a"] && snapshot.sequence == 1)
+        }
+    }
+}
