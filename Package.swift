@@ -149,16 +149,24 @@ let package = Package(
         .testTarget(name: "BusCoreTests", dependencies: ["BusCore", "BoardKitTesting"]),
         .testTarget(name: "BoardKitTests", dependencies: ["BoardKit", "BoardKitTesting", "BusCore", "Flux", "FluxBus", "MotherboardCore"]),
         .testTarget(name: "FluxTests", dependencies: ["Flux"]),
+        // Stores over the bus: the store host and watch on their own, then with the real fleet.
         .testTarget(
             name: "FluxBusTests",
-            dependencies: ["FluxBus", "Flux", "BoardKit", "BusCore", .product(name: "GRDB", package: "GRDB.swift")]
+            dependencies: [
+                "FluxBus", "Flux", "BoardKit", "BoardKitTesting", "BusCore", "CommentsIO", "AnnotationFilterIO",
+                .product(name: "GRDB", package: "GRDB.swift"),
+            ]
         ),
-        .testTarget(name: "MotherboardCoreTests", dependencies: ["MotherboardCore", "BusCore"]),
+        // The broker's logic without I/O, and its ROUTER over real sockets.
+        .testTarget(name: "MotherboardCoreTests", dependencies: ["MotherboardCore", "BusCore", "BusZeroMQ", "BoardKitTesting"]),
+        // The socket loop, frame reuse and backlog accounting over real ZeroMQ sockets.
+        .testTarget(name: "BusZeroMQTests", dependencies: ["BusZeroMQ", "BusCore", "BoardKitTesting"]),
+        // Whole fleets of real processes (TestFleet): semantics, failures, attacks, protocol.
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "BoardKitTesting", "BoardKit", "BusCore", "BusZeroMQ", "FluxBus", "MotherboardCore", "LoginIO", "DashboardIO", "GreeterIO", "PaymentIO", "TasksIO", "RecorderIO", "GateIO", "CommentsIO", "AnnotationFilterIO",
-                .product(name: "GRDB", package: "GRDB.swift"),
+                "BoardKitTesting", "BoardKit", "BusCore", "BusZeroMQ", "FluxBus", "LoginIO", "DashboardIO", "GreeterIO", "PaymentIO",
+                "TasksIO", "RecorderIO", "GateIO", "CommentsIO",
             ],
             exclude: ["Python"]
         ),

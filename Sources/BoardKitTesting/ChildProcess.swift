@@ -21,6 +21,11 @@ public final class ChildProcess: Sendable {
         public var exitCode: Int32
         public var standardOutput: String
         public var standardError: String
+
+        /// The standard output decoded as JSON (e.g. of `busctl … --json`).
+        public func decodedOutput<T: Decodable>(as type: T.Type) throws -> T {
+            try JSONDecoder().decode(T.self, from: Data(standardOutput.utf8))
+        }
     }
 
     public let pid: Int32

@@ -40,7 +40,7 @@ struct AttackIntegrationTests {
     /// two dispatches (ids sharing a 1 018-byte prefix collided, the second reported "already
     /// applied" and lost; 300 emoji were cut mid-character and the caller waited 25 s).
     @Test func dispatchIDsAreRefusedOverTheirLimitAndNeverCollide() async throws {
-        try await TestFleet.with(manifest: fluxManifest) { fleet in
+        try await TestFleet.with(manifest: #"{ "boards": [ { "id": "demo.annotations", "executable": "AnnotationFilter" } ] }"#) { fleet in
             let action = #"{"filter":"photos"}"#
             let tooLong = String(repeating: "i", count: HeaderCodec.maximumDispatchIDBytes + 1)
             for id in [tooLong, String(repeating: "😀", count: 300), String(repeating: "i", count: 253) + "é"  + "😀", ""] {

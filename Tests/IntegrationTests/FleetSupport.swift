@@ -17,16 +17,7 @@ let exampleManifest = """
     }
     """
 
-/// Runs `body` with an `ipc://` endpoint named `name` in a temporary directory of its own,
-/// removed afterwards: for tests that bind raw sockets without a fleet.
-func withTemporaryEndpoint<T>(_ name: String, _ body: (String) async throws -> T) async throws -> T {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-\(name)-\(UUID().uuidString)").path
-    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-    defer { try? FileManager.default.removeItem(atPath: directory) }
-    return try await body("ipc://\(directory)/\(name).sock")
-}
-
 /// Decodes busctl's JSON output.
 func decode<T: Decodable>(_ type: T.Type, from result: ChildProcess.Result) throws -> T {
-    try JSONDecoder().decode(T.self, from: Data(result.standardOutput.utf8))
+    try result.decodedOutput(as: T.self)
 }

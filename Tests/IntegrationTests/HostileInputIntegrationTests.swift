@@ -140,10 +140,3 @@ func withRawDealer<T: Sendable>(
     }
 }
 
-/// Runs blocking work on a new thread, never on the concurrency pool: on two cores the pool has
-/// two threads, and a test that blocks one slows every other test in the process.
-func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread { continuation.resume(with: Result { try body() }) }.start()
-    }
-}

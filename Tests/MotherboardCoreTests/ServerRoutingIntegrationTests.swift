@@ -1,3 +1,4 @@
+import BoardKitTesting
 import BusCore
 import Foundation
 import Logging

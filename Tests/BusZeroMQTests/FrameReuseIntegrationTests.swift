@@ -1,3 +1,4 @@
+import BoardKitTesting
 import BusCore
 @testable import BusZeroMQ
 import Foundation

@@ -37,9 +37,9 @@ struct FluxIntegrationTests {
         try await TestFleet.with(manifest: fluxManifest) { fleet in
             let dispatched = try await fleet.busctl("dispatch", "annotationFilter", "toggle", #"{"filter":"photos"}"#, "--json")
             #expect(dispatched.exitCode == 0, "\(dispatched.standardError)")
-            #expect(try decode(DispatchAck.self, from: dispatched) == DispatchAck(store: "annotationFilter", sequence: 1))
+            #expect(try dispatched.decodedOutput(as: DispatchAck.self) == DispatchAck(store: "annotationFilter", sequence: 1))
             let state = try await fleet.busctl("state", "annotationFilter", "--json")
-            let snapshot = try decode(Snapshot.self, from: state)
+            let snapshot = try state.decodedOutput(as: Snapshot.self)
             #expect(snapshot.sequence == 1)
             #expect(snapshot.state.filters == ["photos"] && snapshot.state.isFiltering)
 
@@ -184,7 +184,7 @@ struct FluxIntegrationTests {
             let reply = #"{"postID":56,"parent":0,"content":"imm"}"#
             func imm() async throws -> Int {
                 let state = try await fleet.busctl("state", "comments", "--json")
-                let snapshot = try decode(StoreSnapshot<CommentsIO.State>.self, from: state)
+                let snapshot = try state.decodedOutput(as: StoreSnapshot<CommentsIO.State>.self)
                 return snapshot.state.comments["56"]?.filter { $0.content == "imm" }.count ?? 0
             }
             #expect(try await fleet.busctl("activate", "demo.comments").exitCode == 0)
