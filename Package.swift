@@ -35,12 +35,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
     ],
     targets: [
-        // libzmq from Debian's libzmq3-dev; only BusZeroMQ imports it.
-        .systemLibrary(
-            name: "CZeroMQ",
-            pkgConfig: "libzmq",
-            providers: [.apt(["libzmq3-dev"])]
-        ),
+        // libzmq from Debian's libzmq3-dev (zmq.h in /usr/include, `link "zmq"` in the module map;
+        // its pkg-config flags are not used: they name krb5's include directory, which SwiftPM
+        // refuses with a warning on every build). Only BusZeroMQ imports it.
+        .systemLibrary(name: "CZeroMQ", providers: [.apt(["libzmq3-dev"])]),
         // Envelope, header codec, errors, settings: no I/O.
         .target(name: "BusCore", dependencies: [.product(name: "Logging", package: "swift-log")]),
         // The only module that calls libzmq.

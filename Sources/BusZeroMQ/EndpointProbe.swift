@@ -36,7 +36,10 @@ package enum EndpointProbe {
         }
         if rc != 0 {
             let code = errno
-            throw BusError(.brokerNotRunning, "no motherboard at \(address.endpoint) (\(String(cString: strerror(code)))); start one with scripts/fleet up")
+            throw BusError(.brokerNotRunning, """
+                no motherboard at \(address.endpoint) (\(String(cString: strerror(code)))); start one (`motherboard --manifest FILE`, \
+                or `scripts/fleet up` for the example fleet), or name the one that runs with --bus or BOARDBUS_RUNTIME_DIR
+                """)
         }
         if let greeting, closedWithoutGreeting(descriptor, within: greeting) {
             var owner = stat()

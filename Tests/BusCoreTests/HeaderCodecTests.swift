@@ -203,7 +203,7 @@ struct HeaderCodecTests {
             case 3: bytes.append(UInt8(truncatingIfNeeded: generator.next()))
             default: break
             }
-            try bytes.withUnsafeBytes { buffer in
+            bytes.withUnsafeBytes { buffer in
                 let decoded = Result { try HeaderCodec.decode(buffer) }
                 let layout = Result { try HeaderLayout(buffer) }
                 switch (decoded, layout) {

@@ -27,7 +27,7 @@ struct DurableStoreFixture {
     init() throws {
         var template = Array("\(NSTemporaryDirectory())/fluxbus-XXXXXX".utf8CString)
         guard mkdtemp(&template) != nil else { throw BusError(.transport, "mkdtemp failed") }
-        directory = String(cString: template)
+        directory = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// The store as its owner opens it at start: loaded from the database.
