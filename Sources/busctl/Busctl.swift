@@ -267,7 +267,10 @@ func printTable(header: [String], rows: [[String]]) {
         let cells = row.enumerated().map { index, cell in
             index == row.count - 1 ? cell : cell.padding(toLength: widths[index], withPad: " ", startingAt: 0)
         }
-        print(cells.joined(separator: "  "))
+        // No trailing spaces when the last cells are empty.
+        var line = cells.joined(separator: "  ")
+        while line.last == " " { line.removeLast() }
+        print(line)
     }
 }
 

@@ -1,0 +1,174 @@
+import BoardKit
+import BoardKitTesting
+import Foundation
+import Testing
+
+/// The README's busctl walkthrough is one real run: every `$ busctl …` line of its `console`
+/// blocks runs, in order, against one example fleet (`fleet/fleet.json`), and what the README
+/// shows must be what it prints, with pids renamed in order of appearance and uptimes blanked (so
+/// a pid shown twice must be the same process both times, and every count comes from this run).
+/// Flow ids are the one thing left to chance (boards register their run-time flows as their
+/// processes come up, in no fixed order): `busctl flows` is compared as a set of rows without the
+/// id column, and `#N` flow ids are blanked.
+///
+/// `BOARDBUS_UPDATE_README=1 swift test --filter ReadmeTranscript` writes this run's output into
+/// the README instead of comparing, for a person to review with `git diff`.
+@Suite("README transcript", .serialized, .timeLimit(.minutes(3)))
+struct ReadmeTranscriptTests {
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    /// One `$ …` line of a console block and the lines the README shows after it.
+    struct Step {
+        var command: String
+        /// Index of the README line of the command; its output follows up to `end` (exclusive).
+        var line: Int
+        var end: Int
+        var shown: [String]
+        /// Commands the README abridges, and those it shows without output, are run, not compared.
+        var compared: Bool
+        /// Whether the command only reads, so that it may be repeated until the fleet has settled
+        /// (an on-demand board that is still working, a flow that is still running).
+        var repeatable: Bool
+    }
+
+    static func steps(in lines: [String]) -> [Step] {
+        var steps: [Step] = []
+        var inConsole = false
+        for (index, line) in lines.enumerated() {
+            if line.hasPrefix("```") {
+                if inConsole, var last = steps.last, last.end == -1 {
+                    last.end = index
+                    steps[steps.count - 1] = last
+                }
+                inConsole = line == "```console"
+                continue
+            }
+            guard inConsole, line.hasPrefix("$ ") else { continue }
+            if var last = steps.last, last.end == -1 {
+                last.end = index
+                steps[steps.count - 1] = last
+            }
+            let text = String(line.dropFirst(2))
+            let (command, comment) = splitComment(text)
+            guard command.hasPrefix("busctl "), !command.hasSuffix("&") else { continue }
+            steps.append(Step(
+                command: command, line: index, end: -1, shown: [], compared: !comment.contains("(abridged)"),
+                repeatable: isReadOnly(command)))
+        }
+        for index in steps.indices {
+            var shown = Array(lines[(steps[index].line + 1)..<steps[index].end])
+            while shown.last?.trimmingCharacters(in: .whitespaces).isEmpty == true { shown.removeLast() }
+            steps[index].shown = shown
+            if shown.isEmpty { steps[index].compared = false }
+        }
+        return steps
+    }
+
+    /// A command and its trailing `# comment` (two spaces or more before the `#`).
+    static func splitComment(_ text: String) -> (String, String) {
+        guard let range = text.range(of: #"\s{2,}#"#, options: .regularExpression) else { return (text, "") }
+        return (String(text[..<range.lowerBound]), String(text[range.upperBound...]))
+    }
+
+    static func isReadOnly(_ command: String) -> Bool {
+        let words = command.split(separator: " ").map(String.init)
+        guard words.count > 1 else { return false }
+        if ["list", "tree", "flows", "status", "introspect", "wait"].contains(words[1]) { return true }
+        if words[1] == "state" { return !words.contains("--watch") }
+        return words[1] == "call" && words.count > 3 && ["show", "stats", "recorded", "count"].contains(words[3])
+    }
+
+    /// Pids (numbers of 4 digits or more) renamed in order of appearance, uptimes blanked, runs of
+    /// spaces (table alignment) made one.
+    static func normalized(_ lines: [String], pids: inout [String: String]) -> [String] {
+        lines.map { line in
+            var result = ""
+            var rest = Substring(line)
+            while let range = rest.range(of: #"\b\d{4,}\b"#, options: .regularExpression) {
+                result += rest[..<range.lowerBound]
+                let pid = String(rest[range])
+                if pids[pid] == nil { pids[pid] = "PID\(pids.count + 1)" }
+                result += pids[pid]!
+                rest = rest[range.upperBound...]
+            }
+            result += rest
+            result = result.replacingOccurrences(of: #"\b\d+\.\d+s\b"#, with: "UPTIME", options: .regularExpression)
+            result = result.replacingOccurrences(of: #"#\d+\b"#, with: "#N", options: .regularExpression)
+            return result.replacingOccurrences(of: #" {2,}"#, with: " ", options: .regularExpression)
+                .trimmingCharacters(in: .whitespaces)
+        }
+    }
+
+    /// A `busctl flows` table as a set of rows without their ids.
+    static func withoutFlowIDs(_ lines: [String]) -> [String] {
+        let rows = lines.dropFirst().map { $0.replacingOccurrences(of: #"^\d+ "#, with: "", options: .regularExpression) }
+        return Array(lines.prefix(1)) + rows.sorted()
+    }
+
+    static func comparable(_ step: Step, _ lines: [String], pids: inout [String: String]) -> [String] {
+        let normal = normalized(lines, pids: &pids)
+        return step.command.hasPrefix("busctl flows") ? withoutFlowIDs(normal) : normal
+    }
+
+    @Test func theWalkthroughIsWhatTheExampleFleetPrints() async throws {
+        let readmeURL = Self.repository.appendingPathComponent("README.md")
+        var lines = try String(contentsOf: readmeURL, encoding: .utf8).components(separatedBy: "\n")
+        let steps = Self.steps(in: lines)
+        #expect(steps.count > 20, "the walkthrough was not found")
+        let manifest = try String(contentsOf: Self.repository.appendingPathComponent("fleet/fleet.json"), encoding: .utf8)
+        let update = ProcessInfo.processInfo.environment["BOARDBUS_UPDATE_README"] == "1"
+        var replacements: [(Range<Int>, [String])] = []
+        try await TestFleet.with(manifest: manifest) { fleet in
+            var shownPIDs: [String: String] = [:]
+            var printedPIDs: [String: String] = [:]
+            for step in steps {
+                var printed = try await run(step.command, in: fleet)
+                guard step.compared else { continue }
+                var expected = Self.comparable(step, step.shown, pids: &shownPIDs)
+                var retryPIDs = printedPIDs
+                var actual = Self.comparable(step, printed, pids: &retryPIDs)
+                if step.repeatable {
+                    // Until it shows what the README shows or, when writing the README, until it
+                    // stops changing: the fleet has settled.
+                    let deadline = ContinuousClock.now.advanced(by: .seconds(15))
+                    var previous: [String]? = nil
+                    while update ? previous != actual : actual != expected, ContinuousClock.now < deadline {
+                        try await Task.sleep(for: .milliseconds(update ? 500 : 100))
+                        previous = actual
+                        printed = try await run(step.command, in: fleet)
+                        retryPIDs = printedPIDs
+                        actual = Self.comparable(step, printed, pids: &retryPIDs)
+                    }
+                }
+                printedPIDs = retryPIDs
+                if update {
+                    replacements.append(((step.line + 1)..<(step.line + 1 + step.shown.count), printed))
+                    expected = actual
+                }
+                #expect(actual == expected, "README line \(step.line + 1): \(step.command)\n--- README\n\(step.shown.joined(separator: "\n"))\n--- printed\n\(printed.joined(separator: "\n"))")
+            }
+        }
+        if update {
+            for (range, printed) in replacements.reversed() { lines.replaceSubrange(range, with: printed) }
+            try lines.joined(separator: "\n").write(to: readmeURL, atomically: true, encoding: .utf8)
+        }
+    }
+
+    /// Runs one README command line with the package's busctl first on the PATH; stdout and stderr
+    /// together, as a terminal shows them.
+    func run(_ command: String, in fleet: TestFleet) async throws -> [String] {
+        var environment = TestFleet.environment(for: fleet.address)
+        environment["PATH"] = "\(fleet.binaryDirectory):\(environment["PATH"] ?? "/usr/bin:/bin")"
+        let child = try await ChildProcess(
+            executable: "/bin/sh", arguments: ["-c", "{ \(command) ; } 2>&1"], environment: environment,
+            directory: fleet.directory, name: "readme-\(UUID().uuidString.prefix(8))")
+        let result = try await child.wait(timeout: .seconds(60))
+        var lines = result.standardOutput.components(separatedBy: "\n").map { line in
+            var line = line
+            while line.last == " " { line.removeLast() }
+            return line
+        }
+        while lines.last?.isEmpty == true { lines.removeLast() }
+        return lines
+    }
+}
