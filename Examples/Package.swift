@@ -8,7 +8,7 @@ let package = Package(
     name: "CounterExample",
     platforms: [.macOS(.v15)],
     dependencies: [
-        .package(name: "BoardBus", path: ".."),
+        .package(name: "BoardBus", path: "..")
     ],
     targets: [
         // The board's interface: what other boards, clients and tests import.

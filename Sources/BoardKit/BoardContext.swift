@@ -24,7 +24,9 @@ public struct BoardContext: Sendable {
     }
 
     /// `nextToBoard`: activates another live board with an input; returns once it accepted it.
-    public func nextToBoard<Input>(_ destination: BoardDestination<Input>, with input: Input, timeout: Duration = BusClient.defaultTimeout) async throws {
+    public func nextToBoard<Input>(_ destination: BoardDestination<Input>, with input: Input, timeout: Duration = BusClient.defaultTimeout)
+        async throws
+    {
         try await client.activate(destination, with: input, timeout: timeout)
     }
 
@@ -35,7 +37,9 @@ public struct BoardContext: Sendable {
     }
 
     /// `interactWithOtherBoard`: a command to a live board, answered with its reply.
-    public func interact<Command: BoardCommand>(with board: BoardID, _ command: Command, timeout: Duration = BusClient.defaultTimeout) async throws -> Command.Reply {
+    public func interact<Command: BoardCommand>(with board: BoardID, _ command: Command, timeout: Duration = BusClient.defaultTimeout) async throws
+        -> Command.Reply
+    {
         try await client.interact(with: board, command, timeout: timeout)
     }
 
@@ -44,7 +48,8 @@ public struct BoardContext: Sendable {
     /// calls do nothing.
     public func complete(isDone: Bool = true) async throws {
         guard completion.claim() else { return }
-        let envelope = Envelope(header: EnvelopeHeader(kind: .complete, source: id.rawValue), payload: try PayloadCodec.encode(Completion(isDone: isDone)))
+        let envelope = Envelope(
+            header: EnvelopeHeader(kind: .complete, source: id.rawValue), payload: try PayloadCodec.encode(Completion(isDone: isDone)))
         defer { completion.finish() }
         _ = try await client.request(envelope, timeout: .seconds(5))
     }

@@ -27,7 +27,8 @@ final class BoardRuntime: Service, Sendable {
         self.announce = announce
         self.onReady = onReady
         self.heartbeat = Mutex(HeartbeatSchedule(now: client.clock.now()))
-        self.context = BoardContext(id: board.id, scope: board.scope, logger: logger, client: client, flowHandlers: flowHandlers, completion: completion)
+        self.context = BoardContext(
+            id: board.id, scope: board.scope, logger: logger, client: client, flowHandlers: flowHandlers, completion: completion)
     }
 
     func run() async throws {
@@ -56,10 +57,11 @@ final class BoardRuntime: Service, Sendable {
             let client = self.client
             let source = board.id.rawValue
             let scope = board.scope
-            store.attach(StorePublisher { payload in
-                let header = EnvelopeHeader(kind: .store, source: source, target: name, scope: scope, typeName: StoreOperation.change)
-                try? client.send(Envelope(header: header, payload: payload))
-            })
+            store.attach(
+                StorePublisher { payload in
+                    let header = EnvelopeHeader(kind: .store, source: source, target: name, scope: scope, typeName: StoreOperation.change)
+                    try? client.send(Envelope(header: header, payload: payload))
+                })
         }
         try await register(deadline: .seconds(30))
         for start in board.startHandlers { try await start(context) }
@@ -165,9 +167,10 @@ final class BoardRuntime: Service, Sendable {
         guard let store = board.storeEndpoints[header.target] else {
             throw BusError(.noSuchStore, "board '\(board.id)' has no store '\(header.target)'")
         }
-        return try store.handle(StoreRequest(
-            kind: header.kind, operation: header.typeName, dispatchID: header.dispatchID, sender: header.source, payload: envelope.payload,
-            timeout: header.timeoutMilliseconds == 0 ? nil : .milliseconds(Int64(header.timeoutMilliseconds))))
+        return try store.handle(
+            StoreRequest(
+                kind: header.kind, operation: header.typeName, dispatchID: header.dispatchID, sender: header.source, payload: envelope.payload,
+                timeout: header.timeoutMilliseconds == 0 ? nil : .milliseconds(Int64(header.timeoutMilliseconds))))
     }
 
     /// Runs a handler and, when the sender waits, answers with its result or its error.

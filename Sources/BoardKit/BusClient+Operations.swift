@@ -22,8 +22,7 @@ extension BusClient {
     /// Sends an interaction command to a live board and returns its raw reply payload.
     /// With `retries`, a call to a board that is not running (restarting) is tried again until the
     /// timeout: only for commands that are safe to repeat.
-    nonisolated(nonsending)
-    public func call(
+    public nonisolated(nonsending) func call(
         _ board: BoardID, command: String, payload: Data, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout,
         retries: Bool = false
     ) async throws -> Data {
@@ -32,14 +31,18 @@ extension BusClient {
     }
 
     /// Activates a live board with an input (`nextToBoard`); returns when the board accepted it.
-    public func activate(_ board: BoardID, typeName: String = "", payload: Data, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) async throws {
+    public func activate(_ board: BoardID, typeName: String = "", payload: Data, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout)
+        async throws
+    {
         let envelope = Envelope(header: EnvelopeHeader(kind: .activate, target: board.rawValue, scope: scope, typeName: typeName), payload: payload)
         _ = try await request(envelope, timeout: timeout)
     }
 
     /// Emits an output as if `source` had sent it (`sendToMotherboard`); returns how many flows ran.
     /// A registered board always emits as itself, whatever `source` says.
-    public func emit(from source: BoardID, typeName: String, payload: Data, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) async throws -> Delivery {
+    public func emit(from source: BoardID, typeName: String, payload: Data, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout)
+        async throws -> Delivery
+    {
         let envelope = Envelope(header: EnvelopeHeader(kind: .output, source: source.rawValue, scope: scope, typeName: typeName), payload: payload)
         let reply = try await request(envelope, timeout: timeout)
         return try PayloadCodec.decode(Delivery.self, from: reply.payload)
@@ -57,7 +60,9 @@ extension BusClient {
         try await poll(timeout: timeout, what: "board '\(board)' to register") {
             let info = try await self.status(board, scope: scope, timeout: .seconds(2))
             return info.state == .running ? info : nil
-        } retryingOn: { [.boardNotRunning, .noSuchBoard] }
+        } retryingOn: {
+            [.boardNotRunning, .noSuchBoard]
+        }
     }
 
     /// A board's interface and the flows that touch it (`busctl introspect ID`).
@@ -85,7 +90,9 @@ extension BusClient {
         try await poll(timeout: timeout, what: "the fleet to be ready") {
             let list = try await self.list(timeout: .seconds(2))
             return list.waitingFor.isEmpty ? list : nil
-        } retryingOn: { [] }
+        } retryingOn: {
+            []
+        }
     }
 
     private func poll<T>(

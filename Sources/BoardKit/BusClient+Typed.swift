@@ -4,8 +4,7 @@ import Foundation
 /// Type-safe operations: payloads are `Codable` values, type names come from their types.
 extension BusClient {
     /// Sends a command to a live board and decodes its reply (`interactWithOtherBoard`).
-    nonisolated(nonsending)
-    public func interact<Command: BoardCommand>(
+    public nonisolated(nonsending) func interact<Command: BoardCommand>(
         with board: BoardID, _ command: Command, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout,
         retries: Bool = false
     ) async throws -> Command.Reply {

@@ -64,8 +64,7 @@ public final class BusClient: Sendable {
     ///
     /// Runs on the caller's executor (`nonisolated(nonsending)`): from a task on ``executor``, the
     /// request leaves and its reply resumes the caller without any executor switch.
-    nonisolated(nonsending)
-    public func request(_ envelope: Envelope, timeout: Duration = BusClient.defaultTimeout) async throws -> Envelope {
+    public nonisolated(nonsending) func request(_ envelope: Envelope, timeout: Duration = BusClient.defaultTimeout) async throws -> Envelope {
         try checkSize(envelope)
         var request = envelope
         request.header.flags.insert(.replyExpected)
@@ -90,8 +89,7 @@ public final class BusClient: Sendable {
     /// Sends a request, and again while its target is not running (it may be restarting), until it
     /// is answered or `timeout` has passed in all: for requests that are safe to repeat. Waits
     /// 50 ms between tries, doubling up to 1 s.
-    nonisolated(nonsending)
-    public func request(_ envelope: Envelope, timeout: Duration, retryingWhileNotRunning: Bool) async throws -> Envelope {
+    public nonisolated(nonsending) func request(_ envelope: Envelope, timeout: Duration, retryingWhileNotRunning: Bool) async throws -> Envelope {
         guard retryingWhileNotRunning else { return try await request(envelope, timeout: timeout) }
         let deadline = clock.now().advanced(by: timeout)
         var pause = Duration.milliseconds(50)

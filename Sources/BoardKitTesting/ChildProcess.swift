@@ -4,9 +4,9 @@ import Subprocess
 import Synchronization
 
 #if canImport(System)
-import System
+    import System
 #else
-import SystemPackage
+    import SystemPackage
 #endif
 
 /// A process started by a test, with its output in files (no pipe can fill up and block it)
@@ -77,10 +77,11 @@ public final class ChildProcess: Sendable {
                 ) { execution in
                     reportSpawn.yield(.success(execution.processIdentifier.value))
                 }
-                let code: Int32 = switch outcome.terminationStatus {
-                case .exited(let code): code
-                case .signaled(let signal): 128 + signal
-                }
+                let code: Int32 =
+                    switch outcome.terminationStatus {
+                    case .exited(let code): code
+                    case .signaled(let signal): 128 + signal
+                    }
                 exit.set(code)
                 return code
             } catch {

@@ -161,8 +161,9 @@ public final class TestFleet: @unchecked Sendable {
         let pidDirectory = "\(address.runtimeDirectory)/pids"
         for file in (try? FileManager.default.contentsOfDirectory(atPath: pidDirectory)) ?? [] {
             if let text = try? String(contentsOfFile: "\(pidDirectory)/\(file)", encoding: .utf8),
-               let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0,
-               isOurs(pid) {
+                let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0,
+                isOurs(pid)
+            {
                 kill(pid, SIGKILL)
             }
         }
@@ -186,7 +187,9 @@ public final class TestFleet: @unchecked Sendable {
     static func executable(_ name: String, in binaryDirectory: String) throws -> String {
         let path = "\(binaryDirectory)/\(name)"
         guard FileManager.default.isExecutableFile(atPath: path) else {
-            throw BusError(.badArgument, """
+            throw BusError(
+                .badArgument,
+                """
                 no '\(name)' in \(binaryDirectory): a test target that uses TestFleet must depend on the \
                 product that builds it (BoardBus's `motherboard` and `busctl`, or your board's executable), \
                 or BOARDBUS_BIN_DIR must name the directory that has it
@@ -206,7 +209,9 @@ public final class TestFleet: @unchecked Sendable {
             }
             directory = directory.deletingLastPathComponent()
         }
-        throw BusError(.badArgument, """
+        throw BusError(
+            .badArgument,
+            """
             cannot find the motherboard executable beside the test binary: make the test target depend on \
             BoardBus's `motherboard` and `busctl` products (`swift build` builds them), or set BOARDBUS_BIN_DIR
             """)

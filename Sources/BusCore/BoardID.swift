@@ -69,8 +69,9 @@ public struct BoardID: Hashable, Sendable, Codable, Comparable, CustomStringConv
     public init(from decoder: any Decoder) throws {
         let text = try decoder.singleValueContainer().decode(String.self)
         if let problem = BoardID.problem(with: text) {
-            throw DecodingError.dataCorrupted(.init(
-                codingPath: decoder.codingPath, debugDescription: "invalid board id '\(text.escapedForDisplay())': \(problem)"))
+            throw DecodingError.dataCorrupted(
+                .init(
+                    codingPath: decoder.codingPath, debugDescription: "invalid board id '\(text.escapedForDisplay())': \(problem)"))
         }
         self.rawValue = text
     }

@@ -36,7 +36,9 @@ package enum EndpointProbe {
         }
         if rc != 0 {
             let code = errno
-            throw BusError(.brokerNotRunning, """
+            throw BusError(
+                .brokerNotRunning,
+                """
                 no motherboard at \(address.endpoint) (\(String(cString: strerror(code)))); start one (`motherboard --manifest FILE`, \
                 or `scripts/fleet up` for the example fleet), or name the one that runs with --bus or BOARDBUS_RUNTIME_DIR
                 """)

@@ -98,7 +98,8 @@ package final class SocketLoop: TaskExecutor, @unchecked Sendable {
 
     /// Starts the loop thread.
     package func start() {
-        guard phase.compareExchange(expected: Phase.created.rawValue, desired: Phase.running.rawValue, ordering: .acquiringAndReleasing).exchanged else { return }
+        guard phase.compareExchange(expected: Phase.created.rawValue, desired: Phase.running.rawValue, ordering: .acquiringAndReleasing).exchanged
+        else { return }
         let thread = Thread { [self] in
             // Named from the thread itself (`Thread.name` set beforehand does not reach the
             // kernel on Linux), so that `ps -L`, `top -H` and `perf` show what each thread is.

@@ -36,7 +36,10 @@ extension ZMQSocket {
         }
 
         /// The value as libzmq reads it: an `int` for most options, an `int64_t` for the size.
-        enum Value { case int32(Int32), int64(Int64) }
+        enum Value {
+            case int32(Int32)
+            case int64(Int64)
+        }
 
         var value: Value {
             switch self {

@@ -93,9 +93,10 @@ package final class ZMQSocket {
     }
 
     private func send(frame: Data, more: Bool) throws -> SendResult {
-        try check(frame.withUnsafeBytes { buffer in
-            zmq_send(handle, buffer.baseAddress, buffer.count, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0))
-        })
+        try check(
+            frame.withUnsafeBytes { buffer in
+                zmq_send(handle, buffer.baseAddress, buffer.count, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0))
+            })
     }
 
     /// Sends an envelope as its two frames, after the peer's routing id on a ROUTER socket. The
@@ -184,9 +185,13 @@ package final class ZMQSocket {
         let frame = UnsafeMutablePointer<zmq_msg_t>.allocate(capacity: 1)
         defer { frame.deallocate() }
         // libzmq calls the free function (on its I/O thread) once the frame is written or dropped.
-        guard zmq_msg_init_data(frame, bytes, payload.count, { _, hint in
-            Unmanaged<PayloadOwner>.fromOpaque(hint!).release()
-        }, owner.toOpaque()) == 0 else {
+        guard
+            zmq_msg_init_data(
+                frame, bytes, payload.count,
+                { _, hint in
+                    Unmanaged<PayloadOwner>.fromOpaque(hint!).release()
+                }, owner.toOpaque()) == 0
+        else {
             owner.release()
             throw ZMQContext.lastError("zmq_msg_init_data")
         }
@@ -263,12 +268,13 @@ package final class ZMQSocket {
         }
         let header = parts == 0 ? nil : Result { try HeaderCodec.decode(UnsafeRawBufferPointer(lastHeaderBytes)) }.mapError(BusError.init(wrapping:))
         let payload = parts > 1 && payloadBytes <= limits.maximumPayloadBytes ? takePayload(size: payloadBytes) : Data()
-        return .message(ReceivedMessage(
-            routingID: routingID,
-            content: Envelope.assemble(
-                frameCount: parts, header: header,
-                answerableCorrelationID: parts == 0 ? nil : HeaderLayout.answerableCorrelationID(UnsafeRawBufferPointer(lastHeaderBytes)),
-                payloadBytes: payloadBytes, payload: payload, limits: limits)))
+        return .message(
+            ReceivedMessage(
+                routingID: routingID,
+                content: Envelope.assemble(
+                    frameCount: parts, header: header,
+                    answerableCorrelationID: parts == 0 ? nil : HeaderLayout.answerableCorrelationID(UnsafeRawBufferPointer(lastHeaderBytes)),
+                    payloadBytes: payloadBytes, payload: payload, limits: limits)))
     }
 
     /// Sends the frames of the envelope last received on to `routingID` (on a ROUTER socket) as

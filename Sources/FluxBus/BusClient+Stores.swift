@@ -30,7 +30,9 @@ extension BusClient {
     /// Watches a store: first a snapshot, then every change in order. When changes were lost (this
     /// client's queue was full), a new snapshot comes next, marked `isSnapshot`. The subscription
     /// ends when the stream's consumer stops.
-    public func watch(_ store: String, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) -> AsyncThrowingStream<StoreUpdate, any Error> {
+    public func watch(_ store: String, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) -> AsyncThrowingStream<
+        StoreUpdate, any Error
+    > {
         let (stream, continuation) = AsyncThrowingStream<StoreUpdate, any Error>.makeStream(bufferingPolicy: .unbounded)
         let watch = StoreWatch(store: store, scope: scope, continuation: continuation) { [weak self] watch in
             guard let self else { return }
@@ -61,7 +63,9 @@ extension BusClient {
     }
 
     /// Holds a query on a store (only boards can: the lease lasts as long as the holder lives).
-    public func activateQuery(store: String, query: Data, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) async throws -> QueryLease {
+    public func activateQuery(store: String, query: Data, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) async throws
+        -> QueryLease
+    {
         let reply = try await storeRequest(store, StoreOperation.activateQuery, payload: query, scope: scope, timeout: timeout)
         return try PayloadCodec.decode(QueryLease.self, from: reply)
     }

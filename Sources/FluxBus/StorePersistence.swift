@@ -35,13 +35,14 @@ public final class StorePersistence: @unchecked Sendable {
             queue = try DatabaseQueue(path: path, configuration: configuration)
             self.store = store
             try queue.write { db in
-                try db.execute(sql: """
-                    CREATE TABLE IF NOT EXISTS store_state (
-                        store TEXT PRIMARY KEY, sequence INTEGER NOT NULL, snapshot BLOB NOT NULL);
-                    CREATE TABLE IF NOT EXISTS dispatch_journal (
-                        store TEXT NOT NULL, dispatch_id TEXT NOT NULL, sequence INTEGER NOT NULL,
-                        action TEXT NOT NULL, payload BLOB NOT NULL, PRIMARY KEY (store, dispatch_id));
-                    """)
+                try db.execute(
+                    sql: """
+                        CREATE TABLE IF NOT EXISTS store_state (
+                            store TEXT PRIMARY KEY, sequence INTEGER NOT NULL, snapshot BLOB NOT NULL);
+                        CREATE TABLE IF NOT EXISTS dispatch_journal (
+                            store TEXT NOT NULL, dispatch_id TEXT NOT NULL, sequence INTEGER NOT NULL,
+                            action TEXT NOT NULL, payload BLOB NOT NULL, PRIMARY KEY (store, dispatch_id));
+                        """)
             }
         } catch {
             throw BusError(.storageFailed, "cannot open store database \(path): \(Self.describe(error))")
@@ -50,8 +51,11 @@ public final class StorePersistence: @unchecked Sendable {
 
     /// The database for a store of a board: `$BOARDBUS_DATA_DIR`, else `<runtime dir>/data`;
     /// `$BOARDBUS_STORE_MAX_BYTES`, when set, limits its size.
-    public static func forStore(_ store: String, board: BoardID, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> StorePersistence {
-        let directory = environment["BOARDBUS_DATA_DIR"].flatMap { $0.isEmpty ? nil : $0 }
+    public static func forStore(_ store: String, board: BoardID, environment: [String: String] = ProcessInfo.processInfo.environment) throws
+        -> StorePersistence
+    {
+        let directory =
+            environment["BOARDBUS_DATA_DIR"].flatMap { $0.isEmpty ? nil : $0 }
             ?? "\(BusAddress.runtimeDirectory(environment: environment, userID: getuid()))/data"
         var maximumBytes: Int?
         if let text = environment["BOARDBUS_STORE_MAX_BYTES"], !text.isEmpty {
@@ -81,11 +85,13 @@ public final class StorePersistence: @unchecked Sendable {
     /// Saves a snapshot (when there is one), and the action that led to it (when there is one),
     /// in one transaction: either both are stored or, when this throws, neither.
     /// - Parameter lockWait: how long to wait for another connection's lock.
-    func save(sequence: UInt64, snapshot: Data?, dispatch: (id: String, action: String, payload: Data)?, lockWait: Duration = defaultLockWait) throws {
+    func save(sequence: UInt64, snapshot: Data?, dispatch: (id: String, action: String, payload: Data)?, lockWait: Duration = defaultLockWait) throws
+    {
         try storage("save", lockWait: lockWait, write: true) { db in
             if let snapshot {
                 try db.execute(
-                    sql: "INSERT INTO store_state (store, sequence, snapshot) VALUES (?, ?, ?) ON CONFLICT(store) DO UPDATE SET sequence = excluded.sequence, snapshot = excluded.snapshot",
+                    sql:
+                        "INSERT INTO store_state (store, sequence, snapshot) VALUES (?, ?, ?) ON CONFLICT(store) DO UPDATE SET sequence = excluded.sequence, snapshot = excluded.snapshot",
                     arguments: [store, Int64(sequence), snapshot])
             }
             if let dispatch {

@@ -81,7 +81,8 @@ public final class BoardLauncher: Sendable {
         process.terminationHandler = { [weak self] finished in
             let signalled = finished.terminationReason == .uncaughtSignal
             let status = signalled ? "signal \(finished.terminationStatus)" : "exit \(finished.terminationStatus)"
-            self?.finished(pid: finished.processIdentifier, id: id, pidFile: pidFile, status: status, clean: !signalled && finished.terminationStatus == 0)
+            self?.finished(
+                pid: finished.processIdentifier, id: id, pidFile: pidFile, status: status, clean: !signalled && finished.terminationStatus == 0)
         }
         try process.runWithDefaultSignalMask()
         try? log.close()
@@ -122,8 +123,8 @@ public final class BoardLauncher: Sendable {
     public func adoptRunning(_ board: FleetManifest.Board) -> LaunchedProcess? {
         let pidFile = "\(pidDirectory)/\(BoardLauncher.fileStem(board)).pid"
         guard let text = try? String(contentsOfFile: pidFile, encoding: .utf8),
-              let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0, isRunning(pid),
-              URL(fileURLWithPath: "/proc/\(pid)/exe").resolvingSymlinksInPath().path
+            let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0, isRunning(pid),
+            URL(fileURLWithPath: "/proc/\(pid)/exe").resolvingSymlinksInPath().path
                 == URL(fileURLWithPath: executablePath(board)).resolvingSymlinksInPath().path
         else { return nil }
         children.withLock { $0[pid] = Child(id: board.id, process: nil, pidFile: pidFile) }

@@ -82,7 +82,7 @@ extension FleetManifest {
     static func position(of error: any Error, in data: Data) -> String {
         let description = ((error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String) ?? "\(error)"
         guard let range = description.range(of: #"character (\d+)"#, options: .regularExpression),
-              let offset = Int(description[range].dropFirst("character ".count))
+            let offset = Int(description[range].dropFirst("character ".count))
         else { return ": \(description)" }
         let before = data.prefix(max(0, min(offset, data.count)))
         let line = before.reduce(1) { $1 == UInt8(ascii: "\n") ? $0 + 1 : $0 }
@@ -113,10 +113,14 @@ extension FleetManifest {
         for board in boards {
             let limit = board.restartLimit
             guard (0...Self.maximumRestartCount).contains(limit.count) else {
-                throw BusError(.badArgument, "board '\(board.id)': restartLimit.count must be from 0 to \(Self.maximumRestartCount), not \(limit.count)")
+                throw BusError(
+                    .badArgument, "board '\(board.id)': restartLimit.count must be from 0 to \(Self.maximumRestartCount), not \(limit.count)")
             }
             guard limit.windowSeconds.isFinite, limit.windowSeconds > 0, limit.windowSeconds <= Self.maximumRestartWindowSeconds else {
-                throw BusError(.badArgument, "board '\(board.id)': restartLimit.windowSeconds must be above 0 and at most \(Int(Self.maximumRestartWindowSeconds)), not \(limit.windowSeconds)")
+                throw BusError(
+                    .badArgument,
+                    "board '\(board.id)': restartLimit.windowSeconds must be above 0 and at most \(Int(Self.maximumRestartWindowSeconds)), not \(limit.windowSeconds)"
+                )
             }
         }
     }
@@ -126,7 +130,9 @@ extension FleetManifest {
     public func checkExecutables(binaryDirectory: String) throws {
         let missing = boards.filter { !FileManager.default.isExecutableFile(atPath: $0.executablePath(binaryDirectory: binaryDirectory)) }
         guard missing.isEmpty else {
-            let list = missing.map { "'\($0.id)'\($0.scope.isRoot ? "" : " in scope '\($0.scope.name)'") (\($0.executablePath(binaryDirectory: binaryDirectory)))" }
+            let list = missing.map {
+                "'\($0.id)'\($0.scope.isRoot ? "" : " in scope '\($0.scope.name)'") (\($0.executablePath(binaryDirectory: binaryDirectory)))"
+            }
             throw BusError(.badArgument, "no executable for board \(list.joined(separator: ", "))")
         }
     }

@@ -18,8 +18,10 @@ extension Motherboard {
                 let request = try PayloadCodec.decode(StatusRequest.self, from: envelope.payload)
                 let name = ScopedName(scope: request.scope, name: request.id.rawValue)
                 let board = try boardInfo(name, now: now)
-                reply(to: envelope, from: peer, with: Introspection(
-                    board: board, outputTypes: registry[name]?.registration.outputTypes ?? [], flows: flows.touching(name)))
+                reply(
+                    to: envelope, from: peer,
+                    with: Introspection(
+                        board: board, outputTypes: registry[name]?.registration.outputTypes ?? [], flows: flows.touching(name)))
             case ControlOperation.tree:
                 reply(to: envelope, from: peer, with: tree(now: now))
             case ControlOperation.flows:
@@ -53,12 +55,13 @@ extension Motherboard {
     }
 
     private func tree(now: ContinuousClock.Instant) -> ScopeTree {
-        ScopeTree(scopes: scopes.names.map { scope in
-            var boards = registry.sorted.filter { $0.scope == scope }.map { info(for: $0, now: now) }
-            let live = Set(boards.map(\.id))
-            boards += manifest.boards.filter { $0.scope == scope && !live.contains($0.id) }.map(stoppedInfo)
-            return ScopeNode(name: scope, parent: scopes.parent(of: scope), boards: boards.sorted { $0.id < $1.id })
-        })
+        ScopeTree(
+            scopes: scopes.names.map { scope in
+                var boards = registry.sorted.filter { $0.scope == scope }.map { info(for: $0, now: now) }
+                let live = Set(boards.map(\.id))
+                boards += manifest.boards.filter { $0.scope == scope && !live.contains($0.id) }.map(stoppedInfo)
+                return ScopeNode(name: scope, parent: scopes.parent(of: scope), boards: boards.sorted { $0.id < $1.id })
+            })
     }
 
     private func stoppedInfo(_ entry: FleetManifest.Board) -> BoardInfo {

@@ -63,10 +63,12 @@ extension Motherboard {
         _ layout: HeaderLayout, _ header: UnsafeMutableRawBufferPointer, from peer: PeerID, now: ContinuousClock.Instant
     ) -> PeerID? {
         guard let sender = registry.board(for: peer),
-            let request = replies.takeReply(layout.correlationID, from: peer, accept: { request in
-                request.action == nil && layout.target.isEmpty
-                    && Self.bytes(UnsafeRawBufferPointer(header), layout.source, equal: request.board.name)
-            })
+            let request = replies.takeReply(
+                layout.correlationID, from: peer,
+                accept: { request in
+                    request.action == nil && layout.target.isEmpty
+                        && Self.bytes(UnsafeRawBufferPointer(header), layout.source, equal: request.board.name)
+                })
         else { return nil }
         sender.lastSeen = now
         HeaderLayout.setCorrelationID(request.clientCorrelationID, in: header)

@@ -43,7 +43,9 @@ extension Motherboard {
             return
         case .full:
             if let client {
-                reply(to: envelope, from: client, error: BusError(.busy, "board '\(name)' is starting and \(settings.activationQueueLimit) inputs already wait"))
+                reply(
+                    to: envelope, from: client,
+                    error: BusError(.busy, "board '\(name)' is starting and \(settings.activationQueueLimit) inputs already wait"))
             }
             return
         case .notStarting:
@@ -183,16 +185,19 @@ extension Motherboard {
         for flow in flows.matching(scope: source.scope, source: source.name, trigger: trigger) {
             if let expected = flow.spec.outputType, expected != typeName {
                 counters.ignoredByType += 1
-                logger.notice("guaranteed flow ignored an output of another type", metadata: [
-                    "flow": "\(flow.id)", "expected": "\(expected)", "received": "\(typeName)", "board": "\(source)",
-                ])
+                logger.notice(
+                    "guaranteed flow ignored an output of another type",
+                    metadata: [
+                        "flow": "\(flow.id)", "expected": "\(expected)", "received": "\(typeName)", "board": "\(source)",
+                    ])
                 continue
             }
             flows.countRun(flow.id)
             ran += 1
             if let target = flow.spec.target {
                 let header = EnvelopeHeader(kind: .activate, source: source.name, target: target.rawValue, scope: source.scope, typeName: typeName)
-                activate(ScopedName(scope: source.scope, name: target.rawValue), with: Envelope(header: header, payload: payload), client: nil, now: now)
+                activate(
+                    ScopedName(scope: source.scope, name: target.rawValue), with: Envelope(header: header, payload: payload), client: nil, now: now)
             } else if let owner = flow.owner, let board = registry[ScopedName(scope: flow.scope, name: owner.rawValue)] {
                 let header = EnvelopeHeader(
                     kind: .flowEvent, source: source.name, target: owner.rawValue,
@@ -219,7 +224,8 @@ extension Motherboard {
             registry.subscribers(of: envelope.header.typeName, in: scope).filter { $0.peer != peer }
         }
         let acknowledged = envelope.header.flags.contains(.replyExpected) && !subscribers.isEmpty
-        let deliveryID = acknowledged
+        let deliveryID =
+            acknowledged
             ? replies.beginAction(from: peer, clientCorrelationID: envelope.header.correlationID, subscribers: subscribers.count) : 0
         let timeout = requestTimeout(milliseconds: envelope.header.timeoutMilliseconds)
         var header = envelope.header

@@ -31,7 +31,8 @@ extension Motherboard {
             }
         }
         guard let owner = owner(of: store) else {
-            return reply(to: envelope, from: peer, error: noScopeError(store.scope) ?? BusError(.noSuchStore, "no live board owns a store '\(store)'"))
+            return reply(
+                to: envelope, from: peer, error: noScopeError(store.scope) ?? BusError(.noSuchStore, "no live board owns a store '\(store)'"))
         }
         var request = envelope
         if envelope.header.kind == .store && envelope.header.typeName == StoreOperation.subscribe {
@@ -70,7 +71,8 @@ extension Motherboard {
         let owners = registry.boards.values.filter { !$0.registration.stores.isEmpty }
         for owner in owners {
             for store in owner.registration.stores {
-                let header = EnvelopeHeader(kind: .store, source: board.id.rawValue, target: store, scope: board.scope, typeName: StoreOperation.holderGone)
+                let header = EnvelopeHeader(
+                    kind: .store, source: board.id.rawValue, target: store, scope: board.scope, typeName: StoreOperation.holderGone)
                 send(Envelope(header: header), to: owner.peer)
             }
         }

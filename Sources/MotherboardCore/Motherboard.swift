@@ -173,9 +173,11 @@ public final class Motherboard {
         let board = LiveBoard(registration: registration, peer: peer, registeredAt: now, lastSeen: now)
         if let refusal = registrationRefusal(registration, name: board.name, from: peer) {
             counters.refusedRegistrations += 1
-            logger.warning("registration refused", metadata: [
-                "board": "\(board.name)", "claimedPID": "\(registration.pid)", "peer": "\(peer)", "error": "\(refusal.message)",
-            ])
+            logger.warning(
+                "registration refused",
+                metadata: [
+                    "board": "\(board.name)", "claimedPID": "\(registration.pid)", "peer": "\(peer)", "error": "\(refusal.message)",
+                ])
             return reply(to: envelope, from: peer, error: refusal)
         }
         registry.insert(board)
@@ -194,14 +196,17 @@ public final class Motherboard {
     private func registrationRefusal(_ registration: Registration, name: ScopedName, from peer: PeerID) -> BusError? {
         if let holder = registry[name], holder.peer != peer {
             guard Self.secretsMatch(holder.registration.secret, registration.secret) else {
-                return BusError(.idInUse, "board id '\(name)' is held by live process \(holder.registration.pid); only that board can register it again")
+                return BusError(
+                    .idInUse, "board id '\(name)' is held by live process \(holder.registration.pid); only that board can register it again")
             }
             return nil
         }
         if registry[name] == nil, let start = supervisor.starting[name], manifest.board(named: name.name, scope: name.scope) != nil {
             guard start.pid != 0, start.secret == nil || Self.secretsMatch(start.secret, registration.secret) else {
                 let what = start.pid == 0 ? "is restarting it" : "started process \(start.pid) for it"
-                return BusError(.idInUse, "board id '\(name)' belongs to the manifest and the motherboard \(what); a board started by hand can take a free id only")
+                return BusError(
+                    .idInUse,
+                    "board id '\(name)' belongs to the manifest and the motherboard \(what); a board started by hand can take a free id only")
             }
         }
         return nil
@@ -265,7 +270,11 @@ public final class Motherboard {
         if transport.isBacklogged(peer) {
             if kind != .reply && kind != .error && correlationID != 0 {
                 let name = registry.board(for: peer).map { "board '\($0.name)'" } ?? "the peer"
-                finish(correlationID, .failure(BusError(.busy, "\(name) has not read what it was sent (\(settings.maximumUnreadBytesPerPeer >> 20) MiB wait); try again later")))
+                finish(
+                    correlationID,
+                    .failure(
+                        BusError(
+                            .busy, "\(name) has not read what it was sent (\(settings.maximumUnreadBytesPerPeer >> 20) MiB wait); try again later")))
             }
             return
         }

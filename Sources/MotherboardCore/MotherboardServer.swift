@@ -167,7 +167,8 @@ final class RouterTransport: MotherboardTransport {
     /// so that the request still ends with an answer (when it is read) rather than a timeout.
     private func answerInstead(kind: MessageKind, correlationID: UInt64, to peer: PeerID) {
         guard kind == .reply || kind == .error, correlationID != 0 else { return }
-        let error = BusError(.busy, "the answer was dropped: \(backlog.queuedBytes(to: peer.bytes)) bytes of earlier answers to this connection wait unread")
+        let error = BusError(
+            .busy, "the answer was dropped: \(backlog.queuedBytes(to: peer.bytes)) bytes of earlier answers to this connection wait unread")
         _ = sent(try? socket.send(Envelope.error(error, correlationID: correlationID), routingID: peer.bytes), to: peer)
     }
 
@@ -219,7 +220,8 @@ final class RouterLoopHandler: SocketLoopHandler {
         guard let correlationID = HeaderLayout.answerableCorrelationID(header) else { return false }
         motherboard.counters.refusedWhileStalled += 1
         let error = BusError(
-            .busy, "\(transport.backlog.queuedBytes(to: routingID)) bytes of answers to this connection wait unread; read them before asking for more")
+            .busy, "\(transport.backlog.queuedBytes(to: routingID)) bytes of answers to this connection wait unread; read them before asking for more"
+        )
         _ = transport.send(Envelope.error(error, correlationID: correlationID), to: PeerID(routingID))
         return true
     }

@@ -18,9 +18,10 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: "Instead of the comparison, a steady load for this many seconds: messages sent, answered, lost, broker memory.")
     var soak: Double?
 
-    @Option(help: ArgumentHelp(
-        "Instead of the comparison, only BoardBus's throughput load (by default 4×16 echo commands in flight) for this many seconds, printing the processes' pids: for profiling with perf.",
-        visibility: .hidden))
+    @Option(
+        help: ArgumentHelp(
+            "Instead of the comparison, only BoardBus's throughput load (by default 4×16 echo commands in flight) for this many seconds, printing the processes' pids: for profiling with perf.",
+            visibility: .hidden))
     var load: Double?
 
     @Option(help: ArgumentHelp("With --load, --load-baseline or --latency-only: the echo board's command (echo or echo.raw).", visibility: .hidden))
@@ -41,19 +42,24 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Instead of the comparison, only the broker's logic without sockets, this many round trips.", visibility: .hidden))
     var brokerLogic: Int?
 
-    @Option(help: ArgumentHelp(
-        "Instead of the comparison, only the 100 B round trips of the baseline and BoardBus's echo, this many of each, alternated in rounds.",
-        visibility: .hidden))
+    @Option(
+        help: ArgumentHelp(
+            "Instead of the comparison, only the 100 B round trips of the baseline and BoardBus's echo, this many of each, alternated in rounds.",
+            visibility: .hidden))
     var latencyOnly: Int?
 
-    @Option(help: ArgumentHelp("Instead of the comparison, only this many boards registering and leaving, with the broker's memory.", visibility: .hidden))
+    @Option(
+        help: ArgumentHelp("Instead of the comparison, only this many boards registering and leaving, with the broker's memory.", visibility: .hidden)
+    )
     var churn: Int?
 
     func run() async throws {
         if let churn {
             try await TestFleet.with(manifest: #"{"boards": []}"#) { fleet in
                 let result = try await ChurnBench(endpoint: fleet.address.endpoint, brokerPID: fleet.brokerPID).run(boards: churn)
-                print("registering \(churn) boards: \(String(format: "%.2f", result.registerSeconds)) s; broker RSS \(result.beforeKiB) → \(result.registeredKiB) → \(result.afterKiB) KiB")
+                print(
+                    "registering \(churn) boards: \(String(format: "%.2f", result.registerSeconds)) s; broker RSS \(result.beforeKiB) → \(result.registeredKiB) → \(result.afterKiB) KiB"
+                )
             }
             return
         }
@@ -98,7 +104,9 @@ struct BenchCommand: AsyncParsableCommand {
                     label: "100 B", base: BaselineBench(endpoint: baseline.frontEndpoint), bus: BoardBusBench(fleet: fleet),
                     payload: echoPayload(bytes: 100), requests: latencyOnly, warmup: latencyOnly / 20, commands: [command])
                 let (b, e) = (LatencySummary(base), LatencySummary(echo[0]))
-                print(String(format: "p50 %.1f / %.1f µs = %.3f×  p99 %.1f / %.1f µs = %.3f×", b.p50, e.p50, e.p50 / b.p50, b.p99, e.p99, e.p99 / b.p99))
+                print(
+                    String(format: "p50 %.1f / %.1f µs = %.3f×  p99 %.1f / %.1f µs = %.3f×", b.p50, e.p50, e.p50 / b.p50, b.p99, e.p99, e.p99 / b.p99)
+                )
             }
             return
         }
@@ -136,7 +144,8 @@ struct BenchCommand: AsyncParsableCommand {
                 let (baseHistogram, echoHistograms) = try await alternatedLatency(
                     label: label, base: base, bus: bus, payload: payload, requests: requests, warmup: settings.warmupRequests,
                     commands: ["echo.raw", "echo"])
-                report.latency(label, baseline: LatencySummary(baseHistogram), boardBus: LatencySummary(echoHistograms[0]), judged: judged ? "echo" : nil)
+                report.latency(
+                    label, baseline: LatencySummary(baseHistogram), boardBus: LatencySummary(echoHistograms[0]), judged: judged ? "echo" : nil)
                 report.latency(
                     "\(label), \(typed)", baseline: LatencySummary(baseHistogram), boardBus: LatencySummary(echoHistograms[1]),
                     judged: judged ? "typed echo" : nil)
@@ -149,20 +158,25 @@ struct BenchCommand: AsyncParsableCommand {
                 for round in 1...rounds {
                     progress("throughput \(label): round \(round)/\(rounds)")
                     baseRate += try base.throughput(payload: payload, clients: clients, window: window, seconds: seconds) / Double(rounds)
-                    rawRate += try await bus.throughput(
-                        payload: payload, clients: clients, window: window, seconds: seconds, command: "echo.raw") / Double(rounds)
-                    typedRate += try await bus.throughput(
-                        payload: payload, clients: clients, window: window, seconds: seconds, command: "echo") / Double(rounds)
+                    rawRate +=
+                        try await bus.throughput(
+                            payload: payload, clients: clients, window: window, seconds: seconds, command: "echo.raw") / Double(rounds)
+                    typedRate +=
+                        try await bus.throughput(
+                            payload: payload, clients: clients, window: window, seconds: seconds, command: "echo") / Double(rounds)
                 }
-                report.throughput("\(label), \(settings.clients)×\(settings.window) in flight", baseline: baseRate, boardBus: rawRate, judged: judged ? "echo" : nil)
+                report.throughput(
+                    "\(label), \(settings.clients)×\(settings.window) in flight", baseline: baseRate, boardBus: rawRate, judged: judged ? "echo" : nil
+                )
                 report.throughput("\(label), \(typed)", baseline: baseRate, boardBus: typedRate, judged: judged ? "typed echo" : nil)
             }
 
             progress("broker memory over \(Int(settings.memorySeconds)) s of load")
             let memoryStart = residentKiB(of: brokerPID) ?? 0
-            let messages = try await bus.throughput(
-                payload: echoPayload(bytes: 100), clients: settings.clients, window: settings.window,
-                seconds: settings.memorySeconds, command: "echo.raw") * settings.memorySeconds
+            let messages =
+                try await bus.throughput(
+                    payload: echoPayload(bytes: 100), clients: settings.clients, window: settings.window,
+                    seconds: settings.memorySeconds, command: "echo.raw") * settings.memorySeconds
             let memoryEnd = residentKiB(of: brokerPID) ?? 0
             report.memory(startKiB: memoryStart, endKiB: memoryEnd, messages: Int(messages), seconds: settings.memorySeconds)
 
@@ -244,7 +258,8 @@ struct BaselineProcesses {
 enum MachineDescription {
     static func current() -> String {
         let cpuinfo = (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8)) ?? ""
-        let model = cpuinfo.split(separator: "\n").first { $0.hasPrefix("model name") }
+        let model =
+            cpuinfo.split(separator: "\n").first { $0.hasPrefix("model name") }
             .map { $0.split(separator: ":", maxSplits: 1).last.map { $0.trimmingCharacters(in: .whitespaces) } ?? "" } ?? "unknown CPU"
         return "\(ProcessInfo.processInfo.activeProcessorCount) cores, \(model), libzmq \(ZMQVersion.string)"
     }

@@ -41,8 +41,9 @@ enum BrokerLogicBench {
         let motherboard = try motherboard(transport: transport)
         let (board, client) = (Self.board, Self.client)
         let now = ContinuousClock.now
-        let requestHeader = try HeaderCodec.encode(EnvelopeHeader(
-            kind: .command, flags: .replyExpected, correlationID: 5, timeoutMilliseconds: 5000, target: "bench.echo", typeName: "echo"))
+        let requestHeader = try HeaderCodec.encode(
+            EnvelopeHeader(
+                kind: .command, flags: .replyExpected, correlationID: 5, timeoutMilliseconds: 5000, target: "bench.echo", typeName: "echo"))
         let payload = [UInt8](echoPayload(bytes: 100))
         let replyBuffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 8192, alignment: 8)
         defer { replyBuffer.deallocate() }
@@ -66,8 +67,9 @@ enum BrokerLogicBench {
     static func roundTripInPlace(iterations: Int) throws -> Double {
         let motherboard = try motherboard(transport: EncodingTransport())
         let now = ContinuousClock.now
-        let request = try HeaderCodec.encode(EnvelopeHeader(
-            kind: .command, flags: .replyExpected, correlationID: 5, timeoutMilliseconds: 5000, target: "bench.echo", typeName: "echo"))
+        let request = try HeaderCodec.encode(
+            EnvelopeHeader(
+                kind: .command, flags: .replyExpected, correlationID: 5, timeoutMilliseconds: 5000, target: "bench.echo", typeName: "echo"))
         let reply = try HeaderCodec.encode(EnvelopeHeader(kind: .reply, source: "bench.echo"))
         let frame = UnsafeMutableRawBufferPointer.allocate(byteCount: 8192, alignment: 8)
         defer { frame.deallocate() }

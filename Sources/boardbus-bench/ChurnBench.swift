@@ -31,12 +31,13 @@ struct ChurnBench {
                 sockets.append(socket)
                 try socket.connect(endpoint)
                 let registration = Registration(id: try BoardID(validating: "churn.board\(index)"), pid: getpid(), commands: ["echo"])
-                let header = EnvelopeHeader(kind: .register, flags: .replyExpected, correlationID: 1, timeoutMilliseconds: 30_000, source: registration.id.rawValue)
+                let header = EnvelopeHeader(
+                    kind: .register, flags: .replyExpected, correlationID: 1, timeoutMilliseconds: 30_000, source: registration.id.rawValue)
                 _ = try socket.send(try Envelope(header: header, payload: try PayloadCodec.encode(registration)).frames())
             }
             for socket in sockets {
                 guard socket.waitReadable(timeoutMilliseconds: 30_000), let frames = try socket.receive(),
-                      try Envelope(frames: frames).header.kind == .reply
+                    try Envelope(frames: frames).header.kind == .reply
                 else { throw BusError(.timeout, "a churn board was not registered") }
             }
             let seconds = Double(monotonicNanoseconds() - start) / 1e9

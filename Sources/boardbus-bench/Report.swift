@@ -38,10 +38,14 @@ final class Report {
 
     func churn(_ result: ChurnBench.Result) {
         rows.append(["registering \(result.boards) boards, each on its own connection (s)", "", format(result.registerSeconds, decimals: 2), ""])
-        rows.append(["broker RSS before → \(result.boards) boards → after they left (KiB)", "", "\(result.beforeKiB) → \(result.registeredKiB) → \(result.afterKiB)", ""])
+        rows.append([
+            "broker RSS before → \(result.boards) boards → after they left (KiB)", "",
+            "\(result.beforeKiB) → \(result.registeredKiB) → \(result.afterKiB)", "",
+        ])
         // Given back: within 8 MiB of where it started (allocator and libzmq caches).
-        verdict("broker gives back the memory of boards that left", holds: result.afterKiB - result.beforeKiB < 8192, ratio: nil,
-                detail: "\(result.afterKiB - result.beforeKiB) KiB more than before \(result.boards) boards came and went")
+        verdict(
+            "broker gives back the memory of boards that left", holds: result.afterKiB - result.beforeKiB < 8192, ratio: nil,
+            detail: "\(result.afterKiB - result.beforeKiB) KiB more than before \(result.boards) boards came and went")
     }
 
     func single(_ label: String, milliseconds: Double, unit: String = " (ms)") {

@@ -26,7 +26,10 @@ struct Soak {
 
     struct CommentsState: Decodable { var comments: [String: [Comment]] }
     struct Comment: Decodable { var content: String }
-    struct Snapshot: Decodable { var sequence: UInt64; var state: CommentsState }
+    struct Snapshot: Decodable {
+        var sequence: UInt64
+        var state: CommentsState
+    }
 
     func run(report: (String) -> Void) async throws {
         let tally = SharedTally()
@@ -61,7 +64,8 @@ struct Soak {
                     while monotonicNanoseconds() < deadline {
                         let body = Data(#"{"postID":1,"parent":0,"content":"soak \#(index)"}"#.utf8)
                         tally.withLock { $0.dispatched += 1 }
-                        _ = try await client.dispatch(store: "comments", action: "reply", payload: body, dispatchID: "soak-\(index)", timeout: .seconds(5))
+                        _ = try await client.dispatch(
+                            store: "comments", action: "reply", payload: body, dispatchID: "soak-\(index)", timeout: .seconds(5))
                         tally.withLock { $0.dispatchAcknowledged += 1 }
                         index += 1
                     }
@@ -73,7 +77,9 @@ struct Soak {
                 if monotonicNanoseconds() - last > 30_000_000_000 {
                     last = monotonicNanoseconds()
                     let now = tally.withLock { $0 }
-                    progress("soak: \(now.replied) replies, \(now.dispatchAcknowledged) dispatches, broker RSS \(residentKiB(of: fleet.brokerPID) ?? 0) KiB")
+                    progress(
+                        "soak: \(now.replied) replies, \(now.dispatchAcknowledged) dispatches, broker RSS \(residentKiB(of: fleet.brokerPID) ?? 0) KiB"
+                    )
                 }
             }
             try await group.waitForAll()
@@ -86,7 +92,8 @@ struct Soak {
         let storedCount = stored.state.comments["1"]?.count ?? 0
         let unanswered = final.sent - final.replied - final.errors.values.reduce(0, +)
         let lost = unanswered + (final.errors["timeout"] ?? 0) + max(0, final.dispatchAcknowledged - storedCount)
-        report("""
+        report(
+            """
             soak of \(Int(seconds)) s on the real broker (4 clients × 8 echo commands in flight, 1 client dispatching to a persistent store)
             | figure | value |
             |---|---|

@@ -10,7 +10,8 @@ struct Busctl: AsyncParsableCommand {
         commandName: "busctl",
         abstract: "Inspect and drive a BoardBus fleet.",
         subcommands: [
-            List.self, Status.self, Introspect.self, Tree.self, Flows.self, Call.self, Activate.self, Emit.self, Action.self, Dispatch.self, State.self, Wait.self,
+            List.self, Status.self, Introspect.self, Tree.self, Flows.self, Call.self, Activate.self, Emit.self, Action.self, Dispatch.self,
+            State.self, Wait.self,
         ])
 }
 
@@ -24,8 +25,10 @@ extension Busctl {
                 let list = try await client.list(timeout: options.deadline)
                 if options.json { return try options.printJSON(list) }
                 let rows = list.boards.map { board in
-                    [board.id.rawValue, "\(board.pid)", board.scope.isRoot ? "-" : board.scope.name, board.state.name, board.start,
-                     String(format: "%.1fs", board.uptimeSeconds), board.commands.joined(separator: ",")]
+                    [
+                        board.id.rawValue, "\(board.pid)", board.scope.isRoot ? "-" : board.scope.name, board.state.name, board.start,
+                        String(format: "%.1fs", board.uptimeSeconds), board.commands.joined(separator: ","),
+                    ]
                 }
                 printTable(header: ["ID", "PID", "SCOPE", "STATE", "START", "UPTIME", "COMMANDS"], rows: rows)
                 if !list.waitingFor.isEmpty {
@@ -44,7 +47,8 @@ extension Busctl {
             try await options.withClient { client in
                 let info = try await client.status(try boardID(id), scope: options.scope, timeout: options.deadline)
                 if options.json { return try options.printJSON(info) }
-                print("""
+                print(
+                    """
                     id:         \(info.id)
                     state:      \(info.state)
                     pid:        \(info.pid)
@@ -71,7 +75,8 @@ extension Busctl {
                 let found = try await client.introspect(try boardID(id), scope: options.scope, timeout: options.deadline)
                 if options.json { return try options.printJSON(found) }
                 let board = found.board
-                print("""
+                print(
+                    """
                     id:       \(board.id)
                     scope:    \(board.scope)
                     state:    \(board.state)\(board.pid > 0 ? " (pid \(board.pid))" : "")
@@ -278,4 +283,3 @@ func printTable(header: [String], rows: [[String]]) {
 func listed(_ items: [String]) -> String {
     items.isEmpty ? "-" : items.joined(separator: ", ")
 }
-

@@ -12,7 +12,8 @@ struct GlobalOptions: ParsableArguments {
 
     /// Read as text and checked by ``deadline``: ArgumentParser would take `-5` for an option,
     /// and `inf` or `1e20` for numbers no deadline can hold.
-    @Option(name: .long, parsing: .unconditional, help: "Seconds to wait for an answer (more than 0, at most \(Int(maximumTimeoutSeconds)); default 25).")
+    @Option(
+        name: .long, parsing: .unconditional, help: "Seconds to wait for an answer (more than 0, at most \(Int(maximumTimeoutSeconds)); default 25).")
     var timeout: String = "25"
 
     @Option(name: .long, help: "The motherboard scope the board ids are in (default: the root scope).", transform: { Scope($0) })
@@ -106,7 +107,8 @@ func jsonPayload(_ text: String?) throws -> Data {
 /// Re-indents a JSON payload for people; leaves it as is when it is not JSON.
 func prettyJSON(_ data: Data) -> String {
     guard let object = try? JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed]),
-          let pretty = try? JSONSerialization.data(withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .fragmentsAllowed, .withoutEscapingSlashes])
+        let pretty = try? JSONSerialization.data(
+            withJSONObject: object, options: [.prettyPrinted, .sortedKeys, .fragmentsAllowed, .withoutEscapingSlashes])
     else { return String(decoding: data, as: UTF8.self) }
     return String(decoding: pretty, as: UTF8.self)
 }

@@ -36,7 +36,8 @@ struct MotherboardCommand: AsyncParsableCommand {
         let logger = Logger(label: "motherboard")
         do {
             let fleet = try manifest.map(FleetManifest.load(path:)) ?? FleetManifest()
-            let server = MotherboardServer(options: .init(address: address, manifest: fleet, binaryDirectory: binaries, exitWithParent: exitWithParent), logger: logger)
+            let server = MotherboardServer(
+                options: .init(address: address, manifest: fleet, binaryDirectory: binaries, exitWithParent: exitWithParent), logger: logger)
             let group = ServiceGroup(configuration: .init(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
             try await group.run()
         } catch let error as BusError {
@@ -45,5 +46,3 @@ struct MotherboardCommand: AsyncParsableCommand {
         }
     }
 }
-
-

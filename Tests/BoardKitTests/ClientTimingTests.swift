@@ -29,7 +29,9 @@ struct ClientTimingTests {
         let state = ClientState(connection: connection, clock: clock.busClock)
         let outcome = Task {
             try await withUnsafeThrowingContinuation { continuation in
-                state.addPending(7, deadline: clock.now.advanced(by: .seconds(2)), header: EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"), continuation: continuation)
+                state.addPending(
+                    7, deadline: clock.now.advanced(by: .seconds(2)),
+                    header: EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"), continuation: continuation)
             } as Envelope
         }
         _ = await eventually { state.pendingCount == 1 }
@@ -49,7 +51,9 @@ struct ClientTimingTests {
         let clock = ManualClock()
         let connection = Recorder()
         let client = BusClient(connection: connection, address: BusAddress(runtimeDirectory: "/nonexistent"), clock: clock.busClock)
-        let call = Task { try await client.request(Envelope(header: EnvelopeHeader(kind: .command, target: "b", typeName: "c")), timeout: .seconds(30)) }
+        let call = Task {
+            try await client.request(Envelope(header: EnvelopeHeader(kind: .command, target: "b", typeName: "c")), timeout: .seconds(30))
+        }
         _ = await eventually { connection.sent.withLock { $0.count } == 1 }
         let sent = try #require(connection.sent.withLock { $0.first })
         #expect(sent.header.timeoutMilliseconds == 30_000 && sent.header.flags.contains(.replyExpected))

@@ -6,7 +6,8 @@ import Testing
 @Suite("Envelope, errors and payloads")
 struct EnvelopeTests {
     @Test func framesRoundTrip() throws {
-        let envelope = Envelope(header: EnvelopeHeader(kind: .output, source: "auth.login", typeName: "LoginSucceeded"), payload: Data(#"{"a":1}"#.utf8))
+        let envelope = Envelope(
+            header: EnvelopeHeader(kind: .output, source: "auth.login", typeName: "LoginSucceeded"), payload: Data(#"{"a":1}"#.utf8))
         #expect(try Envelope(frames: try envelope.frames()) == envelope)
     }
 
@@ -62,7 +63,9 @@ struct EnvelopeTests {
         #expect(explicit.ipcPath == "/r/motherboard.sock")
         #expect(BusAddress.resolve(environment: ["XDG_RUNTIME_DIR": "/run/user/5"], userID: 5).runtimeDirectory == "/run/user/5/boardbus")
         #expect(BusAddress.resolve(environment: [:], userID: 5).runtimeDirectory == "/tmp/boardbus-5")
-        #expect(BusAddress.resolve(explicitEndpoint: "tcp://127.0.0.1:5555", environment: ["BOARDBUS_ADDRESS": "ipc:///x"], userID: 5).endpoint == "tcp://127.0.0.1:5555")
+        #expect(
+            BusAddress.resolve(explicitEndpoint: "tcp://127.0.0.1:5555", environment: ["BOARDBUS_ADDRESS": "ipc:///x"], userID: 5).endpoint
+                == "tcp://127.0.0.1:5555")
         #expect(BusAddress.resolve(environment: ["BOARDBUS_ADDRESS": "ipc:///x"], userID: 5).endpoint == "ipc:///x")
     }
 }

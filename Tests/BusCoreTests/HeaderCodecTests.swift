@@ -141,7 +141,10 @@ struct HeaderCodecTests {
         let both = EnvelopeHeader(kind: .flowEvent, dispatchID: "d", flowID: 9, unknownFields: Data([9, 0, 1, 0x7A]))
         #expect(try HeaderCodec.decode(Data(try HeaderCodec.encode(both))) == both)
         let plain = try HeaderCodec.encode(EnvelopeHeader(kind: .flowEvent))
-        for broken: [UInt8] in [[4, 0, 7, 1, 2, 3, 4, 5, 6, 7], [4, 0, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9], [4, 0, 0], [4, 0, 8, 0, 0, 0, 0, 0, 0, 0, 1, 4, 0, 8, 0, 0, 0, 0, 0, 0, 0, 2]] {
+        for broken: [UInt8] in [
+            [4, 0, 7, 1, 2, 3, 4, 5, 6, 7], [4, 0, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9], [4, 0, 0],
+            [4, 0, 8, 0, 0, 0, 0, 0, 0, 0, 1, 4, 0, 8, 0, 0, 0, 0, 0, 0, 0, 2],
+        ] {
             let error = try #require(throws: BusError.self) { try HeaderCodec.decode(Data(plain + broken)) }
             #expect(error.code == .malformed, "\(broken)")
         }
@@ -173,7 +176,10 @@ struct HeaderCodecTests {
             var bytes = (0..<length).map { _ in UInt8(truncatingIfNeeded: generator.next()) }
             // Half the inputs start like a real header, so the decoder gets past the magic.
             if generator.next() % 2 == 0 && bytes.count >= 4 {
-                bytes[0] = 0x42; bytes[1] = 0x42; bytes[2] = 2; bytes[3] = UInt8(1 + generator.next() % 9)
+                bytes[0] = 0x42
+                bytes[1] = 0x42
+                bytes[2] = 2
+                bytes[3] = UInt8(1 + generator.next() % 9)
             }
             if (try? HeaderCodec.decode(Data(bytes))) != nil { decoded += 1 }
         }
@@ -211,10 +217,17 @@ struct HeaderCodecTests {
                     compared += 1
                     #expect(layout.kind == decoded.kind && layout.flags == decoded.flags)
                     #expect(layout.correlationID == decoded.correlationID && layout.timeoutMilliseconds == decoded.timeoutMilliseconds)
-                    for (range, text) in [(layout.source, decoded.source), (layout.target, decoded.target), (layout.scope, decoded.scope.name), (layout.typeName, decoded.typeName)] {
+                    for (range, text) in [
+                        (layout.source, decoded.source), (layout.target, decoded.target), (layout.scope, decoded.scope.name),
+                        (layout.typeName, decoded.typeName),
+                    ] {
                         #expect(Array(buffer[range]) == Array(text.utf8))
                     }
-                    #expect(layout.stringsAreASCII(in: buffer) == [decoded.source, decoded.target, decoded.scope.name, decoded.typeName, decoded.dispatchID ?? ""].allSatisfy { $0.utf8.allSatisfy { $0 < 0x80 } })
+                    #expect(
+                        layout.stringsAreASCII(in: buffer)
+                            == [decoded.source, decoded.target, decoded.scope.name, decoded.typeName, decoded.dispatchID ?? ""].allSatisfy {
+                                $0.utf8.allSatisfy { $0 < 0x80 }
+                            })
                 case (.failure(let decodeError), .failure(let layoutError)):
                     #expect((decodeError as? BusError) == (layoutError as? BusError))
                 case (.failure(let decodeError), .success(let layout)):

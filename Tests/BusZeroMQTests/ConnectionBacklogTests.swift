@@ -30,7 +30,10 @@ struct ConnectionBacklogTests {
 
     @Test func aPeerThatDoesNotReadIsStalledPastTheBudgetAndFreedWhenItReads() throws {
         let (writer, reader) = try socketPair()
-        defer { close(writer); close(reader) }
+        defer {
+            close(writer)
+            close(reader)
+        }
         let peer = Data([0, 1, 2, 3, 4])
         let backlog = ConnectionBacklog(budget: 1 << 20)
         backlog.noteReceived(from: peer, descriptor: writer)
@@ -56,7 +59,10 @@ struct ConnectionBacklogTests {
 
     @Test func aPeerThatReadsIsNeverStalledHoweverMuchItIsSent() throws {
         let (writer, reader) = try socketPair()
-        defer { close(writer); close(reader) }
+        defer {
+            close(writer)
+            close(reader)
+        }
         let peer = Data([9])
         let backlog = ConnectionBacklog(budget: 1 << 20)
         backlog.noteReceived(from: peer, descriptor: writer)

@@ -56,7 +56,9 @@ struct FrameReuseIntegrationTests {
     }
 
     static func command(_ correlationID: UInt64, target: String = "bench.echo", payload: Data) -> Envelope {
-        Envelope(header: EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: correlationID, target: target, typeName: "echo"), payload: payload)
+        Envelope(
+            header: EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: correlationID, target: target, typeName: "echo"),
+            payload: payload)
     }
 
     static let payload = Data((0..<100).map { UInt8($0) })
@@ -196,4 +198,3 @@ struct FrameReuseIntegrationTests {
         #expect(received.payload == Self.payload)
     }
 }
-

@@ -92,7 +92,9 @@ struct FluxIntegrationTests {
             for writer in writers { try await writer.value }
             let earlyUpdates = try await early.value
             let lateUpdates = try await joined.value
-            #expect((lateUpdates.first?.sequence ?? 0) > 0 && (lateUpdates.first?.sequence ?? total) < total, "joined at \(lateUpdates.first?.sequence ?? 0)")
+            #expect(
+                (lateUpdates.first?.sequence ?? 0) > 0 && (lateUpdates.first?.sequence ?? total) < total,
+                "joined at \(lateUpdates.first?.sequence ?? 0)")
 
             for updates in [earlyUpdates, lateUpdates] {
                 #expect(updates.first?.isSnapshot == true)
@@ -150,7 +152,8 @@ struct FluxIntegrationTests {
                 for index in 0..<count {
                     let reply = CommentsIO.Reply(postID: 1, parent: 0, content: "comment \(index)")
                     last = try await client.dispatch(
-                        store: CommentsIO.store, action: "reply", payload: PayloadCodec.encode(reply), dispatchID: "reply-\(index)").sequence
+                        store: CommentsIO.store, action: "reply", payload: PayloadCodec.encode(reply), dispatchID: "reply-\(index)"
+                    ).sequence
                 }
                 // Killed right after the last acknowledgement.
                 #expect(kill(pid, SIGKILL) == 0)

@@ -106,14 +106,16 @@ struct FluxTests {
 
         // Refused: the state goes back, nobody hears of it.
         #expect(throws: Refused.self) {
-            try store.stage({
-                try store.dispatcher.dispatch(Increment(by: 2))
-                try store.dispatcher.dispatch(Increment(by: 3))
-            }, commit: { old, new in
-                #expect(old == 1 && new == 6)
-                #expect(seen.isEmpty)
-                throw Refused()
-            })
+            try store.stage(
+                {
+                    try store.dispatcher.dispatch(Increment(by: 2))
+                    try store.dispatcher.dispatch(Increment(by: 3))
+                },
+                commit: { old, new in
+                    #expect(old == 1 && new == 6)
+                    #expect(seen.isEmpty)
+                    throw Refused()
+                })
         }
         #expect(store.state == 1)
         #expect(seen.isEmpty && changes == 0)

@@ -44,9 +44,10 @@ struct AccessIntegrationTests {
             // A group stop reaches each thread in turn: wait until every one has stopped.
             let stopped = await eventually {
                 let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
-                return !tasks.isEmpty && tasks.allSatisfy { task in
-                    ((try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/stat", encoding: .utf8)) ?? "").contains(") T ")
-                }
+                return !tasks.isEmpty
+                    && tasks.allSatisfy { task in
+                        ((try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/stat", encoding: .utf8)) ?? "").contains(") T ")
+                    }
             }
             #expect(stopped)
             try await fleet.withClient { client in

@@ -43,7 +43,7 @@ struct AttackIntegrationTests {
         try await TestFleet.with(manifest: #"{ "boards": [ { "id": "demo.annotations", "executable": "AnnotationFilter" } ] }"#) { fleet in
             let action = #"{"filter":"photos"}"#
             let tooLong = String(repeating: "i", count: HeaderCodec.maximumDispatchIDBytes + 1)
-            for id in [tooLong, String(repeating: "😀", count: 300), String(repeating: "i", count: 253) + "é"  + "😀", ""] {
+            for id in [tooLong, String(repeating: "😀", count: 300), String(repeating: "i", count: 253) + "é" + "😀", ""] {
                 let started = ContinuousClock.now
                 let refused = try await fleet.busctl("dispatch", "annotationFilter", "toggle", action, "--id", id)
                 #expect(refused.exitCode == 2, "\(id.utf8.count) bytes: \(refused.standardError)")
@@ -59,8 +59,10 @@ struct AttackIntegrationTests {
             #expect(retry.standardOutput.contains("already applied"))
             // A multi-byte id at the limit goes through whole.
             let emojiID = String(repeating: "😀", count: HeaderCodec.maximumDispatchIDBytes / 4)
-            #expect(try await fleet.busctl("dispatch", "annotationFilter", "toggle", action, "--id", emojiID).standardOutput.contains("toggle applied"))
-            #expect(try await fleet.busctl("dispatch", "annotationFilter", "toggle", action, "--id", emojiID).standardOutput.contains("already applied"))
+            #expect(
+                try await fleet.busctl("dispatch", "annotationFilter", "toggle", action, "--id", emojiID).standardOutput.contains("toggle applied"))
+            #expect(
+                try await fleet.busctl("dispatch", "annotationFilter", "toggle", action, "--id", emojiID).standardOutput.contains("already applied"))
         }
     }
 
@@ -70,8 +72,9 @@ struct AttackIntegrationTests {
     @Test func aBadHeaderWhoseSenderWaitsIsAnsweredMalformed() async throws {
         try await TestFleet.with(manifest: greeterManifest) { fleet in
             let answers = try await withRawDealer(connectedTo: fleet.address.endpoint) { socket in
-                let good = try HeaderCodec.encode(EnvelopeHeader(
-                    kind: .command, flags: .replyExpected, correlationID: 100, target: GreeterIO.id.rawValue, typeName: "ping"))
+                let good = try HeaderCodec.encode(
+                    EnvelopeHeader(
+                        kind: .command, flags: .replyExpected, correlationID: 100, target: GreeterIO.id.rawValue, typeName: "ping"))
                 var badVersion = good
                 badVersion[2] = 1
                 var badUTF8 = good
@@ -111,7 +114,8 @@ struct AttackIntegrationTests {
             let realPID = try #require(fleet.pid(of: GreeterIO.id))
             let answer = try await withRawDealer(connectedTo: fleet.address.endpoint) { socket in
                 let registration = Registration(id: GreeterIO.id, pid: realPID, commands: ["ping", "greet"])
-                let header = EnvelopeHeader(kind: .register, flags: .replyExpected, correlationID: 1, timeoutMilliseconds: 5000, source: GreeterIO.id.rawValue)
+                let header = EnvelopeHeader(
+                    kind: .register, flags: .replyExpected, correlationID: 1, timeoutMilliseconds: 5000, source: GreeterIO.id.rawValue)
                 _ = try socket.send(try Envelope(header: header, payload: try PayloadCodec.encode(registration)).frames())
                 guard socket.waitReadable(timeoutMilliseconds: 10_000), let frames = try socket.receive() else { return nil as Envelope? }
                 return try Envelope(frames: frames)
@@ -260,7 +264,8 @@ extension AttackIntegrationTests {
                     recovered = (try? Envelope(frames: frames))?.carriedError == nil
                     if !recovered { usleep(100_000) }
                 }
-                print("never-reading client: the greeter made \(last) greetings before the client read; broker at \(residentMiB(of: broker)) MiB then")
+                print(
+                    "never-reading client: the greeter made \(last) greetings before the client read; broker at \(residentMiB(of: broker)) MiB then")
                 return (peak, answers, busy, served && recovered)
             }
             let growth = outcome.peak - before
@@ -271,7 +276,9 @@ extension AttackIntegrationTests {
             // Gone: the broker gives the memory back.
             let returned = await eventually(timeout: .seconds(15)) { residentMiB(of: broker) - before < 40 }
             #expect(returned, "broker at \(residentMiB(of: broker)) MiB after the client left (\(before) MiB before)")
-            print("never-reading client: broker \(before) MiB before, peak \(outcome.peak) MiB, \(residentMiB(of: broker)) MiB after; \(outcome.busy) of \(outcome.answers) answers busy")
+            print(
+                "never-reading client: broker \(before) MiB before, peak \(outcome.peak) MiB, \(residentMiB(of: broker)) MiB after; \(outcome.busy) of \(outcome.answers) answers busy"
+            )
         }
     }
 }
@@ -312,14 +319,18 @@ extension AttackIntegrationTests {
                 let other = try ZMQSocket(context: context, kind: .dealer)
                 defer { other.close() }
                 try other.connect(endpoint)
-                let ping = EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 1, timeoutMilliseconds: 10_000, target: GreeterIO.id.rawValue, typeName: "ping")
+                let ping = EnvelopeHeader(
+                    kind: .command, flags: .replyExpected, correlationID: 1, timeoutMilliseconds: 10_000, target: GreeterIO.id.rawValue,
+                    typeName: "ping")
                 _ = try other.send([Data(try HeaderCodec.encode(ping)), Data(#"{"sequence":1}"#.utf8)])
                 return (peak, try other.waitReadable(timeoutMilliseconds: 10_000) && other.receive() != nil)
             }
             #expect(served)
             let returned = await eventually(timeout: .seconds(15)) { residentMiB(of: broker) - before < 40 }
             #expect(returned, "broker at \(residentMiB(of: broker)) MiB after the connections closed (\(before) MiB before)")
-            print("unfinished messages: broker \(before) MiB before, peak \(peak) MiB with 2 × 25 × 4 MiB frames pending, \(residentMiB(of: broker)) MiB after they closed")
+            print(
+                "unfinished messages: broker \(before) MiB before, peak \(peak) MiB with 2 × 25 × 4 MiB frames pending, \(residentMiB(of: broker)) MiB after they closed"
+            )
         }
     }
 }

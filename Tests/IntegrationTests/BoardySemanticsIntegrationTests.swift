@@ -73,9 +73,10 @@ struct BoardySemanticsIntegrationTests {
                 let marked = try await eventually { try await client.recording(scope: "checkout").entries.last?.typeName == "Marker" }
                 #expect(marked)
                 let entries = try await client.recording(scope: "checkout").entries
-                #expect(entries.map { "\($0.kind):\($0.typeName)" } == [
-                    "activation:Paid", "flow:Paid", "activation:Completion", "completion:Completion", "activation:Marker",
-                ])
+                #expect(
+                    entries.map { "\($0.kind):\($0.typeName)" } == [
+                        "activation:Paid", "flow:Paid", "activation:Completion", "completion:Completion", "activation:Marker",
+                    ])
                 #expect(entries[3].payload == #"{"isDone":true}"#)
                 // The action bubbled from checkout to the root scope.
                 #expect(try await client.recording().of("action").map(\.typeName) == ["checkout.orderPaid"])
@@ -84,7 +85,10 @@ struct BoardySemanticsIntegrationTests {
                 try await client.activate(PaymentIO.destination, with: PaymentIO.Pay(orderID: "o3", amount: 7, millis: 10), scope: "checkout")
                 let again = try await eventually { try await client.recording(scope: "checkout").of("completion").count == 2 }
                 #expect(again)
-                #expect(try await client.recording(scope: "checkout").of("activation").map(\.typeName) == ["Paid", "Completion", "Marker", "Paid", "Completion"])
+                #expect(
+                    try await client.recording(scope: "checkout").of("activation").map(\.typeName) == [
+                        "Paid", "Completion", "Marker", "Paid", "Completion",
+                    ])
             }
             let flows = try await fleet.busctl("flows")
             #expect(flows.standardOutput.contains("checkout.payment [Refund] ->> demo.recorder"))

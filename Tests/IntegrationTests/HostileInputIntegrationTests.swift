@@ -31,7 +31,10 @@ struct HostileInputIntegrationTests {
             let payloads = [Data(), Data("{}".utf8), bytes(20), Data(#"{"id":"demo.greeter","pid":1}"#.utf8)]
             return [Data(try HeaderCodec.encode(header)), payloads.randomElement(using: &generator) ?? Data()]
         case 4:
-            return [Data(try HeaderCodec.encode(EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 9, target: "demo.greeter"))), Data(count: (4 << 20) + 10)]
+            return [
+                Data(try HeaderCodec.encode(EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 9, target: "demo.greeter"))),
+                Data(count: (4 << 20) + 10),
+            ]
         default:
             var header = try HeaderCodec.encode(EnvelopeHeader(kind: .action, typeName: "app.announce"))
             header[Int.random(in: 0..<header.count, using: &generator)] ^= 0xFF
@@ -86,7 +89,8 @@ struct HostileInputIntegrationTests {
             }
             // A peer that ignores the limit is answered by the broker with a typed error.
             let answer = try await withRawDealer(connectedTo: fleet.address.endpoint) { socket in
-                let header = EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 77, target: GreeterIO.id.rawValue, typeName: "greet")
+                let header = EnvelopeHeader(
+                    kind: .command, flags: .replyExpected, correlationID: 77, target: GreeterIO.id.rawValue, typeName: "greet")
                 _ = try socket.send([Data(try HeaderCodec.encode(header)), Data(count: (4 << 20) + 10)])
                 guard socket.waitReadable(timeoutMilliseconds: 10_000), let frames = try socket.receive() else { return nil as Envelope? }
                 return try Envelope(frames: frames)
@@ -104,7 +108,8 @@ extension HostileInputIntegrationTests {
     @Test func extraFramesAfterALargePayloadMakeOneMalformedMessage() async throws {
         try await TestFleet.with(manifest: exampleManifest) { fleet in
             let answers = try await withRawDealer(connectedTo: fleet.address.endpoint) { socket in
-                let header = EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 41, target: GreeterIO.id.rawValue, typeName: "greet")
+                let header = EnvelopeHeader(
+                    kind: .command, flags: .replyExpected, correlationID: 41, target: GreeterIO.id.rawValue, typeName: "greet")
                 _ = try socket.send([Data(try HeaderCodec.encode(header)), Data(count: 40_000), Data("extra".utf8)])
                 var answers: [Envelope] = []
                 // Every answer the broker gives within two seconds of its first.
@@ -139,4 +144,3 @@ func withRawDealer<T: Sendable>(
         return try body(socket)
     }
 }
-

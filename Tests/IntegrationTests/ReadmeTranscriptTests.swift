@@ -51,9 +51,10 @@ struct ReadmeTranscriptTests {
             let text = String(line.dropFirst(2))
             let (command, comment) = splitComment(text)
             guard command.hasPrefix("busctl "), !command.hasSuffix("&") else { continue }
-            steps.append(Step(
-                command: command, line: index, end: -1, shown: [], compared: !comment.contains("(abridged)"),
-                repeatable: isReadOnly(command)))
+            steps.append(
+                Step(
+                    command: command, line: index, end: -1, shown: [], compared: !comment.contains("(abridged)"),
+                    repeatable: isReadOnly(command)))
         }
         for index in steps.indices {
             var shown = Array(lines[(steps[index].line + 1)..<steps[index].end])
@@ -82,14 +83,15 @@ struct ReadmeTranscriptTests {
     /// spaces (table alignment) made one.
     static func normalized(_ lines: [String], pids: inout [String: String]) -> [String] {
         lines.map { line in
+            // Where busctl prints pids: the second column of `list`, and "pid N" in tree, status
+            // and introspect.
             var result = ""
             var rest = Substring(line)
-            while let range = rest.range(of: #"\b\d{4,}\b"#, options: .regularExpression) {
-                result += rest[..<range.lowerBound]
-                let pid = String(rest[range])
+            while let match = rest.firstMatch(of: #/(?:^\S+\s+(?=\d+\s)|pid )(\d+)\b/#) {
+                let pid = String(match.output.1)
                 if pids[pid] == nil { pids[pid] = "PID\(pids.count + 1)" }
-                result += pids[pid]!
-                rest = rest[range.upperBound...]
+                result += rest[..<match.output.1.startIndex] + pids[pid]!
+                rest = rest[match.output.1.endIndex...]
             }
             result += rest
             result = result.replacingOccurrences(of: #"\b\d+\.\d+s\b"#, with: "UPTIME", options: .regularExpression)
@@ -145,7 +147,10 @@ struct ReadmeTranscriptTests {
                     replacements.append(((step.line + 1)..<(step.line + 1 + step.shown.count), printed))
                     expected = actual
                 }
-                #expect(actual == expected, "README line \(step.line + 1): \(step.command)\n--- README\n\(step.shown.joined(separator: "\n"))\n--- printed\n\(printed.joined(separator: "\n"))")
+                #expect(
+                    actual == expected,
+                    "README line \(step.line + 1): \(step.command)\n--- README\n\(step.shown.joined(separator: "\n"))\n--- printed\n\(printed.joined(separator: "\n"))"
+                )
             }
         }
         if update {

@@ -127,8 +127,9 @@ struct ReliabilityIntegrationTests {
             let elapsed = start.duration(to: clock.now)
             #expect(elapsed < .seconds(5), "re-registration took \(elapsed)")
             // The same processes, adopted: nothing was started twice.
-            #expect(Dictionary(uniqueKeysWithValues: after.boards.map { ($0.id, $0.pid) })
-                == Dictionary(uniqueKeysWithValues: before.boards.map { ($0.id, $0.pid) }))
+            #expect(
+                Dictionary(uniqueKeysWithValues: after.boards.map { ($0.id, $0.pid) })
+                    == Dictionary(uniqueKeysWithValues: before.boards.map { ($0.id, $0.pid) }))
             // Boards registered their run-time flows again.
             let flowsAfter = try await eventually { try await fleet.withClient { try await $0.flows() }.flows.count == flowsBefore }
             #expect(flowsAfter)

@@ -26,9 +26,11 @@ final class RecordingProducer: BoardProducer {
 
 extension Harness {
     convenience init(manifest: FleetManifest, producer: RecordingProducer) throws {
-        try self.init(manifest: manifest, makeMotherboard: { transport in
-            try Motherboard(manifest: manifest, transport: transport, producer: producer, logger: Logger(label: "test"))
-        })
+        try self.init(
+            manifest: manifest,
+            makeMotherboard: { transport in
+                try Motherboard(manifest: manifest, transport: transport, producer: producer, logger: Logger(label: "test"))
+            })
     }
 
     @discardableResult
@@ -161,8 +163,12 @@ struct BoardySemanticsTests {
     @Test func activatingAManifestBoardStartsItAndDeliversTheQueuedInputs() throws {
         let producer = RecordingProducer()
         let harness = try Harness(manifest: Self.scoped, producer: producer)
-        harness.request(EnvelopeHeader(kind: .activate, target: "pay", scope: "checkout", typeName: "Pay"), payload: Data("1".utf8), from: harness.client, correlation: 1)
-        harness.request(EnvelopeHeader(kind: .activate, target: "pay", scope: "checkout", typeName: "Pay"), payload: Data("2".utf8), from: harness.client, correlation: 2)
+        harness.request(
+            EnvelopeHeader(kind: .activate, target: "pay", scope: "checkout", typeName: "Pay"), payload: Data("1".utf8), from: harness.client,
+            correlation: 1)
+        harness.request(
+            EnvelopeHeader(kind: .activate, target: "pay", scope: "checkout", typeName: "Pay"), payload: Data("2".utf8), from: harness.client,
+            correlation: 2)
         #expect(producer.started.map(\.id) == ["pay"])
         #expect(harness.transport.sent.isEmpty)
         // Commands never start a board.
@@ -224,14 +230,16 @@ struct BoardySemanticsTests {
         #expect(throws: Never.self) {
             try FleetManifest(
                 scopes: [.init(name: "s")],
-                boards: [.init(id: "x", executable: "X"), .init(id: "x", executable: "X", scope: "s")]).validate()
+                boards: [.init(id: "x", executable: "X"), .init(id: "x", executable: "X", scope: "s")]
+            ).validate()
         }
         let json = #"{"flows": ["a ->> b", {"from": ["a", "c"], "output": "T", "to": "d"}, {"from": "a", "on": "complete", "to": "e"}]}"#
         let decoded = try? JSONDecoder().decode(FleetManifest.self, from: Data(json.utf8))
         let specs = try? decoded?.flowSpecs()
-        #expect(specs?.map(\.spec) == [
-            FlowSpec(sources: ["a"], target: "b"), FlowSpec(sources: ["a", "c"], outputType: "T", target: "d"),
-            FlowSpec(sources: ["a"], trigger: .completion, target: "e"),
-        ])
+        #expect(
+            specs?.map(\.spec) == [
+                FlowSpec(sources: ["a"], target: "b"), FlowSpec(sources: ["a", "c"], outputType: "T", target: "d"),
+                FlowSpec(sources: ["a"], trigger: .completion, target: "e"),
+            ])
     }
 }

@@ -93,7 +93,8 @@ struct InPlaceRoutingTests {
         let command = EnvelopeHeader(
             kind: .command, flags: .replyExpected, correlationID: 5, source: "app.dashboard", target: "demo.greeter", typeName: "greet")
         let request = Envelope(header: try expectSameRoute(twins, command, from: dashboard))
-        let answer = kind == .reply ? request.reply(source: "demo.greeter") : request.errorReply(BusError(.badArgument, "no name"), source: "demo.greeter")
+        let answer =
+            kind == .reply ? request.reply(source: "demo.greeter") : request.errorReply(BusError(.badArgument, "no name"), source: "demo.greeter")
         #expect(answer.header.target.isEmpty)
         let relayed = try expectSameRoute(twins, answer.header, from: greeter)
         #expect(relayed.correlationID == 5)
@@ -108,8 +109,14 @@ struct InPlaceRoutingTests {
         let client = harness.client
         let declined: [(String, EnvelopeHeader, PeerID)] = [
             ("unknown target", EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 1, target: "no.such", typeName: "x"), client),
-            ("a board naming another source", EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 1, source: "auth.login", target: "demo.greeter"), dashboard),
-            ("a board naming another scope", EnvelopeHeader(kind: .command, source: "app.dashboard", target: "demo.greeter", scope: "checkout"), dashboard),
+            (
+                "a board naming another source",
+                EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 1, source: "auth.login", target: "demo.greeter"), dashboard
+            ),
+            (
+                "a board naming another scope", EnvelopeHeader(kind: .command, source: "app.dashboard", target: "demo.greeter", scope: "checkout"),
+                dashboard
+            ),
             ("a board leaving its source empty", EnvelopeHeader(kind: .command, target: "demo.greeter"), dashboard),
             ("not ASCII", EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 1, target: "demo.greeter", typeName: "grüß"), client),
             ("an activation", EnvelopeHeader(kind: .activate, target: "demo.greeter"), client),

@@ -67,7 +67,8 @@ struct ManifestCheckTests {
     @Test func aFlowToAnUndeclaredBoardIsNamedInAWarning() throws {
         let manifest = FleetManifest(boards: [.init(id: "a.b", executable: "A")], flows: ["a.b ->> x.y", "a.b ->> x.y"])
         #expect(manifest.warnings() == ["a flow names board 'x.y', which the manifest does not declare; it runs only if such a board registers"])
-        #expect(FleetManifest(boards: [.init(id: "a.b", executable: "A"), .init(id: "x.y", executable: "X")], flows: ["a.b ->> x.y"]).warnings().isEmpty)
+        #expect(
+            FleetManifest(boards: [.init(id: "a.b", executable: "A"), .init(id: "x.y", executable: "X")], flows: ["a.b ->> x.y"]).warnings().isEmpty)
     }
 
     @Test func theExampleFleetsManifestPassesItsOwnChecks() throws {

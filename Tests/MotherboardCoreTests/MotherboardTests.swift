@@ -126,7 +126,9 @@ struct MotherboardTests {
         let harness = try Harness()
         harness.register("demo.greeter", peer: greeter)
         harness.transport.backlogged.insert(greeter)
-        harness.request(EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"), payload: Data(count: 8192), from: harness.client, correlation: 9)
+        harness.request(
+            EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"), payload: Data(count: 8192), from: harness.client,
+            correlation: 9)
         let answer = try #require(harness.transport.take(for: harness.client).first)
         #expect(answer.header.correlationID == 9)
         #expect(answer.carriedError?.code == .busy)
@@ -137,7 +139,9 @@ struct MotherboardTests {
     @Test func commandsAreForwardedAndRepliesRelayed() throws {
         let harness = try Harness()
         harness.register("demo.greeter", peer: greeter)
-        harness.request(EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"), payload: Data("{}".utf8), from: harness.client, correlation: 41)
+        harness.request(
+            EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"), payload: Data("{}".utf8), from: harness.client, correlation: 41
+        )
         let forwarded = try #require(harness.transport.take(for: greeter).first)
         #expect(forwarded.header.kind == .command)
         #expect(forwarded.header.correlationID != 41)
@@ -263,7 +267,8 @@ struct MotherboardTests {
     @Test func requestsPastTheirDeadlineTimeOut() throws {
         let harness = try Harness()
         harness.register("demo.greeter", peer: greeter)
-        harness.request(EnvelopeHeader(kind: .command, timeoutMilliseconds: 300, target: "demo.greeter", typeName: "greet"), from: harness.client, correlation: 8)
+        harness.request(
+            EnvelopeHeader(kind: .command, timeoutMilliseconds: 300, target: "demo.greeter", typeName: "greet"), from: harness.client, correlation: 8)
         harness.deliver(Envelope(header: EnvelopeHeader(kind: .heartbeat)), from: greeter)
         harness.now = harness.now.advanced(by: .milliseconds(301))
         harness.motherboard.tick(now: harness.now)
@@ -307,7 +312,9 @@ struct MotherboardTests {
             harness.motherboard.receive(frames, from: harness.client, now: harness.now)
         }
         #expect(harness.motherboard.counters.malformedMessages > 0)
-        let oversized = [Data(try HeaderCodec.encode(EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 3))), Data(count: (4 << 20) + 1)]
+        let oversized = [
+            Data(try HeaderCodec.encode(EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 3))), Data(count: (4 << 20) + 1),
+        ]
         harness.transport.sent.removeAll()
         harness.motherboard.receive(oversized, from: harness.client, now: harness.now)
         let reply = try #require(harness.transport.take(for: harness.client).first)

@@ -34,7 +34,8 @@ struct ReplyRegistryTests {
         var registry = ReplyRegistry()
         var seen = Set<UInt64>()
         for index in 0..<1000 {
-            let id = index.isMultiple(of: 3)
+            let id =
+                index.isMultiple(of: 3)
                 ? registry.makeCorrelationID()
                 : registry.expect(from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: start)
             #expect(seen.insert(id).inserted && id != 0)

@@ -50,17 +50,19 @@ struct ServerRoutingIntegrationTests {
             return try Envelope(frames: frames)
         }
 
-        try board.send(Envelope(
-            header: EnvelopeHeader(kind: .register, flags: .replyExpected, correlationID: 1, source: "demo.greeter"),
-            payload: try PayloadCodec.encode(Registration(id: "demo.greeter", pid: getpid(), commands: ["greet"]))))
+        try board.send(
+            Envelope(
+                header: EnvelopeHeader(kind: .register, flags: .replyExpected, correlationID: 1, source: "demo.greeter"),
+                payload: try PayloadCodec.encode(Registration(id: "demo.greeter", pid: getpid(), commands: ["greet"]))))
         guard case .message = try serve() else { throw BusError(.malformed, "a registration was not parsed") }
         #expect(try next(board).header.kind == .reply)
 
         let reusedBefore = router.framesReused
         let payload = Data(#"{"name":"Ann"}"#.utf8)
-        try client.send(Envelope(
-            header: EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 7, target: "demo.greeter", typeName: "greet"),
-            payload: payload))
+        try client.send(
+            Envelope(
+                header: EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 7, target: "demo.greeter", typeName: "greet"),
+                payload: payload))
         guard case .intercepted = try serve() else { throw BusError(.malformed, "a command was not routed in place") }
         let command = try next(board)
         #expect(command.header.kind == .command && command.header.typeName == "greet")

@@ -10,16 +10,18 @@ struct SupervisorTests {
     let svc = ScopedName(scope: "", name: "svc")
     let start = ContinuousClock.now
 
-    func entry(_ restart: FleetManifest.RestartPolicy, limit: FleetManifest.RestartLimit = .init(count: 3, windowSeconds: 60)) -> FleetManifest.Board {
+    func entry(_ restart: FleetManifest.RestartPolicy, limit: FleetManifest.RestartLimit = .init(count: 3, windowSeconds: 60)) -> FleetManifest.Board
+    {
         .init(id: "svc", executable: "Svc", start: .always, restart: restart, restartLimit: limit)
     }
 
     @Test func backOffDoublesFrom100MillisecondsUpTo30Seconds() {
-        #expect((0...12).map { Supervisor.backoff(afterRestarts: $0) } == [
-            .milliseconds(100), .milliseconds(200), .milliseconds(400), .milliseconds(800), .milliseconds(1600),
-            .milliseconds(3200), .milliseconds(6400), .milliseconds(12800), .milliseconds(25600),
-            .seconds(30), .seconds(30), .seconds(30), .seconds(30),
-        ])
+        #expect(
+            (0...12).map { Supervisor.backoff(afterRestarts: $0) } == [
+                .milliseconds(100), .milliseconds(200), .milliseconds(400), .milliseconds(800), .milliseconds(1600),
+                .milliseconds(3200), .milliseconds(6400), .milliseconds(12800), .milliseconds(25600),
+                .seconds(30), .seconds(30), .seconds(30), .seconds(30),
+            ])
         #expect(Supervisor.backoff(afterRestarts: 10_000) == .seconds(30))
     }
 
@@ -77,17 +79,20 @@ struct SupervisorTests {
         var supervisor = Supervisor()
         supervisor.started(LaunchedProcess(pid: 1, secret: nil), as: svc, now: start)
         // Ended before it registered, and not restarted: its waiting work must be failed.
-        #expect(supervisor.processExited(pid: 1, status: "exit 0", clean: true, entry: entry(.onFailure), canRestart: true, now: start)
-            == .stays(svc, wasStarting: true))
+        #expect(
+            supervisor.processExited(pid: 1, status: "exit 0", clean: true, entry: entry(.onFailure), canRestart: true, now: start)
+                == .stays(svc, wasStarting: true))
         supervisor.started(LaunchedProcess(pid: 2, secret: nil), as: svc, now: start)
         _ = supervisor.endStart(svc)
         supervisor.completed(svc)
-        #expect(supervisor.processExited(pid: 2, status: "exit 0", clean: true, entry: entry(.always), canRestart: true, now: start)
-            == .stays(svc, wasStarting: false))
+        #expect(
+            supervisor.processExited(pid: 2, status: "exit 0", clean: true, entry: entry(.always), canRestart: true, now: start)
+                == .stays(svc, wasStarting: false))
         supervisor.started(LaunchedProcess(pid: 3, secret: nil), as: svc, now: start)
         _ = supervisor.endStart(svc)
-        #expect(supervisor.processExited(pid: 3, status: "signal 9", clean: false, entry: entry(.always), canRestart: false, now: start)
-            == .stays(svc, wasStarting: false))
+        #expect(
+            supervisor.processExited(pid: 3, status: "signal 9", clean: false, entry: entry(.always), canRestart: false, now: start)
+                == .stays(svc, wasStarting: false))
         #expect(supervisor.offlineState(of: svc) == .stopped)
     }
 
@@ -99,7 +104,9 @@ struct SupervisorTests {
         #expect(supervisor.overdueStarts(now: start + .seconds(4), timeout: .seconds(2)) == [svc])
         #expect(supervisor.overdueStarts(now: start + .seconds(6), timeout: .seconds(2)) == [svc, other])
         #expect(supervisor.endedAdoptedProcesses(isRunning: { $0 != 6 }) == [6])
-        #expect(supervisor.processExited(pid: 6, status: "gone", clean: false, entry: nil, canRestart: true, now: start) == .stays(other, wasStarting: true))
+        #expect(
+            supervisor.processExited(pid: 6, status: "gone", clean: false, entry: nil, canRestart: true, now: start)
+                == .stays(other, wasStarting: true))
         #expect(supervisor.endedAdoptedProcesses(isRunning: { _ in false }).isEmpty)
     }
 }
