@@ -128,34 +128,34 @@ final class BoardRuntime: Service, Sendable {
 
     private func handle(_ envelope: Envelope) async {
         let header = envelope.header
-        switch header.kind {
-        case .activate:
+        switch header.subject {
+        case .payloadType where header.kind == .activate:
             await answer(envelope) { [board] in
                 guard let handler = board.activationHandler else {
                     throw BusError(.typeMismatch, "board '\(board.id)' takes no activation input")
                 }
                 return try await handler(envelope, self.context)
             }
-        case .command:
+        case .command(let name):
             await answer(envelope) { [board] in
-                guard let handler = board.commandHandlers[header.typeName] else {
+                guard let handler = board.commandHandlers[name] else {
                     let known = board.registration.commands.joined(separator: ", ")
-                    throw BusError(.unknownCommand, "board '\(board.id)' has no command '\(header.typeName)' (it has: \(known))")
+                    throw BusError(.unknownCommand, "board '\(board.id)' has no command '\(name)' (it has: \(known))")
                 }
                 return try await handler(envelope, self.context)
             }
-        case .action:
+        case .action(let name):
             await answer(envelope) { [board] in
-                try await board.actionHandlers[header.typeName]?(envelope, self.context) ?? Data()
+                try await board.actionHandlers[name]?(envelope, self.context) ?? Data()
             }
-        case .flowEvent:
+        case .payloadType where header.kind == .flowEvent:
             guard let flow = header.flowID, let handler = flowHandlers.handler(for: flow) else { return }
             do {
                 try await handler(envelope, context)
             } catch {
                 logger.warning("flow handler failed", metadata: ["flow": "\(flow)", "error": "\(error)"])
             }
-        case .error where envelope.carriedError?.code == .notRegistered:
+        case .error(.notRegistered):
             await reregister()
         default:
             break

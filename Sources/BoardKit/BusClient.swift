@@ -113,7 +113,7 @@ public final class BusClient: Sendable {
     public var executor: any TaskExecutor { connection.executor }
 
     static func describe(_ header: EnvelopeHeader) -> String {
-        let what = header.typeName.isEmpty ? "\(header.kind)" : "\(header.kind) \(header.typeName)"
+        let what = header.typeName.isEmpty ? "\(header.kind)" : "\(header.subject)"
         return "\(what) to " + (header.target.isEmpty ? "the motherboard" : "'\(header.target)'")
     }
 

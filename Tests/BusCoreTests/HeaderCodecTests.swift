@@ -250,3 +250,21 @@ struct HeaderCodecTests {
         #expect(try HeaderCodec.decode(Data(bytes)) == expected)
     }
 }
+
+/// What the type-name field names, by kind.
+@Suite("Header subject")
+struct HeaderSubjectTests {
+    @Test func eachKindSaysWhatItsTypeNameIs() {
+        let cases: [(MessageKind, EnvelopeHeader.Subject)] = [
+            (.activate, .payloadType("T")), (.output, .payloadType("T")), (.flowEvent, .payloadType("T")),
+            (.command, .command("T")), (.action, .action("T")), (.dispatch, .storeAction("T")), (.store, .storeOperation("T")),
+            (.control, .control("T")), (.error, .error(BusError.Code(name: "T"))),
+            (.reply, .none), (.register, .none), (.unregister, .none), (.heartbeat, .none), (.complete, .none),
+        ]
+        #expect(Set(cases.map(\.0)) == Set(MessageKind.allCases), "every kind is listed")
+        for (kind, subject) in cases {
+            #expect(EnvelopeHeader(kind: kind, typeName: "T").subject == subject, "\(kind)")
+        }
+        #expect(Envelope.error(BusError(.timeout, "late"), correlationID: 3).header.subject == .error(.timeout))
+    }
+}
