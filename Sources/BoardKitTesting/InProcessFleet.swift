@@ -44,14 +44,7 @@ public final class InProcessFleet: Sendable {
         _ body: (InProcessFleet) async throws -> T
     ) async throws -> T {
         let fleet = try InProcessFleet(manifest: manifest, settings: settings, clock: clock)
-        do {
-            let result = try await body(fleet)
-            await fleet.stop()
-            return result
-        } catch {
-            await fleet.stop()
-            throw error
-        }
+        return try await using(fleet, stop: { await $0.stop() }, body)
     }
 
     public init(manifest: FleetManifest = FleetManifest(), settings: MotherboardSettings = .init(), clock: BusClock = .continuous) throws {

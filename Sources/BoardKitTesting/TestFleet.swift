@@ -31,14 +31,7 @@ public final class TestFleet: @unchecked Sendable {
         _ body: (TestFleet) async throws -> T
     ) async throws -> T {
         let fleet = try await TestFleet(manifest: manifest, startupTimeout: startupTimeout, waitForFleet: waitForFleet)
-        do {
-            let result = try await body(fleet)
-            await fleet.stop()
-            return result
-        } catch {
-            await fleet.stop()
-            throw error
-        }
+        return try await using(fleet, stop: { await $0.stop() }, body)
     }
 
     private init(manifest: String, startupTimeout: Duration, waitForFleet: Bool) async throws {

@@ -31,3 +31,16 @@ public func eventually(
     }
     return try await condition()
 }
+
+/// Runs `body` with `resource`, then `stop`s it, whether `body` returns or throws: how the test
+/// fleets' `with` always clean up.
+func using<Resource, T>(_ resource: Resource, stop: (Resource) async -> Void, _ body: (Resource) async throws -> T) async throws -> T {
+    do {
+        let result = try await body(resource)
+        await stop(resource)
+        return result
+    } catch {
+        await stop(resource)
+        throw error
+    }
+}

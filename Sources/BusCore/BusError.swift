@@ -3,11 +3,15 @@
 public struct BusError: Error, Sendable, Hashable, CustomStringConvertible {
     /// What went wrong, as a stable name. New codes can be added without breaking users:
     /// a peer that receives a code it does not know keeps its name.
-    public struct Code: Hashable, Sendable, CustomStringConvertible, Codable {
+    public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible, Codable {
         /// The wire name, e.g. `noSuchBoard`.
         public let name: String
 
         public init(name: String) { self.name = name }
+
+        /// The wire name (Codable as a plain string through `RawRepresentable`).
+        public init(rawValue: String) { name = rawValue }
+        public var rawValue: String { name }
 
         /// No live board has that id and the manifest cannot start one.
         public static let noSuchBoard = Code(name: "noSuchBoard")
@@ -49,15 +53,6 @@ public struct BusError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let storageFailed = Code(name: "storageFailed")
         /// The task was cancelled (a barrier cancelled, a newer task replaced it).
         public static let cancelled = Code(name: "cancelled")
-
-        public init(from decoder: any Decoder) throws {
-            self.name = try decoder.singleValueContainer().decode(String.self)
-        }
-
-        public func encode(to encoder: any Encoder) throws {
-            var container = encoder.singleValueContainer()
-            try container.encode(name)
-        }
 
         public var description: String { name }
     }

@@ -191,11 +191,15 @@ public struct RegistrationAccepted: BusPayload, Hashable {
 
 /// Where a board is in its life, as `list` and `status` show it. A stable wire name, like
 /// ``BusError/Code``: a peer that receives a state it does not know keeps its name.
-public struct BoardState: Hashable, Sendable, Codable, CustomStringConvertible {
+public struct BoardState: RawRepresentable, Hashable, Sendable, Codable, CustomStringConvertible {
     /// The wire name, e.g. `running`.
     public let name: String
 
     public init(name: String) { self.name = name }
+
+    /// The wire name (Codable as a plain string through `RawRepresentable`).
+    public init(rawValue: String) { name = rawValue }
+    public var rawValue: String { name }
 
     /// Registered and live.
     public static let running = BoardState(name: "running")
@@ -209,13 +213,4 @@ public struct BoardState: Hashable, Sendable, Codable, CustomStringConvertible {
     public static let stopped = BoardState(name: "stopped")
 
     public var description: String { name }
-
-    public init(from decoder: any Decoder) throws {
-        name = try decoder.singleValueContainer().decode(String.self)
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(name)
-    }
 }

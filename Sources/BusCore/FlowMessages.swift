@@ -86,25 +86,19 @@ public struct FlowRemoval: BusPayload, Hashable {
 
 /// A flow's id: given by the broker, unique in its lifetime, ascending in registration order. On
 /// the wire: a JSON number in payloads, and optional header field 4 of the `flowEvent` a flow delivers.
-public struct FlowID: Hashable, Sendable, Comparable, Codable, CustomStringConvertible, ExpressibleByIntegerLiteral {
+public struct FlowID: RawRepresentable, Hashable, Sendable, Comparable, Codable, CustomStringConvertible, ExpressibleByIntegerLiteral {
     public let rawValue: UInt64
 
     public init(_ rawValue: UInt64) { self.rawValue = rawValue }
+
+    /// Codable as a plain number through `RawRepresentable`.
+    public init(rawValue: UInt64) { self.rawValue = rawValue }
 
     public init(integerLiteral value: UInt64) { rawValue = value }
 
     public var description: String { "\(rawValue)" }
 
     public static func < (left: FlowID, right: FlowID) -> Bool { left.rawValue < right.rawValue }
-
-    public init(from decoder: any Decoder) throws {
-        rawValue = try decoder.singleValueContainer().decode(UInt64.self)
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(rawValue)
-    }
 }
 
 /// The answer to `introspect ID`.

@@ -1,13 +1,17 @@
 /// A motherboard scope (Boardy's nested motherboards): where a board lives, where flows and
-/// `nextToBoard` stay, and where actions start bubbling from. Named by a path of board-id-like
-/// segments (`checkout`, `checkout/payment`), or the root.
+/// `nextToBoard` stay, and where actions start bubbling from. Named like a board id (`checkout`,
+/// `express`; the manifest says which scope is inside which), or the root.
 ///
 /// On the wire it is a plain string, empty for the root.
-public struct Scope: Hashable, Sendable, Comparable, Codable, CustomStringConvertible, ExpressibleByStringLiteral {
+public struct Scope: RawRepresentable, Hashable, Sendable, Comparable, Codable, CustomStringConvertible, ExpressibleByStringLiteral {
     /// The wire name: empty for the root.
     public let name: String
 
     public init(_ name: String) { self.name = name }
+
+    /// The wire name (Codable as a plain string through `RawRepresentable`).
+    public init(rawValue: String) { name = rawValue }
+    public var rawValue: String { name }
 
     public init(stringLiteral name: String) { self.name = name }
 
@@ -20,13 +24,4 @@ public struct Scope: Hashable, Sendable, Comparable, Codable, CustomStringConver
     public var description: String { isRoot ? "(root)" : name }
 
     public static func < (left: Scope, right: Scope) -> Bool { left.name < right.name }
-
-    public init(from decoder: any Decoder) throws {
-        name = try decoder.singleValueContainer().decode(String.self)
-    }
-
-    public func encode(to encoder: any Encoder) throws {
-        var container = encoder.singleValueContainer()
-        try container.encode(name)
-    }
 }
