@@ -122,16 +122,7 @@ public final class ChildProcess: Sendable {
     /// The exit code once the process has ended, or nil if it still runs after `timeout`.
     private func ended(within timeout: Duration) async -> Int32? {
         let termination = self.termination
-        return await withTaskGroup(of: Int32?.self) { group in
-            group.addTask { await termination.value }
-            group.addTask {
-                try? await Task.sleep(for: timeout)
-                return nil
-            }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first
-        }
+        return await value(within: timeout) { await termination.value }
     }
 
     /// Waits until stdout contains `text`, or throws `timeout` (also when the process exits first).

@@ -70,16 +70,7 @@ public final class InProcessFleet: Sendable {
             try await group.run()
         }
         boards.withLock { $0[board.id] = RunningBoard(group: group, task: task, client: boardClient) }
-        let registered = await withTaskGroup(of: Bool.self) { waits in
-            waits.addTask { await ready.first { _ in true } != nil }
-            waits.addTask {
-                try? await Task.sleep(for: timeout)
-                return false
-            }
-            let first = await waits.next() ?? false
-            waits.cancelAll()
-            return first
-        }
+        let registered = await value(within: timeout) { await ready.first { _ in true } != nil } ?? false
         guard registered else {
             await stop(board.id)
             if case .failure(let error) = await task.result { throw error }

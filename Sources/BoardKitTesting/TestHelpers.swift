@@ -44,3 +44,17 @@ func using<Resource, T>(_ resource: Resource, stop: (Resource) async -> Void, _ 
         throw error
     }
 }
+
+/// What `operation` returns, or nil when `timeout` passes first (the operation is then cancelled).
+func value<T: Sendable>(within timeout: Duration, _ operation: @escaping @Sendable () async -> T) async -> T? {
+    await withTaskGroup(of: T?.self) { group in
+        group.addTask { await operation() }
+        group.addTask {
+            try? await Task.sleep(for: timeout)
+            return nil
+        }
+        let first = await group.next() ?? nil
+        group.cancelAll()
+        return first
+    }
+}
