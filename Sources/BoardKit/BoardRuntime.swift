@@ -149,7 +149,9 @@ final class BoardRuntime: Service, Sendable {
                 try await board.actionHandlers[name]?(envelope, self.context) ?? Data()
             }
         case .payloadType where header.kind == .flowEvent:
-            guard let flow = header.flowID, let handler = flowHandlers.handler(for: flow) else { return }
+            // Field 4; from a broker built before it, the correlation id.
+            let flow = header.flowID ?? FlowID(header.correlationID)
+            guard let handler = flowHandlers.handler(for: flow) else { return }
             do {
                 try await handler(envelope, context)
             } catch {

@@ -100,9 +100,10 @@ extension BusClient {
         retryingOn codes: () -> Set<BusError.Code>
     ) async throws -> T {
         let deadline = clock.now().advanced(by: timeout)
+        let wallDeadline = ContinuousClock.now.advanced(by: timeout)  // the pauses are real sleeps
         let retryable = codes().union([.timeout])
         var lastError: BusError?
-        while clock.now() < deadline {
+        while clock.now() < deadline, ContinuousClock.now < wallDeadline {
             do {
                 if let value = try await attempt() { return value }
             } catch let error as BusError where retryable.contains(error.code) {

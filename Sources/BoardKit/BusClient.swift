@@ -92,12 +92,15 @@ public final class BusClient: Sendable {
     public nonisolated(nonsending) func request(_ envelope: Envelope, timeout: Duration, retryingWhileNotRunning: Bool) async throws -> Envelope {
         guard retryingWhileNotRunning else { return try await request(envelope, timeout: timeout) }
         let deadline = clock.now().advanced(by: timeout)
+        // The pauses are real sleeps: bounded by real time as well, so that a clock a test does
+        // not move cannot make this retry forever.
+        let wallDeadline = ContinuousClock.now.advanced(by: timeout)
         var pause = Duration.milliseconds(50)
         while true {
             do {
                 return try await request(envelope, timeout: clock.now().duration(to: deadline))
             } catch let error as BusError where Self.retryable.contains(error.code) {
-                guard clock.now().advanced(by: pause) < deadline else { throw error }
+                guard clock.now().advanced(by: pause) < deadline, ContinuousClock.now.advanced(by: pause) < wallDeadline else { throw error }
                 try await Task.sleep(for: pause)
                 pause = min(pause * 2, .seconds(1))
             }
@@ -169,7 +172,8 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
 
     private let guarded = Mutex(Guarded())
     private let nextCorrelationID = Atomic<UInt64>(0)
-    private let connection: any BusConnection
+    /// Weak: the connection holds this state as its handler.
+    private weak var connection: (any BusConnection)?
     private let clock: BusClock
 
     init(connection: any BusConnection, clock: BusClock) {
@@ -240,10 +244,10 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
         let (subscribers, handler) = guarded.withLock { state in
             (state.subscriptions.isEmpty ? [] : state.subscriptions.values.filter { $0.matches(envelope.header) }, state.messageHandler)
         }
-        guard subscribers.isEmpty else {
-            for subscriber in subscribers { subscriber.receive(envelope) }
-            return
-        }
+        for subscriber in subscribers { subscriber.receive(envelope) }
+        // A store's change is a push, never a request: one that no watch here wants any more (it
+        // arrives after the watch ended, until the broker forgets the subscription) is dropped.
+        guard subscribers.isEmpty, !(kind == .store && envelope.header.typeName == StoreOperation.change) else { return }
         handler?(envelope)
     }
 
@@ -279,7 +283,7 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
             return Array(state.subscriptions.values)
         }
         for subscription in subscriptions {
-            connection.send(subscription.renewal)
+            connection?.send(subscription.renewal)
         }
     }
 }

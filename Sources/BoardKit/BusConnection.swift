@@ -80,7 +80,11 @@ final class ZeroMQConnection: BusConnection, @unchecked Sendable {
 
     func send(_ envelope: Envelope) { loop.send(envelope) }
 
-    func stop() { loop.stop() }
+    func stop() {
+        loop.stop()
+        // The handler (the client's state) refers back to this connection: let both go.
+        adapter.handler = nil
+    }
 
     var isCurrentThread: Bool { loop.isOnLoopThread }
 

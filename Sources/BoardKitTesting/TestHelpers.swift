@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// Runs `body` with an `ipc://` endpoint named `name` in a temporary directory of its own,
 /// removed afterwards: for tests that bind raw sockets without a fleet.
@@ -45,16 +46,57 @@ func using<Resource, T>(_ resource: Resource, stop: (Resource) async -> Void, _ 
     }
 }
 
-/// What `operation` returns, or nil when `timeout` passes first (the operation is then cancelled).
+/// What `operation` returns, or nil when `timeout` passes first. Returns at the timeout even when
+/// the operation ignores cancellation (waiting on a `Task`'s value does): the operation is then
+/// cancelled and left to finish on its own.
 func value<T: Sendable>(within timeout: Duration, _ operation: @escaping @Sendable () async -> T) async -> T? {
-    await withTaskGroup(of: T?.self) { group in
-        group.addTask { await operation() }
-        group.addTask {
-            try? await Task.sleep(for: timeout)
-            return nil
+    let race = Race<T?>()
+    return await withCheckedContinuation { continuation in
+        race.start(continuation)
+        let work = Task {
+            race.finish(with: await operation())
         }
-        let first = await group.next() ?? nil
-        group.cancelAll()
-        return first
+        let timer = Task {
+            try? await Task.sleep(for: timeout)
+            if race.finish(with: nil) { work.cancel() }
+        }
+        race.onFinish { timer.cancel() }
+    }
+}
+
+/// Resumes a continuation once, with whichever result comes first.
+private final class Race<T: Sendable>: Sendable {
+    private let state = Mutex<(continuation: CheckedContinuation<T, Never>?, done: Bool, cleanup: (@Sendable () -> Void)?)>((nil, false, nil))
+
+    func start(_ continuation: CheckedContinuation<T, Never>) {
+        state.withLock { $0.continuation = continuation }
+    }
+
+    /// Registers what to do once finished (at once, when already finished).
+    func onFinish(_ cleanup: @escaping @Sendable () -> Void) {
+        let runNow = state.withLock { state -> Bool in
+            if state.done { return true }
+            state.cleanup = cleanup
+            return false
+        }
+        if runNow { cleanup() }
+    }
+
+    /// Whether this result was the first.
+    @discardableResult
+    func finish(with value: T) -> Bool {
+        let (continuation, cleanup) = state.withLock { state -> (CheckedContinuation<T, Never>?, (@Sendable () -> Void)?) in
+            guard !state.done else { return (nil, nil) }
+            state.done = true
+            defer {
+                state.continuation = nil
+                state.cleanup = nil
+            }
+            return (state.continuation, state.cleanup)
+        }
+        guard let continuation else { return false }
+        continuation.resume(returning: value)
+        cleanup?()
+        return true
     }
 }

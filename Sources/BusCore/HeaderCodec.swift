@@ -70,7 +70,12 @@ public enum HeaderCodec {
             let refusal = header.unknownFields.withUnsafeBytes { bytes -> BusError? in
                 var offset = 0
                 do {
-                    while offset < bytes.count { _ = try HeaderLayout.optionalField(bytes, &offset) }
+                    while offset < bytes.count {
+                        let (tag, _) = try HeaderLayout.optionalField(bytes, &offset)
+                        if tag == OptionalField.dispatchID || tag == OptionalField.flowID {
+                            return BusError(.badArgument, "optional field \(tag) is a known field: set it by name, not among the unknown ones")
+                        }
+                    }
                     return nil
                 } catch {
                     return BusError(.badArgument, "unknown optional fields are not well formed: \(error)")

@@ -47,6 +47,11 @@ public final class BoardLauncher: Sendable {
     /// Starts one board's process with a new registration secret.
     @discardableResult
     public func start(_ board: FleetManifest.Board) throws -> LaunchedProcess {
+        // Nothing new while the fleet stops: a restart or an on-demand start then would outlive
+        // the SIGTERM round.
+        guard !stopping.load(ordering: .acquiring) else {
+            throw BusError(.boardNotRunning, "board '\(board.id)': the motherboard is stopping")
+        }
         let fileManager = FileManager.default
         try fileManager.createDirectory(atPath: pidDirectory, withIntermediateDirectories: true)
         try fileManager.createDirectory(atPath: logDirectory, withIntermediateDirectories: true)

@@ -199,8 +199,10 @@ extension Motherboard {
                 activate(
                     ScopedName(scope: source.scope, name: target.rawValue), with: Envelope(header: header, payload: payload), client: nil, now: now)
             } else if let owner = flow.owner, let board = registry[ScopedName(scope: flow.scope, name: owner.rawValue)] {
+                // The flow id is field 4; it goes in the correlation id too (a flowEvent is never
+                // answered) for boards built before field 4, which read it there.
                 let header = EnvelopeHeader(
-                    kind: .flowEvent, source: source.name, target: owner.rawValue,
+                    kind: .flowEvent, correlationID: flow.id.rawValue, source: source.name, target: owner.rawValue,
                     scope: source.scope, typeName: typeName, flowID: flow.id)
                 send(Envelope(header: header, payload: payload), to: board.peer)
             }
