@@ -129,6 +129,16 @@ struct HeaderCodecTests {
         }
     }
 
+    /// Fields this version knows are set by name: smuggled in among the unknown ones they would
+    /// make a header every receiver refuses ("two dispatch ids"), so the sender refuses it first.
+    @Test func aKnownFieldAmongTheUnknownOnesIsRefusedBeforeSending() throws {
+        for smuggled: [UInt8] in [[1, 0, 1, 0x61], [4, 0, 8, 0, 0, 0, 0, 0, 0, 0, 1]] {
+            let header = EnvelopeHeader(kind: .dispatch, dispatchID: "d", flowID: 2, unknownFields: Data([9, 0, 0] + smuggled))
+            let error = try #require(throws: BusError.self) { try HeaderCodec.encode(header) }
+            #expect(error.code == .badArgument && error.message.contains("known field"), "\(smuggled)")
+        }
+    }
+
     /// A flow event names its flow in field 4 (8 bytes, big-endian), not in the correlation id.
     @Test func theFlowIDIsAFieldOfItsOwn() throws {
         let header = EnvelopeHeader(kind: .flowEvent, source: "src", target: "owner", typeName: "Paid", flowID: FlowID(UInt64.max - 1))

@@ -1,5 +1,6 @@
 import BusCore
 import Foundation
+import Logging
 import Testing
 
 @testable import MotherboardCore
@@ -108,5 +109,23 @@ struct SupervisorTests {
             supervisor.processExited(pid: 6, status: "gone", clean: false, entry: nil, canRestart: true, now: start)
                 == .stays(other, wasStarting: true))
         #expect(supervisor.endedAdoptedProcesses(isRunning: { _ in false }).isEmpty)
+    }
+}
+
+/// The launcher at shutdown: what ends then is being stopped, and nothing new starts.
+@Suite("Board launcher")
+struct BoardLauncherTests {
+    @Test func nothingStartsOnceTheFleetIsStopping() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-launcher-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let launcher = BoardLauncher(address: BusAddress(runtimeDirectory: directory), binaryDirectory: "/bin", logger: Logger(label: "test")) {
+            _, _, _ in
+        }
+        let board = FleetManifest.Board(id: "demo.sleeper", executable: "/bin/true")
+        await launcher.stopAll(gracePeriod: .zero)
+        let error = try #require(throws: BusError.self) { try launcher.start(board) }
+        #expect(error.code == .boardNotRunning && error.message.contains("stopping"))
+        #expect(launcher.runningPIDs.isEmpty)
     }
 }
