@@ -1,5 +1,6 @@
 import ArgumentParser
 import BoardKit
+import BusCore
 import FluxBus
 import Foundation
 
@@ -43,6 +44,9 @@ extension Busctl {
         @OptionGroup var options: GlobalOptions
         @Argument(help: "The board id.") var id: String
 
+        /// Arguments are checked before connecting: a bad one is exit 2 whether or not a broker runs.
+        func validate() throws { try options.validated { _ = try boardID(id) } }
+
         func run() async throws {
             try await options.withClient { client in
                 let info = try await client.status(try boardID(id), scope: options.scope, timeout: options.deadline)
@@ -69,6 +73,9 @@ extension Busctl {
         static let configuration = CommandConfiguration(abstract: "Show a board's interface and the flows that touch it.")
         @OptionGroup var options: GlobalOptions
         @Argument(help: "The board id.") var id: String
+
+        /// Arguments are checked before connecting: a bad one is exit 2 whether or not a broker runs.
+        func validate() throws { try options.validated { _ = try boardID(id) } }
 
         func run() async throws {
             try await options.withClient { client in
@@ -140,6 +147,9 @@ extension Busctl {
         @Argument(help: "The command name.") var command: String
         @Argument(help: "The command as JSON (default {}).") var payload: String?
 
+        /// Arguments are checked before connecting: a bad one is exit 2 whether or not a broker runs.
+        func validate() throws { try options.validated { _ = (try boardID(id), try jsonPayload(payload)) } }
+
         func run() async throws {
             try await options.withClient { client in
                 let reply = try await client.call(
@@ -155,6 +165,9 @@ extension Busctl {
         @Argument(help: "The board id.") var id: String
         @Argument(help: "The input as JSON (default {}).") var payload: String?
         @Option(help: "The input's type name, checked by guaranteed boards.") var type: String = ""
+
+        /// Arguments are checked before connecting: a bad one is exit 2 whether or not a broker runs.
+        func validate() throws { try options.validated { _ = (try boardID(id), try jsonPayload(payload)) } }
 
         func run() async throws {
             try await options.withClient { client in
@@ -173,6 +186,9 @@ extension Busctl {
         @Argument(help: "The output's type name.") var output: String
         @Argument(help: "The output as JSON (default {}).") var payload: String?
 
+        /// Arguments are checked before connecting: a bad one is exit 2 whether or not a broker runs.
+        func validate() throws { try options.validated { _ = (try boardID(id), try jsonPayload(payload)) } }
+
         func run() async throws {
             try await options.withClient { client in
                 let delivery = try await client.emit(
@@ -188,6 +204,9 @@ extension Busctl {
         @OptionGroup var options: GlobalOptions
         @Argument(help: "The action name.") var name: String
         @Argument(help: "The action as JSON (default {}).") var payload: String?
+
+        /// Arguments are checked before connecting: a bad one is exit 2 whether or not a broker runs.
+        func validate() throws { try options.validated { _ = try jsonPayload(payload) } }
 
         func run() async throws {
             try await options.withClient { client in
@@ -205,6 +224,14 @@ extension Busctl {
         @Argument(help: "The action name.") var action: String
         @Argument(help: "The action as JSON (default {}).") var payload: String?
         @Option(help: "An idempotency key: a retry with the same id is not applied twice.") var id: String?
+
+        /// Arguments are checked before connecting: a bad one is exit 2 whether or not a broker runs.
+        func validate() throws {
+            try options.validated {
+                _ = try jsonPayload(payload)
+                if let id { try HeaderCodec.checkDispatchID(id) }
+            }
+        }
 
         func run() async throws {
             try await options.withClient { client in
@@ -247,6 +274,9 @@ extension Busctl {
         static let configuration = CommandConfiguration(abstract: "Wait until a board is live, or with no id until every always-on board is.")
         @OptionGroup var options: GlobalOptions
         @Argument(help: "The board id.") var id: String?
+
+        /// Arguments are checked before connecting: a bad one is exit 2 whether or not a broker runs.
+        func validate() throws { try options.validated { _ = try id.map(boardID) } }
 
         func run() async throws {
             try await options.withClient { client in

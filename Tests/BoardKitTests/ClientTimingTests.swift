@@ -67,6 +67,18 @@ struct ClientTimingTests {
         client.close()
     }
 
+    /// A store's change is a push for watches; one that no watch wants any more (it arrives after
+    /// the watch ended) is dropped, not handed to the board as if it were a request to its stores.
+    @Test func aStoreChangeNoWatchWantsIsDroppedAndOtherMessagesReachTheBoard() {
+        let state = ClientState(connection: Recorder(), clock: .continuous)
+        let handled = Mutex<[String]>([])
+        state.setMessageHandler { envelope in handled.withLock { $0.append("\(envelope.header.kind) \(envelope.header.typeName)") } }
+        state.received(Envelope(header: EnvelopeHeader(kind: .store, source: "owner", target: "items", typeName: StoreOperation.change)))
+        state.received(Envelope(header: EnvelopeHeader(kind: .store, target: "items", typeName: StoreOperation.state)))
+        state.received(Envelope(header: EnvelopeHeader(kind: .command, target: "me", typeName: "greet")))
+        #expect(handled.withLock { $0 } == ["store state", "command greet"])
+    }
+
     @Test func heartbeatsFollowTheIntervalTheBrokerAskedForAndOnlyWhileRegistered() {
         let start = ContinuousClock.now
         var schedule = HeartbeatSchedule(now: start)

@@ -15,6 +15,35 @@ let greeterManifest = """
 /// Each promise, tried as an attacker would: the attack, then what must still hold.
 @Suite("Promises under attack", .serialized, .timeLimit(.minutes(3)))
 struct AttackIntegrationTests {
+    /// A bad argument is exit 2 and says so even when no broker runs (it said `brokerNotRunning`,
+    /// exit 1, for a bad board id, JSON or dispatch id: arguments were read after connecting).
+    @Test func busctlRefusesBadArgumentsBeforeLookingForABroker() async throws {
+        let binaries = try TestFleet.locateBinaries()
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-args-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var environment = ProcessInfo.processInfo.environment
+        environment["BOARDBUS_RUNTIME_DIR"] = "\(directory)/run"
+        environment["BOARDBUS_ADDRESS"] = nil
+        for arguments in [
+            ["call", "bad!id", "greet"], ["call", "demo.greeter", "greet", "{nope"], ["status", "bad!id"], ["introspect", "bad..id"],
+            ["activate", "demo.greeter", "[1,"], ["emit", "bad!id", "T"], ["action", "a", "{"], ["wait", "bad!id"],
+            ["dispatch", "comments", "reply", "{}", "--id", ""],
+        ] {
+            let result = try await ChildProcess(
+                executable: "\(binaries)/busctl", arguments: arguments, environment: environment, directory: directory, name: "busctl"
+            ).wait(timeout: .seconds(30))
+            #expect(result.exitCode == 2, "\(arguments): \(result.standardError)")
+            #expect(result.standardError.hasPrefix("busctl: badArgument: "), "\(arguments): \(result.standardError)")
+        }
+        // A good one still needs the broker: the same verbs without one are exit 1.
+        let noBroker = try await ChildProcess(
+            executable: "\(binaries)/busctl", arguments: ["call", "demo.greeter", "greet"], environment: environment, directory: directory,
+            name: "busctl-ok"
+        ).wait(timeout: .seconds(30))
+        #expect(noBroker.exitCode == 1 && noBroker.standardError.hasPrefix("busctl: brokerNotRunning: "), "\(noBroker.standardError)")
+    }
+
     /// busctl refuses numbers no deadline can hold with one line and exit 2 (it died with SIGILL
     /// on `inf` and `1e20`, took `nan` for 1 ms and `-5` for an option).
     @Test func busctlRefusesTimeoutsAndCountsThatAreNotNumbersItCanUse() async throws {
