@@ -99,11 +99,10 @@ extension BusClient {
         timeout: Duration, what: String, _ attempt: @escaping () async throws -> T?,
         retryingOn codes: () -> Set<BusError.Code>
     ) async throws -> T {
-        let deadline = clock.now().advanced(by: timeout)
-        let wallDeadline = ContinuousClock.now.advanced(by: timeout)  // the pauses are real sleeps
+        let deadline = RetryDeadline(after: timeout, on: clock)
         let retryable = codes().union([.timeout])
         var lastError: BusError?
-        while clock.now() < deadline, ContinuousClock.now < wallDeadline {
+        while deadline.allows() {
             do {
                 if let value = try await attempt() { return value }
             } catch let error as BusError where retryable.contains(error.code) {

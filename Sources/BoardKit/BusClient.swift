@@ -91,16 +91,13 @@ public final class BusClient: Sendable {
     /// 50 ms between tries, doubling up to 1 s.
     public nonisolated(nonsending) func request(_ envelope: Envelope, timeout: Duration, retryingWhileNotRunning: Bool) async throws -> Envelope {
         guard retryingWhileNotRunning else { return try await request(envelope, timeout: timeout) }
-        let deadline = clock.now().advanced(by: timeout)
-        // The pauses are real sleeps: bounded by real time as well, so that a clock a test does
-        // not move cannot make this retry forever.
-        let wallDeadline = ContinuousClock.now.advanced(by: timeout)
+        let deadline = RetryDeadline(after: timeout, on: clock)
         var pause = Duration.milliseconds(50)
         while true {
             do {
-                return try await request(envelope, timeout: clock.now().duration(to: deadline))
+                return try await request(envelope, timeout: deadline.remaining)
             } catch let error as BusError where Self.retryable.contains(error.code) {
-                guard clock.now().advanced(by: pause) < deadline, ContinuousClock.now.advanced(by: pause) < wallDeadline else { throw error }
+                guard deadline.allows(pause) else { throw error }
                 try await Task.sleep(for: pause)
                 pause = min(pause * 2, .seconds(1))
             }

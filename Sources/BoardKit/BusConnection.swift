@@ -39,6 +39,28 @@ public struct BusClock: Sendable {
     public static let continuous = BusClock { ContinuousClock.now }
 }
 
+/// The end of a loop that tries again after real sleeps (`Task.sleep`): `timeout` on the client's
+/// clock, and on the wall clock too, so that a clock a test does not move cannot keep it going.
+struct RetryDeadline {
+    private let clock: BusClock
+    private let end: ContinuousClock.Instant
+    private let wallEnd: ContinuousClock.Instant
+
+    init(after timeout: Duration, on clock: BusClock) {
+        self.clock = clock
+        end = clock.now().advanced(by: timeout)
+        wallEnd = ContinuousClock.now.advanced(by: timeout)
+    }
+
+    /// What is left on the client's clock.
+    var remaining: Duration { clock.now().duration(to: end) }
+
+    /// Whether a pause of `pause` still ends before the deadline, on both clocks.
+    func allows(_ pause: Duration = .zero) -> Bool {
+        clock.now().advanced(by: pause) < end && ContinuousClock.now.advanced(by: pause) < wallEnd
+    }
+}
+
 /// A ZeroMQ DEALER connected to the broker, owned by a ``SocketLoop`` thread.
 final class ZeroMQConnection: BusConnection, @unchecked Sendable {
     private let loop: SocketLoop
@@ -82,7 +104,7 @@ final class ZeroMQConnection: BusConnection, @unchecked Sendable {
 
     func stop() {
         loop.stop()
-        // The handler (the client's state) refers back to this connection: let both go.
+        // Nothing reaches the handler after stop, as with the in-memory connection.
         adapter.handler = nil
     }
 

@@ -1,13 +1,19 @@
 import Foundation
 import Synchronization
 
-/// Runs `body` with an `ipc://` endpoint named `name` in a temporary directory of its own,
-/// removed afterwards: for tests that bind raw sockets without a fleet.
-public func withTemporaryEndpoint<T>(_ name: String, _ body: (String) async throws -> T) async throws -> T {
+/// Runs `body` with a new directory of its own under the temporary directory (`boardbus-<name>-…`),
+/// removed afterwards whether `body` returns or throws.
+public func withTemporaryDirectory<T>(_ name: String, _ body: (String) async throws -> T) async throws -> T {
     let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-\(name)-\(UUID().uuidString)").path
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(atPath: directory) }
-    return try await body("ipc://\(directory)/\(name).sock")
+    return try await body(directory)
+}
+
+/// Runs `body` with an `ipc://` endpoint named `name` in a temporary directory of its own,
+/// removed afterwards: for tests that bind raw sockets without a fleet.
+public func withTemporaryEndpoint<T>(_ name: String, _ body: (String) async throws -> T) async throws -> T {
+    try await withTemporaryDirectory(name) { directory in try await body("ipc://\(directory)/\(name).sock") }
 }
 
 /// Runs blocking work (raw socket loops, `poll`) on a new thread, never on the concurrency pool:

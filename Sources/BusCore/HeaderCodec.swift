@@ -39,6 +39,9 @@ public enum HeaderCodec {
         public static let dispatchID: UInt8 = 1
         /// The flow that delivered a `flowEvent` (``EnvelopeHeader/flowID``): 8 bytes, big-endian.
         public static let flowID: UInt8 = 4
+
+        /// Whether this version reads `tag` into a field of its own (else it keeps it as unknown).
+        static func isKnown(_ tag: UInt8) -> Bool { tag == dispatchID || tag == flowID }
     }
 
     static let magic: (UInt8, UInt8) = (0x42, 0x42)
@@ -72,7 +75,7 @@ public enum HeaderCodec {
                 do {
                     while offset < bytes.count {
                         let (tag, _) = try HeaderLayout.optionalField(bytes, &offset)
-                        if tag == OptionalField.dispatchID || tag == OptionalField.flowID {
+                        if OptionalField.isKnown(tag) {
                             return BusError(.badArgument, "optional field \(tag) is a known field: set it by name, not among the unknown ones")
                         }
                     }
@@ -316,7 +319,7 @@ package struct HeaderLayout: Sendable, Hashable {
         while offset < optionalFields.upperBound {
             let start = offset
             guard let (tag, _) = try? Self.optionalField(buffer, &offset) else { break }
-            if tag != HeaderCodec.OptionalField.dispatchID && tag != HeaderCodec.OptionalField.flowID {
+            if !HeaderCodec.OptionalField.isKnown(tag) {
                 unknown.append(contentsOf: buffer[start..<offset])
             }
         }

@@ -31,10 +31,11 @@ extension Motherboard {
     /// A board process ended (reported by the launcher for children, or found dead after its
     /// board was dropped, for adopted ones).
     public func processExited(pid: Int32, status: String, clean: Bool, now: ContinuousClock.Instant) {
-        if let name = supervisor.processes[pid], let board = registry[name], board.registration.pid == pid {
+        let name = supervisor.processes[pid]
+        if let name, let board = registry[name], board.registration.pid == pid {
             drop(name, reason: "process \(pid) ended (\(status))")
         }
-        let entry = supervisor.processes[pid].flatMap { manifest.board(named: $0.name, scope: $0.scope) }
+        let entry = name.flatMap { manifest.board(named: $0.name, scope: $0.scope) }
         switch supervisor.processExited(pid: pid, status: status, clean: clean, entry: entry, canRestart: producer != nil, now: now) {
         case .unknown:
             break

@@ -12,7 +12,7 @@ struct ChildProcessTests {
     }
 
     @Test func aWaitPastItsTimeoutKillsTheProcessAndSaysSo() async throws {
-        try await withTemporaryDirectory { directory in
+        try await withTemporaryDirectory("child") { directory in
             let child = try await start("exec sleep 30", in: directory)
             let started = ContinuousClock.now
             let error = await #expect(throws: BusError.self) { try await child.wait(timeout: .milliseconds(300)) }
@@ -23,7 +23,7 @@ struct ChildProcessTests {
     }
 
     @Test func aProcessThatIgnoresSIGTERMIsKilledAfterItsGrace() async throws {
-        try await withTemporaryDirectory { directory in
+        try await withTemporaryDirectory("child") { directory in
             let child = try await start("trap '' TERM; echo READY; while :; do sleep 0.1; done", in: directory)
             try await child.waitForOutput("READY", timeout: .seconds(10))
             #expect(await child.stop(grace: .milliseconds(300)) == .killed)
@@ -35,7 +35,7 @@ struct ChildProcessTests {
     }
 
     @Test func exitCodesAndOutputAreReported() async throws {
-        try await withTemporaryDirectory { directory in
+        try await withTemporaryDirectory("child") { directory in
             let result = try await start("echo out; echo err >&2; exit 3", in: directory).wait(timeout: .seconds(10))
             #expect(result.exitCode == 3 && result.standardOutput == "out\n" && result.standardError == "err\n")
             let missing = await #expect(throws: (any Error).self) {
@@ -43,12 +43,5 @@ struct ChildProcessTests {
             }
             #expect(missing != nil)
         }
-    }
-
-    func withTemporaryDirectory(_ body: (String) async throws -> Void) async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-child-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        try await body(directory)
     }
 }

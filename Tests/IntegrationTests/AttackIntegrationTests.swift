@@ -19,29 +19,28 @@ struct AttackIntegrationTests {
     /// exit 1, for a bad board id, JSON or dispatch id: arguments were read after connecting).
     @Test func busctlRefusesBadArgumentsBeforeLookingForABroker() async throws {
         let binaries = try TestFleet.locateBinaries()
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-args-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        var environment = ProcessInfo.processInfo.environment
-        environment["BOARDBUS_RUNTIME_DIR"] = "\(directory)/run"
-        environment["BOARDBUS_ADDRESS"] = nil
-        for arguments in [
-            ["call", "bad!id", "greet"], ["call", "demo.greeter", "greet", "{nope"], ["status", "bad!id"], ["introspect", "bad..id"],
-            ["activate", "demo.greeter", "[1,"], ["emit", "bad!id", "T"], ["action", "a", "{"], ["wait", "bad!id"],
-            ["dispatch", "comments", "reply", "{}", "--id", ""],
-        ] {
-            let result = try await ChildProcess(
-                executable: "\(binaries)/busctl", arguments: arguments, environment: environment, directory: directory, name: "busctl"
+        try await withTemporaryDirectory("args") { directory in
+            var environment = ProcessInfo.processInfo.environment
+            environment["BOARDBUS_RUNTIME_DIR"] = "\(directory)/run"
+            environment["BOARDBUS_ADDRESS"] = nil
+            for arguments in [
+                ["call", "bad!id", "greet"], ["call", "demo.greeter", "greet", "{nope"], ["status", "bad!id"], ["introspect", "bad..id"],
+                ["activate", "demo.greeter", "[1,"], ["emit", "bad!id", "T"], ["action", "a", "{"], ["wait", "bad!id"],
+                ["dispatch", "comments", "reply", "{}", "--id", ""],
+            ] {
+                let result = try await ChildProcess(
+                    executable: "\(binaries)/busctl", arguments: arguments, environment: environment, directory: directory, name: "busctl"
+                ).wait(timeout: .seconds(30))
+                #expect(result.exitCode == 2, "\(arguments): \(result.standardError)")
+                #expect(result.standardError.hasPrefix("busctl: badArgument: "), "\(arguments): \(result.standardError)")
+            }
+            // A good one still needs the broker: the same verbs without one are exit 1.
+            let noBroker = try await ChildProcess(
+                executable: "\(binaries)/busctl", arguments: ["call", "demo.greeter", "greet"], environment: environment, directory: directory,
+                name: "busctl-ok"
             ).wait(timeout: .seconds(30))
-            #expect(result.exitCode == 2, "\(arguments): \(result.standardError)")
-            #expect(result.standardError.hasPrefix("busctl: badArgument: "), "\(arguments): \(result.standardError)")
+            #expect(noBroker.exitCode == 1 && noBroker.standardError.hasPrefix("busctl: brokerNotRunning: "), "\(noBroker.standardError)")
         }
-        // A good one still needs the broker: the same verbs without one are exit 1.
-        let noBroker = try await ChildProcess(
-            executable: "\(binaries)/busctl", arguments: ["call", "demo.greeter", "greet"], environment: environment, directory: directory,
-            name: "busctl-ok"
-        ).wait(timeout: .seconds(30))
-        #expect(noBroker.exitCode == 1 && noBroker.standardError.hasPrefix("busctl: brokerNotRunning: "), "\(noBroker.standardError)")
     }
 
     /// busctl refuses numbers no deadline can hold with one line and exit 2 (it died with SIGILL
@@ -195,18 +194,17 @@ extension AttackIntegrationTests {
             (#"{"boards": [{"id": "demo.greeter", "executable": "Greeter", "restartLimit": {"count": 1, "windowSeconds": 1e20}}]}"#, "windowSeconds"),
         ]
         for (index, (manifest, says)) in cases.enumerated() {
-            let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-manifest-\(UUID().uuidString)").path
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-            defer { try? FileManager.default.removeItem(atPath: directory) }
-            try manifest.write(toFile: "\(directory)/fleet.json", atomically: true, encoding: .utf8)
-            let broker = try await ChildProcess(
-                executable: "\(binaries)/motherboard",
-                arguments: ["--manifest", "\(directory)/fleet.json", "--runtime-dir", "\(directory)/run", "--exit-with-parent"],
-                environment: ProcessInfo.processInfo.environment, directory: directory, name: "motherboard-\(index)")
-            let result = try await broker.wait(timeout: .seconds(30))
-            #expect(result.exitCode == 1, "case \(index): \(result.standardError)")
-            #expect(result.standardError.contains(says), "case \(index): \(result.standardError)")
-            #expect(!FileManager.default.fileExists(atPath: "\(directory)/run/motherboard.sock"))
+            try await withTemporaryDirectory("manifest") { directory in
+                try manifest.write(toFile: "\(directory)/fleet.json", atomically: true, encoding: .utf8)
+                let broker = try await ChildProcess(
+                    executable: "\(binaries)/motherboard",
+                    arguments: ["--manifest", "\(directory)/fleet.json", "--runtime-dir", "\(directory)/run", "--exit-with-parent"],
+                    environment: ProcessInfo.processInfo.environment, directory: directory, name: "motherboard-\(index)")
+                let result = try await broker.wait(timeout: .seconds(30))
+                #expect(result.exitCode == 1, "case \(index): \(result.standardError)")
+                #expect(result.standardError.contains(says), "case \(index): \(result.standardError)")
+                #expect(!FileManager.default.fileExists(atPath: "\(directory)/run/motherboard.sock"))
+            }
         }
     }
 }

@@ -1,3 +1,4 @@
+import BoardKitTesting
 import BusCore
 import Foundation
 import Logging
@@ -116,16 +117,15 @@ struct SupervisorTests {
 @Suite("Board launcher")
 struct BoardLauncherTests {
     @Test func nothingStartsOnceTheFleetIsStopping() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-launcher-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let launcher = BoardLauncher(address: BusAddress(runtimeDirectory: directory), binaryDirectory: "/bin", logger: Logger(label: "test")) {
-            _, _, _ in
+        try await withTemporaryDirectory("launcher") { directory in
+            let launcher = BoardLauncher(address: BusAddress(runtimeDirectory: directory), binaryDirectory: "/bin", logger: Logger(label: "test")) {
+                _, _, _ in
+            }
+            let board = FleetManifest.Board(id: "demo.sleeper", executable: "/bin/true")
+            await launcher.stopAll(gracePeriod: .zero)
+            let error = try #require(throws: BusError.self) { try launcher.start(board) }
+            #expect(error.code == .boardNotRunning && error.message.contains("stopping"))
+            #expect(launcher.runningPIDs.isEmpty)
         }
-        let board = FleetManifest.Board(id: "demo.sleeper", executable: "/bin/true")
-        await launcher.stopAll(gracePeriod: .zero)
-        let error = try #require(throws: BusError.self) { try launcher.start(board) }
-        #expect(error.code == .boardNotRunning && error.message.contains("stopping"))
-        #expect(launcher.runningPIDs.isEmpty)
     }
 }
