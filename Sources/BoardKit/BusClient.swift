@@ -54,6 +54,8 @@ public final class BusClient: Sendable {
 
     /// Sends a message that expects no reply.
     public func send(_ envelope: Envelope) throws {
+        var envelope = envelope
+        if envelope.header.trace == nil, let trace = BusTrace.current { envelope.header.trace = trace }
         try checkSize(envelope)
         connection.send(envelope)
     }
@@ -65,8 +67,9 @@ public final class BusClient: Sendable {
     /// Runs on the caller's executor (`nonisolated(nonsending)`): from a task on ``executor``, the
     /// request leaves and its reply resumes the caller without any executor switch.
     public nonisolated(nonsending) func request(_ envelope: Envelope, timeout: Duration = BusClient.defaultTimeout) async throws -> Envelope {
-        try checkSize(envelope)
         var request = envelope
+        if request.header.trace == nil, let trace = BusTrace.current { request.header.trace = trace }
+        try checkSize(request)
         request.header.flags.insert(.replyExpected)
         request.header.correlationID = state.makeCorrelationID()
         request.header.timeoutMilliseconds = UInt32(clamping: timeout.wholeMilliseconds)

@@ -53,6 +53,8 @@ public struct BusError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let storageFailed = Code(name: "storageFailed")
         /// The task was cancelled (a barrier cancelled, a newer task replaced it).
         public static let cancelled = Code(name: "cancelled")
+        /// The header is of a protocol version this peer does not speak (answered, never misread).
+        public static let unsupportedVersion = Code(name: "unsupportedVersion")
 
         public var description: String { name }
     }

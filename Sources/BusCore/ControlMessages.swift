@@ -174,6 +174,10 @@ public enum ControlOperation {
     public static let flows = "flows"
     public static let registerFlow = "flow.register"
     public static let removeFlow = "flow.remove"
+    /// Start or renew a monitor (``MonitorRequest``); pushes ``MonitorPush``.
+    public static let monitor = "monitor"
+    /// The broker's metrics in the Prometheus text format (``MetricsText``).
+    public static let metrics = "metrics"
 }
 
 /// The broker's answer to a successful `register`: the cadence the board must keep.

@@ -68,21 +68,21 @@ public struct Envelope: Sendable, Hashable, Codable {
     /// broker can send it on in the frames it came in, whoever asked.
     public func reply(payload: Data = Data(), source: String = "") -> Envelope {
         Envelope(
-            header: EnvelopeHeader(kind: .reply, correlationID: header.correlationID, source: source),
+            header: EnvelopeHeader(kind: .reply, correlationID: header.correlationID, source: source, trace: header.trace),
             payload: payload
         )
     }
 
     /// An error reply to this request (with no target, as ``reply(payload:source:)``).
     public func errorReply(_ error: BusError, source: String = "") -> Envelope {
-        Envelope.error(error, correlationID: header.correlationID, source: source)
+        Envelope.error(error, correlationID: header.correlationID, source: source, trace: header.trace)
     }
 
     /// An `error` answer to the request the sender knows by `correlationID`: the code in the type
     /// name, `{"code", "message"}` as payload, no target.
-    public static func error(_ error: BusError, correlationID: UInt64, source: String = "") -> Envelope {
+    public static func error(_ error: BusError, correlationID: UInt64, source: String = "", trace: TraceContext? = nil) -> Envelope {
         Envelope(
-            header: EnvelopeHeader(kind: .error, correlationID: correlationID, source: source, typeName: error.code.name),
+            header: EnvelopeHeader(kind: .error, correlationID: correlationID, source: source, typeName: error.code.name, trace: trace),
             payload: PayloadCodec.encodeOrEmpty(error)
         )
     }

@@ -3,7 +3,7 @@ import Foundation
 /// The routing part of an envelope. The broker reads only this; payloads pass through untouched.
 public struct EnvelopeHeader: Sendable, Hashable, Codable {
     /// The protocol version this code speaks.
-    public static let currentVersion: UInt8 = 2
+    public static let currentVersion: UInt8 = 3
 
     /// Protocol version of the sender.
     public var version: UInt8
@@ -28,6 +28,8 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
     public var dispatchID: String?
     /// Optional field 4: on a `flowEvent`, the flow that delivered it.
     public var flowID: FlowID?
+    /// Optional field 2: the W3C trace context the message belongs to (since version 3).
+    public var trace: TraceContext?
     /// Optional fields this version does not know, as received (tag, length, value each); sent on
     /// unchanged, so that peers newer than the broker can use fields it does not know yet.
     public var unknownFields: Data
@@ -44,6 +46,7 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
         typeName: String = "",
         dispatchID: String? = nil,
         flowID: FlowID? = nil,
+        trace: TraceContext? = nil,
         unknownFields: Data = Data()
     ) {
         self.version = version
@@ -57,6 +60,7 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
         self.typeName = typeName
         self.dispatchID = dispatchID
         self.flowID = flowID
+        self.trace = trace
         self.unknownFields = unknownFields
     }
 }

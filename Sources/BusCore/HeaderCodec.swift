@@ -6,14 +6,15 @@ import Foundation
 /// ```
 /// offset size field
 ///  0     2    magic "BB" (0x42 0x42)
-///  2     1    version (2)
+///  2     1    version (3)
 ///  3     1    kind
 ///  4     2    flags
 ///  6     8    correlation id
 /// 14     4    timeout in milliseconds (0 = none)
 /// 18     -    source, target, scope, type name: each a u16 length then that many UTF-8 bytes
 ///  -     -    optional fields to the end of the frame: each a u8 tag, a u16 length, the value
-///             (tag 1: dispatch id, UTF-8; tag 4: flow id, u64; unknown tags are kept and passed on)
+///             (tag 1: dispatch id, UTF-8; tag 2: W3C trace context, 25 bytes; tag 4: flow id, u64;
+///             unknown tags are kept and passed on)
 /// ```
 /// The fixed part is the same in every version, so a receiver can read a bad header's correlation
 /// id and flags and answer it. Nothing is ever cut: a field over its limit is refused with
@@ -39,9 +40,12 @@ public enum HeaderCodec {
         public static let dispatchID: UInt8 = 1
         /// The flow that delivered a `flowEvent` (``EnvelopeHeader/flowID``): 8 bytes, big-endian.
         public static let flowID: UInt8 = 4
+        /// The trace context (``EnvelopeHeader/trace``): trace id (16 bytes), parent span id (8),
+        /// flags (1). Since version 3.
+        public static let trace: UInt8 = 2
 
         /// Whether this version reads `tag` into a field of its own (else it keeps it as unknown).
-        static func isKnown(_ tag: UInt8) -> Bool { tag == dispatchID || tag == flowID }
+        static func isKnown(_ tag: UInt8) -> Bool { tag == dispatchID || tag == flowID || tag == trace }
     }
 
     static let magic: (UInt8, UInt8) = (0x42, 0x42)
@@ -58,7 +62,8 @@ public enum HeaderCodec {
     @inlinable
     public static func encodedSize(_ header: EnvelopeHeader) -> Int {
         fixedSize + 8 + header.source.utf8.count + header.target.utf8.count + header.scope.name.utf8.count + header.typeName.utf8.count
-            + (header.dispatchID.map { 3 + $0.utf8.count } ?? 0) + (header.flowID == nil ? 0 : 11) + header.unknownFields.count
+            + (header.dispatchID.map { 3 + $0.utf8.count } ?? 0) + (header.flowID == nil ? 0 : 11)
+            + (header.trace == nil ? 0 : 3 + TraceContext.encodedSize) + header.unknownFields.count
     }
 
     /// Checks every field against its limit; returns the encoded size. A sender calls it before
@@ -145,6 +150,11 @@ public enum HeaderCodec {
             writer.writeBigEndian(UInt16(8))
             writer.writeBigEndian(flow.rawValue)
         }
+        if let trace = header.trace {
+            writer.write(OptionalField.trace)
+            writer.writeBigEndian(UInt16(TraceContext.encodedSize))
+            for byte in trace.bytes { writer.write(byte) }
+        }
         for byte in header.unknownFields { writer.write(byte) }
         return writer.offset
     }
@@ -165,6 +175,7 @@ public enum HeaderCodec {
         if !layout.optionalFields.isEmpty {
             if let id = layout.dispatchID { header.dispatchID = try string(buffer, id, field: "dispatch id") }
             if let flow = layout.flowID { header.flowID = FlowID(HeaderLayout.bigEndian(buffer, at: flow.lowerBound, as: UInt64.self)) }
+            if let trace = layout.trace { header.trace = TraceContext(bytes: UnsafeRawBufferPointer(rebasing: buffer[trace])) }
             header.unknownFields = layout.unknownFields(in: buffer)
         }
         return header
@@ -233,6 +244,7 @@ package struct HeaderLayout: Sendable, Hashable {
     package let optionalFields: Range<Int>
     package let dispatchID: Range<Int>?
     package let flowID: Range<Int>?
+    package let trace: Range<Int>?
 
     /// Offset of the correlation id in the frame.
     static let correlationOffset = 6
@@ -250,7 +262,9 @@ package struct HeaderLayout: Sendable, Hashable {
         }
         let version = buffer[2]
         guard version == EnvelopeHeader.currentVersion else {
-            throw BusError(.malformed, "unsupported protocol version \(version); this peer speaks \(EnvelopeHeader.currentVersion)")
+            throw BusError(
+                .unsupportedVersion,
+                "unsupported protocol version \(version); this peer speaks \(EnvelopeHeader.currentVersion) (docs/PROTOCOL.md §3)")
         }
         guard let kind = MessageKind(rawValue: buffer[3]) else {
             throw BusError(.malformed, "unknown message kind \(buffer[3])")
@@ -267,6 +281,7 @@ package struct HeaderLayout: Sendable, Hashable {
         optionalFields = offset..<buffer.count
         var dispatchID: Range<Int>?
         var flowID: Range<Int>?
+        var trace: Range<Int>?
         while offset < buffer.count {
             let (tag, value) = try Self.optionalField(buffer, &offset)
             switch tag {
@@ -280,12 +295,22 @@ package struct HeaderLayout: Sendable, Hashable {
                 guard flowID == nil else { throw BusError(.malformed, "header has two flow ids") }
                 guard value.count == 8 else { throw BusError(.malformed, "flow id of \(value.count) bytes (it has 8)") }
                 flowID = value
+            case HeaderCodec.OptionalField.trace:
+                guard trace == nil else { throw BusError(.malformed, "header has two trace contexts") }
+                guard value.count == TraceContext.encodedSize,
+                    TraceContext(bytes: UnsafeRawBufferPointer(rebasing: buffer[value])) != nil
+                else {
+                    throw BusError(
+                        .malformed, "trace context of \(value.count) bytes, or with a zero id (it has \(TraceContext.encodedSize), ids not zero)")
+                }
+                trace = value
             default:
                 continue
             }
         }
         self.dispatchID = dispatchID
         self.flowID = flowID
+        self.trace = trace
     }
 
     /// The correlation id to answer a header that is not valid with, when its fixed part can be

@@ -37,6 +37,8 @@ extension Motherboard {
                 let removal = try PayloadCodec.decode(FlowRemoval.self, from: envelope.payload)
                 try flows.remove(id: removal.id, requester: registry.board(for: peer)?.id)
                 reply(to: envelope, from: peer, with: Delivery(delivered: 0))
+            case ControlOperation.monitor:
+                try startMonitor(envelope, from: peer, now: now)
             default:
                 throw BusError(.malformed, "unknown control operation '\(envelope.header.typeName)'")
             }

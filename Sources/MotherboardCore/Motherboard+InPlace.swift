@@ -20,6 +20,8 @@ extension Motherboard {
     /// unknown target, a late or forged reply, a retired peer); or when a string is not ASCII.
     /// The caller then parses the message and hands it to `receive`, which routes it the same way.
     package func routeInPlace(_ header: UnsafeMutableRawBufferPointer, from peer: PeerID, now: ContinuousClock.Instant) -> InPlaceRoute? {
+        // While a monitor is attached, everything takes the parsed path, where monitors look.
+        guard monitors.isEmpty else { return nil }
         let bytes = UnsafeRawBufferPointer(header)
         guard let layout = try? HeaderLayout(bytes), layout.stringsAreASCII(in: bytes) else { return nil }
         let destination: PeerID?

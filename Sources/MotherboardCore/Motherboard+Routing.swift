@@ -89,6 +89,7 @@ extension Motherboard {
     /// error if the board dies or the deadline passes.
     func deliver(_ envelope: Envelope, to target: LiveBoard, from client: PeerID?, sender: LiveBoard?, now: ContinuousClock.Instant) {
         var header = envelope.header
+        let clientCorrelationID = header.correlationID
         if let sender {
             header.source = sender.id.rawValue
             header.scope = sender.scope
@@ -97,7 +98,7 @@ extension Motherboard {
             flags: header.flags, correlationID: header.correlationID, timeoutMilliseconds: header.timeoutMilliseconds,
             to: target, client: client, now: now)
         if header.correlationID == 0 { header.flags.remove(.replyExpected) }
-        send(Envelope(header: header, payload: envelope.payload), to: target.peer)
+        send(Envelope(header: header, payload: envelope.payload), to: target.peer, origin: client, clientCorrelationID: clientCorrelationID)
     }
 
     /// The correlation id a request travels under to `target`. When its sender (`client`) waits
@@ -110,7 +111,7 @@ extension Motherboard {
         guard let client, flags.contains(.replyExpected) else { return 0 }
         return replies.expect(
             from: client, clientCorrelationID: correlationID, board: target.name, boardPeer: target.peer,
-            deadline: now.advanced(by: requestTimeout(milliseconds: timeoutMilliseconds)))
+            deadline: now.advanced(by: requestTimeout(milliseconds: timeoutMilliseconds)), sentAt: now)
     }
 
     /// The deadline a request carries (its header's timeout), or the default when it carries none.
@@ -145,7 +146,7 @@ extension Motherboard {
             header.correlationID = request.clientCorrelationID
             header.source = request.board.name
             header.target = ""
-            send(Envelope(header: header, payload: answer.payload), to: request.client)
+            send(Envelope(header: header, payload: answer.payload), to: request.client, roundTrip: request.sentAt.map { $0.duration(to: .now) })
         case .failure(let error):
             replyError(error, correlationID: request.clientCorrelationID, to: request.client)
         }
@@ -170,7 +171,8 @@ extension Motherboard {
             return reply(to: envelope, from: peer, error: BusError(.badArgument, "output without a valid source board id"))
         }
         let source = ScopedName(scope: scope(of: envelope, sender: sender), name: sourceName)
-        let delivered = runFlows(.output, from: source, typeName: envelope.header.typeName, payload: envelope.payload, now: now)
+        let delivered = runFlows(
+            .output, from: source, typeName: envelope.header.typeName, payload: envelope.payload, trace: envelope.header.trace, now: now)
         if delivered == 0 {
             counters.droppedOutputs += 1
             logger.debug("output dropped: no flow", metadata: ["board": "\(source)", "type": "\(envelope.header.typeName)"])
@@ -178,9 +180,12 @@ extension Motherboard {
         reply(to: envelope, from: peer, with: Delivery(delivered: delivered))
     }
 
-    /// Runs the flows of `trigger` from `source`; returns how many ran.
+    /// Runs the flows of `trigger` from `source`; returns how many ran. What a flow sends carries
+    /// the trace of the output (or completion) that triggered it.
     @discardableResult
-    func runFlows(_ trigger: FlowSpec.Trigger, from source: ScopedName, typeName: String, payload: Data, now: ContinuousClock.Instant) -> Int {
+    func runFlows(
+        _ trigger: FlowSpec.Trigger, from source: ScopedName, typeName: String, payload: Data, trace: TraceContext?, now: ContinuousClock.Instant
+    ) -> Int {
         var ran = 0
         for flow in flows.matching(scope: source.scope, source: source.name, trigger: trigger) {
             if let expected = flow.spec.outputType, expected != typeName {
@@ -195,7 +200,8 @@ extension Motherboard {
             flows.countRun(flow.id)
             ran += 1
             if let target = flow.spec.target {
-                let header = EnvelopeHeader(kind: .activate, source: source.name, target: target.rawValue, scope: source.scope, typeName: typeName)
+                let header = EnvelopeHeader(
+                    kind: .activate, source: source.name, target: target.rawValue, scope: source.scope, typeName: typeName, trace: trace)
                 activate(
                     ScopedName(scope: source.scope, name: target.rawValue), with: Envelope(header: header, payload: payload), client: nil, now: now)
             } else if let owner = flow.owner, let board = registry[ScopedName(scope: flow.scope, name: owner.rawValue)] {
@@ -203,7 +209,7 @@ extension Motherboard {
                 // answered) for boards built before field 4, which read it there.
                 let header = EnvelopeHeader(
                     kind: .flowEvent, correlationID: flow.id.rawValue, source: source.name, target: owner.rawValue,
-                    scope: source.scope, typeName: typeName, flowID: flow.id)
+                    scope: source.scope, typeName: typeName, flowID: flow.id, trace: trace)
                 send(Envelope(header: header, payload: payload), to: board.peer)
             }
         }
@@ -243,7 +249,7 @@ extension Motherboard {
                 header.flags.remove(.replyExpected)
                 header.correlationID = 0
             }
-            send(Envelope(header: header, payload: envelope.payload), to: subscriber.peer)
+            send(Envelope(header: header, payload: envelope.payload), to: subscriber.peer, origin: peer, clientCorrelationID: envelope.header.correlationID)
         }
         if !acknowledged { reply(to: envelope, from: peer, with: Delivery(delivered: subscribers.count)) }
     }
@@ -259,7 +265,9 @@ extension Motherboard {
         retiredPeers.insert(peer)
         supervisor.completed(board.name)
         drop(board.name, reason: "completed (isDone: \(completion.isDone))")
-        let ran = runFlows(.completion, from: board.name, typeName: Completion.busTypeName, payload: PayloadCodec.encodeOrEmpty(completion), now: now)
+        let ran = runFlows(
+            .completion, from: board.name, typeName: Completion.busTypeName, payload: PayloadCodec.encodeOrEmpty(completion),
+            trace: envelope.header.trace, now: now)
         reply(to: envelope, from: peer, with: Delivery(delivered: ran))
     }
 }

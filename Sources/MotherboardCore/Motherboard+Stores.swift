@@ -56,7 +56,9 @@ extension Motherboard {
         header.flags.remove(.replyExpected)
         header.correlationID = 0
         let change = Envelope(header: header, payload: envelope.payload)
-        for subscriber in storeSubscriptions[store] ?? [] where !transportSend(change, to: subscriber) {
+        for subscriber in storeSubscriptions[store] ?? [] {
+            if !monitors.isEmpty { observeSent(change, to: subscriber, origin: peer, roundTrip: nil) }
+            guard !transportSend(change, to: subscriber) else { continue }
             counters.undeliverable += 1
             if registry.board(for: subscriber) == nil && !isConnected(subscriber) {
                 storeSubscriptions[store]?.remove(subscriber)

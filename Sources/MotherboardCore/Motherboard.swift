@@ -70,6 +70,8 @@ public final class Motherboard {
     var storeSubscriptions: [ScopedName: Set<PeerID>] = [:]
     /// Peers of board instances that completed: their later messages are refused.
     @exclusivity(unchecked) var retiredPeers = RetiredPeers(capacity: 1024)
+    /// `busctl monitor`s attached: while there is none, routing does not look at them.
+    @exclusivity(unchecked) var monitors = MonitorTable()
     private var lastHeartbeat: ContinuousClock.Instant?
     private let transport: any MotherboardTransport
     let producer: (any BoardProducer)?
@@ -115,6 +117,7 @@ public final class Motherboard {
         }
         let sender = registry.board(for: peer)
         sender?.lastSeen = now
+        if !monitors.isEmpty, Self.endsAtBroker(envelope.header.kind) { observeReceived(envelope, from: peer) }
         if sender == nil, retiredPeers.contains(peer), envelope.header.kind != .control {
             return reply(to: envelope, from: peer, error: BusError(.notRegistered, "this board instance has completed"))
         }
@@ -131,6 +134,15 @@ public final class Motherboard {
         case .reply, .error: relayReply(envelope, from: peer)
         case .dispatch, .store: routeStore(envelope, from: peer, now: now)
         case .flowEvent: reply(to: envelope, from: peer, error: BusError(.malformed, "flowEvent is sent by the broker only"))
+        }
+    }
+
+    /// Messages that go no further than the broker (or whose routing is the broker's own), shown
+    /// to monitors as they arrive; everything else is shown as it is sent on.
+    static func endsAtBroker(_ kind: MessageKind) -> Bool {
+        switch kind {
+        case .output, .control, .register, .unregister, .complete: true
+        default: false
         }
     }
 
@@ -154,6 +166,7 @@ public final class Motherboard {
             failStart(name, BusError(.boardNotRunning, "board '\(name)' did not register within \(settings.startTimeout) of its start"))
         }
         restartDueBoards(now: now)
+        if !monitors.isEmpty { tickMonitors(now: now) }
     }
 
     // MARK: - Registration and liveness
@@ -257,7 +270,12 @@ public final class Motherboard {
         transport.isConnected(peer)
     }
 
-    func send(_ envelope: Envelope, to peer: PeerID) {
+    /// Sends a message the broker routes on (from `origin`) or makes itself, shown to monitors;
+    /// `roundTrip` is how long the board took, for an answer to a forwarded request.
+    func send(_ envelope: Envelope, to peer: PeerID, origin: PeerID? = nil, roundTrip: Duration? = nil, clientCorrelationID: UInt64? = nil) {
+        if !monitors.isEmpty {
+            observeSent(envelope, to: peer, origin: origin, roundTrip: roundTrip, clientCorrelationID: clientCorrelationID)
+        }
         if !transport.send(envelope, to: peer) { undeliverable(envelope.header.kind, to: peer, correlationID: envelope.header.correlationID) }
     }
 

@@ -17,6 +17,8 @@ struct ReplyRegistry {
         var board: ScopedName
         var boardPeer: PeerID
         var deadline: ContinuousClock.Instant
+        /// When the broker forwarded it (for the round-trip time monitors and metrics show).
+        var sentAt: ContinuousClock.Instant? = nil
         /// For one subscriber's part of an acknowledged action: the delivery it counts towards.
         var action: UInt64? = nil
     }
@@ -57,11 +59,12 @@ struct ReplyRegistry {
     /// Remembers a request forwarded to `board` on `boardPeer`; returns the correlation id it
     /// travels under.
     mutating func expect(
-        from client: PeerID, clientCorrelationID: UInt64, board: ScopedName, boardPeer: PeerID, deadline: ContinuousClock.Instant
+        from client: PeerID, clientCorrelationID: UInt64, board: ScopedName, boardPeer: PeerID, deadline: ContinuousClock.Instant,
+        sentAt: ContinuousClock.Instant? = nil
     ) -> UInt64 {
         let id = makeCorrelationID()
         requests[id] = Request(
-            client: client, clientCorrelationID: clientCorrelationID, board: board, boardPeer: boardPeer, deadline: deadline)
+            client: client, clientCorrelationID: clientCorrelationID, board: board, boardPeer: boardPeer, deadline: deadline, sentAt: sentAt)
         return id
     }
 

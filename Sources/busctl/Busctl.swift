@@ -12,7 +12,7 @@ struct Busctl: AsyncParsableCommand {
         abstract: "Inspect and drive a BoardBus fleet.",
         subcommands: [
             List.self, Status.self, Introspect.self, Tree.self, Flows.self, Call.self, Activate.self, Emit.self, Action.self, Dispatch.self,
-            State.self, Wait.self,
+            State.self, Wait.self, Monitor.self,
         ])
 }
 
@@ -143,6 +143,7 @@ extension Busctl {
     struct Call: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Send a command to a live board and print its reply.")
         @OptionGroup var options: GlobalOptions
+        @OptionGroup var tracing: TraceOption
         @Argument(help: "The board id.") var id: String
         @Argument(help: "The command name.") var command: String
         @Argument(help: "The command as JSON (default {}).") var payload: String?
@@ -151,17 +152,18 @@ extension Busctl {
         func validate() throws { try options.validated { _ = (try boardID(id), try jsonPayload(payload)) } }
 
         func run() async throws {
-            try await options.withClient { client in
+            try await options.withClient { client in try await tracing.run {
                 let reply = try await client.call(
                     try boardID(id), command: command, payload: try jsonPayload(payload), scope: options.scope, timeout: options.deadline)
                 print(options.json ? String(decoding: reply, as: UTF8.self) : prettyJSON(reply))
-            }
+            } }
         }
     }
 
     struct Activate: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Activate a live board with an input (nextToBoard).")
         @OptionGroup var options: GlobalOptions
+        @OptionGroup var tracing: TraceOption
         @Argument(help: "The board id.") var id: String
         @Argument(help: "The input as JSON (default {}).") var payload: String?
         @Option(help: "The input's type name, checked by guaranteed boards.") var type: String = ""
@@ -170,18 +172,19 @@ extension Busctl {
         func validate() throws { try options.validated { _ = (try boardID(id), try jsonPayload(payload)) } }
 
         func run() async throws {
-            try await options.withClient { client in
+            try await options.withClient { client in try await tracing.run {
                 let target = try boardID(id)
                 try await client.activate(target, typeName: type, payload: try jsonPayload(payload), scope: options.scope, timeout: options.deadline)
                 if options.json { return try options.printJSON(Delivery(delivered: 1)) }
                 print("activated \(target)")
-            }
+            } }
         }
     }
 
     struct Emit: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Emit an output on a board's behalf (sendToMotherboard), to test flows.")
         @OptionGroup var options: GlobalOptions
+        @OptionGroup var tracing: TraceOption
         @Argument(help: "The source board id.") var id: String
         @Argument(help: "The output's type name.") var output: String
         @Argument(help: "The output as JSON (default {}).") var payload: String?
@@ -190,18 +193,19 @@ extension Busctl {
         func validate() throws { try options.validated { _ = (try boardID(id), try jsonPayload(payload)) } }
 
         func run() async throws {
-            try await options.withClient { client in
+            try await options.withClient { client in try await tracing.run {
                 let delivery = try await client.emit(
                     from: try boardID(id), typeName: output, payload: try jsonPayload(payload), scope: options.scope, timeout: options.deadline)
                 if options.json { return try options.printJSON(delivery) }
                 print("\(output) from \(id) ran \(delivery.delivered) flow(s)")
-            }
+            } }
         }
     }
 
     struct Action: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Send an action to every board subscribed to its name (sendAction).")
         @OptionGroup var options: GlobalOptions
+        @OptionGroup var tracing: TraceOption
         @Argument(help: "The action name.") var name: String
         @Argument(help: "The action as JSON (default {}).") var payload: String?
 
@@ -209,17 +213,18 @@ extension Busctl {
         func validate() throws { try options.validated { _ = try jsonPayload(payload) } }
 
         func run() async throws {
-            try await options.withClient { client in
+            try await options.withClient { client in try await tracing.run {
                 let delivery = try await client.action(name, payload: try jsonPayload(payload), scope: options.scope, timeout: options.deadline)
                 if options.json { return try options.printJSON(delivery) }
                 print("action \(name) delivered to \(delivery.delivered) board(s)")
-            }
+            } }
         }
     }
 
     struct Dispatch: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Dispatch a Flux action to a store; prints its sequence number once applied.")
         @OptionGroup var options: GlobalOptions
+        @OptionGroup var tracing: TraceOption
         @Argument(help: "The store name.") var store: String
         @Argument(help: "The action name.") var action: String
         @Argument(help: "The action as JSON (default {}).") var payload: String?
@@ -234,13 +239,13 @@ extension Busctl {
         }
 
         func run() async throws {
-            try await options.withClient { client in
+            try await options.withClient { client in try await tracing.run {
                 let ack = try await client.dispatch(
                     store: store, action: action, payload: try jsonPayload(payload), dispatchID: id, scope: options.scope,
                     timeout: options.deadline)
                 if options.json { return try options.printJSON(ack) }
                 print("\(action) \(ack.applied ? "applied" : "already applied") to \(store) as change \(ack.sequence)")
-            }
+            } }
         }
     }
 

@@ -16,8 +16,11 @@ struct GlobalOptions: ParsableArguments {
         name: .long, parsing: .unconditional, help: "Seconds to wait for an answer (more than 0, at most \(Int(maximumTimeoutSeconds)); default 25).")
     var timeout: String = "25"
 
-    @Option(name: .long, help: "The motherboard scope the board ids are in (default: the root scope).", transform: { Scope($0) })
-    var scope: Scope = .root
+    @Option(name: .customLong("scope"), help: "The motherboard scope the board ids are in (default: the root scope).")
+    var scopeOption: String?
+
+    /// `--scope`, the root scope when not given.
+    var scope: Scope { scopeOption.map { Scope($0) } ?? .root }
 
     /// The longest `--timeout`: one day.
     static let maximumTimeoutSeconds: Double = 86_400
@@ -62,6 +65,21 @@ struct GlobalOptions: ParsableArguments {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         print(String(decoding: try encoder.encode(value), as: UTF8.self))
+    }
+}
+
+/// `--trace`: the verb's message starts a new W3C trace, whose id is printed on stderr
+/// (`trace <32 hex digits>`) before it is sent; `busctl monitor --trace ID` shows that trace.
+struct TraceOption: ParsableArguments {
+    @Flag(name: .long, help: "Start a trace with this message and print its id on stderr.")
+    var trace = false
+
+    /// Runs `body` under a new trace when `--trace` is given.
+    func run(_ body: () async throws -> Void) async throws {
+        guard trace else { return try await body() }
+        let context = TraceContext.newTrace()
+        FileHandle.standardError.write(Data("trace \(context.traceID)\n".utf8))
+        try await BusTrace.$current.withValue(context) { try await body() }
     }
 }
 

@@ -13,7 +13,7 @@ REPLY_EXPECTED = 1
 
 
 def encode_header(kind, corr=0, flags=0, timeout_ms=0, source="", target="", scope="", type_name="", optional=()):
-    out = struct.pack(">2sBBHQI", b"BB", 2, kind, flags, corr, timeout_ms)
+    out = struct.pack(">2sBBHQI", b"BB", 3, kind, flags, corr, timeout_ms)
     for text in (source, target, scope, type_name):
         raw = text.encode()
         out += struct.pack(">H", len(raw)) + raw
@@ -24,7 +24,7 @@ def encode_header(kind, corr=0, flags=0, timeout_ms=0, source="", target="", sco
 
 def decode_header(buf):
     magic, version, kind, flags, corr, timeout_ms = struct.unpack_from(">2sBBHQI", buf, 0)
-    if magic != b"BB" or version != 2:
+    if magic != b"BB" or version != 3:
         raise ValueError("not a BoardBus v2 header")
     off, fields = 18, []
     for _ in range(4):

@@ -1,0 +1,72 @@
+import BusCore
+import Tracing
+
+/// Runs board handlers inside a span (swift-distributed-tracing) and under the trace of the
+/// message they handle, so that every message a handler sends carries that trace.
+///
+/// With no tracer bootstrapped (the default), no span is made: the handler runs under the
+/// message's trace with a new span id of BoardBus's own, and an untraced message costs one check.
+/// When the process has bootstrapped a tracer (e.g. swift-otel's), each handler runs in a
+/// `server` span whose parent is the sender's span (read from the message's W3C `traceparent`),
+/// and what the handler sends carries that span's context: the spans of one user action, across
+/// processes, form one trace in the exporter.
+enum HandlerSpan {
+    /// Whether a tracer other than the no-op one is bootstrapped (read once: bootstrapping
+    /// happens before a board runs).
+    static let isTracing: Bool = !(InstrumentationSystem.legacyTracer is NoOpTracer)
+
+    /// Runs `body` for the message `header` under its trace.
+    static func run<T>(_ header: EnvelopeHeader, _ body: () async throws -> T) async rethrows -> T {
+        guard isTracing else {
+            guard let trace = header.trace else { return try await body() }
+            return try await BusTrace.$current.withValue(trace.childSpan()) { try await body() }
+        }
+        return try await withSpan(name(of: header), context: context(of: header), ofKind: .server) { span in
+            span.attributes["boardbus.board"] = header.target
+            span.attributes["boardbus.kind"] = "\(header.kind)"
+            return try await BusTrace.$current.withValue(trace(of: span, else: header.trace)) { try await body() }
+        }
+    }
+
+    /// The same for a handler that runs synchronously (store messages, immediate commands).
+    static func runNow<T>(_ header: EnvelopeHeader, _ body: () throws -> T) rethrows -> T {
+        guard isTracing else {
+            guard let trace = header.trace else { return try body() }
+            return try BusTrace.$current.withValue(trace.childSpan()) { try body() }
+        }
+        return try withSpan(name(of: header), context: context(of: header), ofKind: .server) { span in
+            span.attributes["boardbus.board"] = header.target
+            span.attributes["boardbus.kind"] = "\(header.kind)"
+            return try BusTrace.$current.withValue(trace(of: span, else: header.trace)) { try body() }
+        }
+    }
+
+    /// "command greet", "activate LoginIO.Session", …
+    private static func name(of header: EnvelopeHeader) -> String {
+        "\(header.kind) \(header.typeName)"
+    }
+
+    /// The tracer's context with the sender's span as parent, read from the W3C `traceparent`.
+    private static func context(of header: EnvelopeHeader) -> InstrumentationContext {
+        var context = InstrumentationContext.topLevel
+        if let trace = header.trace {
+            InstrumentationSystem.instrument.extract(["traceparent": trace.traceparent], into: &context, using: TraceparentCarrier())
+        }
+        return context
+    }
+
+    /// The span's own context as the tracer writes it (`traceparent`), or, when the tracer writes
+    /// none, the message's trace with a new span id.
+    private static func trace(of span: any Span, else incoming: TraceContext?) -> TraceContext? {
+        var carrier: [String: String] = [:]
+        InstrumentationSystem.instrument.inject(span.context, into: &carrier, using: TraceparentCarrier())
+        if let text = carrier["traceparent"], let trace = TraceContext(traceparent: text) { return trace }
+        return incoming?.childSpan()
+    }
+}
+
+/// Reads and writes W3C headers in a dictionary, for a tracer's propagator.
+private struct TraceparentCarrier: Extractor, Injector {
+    func extract(key: String, from carrier: [String: String]) -> String? { carrier[key] }
+    func inject(_ value: String, forKey key: String, into carrier: inout [String: String]) { carrier[key] = value }
+}

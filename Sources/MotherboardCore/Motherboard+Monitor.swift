@@ -1,0 +1,167 @@
+import BusCore
+import Foundation
+
+/// The monitors attached to the broker (`busctl monitor`): what each selects, and how far each
+/// has read. The broker pushes each an event per routed message it selects, at most `window`
+/// beyond what it reported read; past that it drops and counts, and tells the monitor how many
+/// with its next push. So a slow monitor costs the broker one comparison per message, and never
+/// memory: nothing is queued for it but what its window allows.
+struct MonitorTable {
+    struct Monitor {
+        var request: MonitorRequest
+        var sent: UInt64 = 0
+        /// Selected but not sent since the last push.
+        var dropped = 0
+        var renewedAt: ContinuousClock.Instant
+    }
+
+    private(set) var monitors: [PeerID: Monitor] = [:]
+    /// Lines not sent to a monitor because it had not read its window, since the broker started.
+    private(set) var droppedTotal = 0
+
+    var isEmpty: Bool { monitors.isEmpty }
+    var count: Int { monitors.count }
+
+    func contains(_ peer: PeerID) -> Bool { monitors[peer] != nil }
+
+    /// A monitor not renewed for this long is forgotten.
+    static let lease: Duration = .seconds(5)
+
+    /// Starts a monitor, or renews one (its filter may change; its counts go on).
+    mutating func renew(_ peer: PeerID, _ request: MonitorRequest, now: ContinuousClock.Instant) {
+        if var monitor = monitors[peer] {
+            monitor.request = request
+            monitor.renewedAt = now
+            monitors[peer] = monitor
+        } else {
+            monitors[peer] = Monitor(request: request, renewedAt: now)
+        }
+    }
+
+    mutating func remove(_ peer: PeerID) { monitors[peer] = nil }
+
+    /// Forgets monitors past their lease; returns how many.
+    mutating func expire(now: ContinuousClock.Instant) -> Int {
+        let stale = monitors.filter { $0.value.renewedAt.duration(to: now) > Self.lease }.map(\.key)
+        for peer in stale { monitors[peer] = nil }
+        return stale.count
+    }
+
+    /// Whether `peer` may be sent one more push now (it has read enough of what it was sent).
+    func hasWindow(_ peer: PeerID) -> Bool {
+        guard let monitor = monitors[peer] else { return false }
+        return monitor.sent &- monitor.request.read < UInt64(monitor.request.window)
+    }
+
+    /// An event selected for `peer` is not sent: counted, to be reported.
+    mutating func drop(_ peer: PeerID) {
+        monitors[peer]?.dropped += 1
+        droppedTotal += 1
+    }
+
+    /// A push went out: the drops it reported are cleared.
+    mutating func pushed(_ peer: PeerID) {
+        monitors[peer]?.sent += 1
+        monitors[peer]?.dropped = 0
+    }
+
+    /// A push could not be handed to the socket (its queue is full): one more dropped.
+    mutating func failed(_ peer: PeerID, reported: Int) {
+        monitors[peer]?.dropped = reported + 1
+        droppedTotal += 1
+    }
+}
+
+extension Motherboard {
+    /// `monitor`: starts or renews the sender's monitor.
+    func startMonitor(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) throws {
+        let request = try PayloadCodec.decode(MonitorRequest.self, from: envelope.payload)
+        try request.validate()
+        if !monitors.contains(peer) {
+            logger.info("monitor attached", metadata: ["peer": "\(label(peer))", "monitors": "\(monitors.count + 1)"])
+        }
+        monitors.renew(peer, request, now: now)
+        reply(to: envelope, from: peer, with: Delivery(delivered: 0))
+    }
+
+    /// How a connection is shown: its board id, or `:` and its routing id in hex.
+    func label(_ peer: PeerID) -> String {
+        if let board = registry.board(for: peer) { return board.id.rawValue }
+        return ":" + peer.bytes.map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+    }
+
+    /// A message the broker sends (routed on, or its own answer), shown to the monitors that
+    /// select it. `origin` is the connection it came from, when the broker routes it on.
+    /// `clientCorrelationID` is the id its sender knows a forwarded request by (its answer is
+    /// shown under the same one).
+    func observeSent(_ envelope: Envelope, to peer: PeerID, origin: PeerID?, roundTrip: Duration?, clientCorrelationID: UInt64? = nil) {
+        let header = envelope.header
+        guard let kind = MonitorEvent.kindName(header.kind), !monitors.contains(peer), origin.map({ !monitors.contains($0) }) ?? true else {
+            return
+        }
+        let source = !header.source.isEmpty ? header.source : origin.map(label) ?? "motherboard"
+        observe(
+            envelope, kind: kind, source: source, target: label(peer), roundTrip: roundTrip,
+            correlationID: clientCorrelationID ?? header.correlationID)
+    }
+
+    /// A message that ends at the broker (an output, a control request, a registration…).
+    func observeReceived(_ envelope: Envelope, from peer: PeerID) {
+        let header = envelope.header
+        guard let kind = MonitorEvent.kindName(header.kind), !monitors.contains(peer) else { return }
+        let source = registry.board(for: peer)?.id.rawValue ?? (header.source.isEmpty ? label(peer) : header.source)
+        observe(envelope, kind: kind, source: source, target: "motherboard", roundTrip: nil, correlationID: header.correlationID)
+    }
+
+    private func observe(_ envelope: Envelope, kind: String, source: String, target: String, roundTrip: Duration?, correlationID: UInt64) {
+        let header = envelope.header
+        let scope = header.scope.isRoot ? MonitorEvent.rootScope : header.scope.name
+        let trace = header.trace?.traceID
+        let isStore = header.kind == .dispatch || header.kind == .store
+        var base: MonitorEvent?
+        for (peer, monitor) in monitors.monitors
+        where monitor.request.filter.matches(kind: kind, scope: scope, source: source, target: target, type: header.typeName, trace: trace) {
+            guard monitors.hasWindow(peer) else {
+                monitors.drop(peer)
+                continue
+            }
+            if base == nil {
+                base = MonitorEvent(
+                    time: Date().timeIntervalSince1970, scope: scope, kind: kind, source: source, target: target, type: header.typeName,
+                    correlationID: correlationID, payloadBytes: envelope.payload.count,
+                    error: header.kind == .error ? header.typeName : nil,
+                    roundTripMicroseconds: roundTrip.map { Int($0.components.seconds * 1_000_000 + $0.components.attoseconds / 1_000_000_000_000) },
+                    trace: trace, span: header.trace?.spanIDText, dispatchID: header.dispatchID, store: isStore ? header.target : nil)
+            }
+            var event = base!
+            if monitor.request.payloadBytes > 0 {
+                let excerpt = MonitorEvent.excerpt(envelope.payload, limit: monitor.request.payloadBytes)
+                event.payload = excerpt.text
+                event.payloadCut = excerpt.cut
+            }
+            push(MonitorPush(dropped: monitor.dropped, event: event), to: peer)
+        }
+    }
+
+    private func push(_ push: MonitorPush, to peer: PeerID) {
+        let header = EnvelopeHeader(kind: .control, typeName: MonitorPush.typeName)
+        if transportSend(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(push)), to: peer) {
+            monitors.pushed(peer)
+        } else if !isConnected(peer) {
+            monitors.remove(peer)
+            logger.info("monitor detached: its connection is gone", metadata: ["peer": "\(label(peer))"])
+        } else {
+            monitors.failed(peer, reported: push.dropped)
+        }
+    }
+
+    /// Per tick: forgets monitors past their lease, and tells the others of drops that no
+    /// event has reported yet.
+    func tickMonitors(now: ContinuousClock.Instant) {
+        let expired = monitors.expire(now: now)
+        if expired > 0 { logger.info("monitors detached: not renewed", metadata: ["count": "\(expired)"]) }
+        for (peer, monitor) in monitors.monitors where monitor.dropped > 0 && monitors.hasWindow(peer) {
+            push(MonitorPush(dropped: monitor.dropped, event: nil), to: peer)
+        }
+    }
+}
