@@ -10,6 +10,12 @@ extension BusClient {
         return try PayloadCodec.decode(BoardList.self, from: reply.payload)
     }
 
+    /// The broker's metrics in the Prometheus text format (`busctl metrics`).
+    public func metrics(timeout: Duration = BusClient.defaultTimeout) async throws -> MetricsText {
+        let reply = try await request(Envelope(header: EnvelopeHeader(kind: .control, typeName: ControlOperation.metrics)), timeout: timeout)
+        return try PayloadCodec.decode(MetricsText.self, from: reply.payload)
+    }
+
     /// One board (`busctl status ID`).
     public func status(_ id: BoardID, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) async throws -> BoardInfo {
         let envelope = Envelope(

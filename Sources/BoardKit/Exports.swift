@@ -32,3 +32,4 @@
 @_exported import struct BusCore.MonitorRequest
 @_exported import struct BusCore.MonitorEvent
 @_exported import struct BusCore.MonitorPush
+@_exported import struct BusCore.MetricsText

@@ -218,3 +218,15 @@ public struct BoardState: RawRepresentable, Hashable, Sendable, Codable, CustomS
 
     public var description: String { name }
 }
+
+/// The answer to `metrics`: the broker's metrics in the Prometheus text exposition format.
+public struct MetricsText: BusPayload, Hashable {
+    /// The format's content type (`text/plain; version=0.0.4`).
+    public var format: String
+    public var text: String
+
+    public init(format: String = "text/plain; version=0.0.4", text: String) {
+        self.format = format
+        self.text = text
+    }
+}

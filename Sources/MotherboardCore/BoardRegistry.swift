@@ -40,8 +40,13 @@ final class LiveBoard {
     var activations = 0
     @exclusivity(unchecked) var commandsHandled = 0
     var actionsDelivered = 0
+    /// Its message counters and round-trip histogram.
+    let metrics: BoardMetrics
 
-    init(registration: Registration, peer: PeerID, registeredAt: ContinuousClock.Instant, lastSeen: ContinuousClock.Instant) {
+    init(
+        registration: Registration, peer: PeerID, registeredAt: ContinuousClock.Instant, lastSeen: ContinuousClock.Instant, metrics: BoardMetrics
+    ) {
+        self.metrics = metrics
         self.registration = registration
         self.peer = peer
         self.registeredAt = registeredAt

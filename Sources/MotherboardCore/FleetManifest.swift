@@ -158,11 +158,15 @@ public struct FleetManifest: Sendable, Hashable, Codable {
     public var scopes: [ScopeEntry]
     public var boards: [Board]
     public var flows: [Flow]
+    /// `HOST:PORT` to serve the broker's metrics on, over HTTP at `/metrics` (`--metrics-listen`
+    /// overrides it).
+    public var metricsListen: String?
 
-    public init(scopes: [ScopeEntry] = [], boards: [Board] = [], flows: [Flow] = []) {
+    public init(scopes: [ScopeEntry] = [], boards: [Board] = [], flows: [Flow] = [], metricsListen: String? = nil) {
         self.scopes = scopes
         self.boards = boards
         self.flows = flows
+        self.metricsListen = metricsListen
     }
 
     /// A manifest with chain flows only, e.g. `["a ->> b"]`.
@@ -175,6 +179,7 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         scopes = try container.decodeIfPresent([ScopeEntry].self, forKey: .scopes) ?? []
         boards = try container.decodeIfPresent([Board].self, forKey: .boards) ?? []
         flows = try container.decodeIfPresent([Flow].self, forKey: .flows) ?? []
+        metricsListen = try container.decodeIfPresent(String.self, forKey: .metricsListen)
     }
 
     /// Reads and checks a manifest file.
@@ -192,6 +197,7 @@ public struct FleetManifest: Sendable, Hashable, Codable {
     /// restart limits are numbers a duration can hold.
     public func validate() throws {
         _ = try ScopeTable(self)
+        if let metricsListen { _ = try MetricsEndpoint.parse(metricsListen) }
         try validateNumbers()
         var seen = Set<ScopedName>()
         for board in boards where !seen.insert(ScopedName(scope: board.scope, name: board.id.rawValue)).inserted {

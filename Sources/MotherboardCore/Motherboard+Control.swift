@@ -37,6 +37,9 @@ extension Motherboard {
                 let removal = try PayloadCodec.decode(FlowRemoval.self, from: envelope.payload)
                 try flows.remove(id: removal.id, requester: registry.board(for: peer)?.id)
                 reply(to: envelope, from: peer, with: Delivery(delivered: 0))
+            case ControlOperation.metrics:
+                refreshMetrics()
+                reply(to: envelope, from: peer, with: MetricsText(text: metrics.exposition()))
             case ControlOperation.monitor:
                 try startMonitor(envelope, from: peer, now: now)
             default:

@@ -53,6 +53,8 @@ extension Motherboard {
         guard let target = registry[ScopedName(scope: scope, name: Self.string(bytes, layout.target))] else { return nil }
         sender?.lastSeen = now
         target.commandsHandled += 1
+        (sender?.metrics ?? metrics.clients).received(.command)
+        target.metrics.sent(.command)
         let correlationID = forwardingCorrelationID(
             flags: layout.flags, correlationID: layout.correlationID, timeoutMilliseconds: layout.timeoutMilliseconds,
             to: target, client: peer, now: now)
@@ -74,6 +76,12 @@ extension Motherboard {
         else { return nil }
         sender.lastSeen = now
         HeaderLayout.setCorrelationID(request.clientCorrelationID, in: header)
+        sender.metrics.received(layout.kind)
+        if let sentAt = request.sentAt { sender.metrics.recordRoundTrip(sentAt.duration(to: now).wholeNanoseconds) }
+        (registry.board(for: request.client)?.metrics ?? metrics.clients).sent(layout.kind)
+        if layout.kind == .error {
+            metrics.countError(code: Self.string(UnsafeRawBufferPointer(header), layout.typeName), from: request.board.name)
+        }
         return request.client
     }
 

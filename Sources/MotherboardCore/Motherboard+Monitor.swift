@@ -130,7 +130,7 @@ extension Motherboard {
                     time: Date().timeIntervalSince1970, scope: scope, kind: kind, source: source, target: target, type: header.typeName,
                     correlationID: correlationID, payloadBytes: envelope.payload.count,
                     error: header.kind == .error ? header.typeName : nil,
-                    roundTripMicroseconds: roundTrip.map { Int($0.components.seconds * 1_000_000 + $0.components.attoseconds / 1_000_000_000_000) },
+                    roundTripMicroseconds: roundTrip.map { Int($0.wholeMicroseconds) },
                     trace: trace, span: header.trace?.spanIDText, dispatchID: header.dispatchID, store: isStore ? header.target : nil)
             }
             var event = base!

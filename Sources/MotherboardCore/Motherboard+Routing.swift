@@ -146,7 +146,9 @@ extension Motherboard {
             header.correlationID = request.clientCorrelationID
             header.source = request.board.name
             header.target = ""
-            send(Envelope(header: header, payload: answer.payload), to: request.client, roundTrip: request.sentAt.map { $0.duration(to: .now) })
+            let roundTrip = request.sentAt.map { $0.duration(to: .now) }
+            if let roundTrip, let board = registry[request.board] { board.metrics.recordRoundTrip(roundTrip.wholeNanoseconds) }
+            send(Envelope(header: header, payload: answer.payload), to: request.client, roundTrip: roundTrip)
         case .failure(let error):
             replyError(error, correlationID: request.clientCorrelationID, to: request.client)
         }

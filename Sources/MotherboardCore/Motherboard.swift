@@ -76,11 +76,14 @@ public final class Motherboard {
     private let transport: any MotherboardTransport
     let producer: (any BoardProducer)?
     let logger: Logger
+    /// Counters and histograms, in the Prometheus text format on request.
+    public let metrics: BrokerMetrics
 
     public init(
         manifest: FleetManifest, settings: MotherboardSettings = .init(), transport: any MotherboardTransport,
-        producer: (any BoardProducer)? = nil, logger: Logger
+        producer: (any BoardProducer)? = nil, logger: Logger, metrics: BrokerMetrics = BrokerMetrics()
     ) throws {
+        self.metrics = metrics
         self.manifest = manifest
         self.settings = settings
         self.scopes = try ScopeTable(manifest)
@@ -117,6 +120,7 @@ public final class Motherboard {
         }
         let sender = registry.board(for: peer)
         sender?.lastSeen = now
+        (sender?.metrics ?? metrics.clients).received(envelope.header.kind)
         if !monitors.isEmpty, Self.endsAtBroker(envelope.header.kind) { observeReceived(envelope, from: peer) }
         if sender == nil, retiredPeers.contains(peer), envelope.header.kind != .control {
             return reply(to: envelope, from: peer, error: BusError(.notRegistered, "this board instance has completed"))
@@ -167,6 +171,14 @@ public final class Motherboard {
         }
         restartDueBoards(now: now)
         if !monitors.isEmpty { tickMonitors(now: now) }
+        refreshMetrics()
+    }
+
+    /// Brings the gauges and the broker's own counts up to date in the metrics.
+    func refreshMetrics() {
+        metrics.update(
+            counters, boards: registry.boards.count, pending: replies.count, queued: supervisor.starting.values.reduce(0) { $0 + $1.queue.count },
+            monitors: monitors.count, monitorDrops: monitors.droppedTotal, restarts: supervisor.records.mapValues(\.restarts))
     }
 
     // MARK: - Registration and liveness
@@ -183,7 +195,10 @@ public final class Motherboard {
         if let noScope = noScopeError(registration.scope) {
             return reply(to: envelope, from: peer, error: noScope)
         }
-        let board = LiveBoard(registration: registration, peer: peer, registeredAt: now, lastSeen: now)
+        let name = ScopedName(scope: registration.scope, name: registration.id.rawValue)
+        let board = LiveBoard(
+            registration: registration, peer: peer, registeredAt: now, lastSeen: now,
+            metrics: registry[name]?.metrics ?? metrics.board(name))
         if let refusal = registrationRefusal(registration, name: board.name, from: peer) {
             counters.refusedRegistrations += 1
             logger.warning(
@@ -250,6 +265,8 @@ public final class Motherboard {
     /// Removes a board, its run-time flows, and fails every request waiting on it.
     func drop(_ name: ScopedName, reason: String) {
         guard let board = registry.remove(name) else { return }
+        // A manifest board keeps its series across restarts; another board's go with it.
+        if manifest.board(named: name.name, scope: name.scope) == nil { board.metrics.destroy() }
         flows.removeFlows(ownedBy: name)
         storesForget(board)
         logger.info("board dropped", metadata: ["board": "\(name)", "pid": "\(board.registration.pid)", "reason": "\(reason)"])
@@ -276,7 +293,14 @@ public final class Motherboard {
         if !monitors.isEmpty {
             observeSent(envelope, to: peer, origin: origin, roundTrip: roundTrip, clientCorrelationID: clientCorrelationID)
         }
+        countSent(envelope.header, to: registry.board(for: peer))
         if !transport.send(envelope, to: peer) { undeliverable(envelope.header.kind, to: peer, correlationID: envelope.header.correlationID) }
+    }
+
+    /// Counts a message the broker sends to `board` (nil: a client), and an error by its code.
+    func countSent(_ header: EnvelopeHeader, to board: LiveBoard?) {
+        (board?.metrics ?? metrics.clients).sent(header.kind)
+        if header.kind == .error { metrics.countError(code: header.typeName, from: header.source.isEmpty ? "motherboard" : header.source) }
     }
 
     /// A message could not be handed to `peer` (its queue is full, or it is gone): counted; a

@@ -18,11 +18,14 @@ public final class MotherboardServer: Service {
         /// Stop when the parent process exits (test harnesses use it so that no broker outlives a
         /// crashed test run).
         public var exitWithParent: Bool
+        /// Where to serve `/metrics` over HTTP (default: the manifest's `metricsListen`, else nowhere).
+        public var metricsListen: MetricsEndpoint.Address?
 
         public init(
             address: BusAddress, manifest: FleetManifest, binaryDirectory: String, settings: MotherboardSettings = .init(),
-            exitWithParent: Bool = false
+            exitWithParent: Bool = false, metricsListen: MetricsEndpoint.Address? = nil
         ) {
+            self.metricsListen = metricsListen
             self.address = address
             self.manifest = manifest
             self.binaryDirectory = binaryDirectory
@@ -85,6 +88,19 @@ public final class MotherboardServer: Service {
             startFailure = error
             logger.error("cannot start the fleet", metadata: ["error": "\(error)"])
         }
+        var metricsEndpoint: MetricsEndpoint?
+        let metricsFile = "\(address.runtimeDirectory)/metrics.addr"
+        if startFailure == nil, let listen = try options.metricsListen ?? options.manifest.metricsListen.map(MetricsEndpoint.parse) {
+            do {
+                let endpoint = try await MetricsEndpoint(address: listen, metrics: motherboard.metrics, logger: logger)
+                metricsEndpoint = endpoint
+                // Where a scraper (or a test that asked for port 0) finds it.
+                try "\(MetricsEndpoint.Address(host: listen.host, port: endpoint.port))\n".write(toFile: metricsFile, atomically: true, encoding: .utf8)
+            } catch {
+                startFailure = error
+                logger.error("cannot serve metrics", metadata: ["error": "\(error)"])
+            }
+        }
         let handler = RouterLoopHandler(motherboard: motherboard, transport: transport)
         let loop = try SocketLoop(
             name: "motherboard", socket: socket, handler: handler, tickInterval: .milliseconds(100), limits: options.settings.limits)
@@ -102,6 +118,8 @@ public final class MotherboardServer: Service {
         }
 
         await launcher.stopAll()
+        await metricsEndpoint?.stop()
+        try? FileManager.default.removeItem(atPath: metricsFile)
         loop.stop()
         context.terminate()
         try? FileManager.default.removeItem(atPath: pidFile)

@@ -12,7 +12,7 @@ struct Busctl: AsyncParsableCommand {
         abstract: "Inspect and drive a BoardBus fleet.",
         subcommands: [
             List.self, Status.self, Introspect.self, Tree.self, Flows.self, Call.self, Activate.self, Emit.self, Action.self, Dispatch.self,
-            State.self, Wait.self, Monitor.self,
+            State.self, Wait.self, Monitor.self, Metrics.self,
         ])
 }
 
@@ -271,6 +271,20 @@ extension Busctl {
                     printed += 1
                     if let limit, printed >= limit { return }
                 }
+            }
+        }
+    }
+
+    struct Metrics: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Print the motherboard's metrics in the Prometheus text format (what `--metrics-listen` serves at /metrics).")
+        @OptionGroup var options: GlobalOptions
+
+        func run() async throws {
+            try await options.withClient { client in
+                let metrics = try await client.metrics(timeout: options.deadline)
+                if options.json { return try options.printJSON(metrics) }
+                print(metrics.text, terminator: "")
             }
         }
     }

@@ -24,6 +24,9 @@ struct MotherboardCommand: AsyncParsableCommand {
     @Option(help: "Where board executables are (default: the directory of this executable).")
     var binDir: String?
 
+    @Option(help: "Serve metrics over HTTP at http://HOST:PORT/metrics (an IP address; port 0 picks one, written to <runtime dir>/metrics.addr).")
+    var metricsListen: String?
+
     @Flag(help: "Stop when the parent process exits (for test harnesses).")
     var exitWithParent = false
 
@@ -36,8 +39,11 @@ struct MotherboardCommand: AsyncParsableCommand {
         let logger = Logger(label: "motherboard")
         do {
             let fleet = try manifest.map(FleetManifest.load(path:)) ?? FleetManifest()
+            let listen = try metricsListen.map(MetricsEndpoint.parse)
             let server = MotherboardServer(
-                options: .init(address: address, manifest: fleet, binaryDirectory: binaries, exitWithParent: exitWithParent), logger: logger)
+                options: .init(
+                    address: address, manifest: fleet, binaryDirectory: binaries, exitWithParent: exitWithParent, metricsListen: listen),
+                logger: logger)
             let group = ServiceGroup(configuration: .init(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
             try await group.run()
         } catch let error as BusError {
