@@ -14,6 +14,15 @@ ensure_libzmq() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libzmq3-dev pkg-config python3 python3-zmq >&2
 }
 
+# The metrics tests check the exposition with prometheus_client's own parser, from PyPI, for
+# Debian's python3 (the one the tests run).
+ensure_prometheus_client() {
+    if /usr/bin/python3 -c 'import prometheus_client.parser' 2>/dev/null; then return 0; fi
+    echo "==> installing prometheus_client from PyPI (pip --user)" >&2
+    /usr/bin/python3 -m pip install --quiet --user --break-system-packages prometheus_client >&2 \
+        || /usr/bin/python3 -m pip install --quiet --user prometheus_client >&2
+}
+
 repo_root() {
     cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd
 }

@@ -81,7 +81,10 @@ extension Motherboard {
             logger.info("monitor attached", metadata: ["peer": "\(label(peer))", "monitors": "\(monitors.count + 1)"])
         }
         monitors.renew(peer, request, now: now)
-        reply(to: envelope, from: peer, with: Delivery(delivered: 0))
+        // Answered past the monitors: no monitor shows the monitor protocol itself.
+        if envelope.header.flags.contains(.replyExpected) {
+            _ = transportSend(envelope.reply(payload: PayloadCodec.encodeOrEmpty(Delivery(delivered: 0))), to: peer)
+        }
     }
 
     /// How a connection is shown: its board id, or `:` and its routing id in hex.
@@ -96,19 +99,18 @@ extension Motherboard {
     /// shown under the same one).
     func observeSent(_ envelope: Envelope, to peer: PeerID, origin: PeerID?, roundTrip: Duration?, clientCorrelationID: UInt64? = nil) {
         let header = envelope.header
-        guard let kind = MonitorEvent.kindName(header.kind), !monitors.contains(peer), origin.map({ !monitors.contains($0) }) ?? true else {
-            return
-        }
+        guard let kind = MonitorEvent.kindName(header.kind) else { return }
         let source = !header.source.isEmpty ? header.source : origin.map(label) ?? "motherboard"
         observe(
             envelope, kind: kind, source: source, target: label(peer), roundTrip: roundTrip,
             correlationID: clientCorrelationID ?? header.correlationID)
     }
 
-    /// A message that ends at the broker (an output, a control request, a registration…).
+    /// A message that ends at the broker (an output, a control request, a registration…); not
+    /// the monitors' own requests.
     func observeReceived(_ envelope: Envelope, from peer: PeerID) {
         let header = envelope.header
-        guard let kind = MonitorEvent.kindName(header.kind), !monitors.contains(peer) else { return }
+        guard let kind = MonitorEvent.kindName(header.kind), header.kind != .control || header.typeName != ControlOperation.monitor else { return }
         let source = registry.board(for: peer)?.id.rawValue ?? (header.source.isEmpty ? label(peer) : header.source)
         observe(envelope, kind: kind, source: source, target: "motherboard", roundTrip: nil, correlationID: header.correlationID)
     }
