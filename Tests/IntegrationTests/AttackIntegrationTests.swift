@@ -27,6 +27,11 @@ struct AttackIntegrationTests {
                 ["call", "bad!id", "greet"], ["call", "demo.greeter", "greet", "{nope"], ["status", "bad!id"], ["introspect", "bad..id"],
                 ["activate", "demo.greeter", "[1,"], ["emit", "bad!id", "T"], ["action", "a", "{"], ["wait", "bad!id"],
                 ["dispatch", "comments", "reply", "{}", "--id", ""],
+                // Monitor filters that could match nothing, and numbers out of range.
+                ["monitor", "--kind", "comand"], ["monitor", "--trace", "4BF92F3577B34DA6A3CE929D0E0E4736"], ["monitor", "--board", "bad!id"],
+                ["monitor", "--payload", "--cut", "0"], ["monitor", "--payload", "--cut", "inf"], ["monitor", "--window", "0"],
+                ["monitor", "--window", "1e20"], ["monitor", "--count", "-1"], ["monitor", "--for", "nan"],
+                ["monitor", "--input", "\(directory)/no-such-file"],
             ] {
                 let result = try await ChildProcess(
                     executable: "\(binaries)/busctl", arguments: arguments, environment: environment, directory: directory, name: "busctl"
@@ -126,7 +131,9 @@ struct AttackIntegrationTests {
                 return (answers, answeredSilent)
             }
             #expect(answers.0.count == 5)
-            for index in 0..<5 {
+            // Another version is its own code: a peer of version 2 (before the trace field) is told so.
+            #expect(answers.0[200]?.code == .unsupportedVersion)
+            for index in 1..<5 {
                 #expect(answers.0[UInt64(200 + index)]?.code == .malformed, "case \(index)")
             }
             #expect(answers.0[200]?.message.contains("version 1") == true)

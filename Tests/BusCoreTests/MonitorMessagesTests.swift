@@ -1,0 +1,40 @@
+import BusCore
+import Foundation
+import Testing
+
+@Suite("Monitor messages")
+struct MonitorMessagesTests {
+    /// The payload excerpt never splits a character: a cut inside a multi-byte one falls before it.
+    @Test func anExcerptIsCutBeforeACharacterThatDoesNotFit() {
+        let payload = Data(#"{"name":"Zoë 👋"}"#.utf8)  // ë is 2 bytes, 👋 is 4
+        for limit in 0...payload.count + 1 {
+            let (text, cut) = MonitorEvent.excerpt(payload, limit: limit)
+            #expect(text.utf8.count <= limit || !cut)
+            #expect(!text.contains("\u{FFFD}"), "limit \(limit): \(text)")
+            #expect(cut == (limit < payload.count))
+            #expect(payload.starts(with: Data(text.utf8)))
+        }
+        #expect(MonitorEvent.excerpt(payload, limit: 12).text == #"{"name":"Zo"#)
+        #expect(MonitorEvent.excerpt(payload, limit: 16).text == #"{"name":"Zoë "#)
+    }
+
+    @Test func filtersCombineListsWithAndAndValuesWithOr() {
+        let filter = MonitorFilter(boards: ["a", "b"], kinds: ["command"])
+        #expect(filter.matches(kind: "command", scope: "/", source: ":01", target: "b", type: "x", trace: nil))
+        #expect(filter.matches(kind: "command", scope: "/", source: "a", target: "motherboard", type: "x", trace: nil))
+        #expect(!filter.matches(kind: "reply", scope: "/", source: "a", target: "b", type: "x", trace: nil))
+        #expect(!filter.matches(kind: "command", scope: "/", source: "c", target: "d", type: "x", trace: nil))
+        let traced = MonitorFilter(traces: ["4bf92f3577b34da6a3ce929d0e0e4736"])
+        #expect(!traced.matches(kind: "command", scope: "/", source: "a", target: "b", type: "x", trace: nil))
+        #expect(traced.matches(kind: "command", scope: "/", source: "a", target: "b", type: "x", trace: "4bf92f3577b34da6a3ce929d0e0e4736"))
+    }
+
+    @Test func refusesAKindOrTraceThatCouldMatchNothing() {
+        #expect(throws: BusError.self) { try MonitorFilter(kinds: ["comand"]).validate() }
+        #expect(throws: BusError.self) { try MonitorFilter(traces: ["xyz"]).validate() }
+        #expect(throws: BusError.self) { try MonitorRequest(window: 0).validate() }
+        #expect(throws: BusError.self) { try MonitorRequest(payloadBytes: -1).validate() }
+        #expect(throws: BusError.self) { try MonitorRequest(payloadBytes: MonitorRequest.maximumPayloadBytes + 1).validate() }
+        #expect(throws: Never.self) { try MonitorRequest(filter: MonitorFilter(kinds: MonitorEvent.kindNames)).validate() }
+    }
+}
