@@ -21,20 +21,25 @@ public final class TestFleet: @unchecked Sendable {
     public let binaryDirectory: String
     private var broker: ChildProcess
     private let manifestPath: String
+    /// Set for the broker on top of the fleet's environment (e.g. `NOTIFY_SOCKET`).
+    private let brokerEnvironment: [String: String]
     private var extras: [ChildProcess] = []
     private let lock = NSLock()
     private var outputCounter = 0
 
     /// Starts a fleet from a manifest (JSON text), runs `body`, and stops everything.
+    /// `brokerEnvironment` is set for the broker (and so its boards) on top of the fleet's own.
     public static func with<T>(
-        manifest: String, waitForFleet: Bool = true, startupTimeout: Duration = .seconds(60),
+        manifest: String, waitForFleet: Bool = true, startupTimeout: Duration = .seconds(60), brokerEnvironment: [String: String] = [:],
         _ body: (TestFleet) async throws -> T
     ) async throws -> T {
-        let fleet = try await TestFleet(manifest: manifest, startupTimeout: startupTimeout, waitForFleet: waitForFleet)
+        let fleet = try await TestFleet(
+            manifest: manifest, startupTimeout: startupTimeout, waitForFleet: waitForFleet, brokerEnvironment: brokerEnvironment)
         return try await using(fleet, stop: { await $0.stop() }, body)
     }
 
-    private init(manifest: String, startupTimeout: Duration, waitForFleet: Bool) async throws {
+    private init(manifest: String, startupTimeout: Duration, waitForFleet: Bool, brokerEnvironment: [String: String]) async throws {
+        self.brokerEnvironment = brokerEnvironment
         binaryDirectory = try TestFleet.locateBinaries()
         let template = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-test-XXXXXX").path
         var buffer = Array(template.utf8CString)
@@ -45,7 +50,8 @@ public final class TestFleet: @unchecked Sendable {
         try manifest.write(toFile: manifestPath, atomically: true, encoding: .utf8)
         do {
             broker = try await TestFleet.startBroker(
-                binaryDirectory: binaryDirectory, manifestPath: manifestPath, address: address, directory: directory, name: "motherboard")
+                binaryDirectory: binaryDirectory, manifestPath: manifestPath, address: address, directory: directory, name: "motherboard",
+                environment: brokerEnvironment)
         } catch {
             try? FileManager.default.removeItem(atPath: directory)
             throw error
@@ -65,12 +71,12 @@ public final class TestFleet: @unchecked Sendable {
     }
 
     private static func startBroker(
-        binaryDirectory: String, manifestPath: String, address: BusAddress, directory: String, name: String
+        binaryDirectory: String, manifestPath: String, address: BusAddress, directory: String, name: String, environment: [String: String]
     ) async throws -> ChildProcess {
         try await ChildProcess(
             executable: try executable("motherboard", in: binaryDirectory),
             arguments: ["--manifest", manifestPath, "--runtime-dir", address.runtimeDirectory, "--exit-with-parent"],
-            environment: TestFleet.environment(for: address), directory: directory, name: name)
+            environment: TestFleet.environment(for: address).merging(environment) { $1 }, directory: directory, name: name)
     }
 
     /// Kills the broker with SIGKILL (its boards live on) and starts a new one on the same
@@ -81,7 +87,7 @@ public final class TestFleet: @unchecked Sendable {
         _ = try? await old.wait(timeout: .seconds(10))
         let fresh = try await TestFleet.startBroker(
             binaryDirectory: binaryDirectory, manifestPath: manifestPath, address: address, directory: directory,
-            name: nextOutputName("motherboard"))
+            name: nextOutputName("motherboard"), environment: brokerEnvironment)
         lock.withLock { broker = fresh }
         try await fresh.waitForOutput("READY", timeout: timeout)
     }

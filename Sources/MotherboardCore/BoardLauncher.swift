@@ -61,11 +61,13 @@ public final class BoardLauncher: Sendable {
         }
         let stem = BoardLauncher.fileStem(board)
         let logPath = "\(logDirectory)/\(stem).log"
-        if !fileManager.fileExists(atPath: logPath) { _ = fileManager.createFile(atPath: logPath, contents: nil) }
-        guard let log = FileHandle(forWritingAtPath: logPath) else {
-            throw BusError(.transport, "cannot open log file \(logPath)")
+        // For append: every write goes to the end as it is then, so a log truncated by a rotation
+        // (ours or logrotate's copytruncate) goes on at its new end, with no hole.
+        let descriptor = open(logPath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else {
+            throw BusError(.transport, "cannot open log file \(logPath): \(String(cString: strerror(errno)))")
         }
-        log.seekToEndOfFile()
+        let log = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
 
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)

@@ -20,6 +20,13 @@ extension Motherboard {
         }
     }
 
+    /// The manifest's always-on boards that are registered, and how many there are (for
+    /// readiness: `busctl wait`, the service manager's `READY=1`).
+    public var alwaysOnLive: (live: Int, expected: Int) {
+        let always = manifest.boards.filter { $0.start == .always }
+        return (always.filter { registry[ScopedName(scope: $0.scope, name: $0.id.rawValue)] != nil }.count, always.count)
+    }
+
     /// Starts a board's process; queued work waits until it registers.
     func startProcess(_ name: ScopedName, entry: FleetManifest.Board, now: ContinuousClock.Instant) throws {
         guard let producer else { throw BusError(.boardNotRunning, "this motherboard cannot start boards") }

@@ -20,12 +20,15 @@ public final class MotherboardServer: Service {
         public var exitWithParent: Bool
         /// Where to serve `/metrics` over HTTP (default: the manifest's `metricsListen`, else nowhere).
         public var metricsListen: MetricsEndpoint.Address?
+        /// Logs in `<runtime>/logs` past this size are rotated (copytruncate); 0: never. Default 10 MiB.
+        public var maximumLogBytes: Int
 
         public init(
             address: BusAddress, manifest: FleetManifest, binaryDirectory: String, settings: MotherboardSettings = .init(),
-            exitWithParent: Bool = false, metricsListen: MetricsEndpoint.Address? = nil
+            exitWithParent: Bool = false, metricsListen: MetricsEndpoint.Address? = nil, maximumLogBytes: Int = 10 << 20
         ) {
             self.metricsListen = metricsListen
+            self.maximumLogBytes = maximumLogBytes
             self.address = address
             self.manifest = manifest
             self.binaryDirectory = binaryDirectory
@@ -101,7 +104,11 @@ public final class MotherboardServer: Service {
                 logger.error("cannot serve metrics", metadata: ["error": "\(error)"])
             }
         }
-        let handler = RouterLoopHandler(motherboard: motherboard, transport: transport)
+        let notifier = SystemdNotifier()
+        notifier?.notify("STATUS=starting \(options.manifest.boards.filter { $0.start == .always }.count) always-on board(s)")
+        let rotation = LogRotation(directory: launcher.logDirectory, maximumBytes: options.maximumLogBytes)
+        rotation.start()
+        let handler = RouterLoopHandler(motherboard: motherboard, transport: transport, notifier: startFailure == nil ? notifier : nil)
         let loop = try SocketLoop(
             name: "motherboard", socket: socket, handler: handler, tickInterval: .milliseconds(100), limits: options.settings.limits)
         exits.connect(loop: loop, motherboard: motherboard)
@@ -117,7 +124,9 @@ public final class MotherboardServer: Service {
             logger.info("motherboard stopping")
         }
 
+        notifier?.notify("STOPPING=1\nSTATUS=stopping the fleet")
         await launcher.stopAll()
+        rotation.stop()
         await metricsEndpoint?.stop()
         try? FileManager.default.removeItem(atPath: metricsFile)
         loop.stop()
@@ -213,10 +222,12 @@ final class RouterLoopHandler: SocketLoopHandler {
     private let transport: RouterTransport
     private let clock = ContinuousClock()
     private var heap = HeapTrim()
+    private let notifier: SystemdNotifier?
 
-    init(motherboard: Motherboard, transport: RouterTransport) {
+    init(motherboard: Motherboard, transport: RouterTransport, notifier: SystemdNotifier? = nil) {
         self.motherboard = motherboard
         self.transport = transport
+        self.notifier = notifier
     }
 
     /// Commands and replies that need only a new correlation id go on in the frames they came in.
@@ -253,7 +264,12 @@ final class RouterLoopHandler: SocketLoopHandler {
     func tick(on socket: ZMQSocket) {
         transport.backlog.tick()
         heap.trimIfWorthwhile()
-        motherboard.tick(now: clock.now)
+        let now = clock.now
+        motherboard.tick(now: now)
+        if let notifier {
+            let (live, expected) = motherboard.alwaysOnLive
+            notifier.tick(live: live, expected: expected, now: now)
+        }
     }
 
     func stopping(on socket: ZMQSocket) {}

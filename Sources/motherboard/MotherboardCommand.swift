@@ -27,6 +27,10 @@ struct MotherboardCommand: AsyncParsableCommand {
     @Option(help: "Serve metrics over HTTP at http://HOST:PORT/metrics (an IP address; port 0 picks one, written to <runtime dir>/metrics.addr).")
     var metricsListen: String?
 
+    @Option(
+        help: "Rotate board logs past this many bytes (copytruncate, 3 old copies; 0: never; default $BOARDBUS_LOG_MAX_BYTES, else 10485760).")
+    var logMaxBytes: Int?
+
     @Flag(help: "Stop when the parent process exits (for test harnesses).")
     var exitWithParent = false
 
@@ -40,9 +44,14 @@ struct MotherboardCommand: AsyncParsableCommand {
         do {
             let fleet = try manifest.map(FleetManifest.load(path:)) ?? FleetManifest()
             let listen = try metricsListen.map(MetricsEndpoint.parse)
+            let logLimit = logMaxBytes ?? environment["BOARDBUS_LOG_MAX_BYTES"].flatMap { Int($0) } ?? 10 << 20
+            guard logLimit == 0 || logLimit >= 4096 else {
+                throw BusError(.badArgument, "--log-max-bytes must be 0 (never rotate) or at least 4096, not \(logLimit)")
+            }
             let server = MotherboardServer(
                 options: .init(
-                    address: address, manifest: fleet, binaryDirectory: binaries, exitWithParent: exitWithParent, metricsListen: listen),
+                    address: address, manifest: fleet, binaryDirectory: binaries, exitWithParent: exitWithParent, metricsListen: listen,
+                    maximumLogBytes: logLimit),
                 logger: logger)
             let group = ServiceGroup(configuration: .init(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
             try await group.run()

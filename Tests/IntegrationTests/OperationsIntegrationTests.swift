@@ -1,0 +1,108 @@
+import BoardKit
+import BoardKitTesting
+import BusCore
+import Foundation
+import Testing
+
+/// Running the fleet under a service manager: the notify protocol (with a datagram socket
+/// standing in for systemd) and log files that rotate without holes.
+@Suite("Operations", .serialized, .timeLimit(.minutes(3)))
+struct OperationsIntegrationTests {
+    /// A datagram socket where a service manager would listen for `sd_notify` messages.
+    final class NotifySocket {
+        let path: String
+        let descriptor: Int32
+
+        init(path: String) throws {
+            self.path = path
+            descriptor = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &address.sun_path) { buffer in
+                for (index, byte) in path.utf8.enumerated() { buffer[index] = byte }
+            }
+            let bound = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            guard descriptor >= 0, bound == 0 else { throw BusError(.transport, "cannot bind \(path)") }
+        }
+
+        deinit { close(descriptor) }
+
+        /// The next datagram, or nil after `timeout` milliseconds without one.
+        func receive(timeoutMilliseconds: Int32) -> String? {
+            var poller = pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, timeoutMilliseconds) == 1 else { return nil }
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let count = recv(descriptor, &buffer, buffer.count, 0)
+            return count > 0 ? String(decoding: buffer.prefix(count), as: UTF8.self) : nil
+        }
+
+        /// Datagrams until one contains `text` (returned with those before it), or `timeout` passes.
+        func receive(until text: String, timeout: Duration) -> [String] {
+            let deadline = ContinuousClock.now.advanced(by: timeout)
+            var received: [String] = []
+            while ContinuousClock.now < deadline {
+                guard let message = receive(timeoutMilliseconds: 200) else { continue }
+                received.append(message)
+                if message.contains(text) { break }
+            }
+            return received
+        }
+    }
+
+    /// `READY=1` comes once every always-on board is registered (never before), with a `STATUS=`;
+    /// `WATCHDOG=1` comes at half of `WATCHDOG_USEC`; `STOPPING=1` on SIGTERM.
+    @Test func theBrokerSpeaksTheNotifyProtocol() async throws {
+        try await withTemporaryDirectory("notify") { directory in
+            let systemd = try NotifySocket(path: "\(directory)/notify.sock")
+            let environment = ["NOTIFY_SOCKET": systemd.path, "WATCHDOG_USEC": "300000"]
+            try await TestFleet.with(manifest: exampleManifest, waitForFleet: false, brokerEnvironment: environment) { fleet in
+                let beforeReady = systemd.receive(until: "READY=1", timeout: .seconds(60))
+                let ready = try #require(beforeReady.last)
+                #expect(ready.contains("READY=1") && ready.contains("STATUS=fleet ready: 3 always-on board(s) running"), "\(beforeReady)")
+                #expect(!beforeReady.dropLast().contains { $0.contains("READY=1") })
+                // Ready means live: every always-on board answers at once.
+                let list = try await fleet.withClient { try await $0.list(timeout: .seconds(5)) }
+                #expect(list.waitingFor.isEmpty && list.boards.count == 3)
+                // Pings keep coming from the running loop (every ~150 ms).
+                var pings = 0
+                let deadline = ContinuousClock.now.advanced(by: .seconds(5))
+                while pings < 3, ContinuousClock.now < deadline {
+                    if systemd.receive(timeoutMilliseconds: 500)?.contains("WATCHDOG=1") == true { pings += 1 }
+                }
+                #expect(pings == 3)
+                // The service manager's stop: SIGTERM.
+                kill(fleet.brokerPID, SIGTERM)
+                let stopping = systemd.receive(until: "STOPPING=1", timeout: .seconds(20))
+                #expect(stopping.last?.contains("STOPPING=1") == true, "\(stopping)")
+            }
+        }
+    }
+
+    /// A board's log past the size limit is copied to `.1` and truncated; the board goes on
+    /// writing at the start of the emptied file (it is open for append), so neither file has a
+    /// hole of zero bytes, and the current one stays near the limit.
+    @Test func logsRotateAtTheirLimitWithoutHoles() async throws {
+        try await TestFleet.with(manifest: exampleManifest, brokerEnvironment: ["BOARDBUS_LOG_MAX_BYTES": "4096"]) { fleet in
+            let log = "\(fleet.address.runtimeDirectory)/logs/demo.greeter.log"
+            try await fleet.withClient { client in
+                // Each refused command is one warning line in the greeter's log.
+                func refusals(_ count: Int) async {
+                    for _ in 0..<count { _ = try? await client.call("demo.greeter", command: "nosuch", payload: Data("{}".utf8)) }
+                }
+                await refusals(40)
+                #expect(try await eventually { FileManager.default.fileExists(atPath: "\(log).1") })
+                await refusals(5)
+                #expect(try await eventually { (try? Data(contentsOf: URL(fileURLWithPath: log)))?.isEmpty == false })
+            }
+            for path in [log, "\(log).1"] {
+                let data = try Data(contentsOf: URL(fileURLWithPath: path))
+                #expect(!data.contains(0), "\(path) has a hole of zeros")
+                #expect(String(decoding: data, as: UTF8.self).contains("refused command"))
+            }
+            let size = try #require(try FileManager.default.attributesOfItem(atPath: log)[.size] as? Int)
+            #expect(size < 4096 + 64 * 1024)
+        }
+    }
+}
