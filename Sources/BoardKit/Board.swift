@@ -58,6 +58,8 @@ public struct Board: Sendable {
     @usableFromInline var immediateCommandHandlers: [String: ImmediateHandler] = [:]
     var actionHandlers: [String: Handler] = [:]
     var outputTypes: [String] = []
+    /// The shapes of the typed handlers' payloads, recorded as they are registered.
+    @usableFromInline var schemas = BoardSchemas()
     var startHandlers: [@Sendable (BoardContext) async throws -> Void] = []
     var storeEndpoints: [String: any StoreEndpoint] = [:]
 
@@ -74,6 +76,7 @@ public struct Board: Sendable {
         _: Input.Type, _ handler: @escaping @Sendable (Input, BoardContext) async throws -> Void
     ) {
         inputType = Input.busTypeName
+        schemas.input = PayloadSchema.of(Input.self)
         activationHandler = { envelope, context in
             let received = envelope.header.typeName
             if !received.isEmpty && received != Input.busTypeName {
@@ -116,6 +119,7 @@ public struct Board: Sendable {
         _: Command.Type, _ handler: @escaping @Sendable (Command, BoardContext) async throws -> Command.Reply
     ) {
         immediateCommandHandlers[Command.commandName] = nil
+        schemas.commands[Command.commandName] = BoardSchemas.Command(request: .of(Command.self), reply: .of(Command.Reply.self))
         commandHandlers[Command.commandName] = { envelope, context in
             let reply = try await handler(PayloadCodec.decode(Command.self, from: envelope.payload), context)
             return try PayloadCodec.encode(reply)
@@ -130,6 +134,7 @@ public struct Board: Sendable {
         _: Command.Type, _ handler: @escaping @Sendable (Command, BoardContext) throws -> Command.Reply
     ) {
         commandHandlers[Command.commandName] = nil
+        schemas.commands[Command.commandName] = BoardSchemas.Command(request: .of(Command.self), reply: .of(Command.Reply.self))
         immediateCommandHandlers[Command.commandName] = { envelope, context in
             try PayloadCodec.encode(handler(PayloadCodec.decode(Command.self, from: envelope.payload), context))
         }
@@ -139,6 +144,7 @@ public struct Board: Sendable {
     public mutating func onAction<Action: BoardAction>(
         _: Action.Type, _ handler: @escaping @Sendable (Action, BoardContext) async throws -> Void
     ) {
+        schemas.actions[Action.actionName] = PayloadSchema.of(Action.self)
         actionHandlers[Action.actionName] = { envelope, context in
             try await handler(PayloadCodec.decode(Action.self, from: envelope.payload), context)
             return Data()
@@ -148,6 +154,7 @@ public struct Board: Sendable {
     /// Declares an output type the board sends with `sendToMotherboard` (shown by `busctl introspect`).
     public mutating func declaresOutput<Output: BusPayload>(_: Output.Type) {
         if !outputTypes.contains(Output.busTypeName) { outputTypes.append(Output.busTypeName) }
+        schemas.outputs[Output.busTypeName] = PayloadSchema.of(Output.self)
     }
 
     /// Hosts a store: other processes dispatch to it, read and watch its state through the bus.
@@ -168,7 +175,7 @@ public struct Board: Sendable {
             id: id, pid: getpid(), scope: scope, inputType: inputType,
             commands: Set(commandHandlers.keys).union(immediateCommandHandlers.keys).sorted(),
             actions: actionHandlers.keys.sorted(), outputTypes: outputTypes, stores: storeEndpoints.keys.sorted(),
-            secret: Board.registrationSecret)
+            secret: Board.registrationSecret, schemas: schemas.isEmpty ? nil : schemas)
     }
 
     /// This process's registration secret: the one the motherboard handed it when it started the

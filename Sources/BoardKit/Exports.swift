@@ -33,3 +33,6 @@
 @_exported import struct BusCore.MonitorEvent
 @_exported import struct BusCore.MonitorPush
 @_exported import struct BusCore.MetricsText
+@_exported import class BusCore.PayloadSchema
+@_exported import protocol BusCore.PayloadSchemaProviding
+@_exported import struct BusCore.BoardSchemas

@@ -85,3 +85,8 @@ public struct BoardID: Hashable, Sendable, Codable, Comparable, CustomStringConv
 
     public static func < (lhs: BoardID, rhs: BoardID) -> Bool { lhs.rawValue < rhs.rawValue }
 }
+
+extension BoardID: PayloadSchemaProviding {
+    public static var payloadSchema: PayloadSchema { PayloadSchema(type: "string", title: "BoardID") }
+    public static var schemaPlaceholder: BoardID { BoardID("board") }
+}

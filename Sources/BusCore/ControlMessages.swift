@@ -22,11 +22,15 @@ public struct Registration: BusPayload, Hashable {
     /// secret of the live holder of an id can register that id again (a pid is no proof); a
     /// registration without one can take a free id only. Never shown by the broker.
     public var secret: String?
+    /// The shapes of the payloads it takes and sends, derived from its Codable types (for
+    /// `introspect`); absent from boards that declare none.
+    public var schemas: BoardSchemas?
 
     public init(
         id: BoardID, pid: Int32, scope: Scope = .root, inputType: String? = nil, commands: [String] = [], actions: [String] = [],
-        outputTypes: [String] = [], stores: [String] = [], secret: String? = nil
+        outputTypes: [String] = [], stores: [String] = [], secret: String? = nil, schemas: BoardSchemas? = nil
     ) {
+        self.schemas = schemas
         self.id = id
         self.pid = pid
         self.scope = scope
@@ -49,6 +53,7 @@ public struct Registration: BusPayload, Hashable {
         outputTypes = try container.decodeIfPresent([String].self, forKey: .outputTypes) ?? []
         stores = try container.decodeIfPresent([String].self, forKey: .stores) ?? []
         secret = try container.decodeIfPresent(String.self, forKey: .secret)
+        schemas = try container.decodeIfPresent(BoardSchemas.self, forKey: .schemas)
     }
 
     /// A new registration secret: 32 random bytes from the system's generator, as hex.

@@ -12,7 +12,8 @@ extension Duration {
         let (seconds, attoseconds) = components
         let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
         if overflow { return seconds < 0 ? .min : .max }
-        return scaled.addingReportingOverflow(attoseconds / 1_000_000_000).overflow ? (seconds < 0 ? .min : .max) : scaled + attoseconds / 1_000_000_000
+        return scaled.addingReportingOverflow(attoseconds / 1_000_000_000).overflow
+            ? (seconds < 0 ? .min : .max) : scaled + attoseconds / 1_000_000_000
     }
 
     /// The duration in whole microseconds (rounded down), saturating.

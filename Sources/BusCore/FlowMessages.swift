@@ -107,7 +107,10 @@ public struct Introspection: BusPayload, Hashable {
     public var outputTypes: [String]
     /// Flows whose sources or target name the board, or that it owns.
     public var flows: [FlowInfo]
-    public init(board: BoardInfo, outputTypes: [String], flows: [FlowInfo]) {
+    /// The shapes of its payloads, as JSON Schemas (when the board is live and declared them).
+    public var schemas: BoardSchemas?
+    public init(board: BoardInfo, outputTypes: [String], flows: [FlowInfo], schemas: BoardSchemas? = nil) {
+        self.schemas = schemas
         self.board = board
         self.outputTypes = outputTypes
         self.flows = flows

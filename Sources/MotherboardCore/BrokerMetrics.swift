@@ -81,7 +81,8 @@ public final class BrokerMetrics: @unchecked Sendable {
     }
 
     /// Per tick, on the loop thread: the gauges, and the broker's own counts since the last tick.
-    func update(_ counters: MotherboardCounters, boards live: Int, pending: Int, queued: Int, monitors: Int, monitorDrops: Int,
+    func update(
+        _ counters: MotherboardCounters, boards live: Int, pending: Int, queued: Int, monitors: Int, monitorDrops: Int,
         restarts records: [ScopedName: Int]
     ) {
         boards.record(live)

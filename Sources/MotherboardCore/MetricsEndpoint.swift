@@ -54,7 +54,8 @@ public final class MetricsEndpoint: Sendable {
     /// Starts listening; returns once the socket is bound (throws `badArgument` when it cannot be).
     public init(address: Address, metrics: BrokerMetrics, logger: Logger) async throws {
         let socketAddress: any SocketAddress =
-            address.isIPv6 ? try sockaddr_in6.inet6(ip6: address.host, port: address.port) : try sockaddr_in.inet(ip4: address.host, port: address.port)
+            address.isIPv6
+            ? try sockaddr_in6.inet6(ip6: address.host, port: address.port) : try sockaddr_in.inet(ip4: address.host, port: address.port)
         server = HTTPServer(address: socketAddress, timeout: 15, logger: .disabled)
         await server.appendRoute("GET,HEAD /metrics") { _ in
             HTTPResponse(statusCode: .ok, headers: [.contentType: Self.contentType], body: Data(metrics.exposition().utf8))

@@ -21,7 +21,8 @@ extension Motherboard {
                 reply(
                     to: envelope, from: peer,
                     with: Introspection(
-                        board: board, outputTypes: registry[name]?.registration.outputTypes ?? [], flows: flows.touching(name)))
+                        board: board, outputTypes: registry[name]?.registration.outputTypes ?? [], flows: flows.touching(name),
+                        schemas: registry[name]?.registration.schemas))
             case ControlOperation.tree:
                 reply(to: envelope, from: peer, with: tree(now: now))
             case ControlOperation.flows:

@@ -251,7 +251,9 @@ extension Motherboard {
                 header.flags.remove(.replyExpected)
                 header.correlationID = 0
             }
-            send(Envelope(header: header, payload: envelope.payload), to: subscriber.peer, origin: peer, clientCorrelationID: envelope.header.correlationID)
+            send(
+                Envelope(header: header, payload: envelope.payload), to: subscriber.peer, origin: peer,
+                clientCorrelationID: envelope.header.correlationID)
         }
         if !acknowledged { reply(to: envelope, from: peer, with: Delivery(delivered: subscribers.count)) }
     }

@@ -98,7 +98,8 @@ public final class MotherboardServer: Service {
                 let endpoint = try await MetricsEndpoint(address: listen, metrics: motherboard.metrics, logger: logger)
                 metricsEndpoint = endpoint
                 // Where a scraper (or a test that asked for port 0) finds it.
-                try "\(MetricsEndpoint.Address(host: listen.host, port: endpoint.port))\n".write(toFile: metricsFile, atomically: true, encoding: .utf8)
+                try "\(MetricsEndpoint.Address(host: listen.host, port: endpoint.port))\n".write(
+                    toFile: metricsFile, atomically: true, encoding: .utf8)
             } catch {
                 startFailure = error
                 logger.error("cannot serve metrics", metadata: ["error": "\(error)"])

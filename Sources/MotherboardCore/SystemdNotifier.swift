@@ -56,7 +56,8 @@ public final class SystemdNotifier: @unchecked Sendable {
     /// Per tick of the routing loop: readiness and status from the always-on boards live, and the
     /// watchdog ping when due.
     func tick(live: Int, expected: Int, now: ContinuousClock.Instant) {
-        let status = live >= expected ? "fleet ready: \(live) always-on board(s) running" : "starting: \(live) of \(expected) always-on board(s) running"
+        let status =
+            live >= expected ? "fleet ready: \(live) always-on board(s) running" : "starting: \(live) of \(expected) always-on board(s) running"
         if !isReady, live >= expected {
             isReady = true
             lastStatus = status

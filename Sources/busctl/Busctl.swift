@@ -95,6 +95,7 @@ extension Busctl {
                     """)
                 for flow in found.flows { print("  #\(flow.id)  \(flow)") }
                 if found.flows.isEmpty { print("  -") }
+                if let schemas = found.schemas { printSchemas(schemas) }
             }
         }
     }
@@ -152,11 +153,22 @@ extension Busctl {
         func validate() throws { try options.validated { _ = (try boardID(id), try jsonPayload(payload)) } }
 
         func run() async throws {
-            try await options.withClient { client in try await tracing.run {
-                let reply = try await client.call(
-                    try boardID(id), command: command, payload: try jsonPayload(payload), scope: options.scope, timeout: options.deadline)
-                print(options.json ? String(decoding: reply, as: UTF8.self) : prettyJSON(reply))
-            } }
+            try await options.withClient { client in
+                try await tracing.run {
+                    let target = try boardID(id)
+                    let reply: Data
+                    do {
+                        reply = try await client.call(
+                            target, command: command, payload: try jsonPayload(payload), scope: options.scope, timeout: options.deadline)
+                    } catch let error as BusError where error.code == .typeMismatch {
+                        // Say what the board expects, from its introspection (best effort).
+                        let found = try? await client.introspect(target, scope: options.scope, timeout: .seconds(2))
+                        guard let expected = found?.schemas?.commands[command]?.request.summary else { throw error }
+                        throw BusError(error.code, "\(error.message); '\(command)' expects \(expected)")
+                    }
+                    print(options.json ? String(decoding: reply, as: UTF8.self) : prettyJSON(reply))
+                }
+            }
         }
     }
 
@@ -172,12 +184,15 @@ extension Busctl {
         func validate() throws { try options.validated { _ = (try boardID(id), try jsonPayload(payload)) } }
 
         func run() async throws {
-            try await options.withClient { client in try await tracing.run {
-                let target = try boardID(id)
-                try await client.activate(target, typeName: type, payload: try jsonPayload(payload), scope: options.scope, timeout: options.deadline)
-                if options.json { return try options.printJSON(Delivery(delivered: 1)) }
-                print("activated \(target)")
-            } }
+            try await options.withClient { client in
+                try await tracing.run {
+                    let target = try boardID(id)
+                    try await client.activate(
+                        target, typeName: type, payload: try jsonPayload(payload), scope: options.scope, timeout: options.deadline)
+                    if options.json { return try options.printJSON(Delivery(delivered: 1)) }
+                    print("activated \(target)")
+                }
+            }
         }
     }
 
@@ -193,12 +208,14 @@ extension Busctl {
         func validate() throws { try options.validated { _ = (try boardID(id), try jsonPayload(payload)) } }
 
         func run() async throws {
-            try await options.withClient { client in try await tracing.run {
-                let delivery = try await client.emit(
-                    from: try boardID(id), typeName: output, payload: try jsonPayload(payload), scope: options.scope, timeout: options.deadline)
-                if options.json { return try options.printJSON(delivery) }
-                print("\(output) from \(id) ran \(delivery.delivered) flow(s)")
-            } }
+            try await options.withClient { client in
+                try await tracing.run {
+                    let delivery = try await client.emit(
+                        from: try boardID(id), typeName: output, payload: try jsonPayload(payload), scope: options.scope, timeout: options.deadline)
+                    if options.json { return try options.printJSON(delivery) }
+                    print("\(output) from \(id) ran \(delivery.delivered) flow(s)")
+                }
+            }
         }
     }
 
@@ -213,11 +230,13 @@ extension Busctl {
         func validate() throws { try options.validated { _ = try jsonPayload(payload) } }
 
         func run() async throws {
-            try await options.withClient { client in try await tracing.run {
-                let delivery = try await client.action(name, payload: try jsonPayload(payload), scope: options.scope, timeout: options.deadline)
-                if options.json { return try options.printJSON(delivery) }
-                print("action \(name) delivered to \(delivery.delivered) board(s)")
-            } }
+            try await options.withClient { client in
+                try await tracing.run {
+                    let delivery = try await client.action(name, payload: try jsonPayload(payload), scope: options.scope, timeout: options.deadline)
+                    if options.json { return try options.printJSON(delivery) }
+                    print("action \(name) delivered to \(delivery.delivered) board(s)")
+                }
+            }
         }
     }
 
@@ -239,13 +258,15 @@ extension Busctl {
         }
 
         func run() async throws {
-            try await options.withClient { client in try await tracing.run {
-                let ack = try await client.dispatch(
-                    store: store, action: action, payload: try jsonPayload(payload), dispatchID: id, scope: options.scope,
-                    timeout: options.deadline)
-                if options.json { return try options.printJSON(ack) }
-                print("\(action) \(ack.applied ? "applied" : "already applied") to \(store) as change \(ack.sequence)")
-            } }
+            try await options.withClient { client in
+                try await tracing.run {
+                    let ack = try await client.dispatch(
+                        store: store, action: action, payload: try jsonPayload(payload), dispatchID: id, scope: options.scope,
+                        timeout: options.deadline)
+                    if options.json { return try options.printJSON(ack) }
+                    print("\(action) \(ack.applied ? "applied" : "already applied") to \(store) as change \(ack.sequence)")
+                }
+            }
         }
     }
 
@@ -326,6 +347,17 @@ func printTable(header: [String], rows: [[String]]) {
         while line.last == " " { line.removeLast() }
         print(line)
     }
+}
+
+/// The payload shapes `introspect` shows: input, each command (request → reply), output, action.
+func printSchemas(_ schemas: BoardSchemas) {
+    print("payloads:")
+    if let input = schemas.input { print("  input \(input.title ?? "")  \(input.summary)") }
+    for (name, command) in schemas.commands.sorted(by: { $0.key < $1.key }) {
+        print("  command \(name)  \(command.request.summary) → \(command.reply.summary)")
+    }
+    for (name, output) in schemas.outputs.sorted(by: { $0.key < $1.key }) { print("  output \(name)  \(output.summary)") }
+    for (name, action) in schemas.actions.sorted(by: { $0.key < $1.key }) { print("  action \(name)  \(action.summary)") }
 }
 
 /// A list for people: comma-separated, or "-" when empty.

@@ -45,7 +45,9 @@ extension Busctl {
         func run() async throws {
             let request = try options.validated { try monitorRequest() }
             let limit = try options.validated { try count.map { try busctl.count($0, option: "--count") } }
-            let stopAfter = try options.validated { try duration.map { try seconds($0, option: "--for", maximum: GlobalOptions.maximumTimeoutSeconds) } }
+            let stopAfter = try options.validated {
+                try duration.map { try seconds($0, option: "--for", maximum: GlobalOptions.maximumTimeoutSeconds) }
+            }
             let printer = try options.validated { try MonitorPrinter(json: options.json, outputPath: output, limit: limit) }
             defer { printer.close() }
             if let input {

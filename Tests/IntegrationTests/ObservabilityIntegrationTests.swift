@@ -78,7 +78,14 @@ struct ObservabilityIntegrationTests {
             let replayed = replay.standardOutput.split(separator: "\n").compactMap {
                 try? PayloadCodec.decode(MonitorEvent.self, from: Data($0.utf8))
             }
-            #expect(replayed == all.events.filter { $0.trace == String(trace) }.map { var event = $0; event.payload = nil; event.payloadCut = nil; return event })
+            #expect(
+                replayed
+                    == all.events.filter { $0.trace == String(trace) }.map {
+                        var event = $0
+                        event.payload = nil
+                        event.payloadCut = nil
+                        return event
+                    })
             #expect(replayed.map(\.time) == replayed.map(\.time).sorted())
             // Text mode and a combined filter on the same file.
             let text = try await fleet.busctl("monitor", "--input", all.output, "--board", "demo.greeter", "--kind", "activation")
@@ -160,6 +167,31 @@ struct ObservabilityIntegrationTests {
                 #expect(exposition.value("boardbus_request_duration_seconds_count", ["board": "demo.greeter"]) == 4)
                 #expect(exposition.value("boardbus_boards", [:]) == 3)
             }
+        }
+    }
+
+    /// `busctl introspect` shows each payload's shape, derived from the board's Codable types;
+    /// `--json` gives JSON Schemas; a call whose payload does not match says what was expected.
+    @Test func introspectionShowsPayloadShapesAndACallSaysWhatItExpects() async throws {
+        try await TestFleet.with(manifest: exampleManifest) { fleet in
+            let json = try await fleet.busctl("introspect", "demo.greeter", "--json")
+            let found = try decode(Introspection.self, from: json)
+            let schemas = try #require(found.schemas)
+            let greet = try #require(schemas.commands["greet"])
+            #expect(greet.request.type == "object" && greet.request.properties?["name"]?.type == "string" && greet.request.required == ["name"])
+            #expect(greet.reply.properties?["message"]?.type == "string")
+            #expect(schemas.input?.properties?["name"]?.type == "string")
+            #expect(schemas.actions["auth.userLoggedIn"]?.properties?["username"]?.type == "string")
+            #expect(json.standardOutput.contains(#""required" : ["#))
+            let login = try decode(Introspection.self, from: try await fleet.busctl("introspect", "auth.login", "--json"))
+            #expect(login.schemas?.outputs["LoginSucceeded"]?.properties?.keys.sorted() == ["token", "username"])
+
+            let text = try await fleet.busctl("introspect", "demo.greeter")
+            #expect(text.standardOutput.contains("command greet  {name: string} → {message: string}"))
+
+            let wrong = try await fleet.busctl("call", "demo.greeter", "greet", #"{"nam":"x"}"#)
+            #expect(wrong.exitCode == 1)
+            #expect(wrong.standardError.contains("busctl: typeMismatch: ") && wrong.standardError.contains("'greet' expects {name: string}"))
         }
     }
 
