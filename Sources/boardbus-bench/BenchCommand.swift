@@ -171,6 +171,8 @@ struct BenchCommand: AsyncParsableCommand {
                 report.throughput("\(label), \(typed)", baseline: baseRate, boardBus: typedRate, judged: judged ? "typed echo" : nil)
             }
 
+            try await observabilityCosts(bus: bus, fleet: fleet, settings: settings, report: report)
+
             progress("broker memory over \(Int(settings.memorySeconds)) s of load")
             let memoryStart = residentKiB(of: brokerPID) ?? 0
             let messages =
@@ -200,6 +202,47 @@ struct BenchCommand: AsyncParsableCommand {
         print("")
         print(report.render())
     }
+}
+
+/// What seeing the fleet costs, BoardBus against itself in alternated rounds: the raw echo
+/// without anything, with each request in a new trace (the header's trace context, the board's
+/// handler under it), and with one monitor attached that reads everything.
+func observabilityCosts(bus: BoardBusBench, fleet: TestFleet, settings: BenchSettings, report: Report) async throws {
+    let payload = echoPayload(bytes: 100)
+    let rounds = 5
+    let (count, warmup) = (settings.latencyRequests / 2 / rounds, settings.warmupRequests / rounds)
+    let seconds = settings.throughputSeconds / 2 / Double(rounds)
+    var (plain, traced, monitored) = (makeHistogram(), makeHistogram(), makeHistogram())
+    var (plainRate, tracedRate, monitoredRate) = (0.0, 0.0, 0.0)
+    var (shown, dropped) = (0, 0)
+    for round in 1...rounds {
+        progress("costs of trace context and a monitor: round \(round)/\(rounds)")
+        plain.add(try await bus.latency(payload: payload, requests: count, warmup: warmup, command: "echo.raw"))
+        plainRate +=
+            try await bus.throughput(
+                payload: payload, clients: settings.clients, window: settings.window, seconds: seconds, command: "echo.raw") / Double(rounds)
+        traced.add(try await bus.latency(payload: payload, requests: count, warmup: warmup, command: "echo.raw", traced: true))
+        tracedRate +=
+            try await bus.throughput(
+                payload: payload, clients: settings.clients, window: settings.window, seconds: seconds, command: "echo.raw", traced: true)
+            / Double(rounds)
+        let monitor = try await AttachedMonitor.attach(fleet)
+        monitored.add(try await bus.latency(payload: payload, requests: count, warmup: warmup, command: "echo.raw"))
+        monitoredRate +=
+            try await bus.throughput(
+                payload: payload, clients: settings.clients, window: settings.window, seconds: seconds, command: "echo.raw") / Double(rounds)
+        let read = await monitor.detach()
+        shown += read.events
+        dropped += read.dropped
+    }
+    let (p, t, m) = (LatencySummary(plain), LatencySummary(traced), LatencySummary(monitored))
+    report.cost("round trip 100 B p50 (µs), trace context on every request", without: p.p50, with: t.p50)
+    report.cost("round trip 100 B p99 (µs), trace context on every request", without: p.p99, with: t.p99)
+    report.cost("throughput 100 B (msg/s), trace context on every request", without: plainRate, with: tracedRate, decimals: 0)
+    report.cost("round trip 100 B p50 (µs), one monitor attached", without: p.p50, with: m.p50)
+    report.cost("round trip 100 B p99 (µs), one monitor attached", without: p.p99, with: m.p99)
+    report.cost("throughput 100 B (msg/s), one monitor attached", without: plainRate, with: monitoredRate, decimals: 0)
+    report.single("monitor lines shown / dropped (window 1000) while attached", milliseconds: Double(shown), unit: " / \(dropped)")
 }
 
 /// The baseline's round trips and BoardBus's (one histogram per echo command), alternated in

@@ -9,15 +9,19 @@ struct BoardBusBench {
     let fleet: TestFleet
     static let board: BoardID = "bench.echo"
 
-    func latency(payload: Data, requests: Int, warmup: Int, command: String = "echo") async throws -> Histogram<UInt64> {
+    /// With `traced`, each request starts a new trace (the header carries a W3C trace context).
+    func latency(payload: Data, requests: Int, warmup: Int, command: String = "echo", traced: Bool = false) async throws -> Histogram<UInt64> {
         let client = try BusClient(address: fleet.address)
         defer { client.close() }
         // The caller runs on the client's socket thread (its task executor), as a board's handlers do.
         return try await withTaskExecutorPreference(client.executor) {
             var histogram = makeHistogram()
             for index in 0..<(warmup + requests) {
+                let trace = traced ? TraceContext.newTrace() : nil
                 let start = monotonicNanoseconds()
-                _ = try await client.call(Self.board, command: command, payload: payload, timeout: .seconds(5))
+                _ = try await BusTrace.$current.withValue(trace) {
+                    try await client.call(Self.board, command: command, payload: payload, timeout: .seconds(5))
+                }
                 if index >= warmup { _ = histogram.record(monotonicNanoseconds() - start) }
             }
             return histogram
@@ -25,7 +29,9 @@ struct BoardBusBench {
     }
 
     /// `clients` connections, each with `window` requests in flight, for `seconds`.
-    func throughput(payload: Data, clients: Int, window: Int, seconds: Double, command: String = "echo") async throws -> Double {
+    func throughput(
+        payload: Data, clients: Int, window: Int, seconds: Double, command: String = "echo", traced: Bool = false
+    ) async throws -> Double {
         let connections = try (0..<clients).map { _ in try BusClient(address: fleet.address) }
         defer { connections.forEach { $0.close() } }
         let deadline = monotonicNanoseconds() + UInt64(seconds * 1e9)
@@ -36,7 +42,9 @@ struct BoardBusBench {
                     group.addTask(executorPreference: client.executor) {
                         var completed = 0
                         while monotonicNanoseconds() < deadline {
-                            _ = try await client.call(Self.board, command: command, payload: payload, timeout: .seconds(10))
+                            _ = try await BusTrace.$current.withValue(traced ? TraceContext.newTrace() : nil) {
+                                try await client.call(Self.board, command: command, payload: payload, timeout: .seconds(10))
+                            }
                             completed += 1
                         }
                         return completed
@@ -69,6 +77,34 @@ struct BoardBusBench {
         let result = try await fleet.busctl("list", timeout: .seconds(30))
         guard result.exitCode == 0 else { throw BusError(.transport, "busctl list failed: \(result.standardError)") }
         return Double(monotonicNanoseconds() - start) / 1e6
+    }
+}
+
+/// A `busctl monitor`-like consumer attached to everything the broker routes, on its own
+/// connection, reading as fast as it can; detached by closing that connection.
+struct AttachedMonitor {
+    let client: BusClient
+    let reader: Task<(events: Int, dropped: Int), Never>
+
+    static func attach(_ fleet: TestFleet) async throws -> AttachedMonitor {
+        let client = try BusClient(address: fleet.address)
+        let stream = try await client.monitor(MonitorRequest(), timeout: .seconds(5))
+        let reader = Task { () -> (events: Int, dropped: Int) in
+            var (events, dropped) = (0, 0)
+            for await push in stream {
+                dropped += push.dropped
+                if push.event != nil { events += 1 }
+            }
+            return (events, dropped)
+        }
+        return AttachedMonitor(client: client, reader: reader)
+    }
+
+    /// Detaches; returns what it read and what the broker dropped for it.
+    func detach() async -> (events: Int, dropped: Int) {
+        client.close()
+        reader.cancel()
+        return await reader.value
     }
 }
 

@@ -4,6 +4,8 @@ import Foundation
 final class Report {
     private var rows: [[String]] = []
     private var verdicts: [String] = []
+    /// BoardBus against itself: a figure without and with a feature, same run.
+    private var costs: [[String]] = []
 
     /// - Parameter judged: when set, the targets are judged on these figures, named so.
     func latency(_ label: String, baseline: LatencySummary, boardBus: LatencySummary, judged: String? = nil) {
@@ -48,6 +50,11 @@ final class Report {
             detail: "\(result.afterKiB - result.beforeKiB) KiB more than before \(result.boards) boards came and went")
     }
 
+    /// A cost row: BoardBus without and with a feature (a monitor attached, trace context).
+    func cost(_ label: String, without: Double, with: Double, decimals: Int = 1) {
+        costs.append([label, format(without, decimals: decimals), format(with, decimals: decimals), ratio(with, without)])
+    }
+
     func single(_ label: String, milliseconds: Double, unit: String = " (ms)") {
         rows.append(["\(label)\(unit)", "", format(milliseconds, decimals: 2), ""])
     }
@@ -66,6 +73,16 @@ final class Report {
         }
         var text = [line(header), "|" + widths.map { String(repeating: "-", count: $0 + 2) }.joined(separator: "|") + "|"]
         text += rows.map(line)
+        if !costs.isEmpty {
+            let header = ["cost of (BoardBus against itself)", "without", "with", "with / without"]
+            let all = [header] + costs
+            let widths = header.indices.map { column in all.map { $0[column].count }.max() ?? 0 }
+            func costLine(_ row: [String]) -> String {
+                "| " + row.enumerated().map { $1.padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(separator: " | ") + " |"
+            }
+            text += ["", costLine(header), "|" + widths.map { String(repeating: "-", count: $0 + 2) }.joined(separator: "|") + "|"]
+            text += costs.map(costLine)
+        }
         text.append("")
         text += verdicts
         return text.joined(separator: "\n")

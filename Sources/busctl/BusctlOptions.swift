@@ -69,15 +69,28 @@ struct GlobalOptions: ParsableArguments {
 }
 
 /// `--trace`: the verb's message starts a new W3C trace, whose id is printed on stderr
-/// (`trace <32 hex digits>`) before it is sent; `busctl monitor --trace ID` shows that trace.
+/// (`trace <32 hex digits>`) before it is sent; `--trace-id ID` starts it with a given id (one
+/// taken from another system, or a script's); `busctl monitor --trace ID` shows that trace.
 struct TraceOption: ParsableArguments {
     @Flag(name: .long, help: "Start a trace with this message and print its id on stderr.")
     var trace = false
 
-    /// Runs `body` under a new trace when `--trace` is given.
+    @Option(name: .customLong("trace-id"), help: "Start a trace with this id (32 lowercase hex digits, not all zero).")
+    var traceID: String?
+
+    func validate() throws {
+        if let traceID, !TraceContext.isTraceID(traceID) {
+            FileHandle.standardError.write(
+                Data("busctl: badArgument: '\(traceID.escapedForDisplay())' is not a trace id (32 lowercase hex digits, not all zero)\n".utf8))
+            throw ExitCode(2)
+        }
+    }
+
+    /// Runs `body` under a new trace when `--trace` or `--trace-id` is given.
     func run(_ body: () async throws -> Void) async throws {
-        guard trace else { return try await body() }
-        let context = TraceContext.newTrace()
+        guard trace || traceID != nil else { return try await body() }
+        var context = TraceContext.newTrace()
+        if let traceID, let given = TraceContext(traceparent: "00-\(traceID)-\(context.spanIDText)-01") { context = given }
         FileHandle.standardError.write(Data("trace \(context.traceID)\n".utf8))
         try await BusTrace.$current.withValue(context) { try await body() }
     }

@@ -55,6 +55,7 @@ extension Busctl {
             }
             try await options.withClient { client in
                 let stream = try await client.monitor(request, timeout: options.deadline)
+                FileHandle.standardError.write(Data("Monitoring the bus at \(client.address.endpoint); Ctrl-C stops.\n".utf8))
                 try await withThrowingTaskGroup(of: Void.self) { group in
                     group.addTask {
                         for await push in stream where !printer.show(push) { return }

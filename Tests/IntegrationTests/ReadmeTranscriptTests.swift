@@ -9,7 +9,10 @@ import Testing
 /// a pid shown twice must be the same process both times, and every count comes from this run).
 /// Flow ids are the one thing left to chance (boards register their run-time flows as their
 /// processes come up, in no fixed order): `busctl flows` is compared as a set of rows without the
-/// id column, and `#N` flow ids are blanked.
+/// id column, and `#N` flow ids are blanked. In monitor lines, clock times, the routing ids of
+/// connections that are not boards (`:0a1b2c3d4e`) and round-trip times are blanked. A command
+/// ending in `&` runs in the background (a monitor): the walkthrough goes on once it has said
+/// "Monitoring", and it is stopped at the end.
 ///
 /// `BOARDBUS_UPDATE_README=1 swift test --filter ReadmeTranscript` writes this run's output into
 /// the README instead of comparing, for a person to review with `git diff`.
@@ -29,6 +32,8 @@ struct ReadmeTranscriptTests {
         /// Whether the command only reads, so that it may be repeated until the fleet has settled
         /// (an on-demand board that is still working, a flow that is still running).
         var repeatable: Bool
+        /// Started in the background (`… &`), not waited for.
+        var background = false
     }
 
     static func steps(in lines: [String]) -> [Step] {
@@ -50,11 +55,12 @@ struct ReadmeTranscriptTests {
             }
             let text = String(line.dropFirst(2))
             let (command, comment) = splitComment(text)
-            guard command.hasPrefix("busctl "), !command.hasSuffix("&") else { continue }
+            guard command.hasPrefix("busctl ") else { continue }
+            let background = command.hasSuffix("&")
             steps.append(
                 Step(
-                    command: command, line: index, end: -1, shown: [], compared: !comment.contains("(abridged)"),
-                    repeatable: isReadOnly(command)))
+                    command: background ? String(command.dropLast()).trimmingCharacters(in: .whitespaces) : command, line: index, end: -1,
+                    shown: [], compared: !comment.contains("(abridged)") && !background, repeatable: isReadOnly(command), background: background))
         }
         for index in steps.indices {
             var shown = Array(lines[(steps[index].line + 1)..<steps[index].end])
@@ -74,7 +80,8 @@ struct ReadmeTranscriptTests {
     static func isReadOnly(_ command: String) -> Bool {
         let words = command.split(separator: " ").map(String.init)
         guard words.count > 1 else { return false }
-        if ["list", "tree", "flows", "status", "introspect", "wait"].contains(words[1]) { return true }
+        if ["list", "tree", "flows", "status", "introspect", "wait", "metrics"].contains(words[1]) { return true }
+        if words[1] == "monitor" { return words.contains("--input") }
         if words[1] == "state" { return !words.contains("--watch") }
         return words[1] == "call" && words.count > 3 && ["show", "stats", "recorded", "count"].contains(words[3])
     }
@@ -94,6 +101,9 @@ struct ReadmeTranscriptTests {
                 rest = rest[match.output.1.endIndex...]
             }
             result += rest
+            result = result.replacingOccurrences(of: #"\b\d{2}:\d{2}:\d{2}\.\d{6}\b"#, with: "TIME", options: .regularExpression)
+            result = result.replacingOccurrences(of: #"(?<=\s|^):[0-9a-f]{10}\b"#, with: ":CLIENT", options: .regularExpression)
+            result = result.replacingOccurrences(of: #"\b\d+(µs|\.\dms)(?=\s|$)"#, with: "RTT", options: .regularExpression)
             result = result.replacingOccurrences(of: #"\b\d+\.\d+s\b"#, with: "UPTIME", options: .regularExpression)
             result = result.replacingOccurrences(of: #"#\d+\b"#, with: "#N", options: .regularExpression)
             return result.replacingOccurrences(of: #" {2,}"#, with: " ", options: .regularExpression)
@@ -123,7 +133,16 @@ struct ReadmeTranscriptTests {
         try await TestFleet.with(manifest: manifest) { fleet in
             var shownPIDs: [String: String] = [:]
             var printedPIDs: [String: String] = [:]
+            var background: [ChildProcess] = []
+            // Each is the busctl process itself (`exec`), so this stops exactly it, pass or fail.
+            defer { for child in background where child.isRunning { kill(child.pid, SIGKILL) } }
             for step in steps {
+                if step.background {
+                    let child = try await start(step.command, in: fleet, background: true)
+                    background.append(child)
+                    try await child.waitForOutput("Monitoring", timeout: .seconds(30))
+                    continue
+                }
                 var printed = try await run(step.command, in: fleet)
                 guard step.compared else { continue }
                 var expected = Self.comparable(step, step.shown, pids: &shownPIDs)
@@ -162,12 +181,7 @@ struct ReadmeTranscriptTests {
     /// Runs one README command line with the package's busctl first on the PATH; stdout and stderr
     /// together, as a terminal shows them.
     func run(_ command: String, in fleet: TestFleet) async throws -> [String] {
-        var environment = TestFleet.environment(for: fleet.address)
-        environment["PATH"] = "\(fleet.binaryDirectory):\(environment["PATH"] ?? "/usr/bin:/bin")"
-        let child = try await ChildProcess(
-            executable: "/bin/sh", arguments: ["-c", "{ \(command) ; } 2>&1"], environment: environment,
-            directory: fleet.directory, name: "readme-\(UUID().uuidString.prefix(8))")
-        let result = try await child.wait(timeout: .seconds(60))
+        let result = try await start(command, in: fleet).wait(timeout: .seconds(60))
         var lines = result.standardOutput.components(separatedBy: "\n").map { line in
             var line = line
             while line.last == " " { line.removeLast() }
@@ -175,5 +189,16 @@ struct ReadmeTranscriptTests {
         }
         while lines.last?.isEmpty == true { lines.removeLast() }
         return lines
+    }
+
+    /// Starts one README command line (in the fleet's directory, where files it names go). A
+    /// background one replaces the shell (`exec`), so that its pid is the command's own.
+    func start(_ command: String, in fleet: TestFleet, background: Bool = false) async throws -> ChildProcess {
+        var environment = TestFleet.environment(for: fleet.address)
+        environment["PATH"] = "\(fleet.binaryDirectory):\(environment["PATH"] ?? "/usr/bin:/bin")"
+        let script = background ? "exec 2>&1; exec \(command)" : "{ \(command) ; } 2>&1"
+        return try await ChildProcess(
+            executable: "/bin/sh", arguments: ["-c", script], environment: environment,
+            directory: fleet.directory, name: "readme-\(UUID().uuidString.prefix(8))")
     }
 }
