@@ -73,6 +73,9 @@ public final class BoardLauncher: Sendable {
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = board.arguments
         var environment = ProcessInfo.processInfo.environment
+        // The service manager's notify socket is the broker's alone (as sd_notify's
+        // unset_environment would leave it).
+        for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] { environment[name] = nil }
         environment["BOARDBUS_ADDRESS"] = address.endpoint
         environment["BOARDBUS_RUNTIME_DIR"] = address.runtimeDirectory
         environment["BOARDBUS_BOARD_ID"] = board.id.rawValue

@@ -57,7 +57,7 @@ extension Motherboard {
         target.metrics.sent(.command)
         let correlationID = forwardingCorrelationID(
             flags: layout.flags, correlationID: layout.correlationID, timeoutMilliseconds: layout.timeoutMilliseconds,
-            to: target, client: peer, now: now)
+            to: target, client: peer, clientIsBoard: sender != nil, now: now)
         HeaderLayout.setCorrelationID(correlationID, in: header)
         return target.peer
     }
@@ -78,7 +78,7 @@ extension Motherboard {
         HeaderLayout.setCorrelationID(request.clientCorrelationID, in: header)
         sender.metrics.received(layout.kind)
         if let sentAt = request.sentAt { sender.metrics.recordRoundTrip(sentAt.duration(to: now).wholeNanoseconds) }
-        (registry.board(for: request.client)?.metrics ?? metrics.clients).sent(layout.kind)
+        ((request.clientIsBoard ? registry.board(for: request.client)?.metrics : nil) ?? metrics.clients).sent(layout.kind)
         if layout.kind == .error {
             metrics.countError(code: Self.string(UnsafeRawBufferPointer(header), layout.typeName), from: request.board.name)
         }

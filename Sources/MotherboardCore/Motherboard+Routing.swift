@@ -106,12 +106,13 @@ extension Motherboard {
     /// answer, or an error if the board dies or the deadline passes. Else 0.
     func forwardingCorrelationID(
         flags: MessageFlags, correlationID: UInt64, timeoutMilliseconds: UInt32, to target: LiveBoard, client: PeerID?,
-        now: ContinuousClock.Instant
+        clientIsBoard: Bool? = nil, now: ContinuousClock.Instant
     ) -> UInt64 {
         guard let client, flags.contains(.replyExpected) else { return 0 }
         return replies.expect(
             from: client, clientCorrelationID: correlationID, board: target.name, boardPeer: target.peer,
-            deadline: now.advanced(by: requestTimeout(milliseconds: timeoutMilliseconds)), sentAt: now)
+            deadline: now.advanced(by: requestTimeout(milliseconds: timeoutMilliseconds)), sentAt: now,
+            clientIsBoard: clientIsBoard ?? (registry.board(for: client) != nil))
     }
 
     /// The deadline a request carries (its header's timeout), or the default when it carries none.

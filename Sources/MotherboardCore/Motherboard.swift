@@ -198,7 +198,7 @@ public final class Motherboard {
         let name = ScopedName(scope: registration.scope, name: registration.id.rawValue)
         let board = LiveBoard(
             registration: registration, peer: peer, registeredAt: now, lastSeen: now,
-            metrics: registry[name]?.metrics ?? metrics.board(name))
+            metrics: metrics.board(name))
         if let refusal = registrationRefusal(registration, name: board.name, from: peer) {
             counters.refusedRegistrations += 1
             logger.warning(
@@ -266,7 +266,7 @@ public final class Motherboard {
     func drop(_ name: ScopedName, reason: String) {
         guard let board = registry.remove(name) else { return }
         // A manifest board keeps its series across restarts; another board's go with it.
-        if manifest.board(named: name.name, scope: name.scope) == nil { board.metrics.destroy() }
+        if manifest.board(named: name.name, scope: name.scope) == nil { metrics.forget(name) }
         flows.removeFlows(ownedBy: name)
         storesForget(board)
         logger.info("board dropped", metadata: ["board": "\(name)", "pid": "\(board.registration.pid)", "reason": "\(reason)"])

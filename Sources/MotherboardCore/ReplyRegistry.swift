@@ -19,6 +19,9 @@ struct ReplyRegistry {
         var deadline: ContinuousClock.Instant
         /// When the broker forwarded it (for the round-trip time monitors and metrics show).
         var sentAt: ContinuousClock.Instant? = nil
+        /// Whether the client is a registered board (else its answer is counted as a client's,
+        /// without looking it up).
+        var clientIsBoard = true
         /// For one subscriber's part of an acknowledged action: the delivery it counts towards.
         var action: UInt64? = nil
     }
@@ -60,11 +63,12 @@ struct ReplyRegistry {
     /// travels under.
     mutating func expect(
         from client: PeerID, clientCorrelationID: UInt64, board: ScopedName, boardPeer: PeerID, deadline: ContinuousClock.Instant,
-        sentAt: ContinuousClock.Instant? = nil
+        sentAt: ContinuousClock.Instant? = nil, clientIsBoard: Bool = true
     ) -> UInt64 {
         let id = makeCorrelationID()
         requests[id] = Request(
-            client: client, clientCorrelationID: clientCorrelationID, board: board, boardPeer: boardPeer, deadline: deadline, sentAt: sentAt)
+            client: client, clientCorrelationID: clientCorrelationID, board: board, boardPeer: boardPeer, deadline: deadline, sentAt: sentAt,
+            clientIsBoard: clientIsBoard)
         return id
     }
 
