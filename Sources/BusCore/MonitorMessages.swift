@@ -219,3 +219,70 @@ public struct MonitorPush: BusPayload, Hashable {
 
     public static let typeName = "monitor.event"
 }
+
+extension MonitorPush {
+    /// The push as JSON, written by hand: the broker writes one per message a monitor is shown,
+    /// and Foundation's encoder costs microseconds each. Decodes with any JSON decoder to the
+    /// same value (the keys are the Codable ones).
+    public func encodedJSON() -> Data {
+        var out = "{\"dropped\":\(dropped)"
+        if let event {
+            out += ",\"event\":{"
+            out += "\"time\":\(event.time),\"scope\":"
+            Self.append(event.scope, to: &out)
+            out += ",\"kind\":"
+            Self.append(event.kind, to: &out)
+            out += ",\"source\":"
+            Self.append(event.source, to: &out)
+            out += ",\"target\":"
+            Self.append(event.target, to: &out)
+            out += ",\"type\":"
+            Self.append(event.type, to: &out)
+            out += ",\"correlationID\":\(event.correlationID),\"payloadBytes\":\(event.payloadBytes)"
+            for (key, value) in [
+                ("error", event.error), ("trace", event.trace), ("span", event.span), ("dispatchID", event.dispatchID), ("store", event.store),
+                ("payload", event.payload),
+            ] {
+                guard let value else { continue }
+                out += ",\"\(key)\":"
+                Self.append(value, to: &out)
+            }
+            if let roundTrip = event.roundTripMicroseconds { out += ",\"roundTripMicroseconds\":\(roundTrip)" }
+            if let cut = event.payloadCut { out += ",\"payloadCut\":\(cut)" }
+            out += "}"
+        }
+        out += "}"
+        return Data(out.utf8)
+    }
+
+    /// A JSON string literal: quotes, backslashes and control characters escaped.
+    static func append(_ text: String, to out: inout String) {
+        out += "\""
+        var plain = true
+        for byte in text.utf8 where byte < 0x20 || byte == 0x22 || byte == 0x5C {
+            plain = false
+            break
+        }
+        if plain {
+            out += text
+        } else {
+            for scalar in text.unicodeScalars {
+                switch scalar {
+                case "\"": out += "\\\""
+                case "\\": out += "\\\\"
+                case "\n": out += "\\n"
+                case "\r": out += "\\r"
+                case "\t": out += "\\t"
+                default:
+                    if scalar.value < 0x20 {
+                        let hex = String(scalar.value, radix: 16)
+                        out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+                    } else {
+                        out.unicodeScalars.append(scalar)
+                    }
+                }
+            }
+        }
+        out += "\""
+    }
+}

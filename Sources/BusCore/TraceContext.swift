@@ -1,3 +1,5 @@
+import Synchronization
+
 /// A W3C trace context (https://www.w3.org/TR/trace-context/): the trace a message belongs to,
 /// the span that caused it, and the trace flags. It travels in the header as optional field 2
 /// (25 bytes: 16 of trace id, 8 of parent span id, 1 of flags), and as text in the W3C
@@ -24,16 +26,13 @@ public struct TraceContext: Sendable, Hashable, Codable, CustomStringConvertible
 
     /// A new trace: a random trace id and root span id, sampled.
     public static func newTrace() -> TraceContext {
-        var generator = SystemRandomNumberGenerator()
-        return TraceContext(
-            traceIDHigh: generator.next(), traceIDLow: generator.next() | 1, spanID: generator.next() | 1, flags: 1)!
+        TraceContext(traceIDHigh: TraceIDs.next(), traceIDLow: TraceIDs.next() | 1, spanID: TraceIDs.next() | 1, flags: 1)!
     }
 
     /// The same trace, caused by a new span (a random span id): what a handler sends under.
     public func childSpan() -> TraceContext {
-        var generator = SystemRandomNumberGenerator()
         var child = self
-        child.spanID = generator.next() | 1
+        child.spanID = TraceIDs.next() | 1
         return child
     }
 
@@ -97,6 +96,28 @@ public struct TraceContext: Sendable, Hashable, Codable, CustomStringConvertible
             return nil
         }
         return UInt64(text, radix: 16)
+    }
+}
+
+/// Random 64-bit ids for traces and spans, as W3C asks (unpredictable enough to be unique, not a
+/// secret): SplitMix64 over a counter whose start the system's generator picks once per process.
+/// A few nanoseconds and no system call per id (a `getrandom` per handled message cost ~20 µs
+/// of round trip on a virtual machine).
+enum TraceIDs {
+    private static let state = Atomic<UInt64>(SystemRandomNumberGenerator().nextValue())
+
+    static func next() -> UInt64 {
+        var z = state.wrappingAdd(0x9E37_79B9_7F4A_7C15, ordering: .relaxed).newValue
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+extension SystemRandomNumberGenerator {
+    fileprivate func nextValue() -> UInt64 {
+        var generator = self
+        return generator.next()
     }
 }
 

@@ -147,7 +147,7 @@ extension Motherboard {
 
     private func push(_ push: MonitorPush, to peer: PeerID) {
         let header = EnvelopeHeader(kind: .control, typeName: MonitorPush.typeName)
-        if transportSend(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(push)), to: peer) {
+        if transportSend(Envelope(header: header, payload: push.encodedJSON()), to: peer) {
             monitors.pushed(peer)
         } else if !isConnected(peer) {
             monitors.remove(peer)

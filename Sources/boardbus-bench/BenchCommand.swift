@@ -36,6 +36,9 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("With --load or --load-baseline: requests in flight per connection.", visibility: .hidden))
     var loadWindow = 16
 
+    @Flag(help: ArgumentHelp("With --latency-only or --load: every request starts a new trace.", visibility: .hidden))
+    var traced = false
+
     @Flag(help: ArgumentHelp("With --load: load the broker with the baseline's blocking raw clients instead of BusClient.", visibility: .hidden))
     var rawClients = false
 
@@ -80,7 +83,7 @@ struct BenchCommand: AsyncParsableCommand {
                     print("BoardBus broker and board, raw clients, throughput 100 B: \(Int(rate)) msg/s")
                 } else {
                     let rate = try await BoardBusBench(fleet: fleet).throughput(
-                        payload: payload, clients: loadClients, window: loadWindow, seconds: load, command: command)
+                        payload: payload, clients: loadClients, window: loadWindow, seconds: load, command: command, traced: traced)
                     print("BoardBus throughput 100 B: \(Int(rate)) msg/s")
                 }
             }
@@ -102,7 +105,7 @@ struct BenchCommand: AsyncParsableCommand {
             try await TestFleet.with(manifest: #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}]}"#) { fleet in
                 let (base, echo) = try await alternatedLatency(
                     label: "100 B", base: BaselineBench(endpoint: baseline.frontEndpoint), bus: BoardBusBench(fleet: fleet),
-                    payload: echoPayload(bytes: 100), requests: latencyOnly, warmup: latencyOnly / 20, commands: [command])
+                    payload: echoPayload(bytes: 100), requests: latencyOnly, warmup: latencyOnly / 20, commands: [command], traced: traced)
                 let (b, e) = (LatencySummary(base), LatencySummary(echo[0]))
                 print(
                     String(format: "p50 %.1f / %.1f µs = %.3f×  p99 %.1f / %.1f µs = %.3f×", b.p50, e.p50, e.p50 / b.p50, b.p99, e.p99, e.p99 / b.p99)
@@ -217,23 +220,32 @@ func observabilityCosts(bus: BoardBusBench, fleet: TestFleet, settings: BenchSet
     var (shown, dropped) = (0, 0)
     for round in 1...rounds {
         progress("costs of trace context and a monitor: round \(round)/\(rounds)")
-        plain.add(try await bus.latency(payload: payload, requests: count, warmup: warmup, command: "echo.raw"))
-        plainRate +=
-            try await bus.throughput(
-                payload: payload, clients: settings.clients, window: settings.window, seconds: seconds, command: "echo.raw") / Double(rounds)
-        traced.add(try await bus.latency(payload: payload, requests: count, warmup: warmup, command: "echo.raw", traced: true))
-        tracedRate +=
-            try await bus.throughput(
-                payload: payload, clients: settings.clients, window: settings.window, seconds: seconds, command: "echo.raw", traced: true)
-            / Double(rounds)
-        let monitor = try await AttachedMonitor.attach(fleet)
-        monitored.add(try await bus.latency(payload: payload, requests: count, warmup: warmup, command: "echo.raw"))
-        monitoredRate +=
-            try await bus.throughput(
-                payload: payload, clients: settings.clients, window: settings.window, seconds: seconds, command: "echo.raw") / Double(rounds)
-        let read = await monitor.detach()
-        shown += read.events
-        dropped += read.dropped
+        // Each variant in turn, starting with a different one each round: what runs after a
+        // throughput load runs on a warmer, busier machine.
+        for variant in (0..<3).map({ ($0 + round) % 3 }) {
+            let monitor = variant == 2 ? try await AttachedMonitor.attach(fleet) : nil
+            let histogram = try await bus.latency(payload: payload, requests: count, warmup: warmup, command: "echo.raw", traced: variant == 1)
+            let rate =
+                try await bus.throughput(
+                    payload: payload, clients: settings.clients, window: settings.window, seconds: seconds, command: "echo.raw",
+                    traced: variant == 1) / Double(rounds)
+            switch variant {
+            case 0:
+                plain.add(histogram)
+                plainRate += rate
+            case 1:
+                traced.add(histogram)
+                tracedRate += rate
+            default:
+                monitored.add(histogram)
+                monitoredRate += rate
+            }
+            if let monitor {
+                let read = await monitor.detach()
+                shown += read.events
+                dropped += read.dropped
+            }
+        }
     }
     let (p, t, m) = (LatencySummary(plain), LatencySummary(traced), LatencySummary(monitored))
     report.cost("round trip 100 B p50 (µs), trace context on every request", without: p.p50, with: t.p50)
@@ -242,13 +254,14 @@ func observabilityCosts(bus: BoardBusBench, fleet: TestFleet, settings: BenchSet
     report.cost("round trip 100 B p50 (µs), one monitor attached", without: p.p50, with: m.p50)
     report.cost("round trip 100 B p99 (µs), one monitor attached", without: p.p99, with: m.p99)
     report.cost("throughput 100 B (msg/s), one monitor attached", without: plainRate, with: monitoredRate, decimals: 0)
-    report.single("monitor lines shown / dropped (window 1000) while attached", milliseconds: Double(shown), unit: " / \(dropped)")
+    report.count("monitor lines shown while attached (window 1000)", shown, note: "\(dropped) dropped")
 }
 
 /// The baseline's round trips and BoardBus's (one histogram per echo command), alternated in
 /// rounds so that drift in the machine's speed hits all of them alike.
 func alternatedLatency(
-    label: String, base: BaselineBench, bus: BoardBusBench, payload: Data, requests: Int, warmup: Int, commands: [String], rounds: Int = 10
+    label: String, base: BaselineBench, bus: BoardBusBench, payload: Data, requests: Int, warmup: Int, commands: [String], rounds: Int = 10,
+    traced: Bool = false
 ) async throws -> (baseline: Histogram<UInt64>, boardBus: [Histogram<UInt64>]) {
     var baseline = makeHistogram()
     var boardBus = commands.map { _ in makeHistogram() }
@@ -257,7 +270,7 @@ func alternatedLatency(
         let (count, warmup) = (requests / rounds, warmup / rounds)
         baseline.add(try base.latency(payload: payload, requests: count, warmup: warmup))
         for (index, command) in commands.enumerated() {
-            boardBus[index].add(try await bus.latency(payload: payload, requests: count, warmup: warmup, command: command))
+            boardBus[index].add(try await bus.latency(payload: payload, requests: count, warmup: warmup, command: command, traced: traced))
         }
     }
     return (baseline, boardBus)

@@ -55,6 +55,11 @@ final class Report {
         costs.append([label, format(without, decimals: decimals), format(with, decimals: decimals), ratio(with, without)])
     }
 
+    /// A count, as a whole number.
+    func count(_ label: String, _ value: Int, note: String = "") {
+        rows.append([label, "", "\(value)", note])
+    }
+
     func single(_ label: String, milliseconds: Double, unit: String = " (ms)") {
         rows.append(["\(label)\(unit)", "", format(milliseconds, decimals: 2), ""])
     }

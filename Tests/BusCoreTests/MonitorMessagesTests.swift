@@ -18,6 +18,24 @@ struct MonitorMessagesTests {
         #expect(MonitorEvent.excerpt(payload, limit: 16).text == #"{"name":"Zoë "#)
     }
 
+    /// The broker's hand-written JSON decodes to the same push, whatever the strings hold.
+    @Test func theHandWrittenJSONDecodesToTheSamePush() throws {
+        let event = MonitorEvent(
+            time: 1_795_472_710.0104, scope: "/", kind: "command", source: ":006b8b4572", target: "demo.greeter",
+            type: "gr\"e\\et\n\u{1}\t👋", correlationID: .max, payloadBytes: 15, error: "unknownCommand", roundTripMicroseconds: 867,
+            trace: "4bf92f3577b34da6a3ce929d0e0e4736", span: "00f067aa0ba902b7", dispatchID: "d\u{7F}1", store: "comments",
+            payload: #"{"name":"Zoë"}"#, payloadCut: false)
+        for push in [
+            MonitorPush(dropped: 3, event: event), MonitorPush(dropped: 120, event: nil),
+            MonitorPush(
+                event: MonitorEvent(
+                    time: 0, scope: "", kind: "reply", source: "", target: "", type: "", correlationID: 0, payloadBytes: 0)),
+        ] {
+            #expect(try PayloadCodec.decode(MonitorPush.self, from: push.encodedJSON()) == push)
+            #expect(try JSONSerialization.jsonObject(with: push.encodedJSON()) is [String: Any])
+        }
+    }
+
     @Test func filtersCombineListsWithAndAndValuesWithOr() {
         let filter = MonitorFilter(boards: ["a", "b"], kinds: ["command"])
         #expect(filter.matches(kind: "command", scope: "/", source: ":01", target: "b", type: "x", trace: nil))

@@ -196,7 +196,9 @@ struct ReadmeTranscriptTests {
     func start(_ command: String, in fleet: TestFleet, background: Bool = false) async throws -> ChildProcess {
         var environment = TestFleet.environment(for: fleet.address)
         environment["PATH"] = "\(fleet.binaryDirectory):\(environment["PATH"] ?? "/usr/bin:/bin")"
-        let script = background ? "exec 2>&1; exec \(command)" : "{ \(command) ; } 2>&1"
+        // In the fleet's temporary directory: files a command writes (`--output`) stay there.
+        let directory = "cd '\(fleet.directory)' || exit 1; "
+        let script = directory + (background ? "exec 2>&1; exec \(command)" : "{ \(command) ; } 2>&1")
         return try await ChildProcess(
             executable: "/bin/sh", arguments: ["-c", script], environment: environment,
             directory: fleet.directory, name: "readme-\(UUID().uuidString.prefix(8))")
