@@ -56,6 +56,13 @@ public struct BusError: Error, Sendable, Hashable, CustomStringConvertible {
         /// The header is of a protocol version this peer does not speak (answered, never misread).
         public static let unsupportedVersion = Code(name: "unsupportedVersion")
 
+        /// Every code this version defines (a peer may send others: keep them as they are).
+        public static let defined: Set<String> = [
+            noSuchBoard, boardNotRunning, typeMismatch, timeout, malformed, tooLarge, unknownCommand, idInUse, notRegistered, handlerFailed,
+            brokerNotRunning, badArgument, transport, noSuchStore, unknownAction, unauthorized, busy, storageFailed, cancelled,
+            unsupportedVersion,
+        ].reduce(into: Set<String>()) { $0.insert($1.name) }
+
         public var description: String { name }
     }
 

@@ -107,7 +107,10 @@ public final class BrokerMetrics: @unchecked Sendable {
     static func scopeLabel(_ scope: Scope) -> String { scope.isRoot ? MonitorEvent.rootScope : scope.name }
 
     /// An error answer, by its code and the board that gave it (`motherboard` for the broker's own).
+    /// A code this version does not define counts as `other`: a board choosing codes cannot make
+    /// the broker keep a series per string it makes up.
     func countError(code: String, from board: String) {
+        let code = BusError.Code.defined.contains(code) ? code : "other"
         let key = code + "\u{0}" + board
         if let counter = errors[key] { return counter.increment() }
         let counter = Counter(label: "boardbus_errors_total", dimensions: [("code", code), ("board", board)], factory: factory)

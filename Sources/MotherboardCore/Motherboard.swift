@@ -196,18 +196,17 @@ public final class Motherboard {
             return reply(to: envelope, from: peer, error: noScope)
         }
         let name = ScopedName(scope: registration.scope, name: registration.id.rawValue)
-        let board = LiveBoard(
-            registration: registration, peer: peer, registeredAt: now, lastSeen: now,
-            metrics: metrics.board(name))
-        if let refusal = registrationRefusal(registration, name: board.name, from: peer) {
+        if let refusal = registrationRefusal(registration, name: name, from: peer) {
             counters.refusedRegistrations += 1
             logger.warning(
                 "registration refused",
                 metadata: [
-                    "board": "\(board.name)", "claimedPID": "\(registration.pid)", "peer": "\(peer)", "error": "\(refusal.message)",
+                    "board": "\(name)", "claimedPID": "\(registration.pid)", "peer": "\(peer)", "error": "\(refusal.message)",
                 ])
             return reply(to: envelope, from: peer, error: refusal)
         }
+        // Its counters only once it is accepted: a refused name leaves nothing behind.
+        let board = LiveBoard(registration: registration, peer: peer, registeredAt: now, lastSeen: now, metrics: metrics.board(name))
         registry.insert(board)
         logger.info("board registered", metadata: ["board": "\(board.name)", "pid": "\(registration.pid)"])
         let accepted = RegistrationAccepted(

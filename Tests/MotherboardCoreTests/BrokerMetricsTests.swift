@@ -1,0 +1,66 @@
+import BusCore
+import Foundation
+import Testing
+
+@testable import MotherboardCore
+
+/// The broker's metrics on their own: counts reach the exposition at a flush, the round-trip
+/// histogram is cumulative, and nothing a peer sends can make the broker keep a series per string.
+@Suite("Broker metrics")
+struct BrokerMetricsTests {
+    let greeter = ScopedName(scope: "", name: "demo.greeter")
+
+    @Test func countsReachTheExpositionAtAFlush() {
+        let metrics = BrokerMetrics()
+        let board = metrics.board(greeter)
+        for _ in 0..<3 { board.sent(.command) }
+        board.received(.reply)
+        #expect(!metrics.exposition().contains("boardbus_messages_total"))
+        metrics.flushBoards()
+        let text = metrics.exposition()
+        #expect(text.contains(#"boardbus_messages_total{board="demo.greeter",scope="/",direction="out",kind="command"} 3"#))
+        #expect(text.contains(#"boardbus_messages_total{board="demo.greeter",scope="/",direction="in",kind="reply"} 1"#))
+        board.sent(.command)
+        metrics.flushBoards()
+        #expect(metrics.exposition().contains(#"direction="out",kind="command"} 4"#))
+    }
+
+    @Test func theRoundTripHistogramIsCumulativeWithSumAndCount() {
+        let metrics = BrokerMetrics()
+        let board = metrics.board(greeter)
+        for nanoseconds: Int64 in [40_000, 50_000, 300_000, 20_000_000_000, -5] { board.recordRoundTrip(nanoseconds) }
+        metrics.flushBoards()
+        let text = metrics.exposition()
+        let labels = #"board="demo.greeter",scope="/""#
+        #expect(text.contains("# TYPE boardbus_request_duration_seconds histogram"))
+        #expect(text.contains(#"boardbus_request_duration_seconds_bucket{\#(labels),le="5e-05"} 3"#))
+        #expect(text.contains(#"boardbus_request_duration_seconds_bucket{\#(labels),le="0.0005"} 4"#))
+        #expect(text.contains(#"boardbus_request_duration_seconds_bucket{\#(labels),le="10.0"} 4"#))
+        #expect(text.contains(#"boardbus_request_duration_seconds_bucket{\#(labels),le="+Inf"} 5"#))
+        #expect(text.contains(#"boardbus_request_duration_seconds_count{\#(labels)} 5"#))
+        #expect(text.contains(#"boardbus_request_duration_seconds_sum{\#(labels)} 20.00039"#))
+    }
+
+    /// A board answering with made-up error codes: all of them count as `other`.
+    @Test func madeUpErrorCodesShareOneSeries() {
+        let metrics = BrokerMetrics()
+        for index in 0..<1000 { metrics.countError(code: "code\(index)\"\n", from: "demo.greeter") }
+        metrics.countError(code: BusError.Code.busy.name, from: "demo.greeter")
+        let text = metrics.exposition()
+        #expect(text.contains(#"boardbus_errors_total{code="other",board="demo.greeter"} 1000"#))
+        #expect(text.contains(#"boardbus_errors_total{code="busy",board="demo.greeter"} 1"#))
+        #expect(text.components(separatedBy: "boardbus_errors_total{").count == 3)
+    }
+
+    /// A board that is not in the manifest leaves no series behind.
+    @Test func aForgottenBoardsSeriesGo() {
+        let metrics = BrokerMetrics()
+        let board = metrics.board(greeter)
+        board.sent(.command)
+        board.recordRoundTrip(1000)
+        metrics.flushBoards()
+        #expect(metrics.exposition().contains("demo.greeter"))
+        metrics.forget(greeter)
+        #expect(!metrics.exposition().contains("demo.greeter"))
+    }
+}
