@@ -80,4 +80,14 @@ struct PayloadSchemaTests {
         let back = try PayloadCodec.decode(PayloadSchema.self, from: Data(json.utf8))
         #expect(back == PayloadSchema.of(Node.self))
     }
+
+    /// A registration is a peer's word: a schema nested past the JSON parser's depth is refused
+    /// with a typed error, not a stack overflow in the broker.
+    @Test func aSchemaNestedTooDeepIsRefusedNotACrash() {
+        let depth = 100_000
+        let json = String(repeating: #"{"items":"#, count: depth) + "{}" + String(repeating: "}", count: depth)
+        #expect(throws: BusError.self) { try PayloadCodec.decode(PayloadSchema.self, from: Data(json.utf8)) }
+        let registration = #"{"id":"a.b","pid":1,"schemas":{"commands":{},"outputs":{},"actions":{},"input":"# + json + "}}"
+        #expect(throws: BusError.self) { try PayloadCodec.decode(Registration.self, from: Data(registration.utf8)) }
+    }
 }
