@@ -3,6 +3,7 @@ import FlyingFox
 import FlyingSocks
 import Foundation
 import Logging
+import Synchronization
 
 /// Serves the broker's metrics over HTTP at `/metrics`, in the Prometheus text format, for a
 /// Prometheus scraper (`motherboard --metrics-listen 127.0.0.1:9464`). Only `GET /metrics` (and
@@ -61,13 +62,21 @@ public final class MetricsEndpoint: Sendable {
             HTTPResponse(statusCode: .ok, headers: [.contentType: Self.contentType], body: Data(metrics.exposition().utf8))
         }
         let server = self.server
-        let task = Task { try await server.run() }
-        do {
-            try await server.waitUntilListening(timeout: 5)
-        } catch {
-            task.cancel()
-            let failure = (try? await task.value).map { _ in "\(error)" } ?? "\(error)"
-            throw BusError(.badArgument, "cannot serve metrics at \(address): \(failure)")
+        let failure = Mutex<(any Error)?>(nil)
+        let task = Task {
+            do { try await server.run() } catch { failure.withLock { $0 = error } }
+        }
+        // Listening, or the reason it is not (an address in use, one this host does not have).
+        let deadline = ContinuousClock.now.advanced(by: .seconds(5))
+        while await server.listeningAddress == nil {
+            if let error = failure.withLock({ $0 }) {
+                throw BusError(.badArgument, "cannot serve metrics at \(address): \(error)")
+            }
+            guard ContinuousClock.now < deadline else {
+                task.cancel()
+                throw BusError(.timeout, "cannot serve metrics at \(address): not listening after 5 s")
+            }
+            try await Task.sleep(for: .milliseconds(10))
         }
         switch await server.listeningAddress {
         case .ip4(_, let bound)?, .ip6(_, let bound)?: port = bound

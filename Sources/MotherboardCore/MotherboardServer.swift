@@ -84,16 +84,9 @@ public final class MotherboardServer: Service {
             manifest: options.manifest, settings: options.settings, transport: transport,
             producer: LauncherProducer(launcher: launcher), logger: logger)
         var startFailure: (any Error)?
-        do {
-            // Before the loop starts, on this thread; the loop thread takes the motherboard over.
-            try motherboard.startFleet(now: .now)
-        } catch {
-            startFailure = error
-            logger.error("cannot start the fleet", metadata: ["error": "\(error)"])
-        }
         var metricsEndpoint: MetricsEndpoint?
         let metricsFile = "\(address.runtimeDirectory)/metrics.addr"
-        if startFailure == nil, let listen = try options.metricsListen ?? options.manifest.metricsListen.map(MetricsEndpoint.parse) {
+        if let listen = try options.metricsListen ?? options.manifest.metricsListen.map(MetricsEndpoint.parse) {
             do {
                 let endpoint = try await MetricsEndpoint(address: listen, metrics: motherboard.metrics, logger: logger)
                 metricsEndpoint = endpoint
@@ -103,6 +96,15 @@ public final class MotherboardServer: Service {
             } catch {
                 startFailure = error
                 logger.error("cannot serve metrics", metadata: ["error": "\(error)"])
+            }
+        }
+        if startFailure == nil {
+            do {
+                // Before the loop starts, on this thread; the loop thread takes the motherboard over.
+                try motherboard.startFleet(now: .now)
+            } catch {
+                startFailure = error
+                logger.error("cannot start the fleet", metadata: ["error": "\(error)"])
             }
         }
         let notifier = SystemdNotifier()

@@ -105,4 +105,36 @@ struct OperationsIntegrationTests {
             #expect(size < 4096 + 64 * 1024)
         }
     }
+
+    /// A metrics address the broker cannot serve (in use, not this host's, not an IP) stops it at
+    /// once with one line naming the reason, before any board starts.
+    @Test func aMetricsAddressTheBrokerCannotServeIsRefusedAtStart() async throws {
+        let binaries = try TestFleet.locateBinaries()
+        try await withTemporaryDirectory("metrics-address") { directory in
+            // A port this test holds.
+            let holder = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(holder) }
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let bound = withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(holder, $0, length) == 0 && getsockname(holder, $0, &length) == 0 }
+            }
+            #expect(bound && listen(holder, 1) == 0)
+            let port = UInt16(bigEndian: address.sin_port)
+            for (listen, reason) in [
+                ("127.0.0.1:\(port)", "Address already in use"), ("localhost:9464", "not HOST:PORT with an IP address"),
+                ("127.0.0.1:99999", "not HOST:PORT"),
+            ] {
+                let result = try await ChildProcess(
+                    executable: "\(binaries)/motherboard", arguments: ["--runtime-dir", "\(directory)/run", "--metrics-listen", listen],
+                    environment: ProcessInfo.processInfo.environment, directory: directory, name: "motherboard"
+                ).wait(timeout: .seconds(30))
+                #expect(result.exitCode == 1, "\(listen)")
+                #expect(
+                    result.standardError.contains("motherboard: badArgument: ") && result.standardError.contains(reason), "\(result.standardError)")
+            }
+        }
+    }
 }
