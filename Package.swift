@@ -154,7 +154,12 @@ let package = Package(
         ),
 
         .testTarget(name: "BusCoreTests", dependencies: ["BusCore", "BoardKitTesting"]),
-        .testTarget(name: "BoardKitTests", dependencies: ["BoardKit", "BoardKitTesting", "BusCore", "Flux", "FluxBus", "MotherboardCore"]),
+        .testTarget(
+            name: "BoardKitTests",
+            dependencies: [
+                "BoardKit", "BoardKitTesting", "BusCore", "Flux", "FluxBus", "MotherboardCore",
+                .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
+            ]),
         .testTarget(name: "FluxTests", dependencies: ["Flux"]),
         // Stores over the bus: the store host and watch on their own, then with the real fleet.
         .testTarget(

@@ -11,55 +11,65 @@ import Tracing
 /// and what the handler sends carries that span's context: the spans of one user action, across
 /// processes, form one trace in the exporter.
 enum HandlerSpan {
-    /// Whether a tracer other than the no-op one is bootstrapped (read once: bootstrapping
+    /// The tracer the process bootstrapped, nil for the no-op one (read once: bootstrapping
     /// happens before a board runs).
-    static let isTracing: Bool = !(InstrumentationSystem.legacyTracer is NoOpTracer)
+    static let bootstrapped: (any Tracer)? = InstrumentationSystem.legacyTracer is NoOpTracer ? nil : InstrumentationSystem.tracer
 
-    /// Runs `body` for the message `header` under its trace.
-    static func run<T>(_ header: EnvelopeHeader, _ body: () async throws -> T) async rethrows -> T {
-        guard isTracing else {
+    /// Runs `body` for the message `header` under its trace, in a span of `tracer` when there is one.
+    static func run<T>(_ header: EnvelopeHeader, tracer: (any Tracer)? = bootstrapped, _ body: () async throws -> T) async rethrows -> T {
+        guard let tracer else {
             guard let trace = header.trace else { return try await body() }
             return try await BusTrace.$current.withValue(trace.childSpan()) { try await body() }
         }
-        return try await withSpan(name(of: header), context: context(of: header), ofKind: .server) { span in
-            span.attributes["boardbus.board"] = header.target
-            span.attributes["boardbus.kind"] = "\(header.kind)"
-            return try await BusTrace.$current.withValue(trace(of: span, else: header.trace)) { try await body() }
-        }
+        return try await inSpan(of: tracer, header, body)
     }
 
     /// The same for a handler that runs synchronously (store messages, immediate commands).
-    static func runNow<T>(_ header: EnvelopeHeader, _ body: () throws -> T) rethrows -> T {
-        guard isTracing else {
+    static func runNow<T>(_ header: EnvelopeHeader, tracer: (any Tracer)? = bootstrapped, _ body: () throws -> T) rethrows -> T {
+        guard let tracer else {
             guard let trace = header.trace else { return try body() }
             return try BusTrace.$current.withValue(trace.childSpan()) { try body() }
         }
-        return try withSpan(name(of: header), context: context(of: header), ofKind: .server) { span in
+        return try inSpanNow(of: tracer, header, body)
+    }
+
+    private static func inSpan<Tracer: Tracing.Tracer, T>(of tracer: Tracer, _ header: EnvelopeHeader, _ body: () async throws -> T) async rethrows
+        -> T
+    {
+        try await tracer.withSpan(name(of: header), context: context(of: header, tracer), ofKind: .server) { span in
             span.attributes["boardbus.board"] = header.target
             span.attributes["boardbus.kind"] = "\(header.kind)"
-            return try BusTrace.$current.withValue(trace(of: span, else: header.trace)) { try body() }
+            return try await BusTrace.$current.withValue(trace(of: span, tracer, else: header.trace)) { try await body() }
+        }
+    }
+
+    private static func inSpanNow<Tracer: Tracing.Tracer, T>(of tracer: Tracer, _ header: EnvelopeHeader, _ body: () throws -> T) rethrows -> T {
+        try tracer.withSpan(name(of: header), context: context(of: header, tracer), ofKind: .server) { span in
+            span.attributes["boardbus.board"] = header.target
+            span.attributes["boardbus.kind"] = "\(header.kind)"
+            return try BusTrace.$current.withValue(trace(of: span, tracer, else: header.trace)) { try body() }
         }
     }
 
     /// "command greet", "activate LoginIO.Session", …
-    private static func name(of header: EnvelopeHeader) -> String {
+    static func name(of header: EnvelopeHeader) -> String {
         "\(header.kind) \(header.typeName)"
     }
 
     /// The tracer's context with the sender's span as parent, read from the W3C `traceparent`.
-    private static func context(of header: EnvelopeHeader) -> InstrumentationContext {
+    private static func context(of header: EnvelopeHeader, _ tracer: some Tracing.Tracer) -> InstrumentationContext {
         var context = InstrumentationContext.topLevel
         if let trace = header.trace {
-            InstrumentationSystem.instrument.extract(["traceparent": trace.traceparent], into: &context, using: TraceparentCarrier())
+            tracer.extract(["traceparent": trace.traceparent], into: &context, using: TraceparentCarrier())
         }
         return context
     }
 
     /// The span's own context as the tracer writes it (`traceparent`), or, when the tracer writes
     /// none, the message's trace with a new span id.
-    private static func trace(of span: any Span, else incoming: TraceContext?) -> TraceContext? {
+    private static func trace(of span: some Span, _ tracer: some Tracing.Tracer, else incoming: TraceContext?) -> TraceContext? {
         var carrier: [String: String] = [:]
-        InstrumentationSystem.instrument.inject(span.context, into: &carrier, using: TraceparentCarrier())
+        tracer.inject(span.context, into: &carrier, using: TraceparentCarrier())
         if let text = carrier["traceparent"], let trace = TraceContext(traceparent: text) { return trace }
         return incoming?.childSpan()
     }

@@ -65,10 +65,11 @@ struct MonitorTable {
         monitors[peer]?.dropped = 0
     }
 
-    /// A push could not be handed to the socket (its queue is full): one more dropped.
-    mutating func failed(_ peer: PeerID, reported: Int) {
-        monitors[peer]?.dropped = reported + 1
-        droppedTotal += 1
+    /// A push could not be handed to the socket (its queue is full): the drops it reported are
+    /// still to report, and its event, if it had one, is one more.
+    mutating func failed(_ peer: PeerID, reported: Int, hadEvent: Bool) {
+        monitors[peer]?.dropped = reported + (hadEvent ? 1 : 0)
+        if hadEvent { droppedTotal += 1 }
     }
 }
 
@@ -153,7 +154,7 @@ extension Motherboard {
             monitors.remove(peer)
             logger.info("monitor detached: its connection is gone", metadata: ["peer": "\(label(peer))"])
         } else {
-            monitors.failed(peer, reported: push.dropped)
+            monitors.failed(peer, reported: push.dropped, hadEvent: push.event != nil)
         }
     }
 
