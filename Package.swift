@@ -103,7 +103,7 @@ let package = Package(
         .executableTarget(
             name: "busctl",
             dependencies: [
-                "BoardKit", "BusCore", "FluxBus",
+                "BoardKit", "BusCore", "BusZeroMQ", "FluxBus",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

@@ -86,6 +86,14 @@ final class ZeroMQConnection: BusConnection, @unchecked Sendable {
             try socket.set(
                 .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000),
                 .reconnectInterval(.milliseconds(100)), .maximumReconnectInterval(.seconds(1)))
+            if address.isTCP {
+                // Another host: ZMTP pings close a cut link within 3 s, and a connect that hangs is retried.
+                try socket.set(.heartbeatInterval(.seconds(1)), .heartbeatTimeout(.seconds(3)), .connectTimeout(.seconds(2)))
+                if let curve = try address.tcpCredentials(environment: ProcessInfo.processInfo.environment) {
+                    try socket.set(
+                        .curveServerKey(curve.serverKey), .curvePublicKey(curve.client.publicKey), .curveSecretKey(curve.client.secretKey ?? ""))
+                }
+            }
             try socket.connect(address.endpoint)
             adapter = Adapter()
             loop = try SocketLoop(name: "bus-client", socket: socket, handler: adapter, tickInterval: .milliseconds(50), limits: limits)

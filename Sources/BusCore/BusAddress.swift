@@ -11,6 +11,12 @@ public struct BusAddress: Sendable, Hashable {
     public var runtimeDirectory: String
     /// The ZeroMQ endpoint of the broker, e.g. `ipc:///tmp/boardbus-0/motherboard.sock`.
     public var endpoint: String
+    /// For a `tcp://` endpoint: the broker's public key and this client's key pair. When nil, a
+    /// client takes them from `BOARDBUS_SERVER_KEY` and `BOARDBUS_CLIENT_KEY`.
+    public var curve: CurveClientCredentials?
+    /// For a `tcp://` endpoint of a broker started with `--insecure`: plaintext, no keys (also
+    /// `BOARDBUS_INSECURE=1`).
+    public var insecureTCP = false
 
     public init(runtimeDirectory: String, endpoint: String? = nil) {
         self.runtimeDirectory = runtimeDirectory
@@ -29,6 +35,23 @@ public struct BusAddress: Sendable, Hashable {
         if let explicit = environment["BOARDBUS_RUNTIME_DIR"], !explicit.isEmpty { return explicit }
         if let xdg = environment["XDG_RUNTIME_DIR"], !xdg.isEmpty { return "\(xdg)/boardbus" }
         return "/tmp/boardbus-\(userID)"
+    }
+
+    /// Whether the endpoint is `tcp://` (another host, or this one's network stack).
+    public var isTCP: Bool { endpoint.hasPrefix("tcp://") }
+
+    /// The CURVE credentials a connection to a `tcp://` endpoint uses: the address's own, else
+    /// the environment's; nil for plaintext, which must be asked for (`insecureTCP`,
+    /// `BOARDBUS_INSECURE=1`): a client without keys would otherwise wait out its deadline
+    /// against a CURVE broker that ignores it.
+    public func tcpCredentials(environment: [String: String]) throws -> CurveClientCredentials? {
+        if let curve { return curve }
+        if let resolved = try CurveClientCredentials.resolve(environment: environment) { return resolved }
+        if insecureTCP || environment["BOARDBUS_INSECURE"] == "1" { return nil }
+        throw BusError(
+            .badArgument,
+            "\(endpoint) is a tcp endpoint: set BOARDBUS_SERVER_KEY (the motherboard's public key, or its file) and BOARDBUS_CLIENT_KEY (this client's key file; make one with 'busctl keys new NAME'), or BOARDBUS_INSECURE=1 for a motherboard started with --insecure"
+        )
     }
 
     /// The socket path when the endpoint is `ipc://`, else nil.

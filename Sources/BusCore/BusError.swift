@@ -55,12 +55,15 @@ public struct BusError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let cancelled = Code(name: "cancelled")
         /// The header is of a protocol version this peer does not speak (answered, never misread).
         public static let unsupportedVersion = Code(name: "unsupportedVersion")
+        /// The board is on another host whose link is down (or the link to the parent motherboard
+        /// is): it is not gone, and the call may succeed once the link returns.
+        public static let unreachable = Code(name: "unreachable")
 
         /// Every code this version defines (a peer may send others: keep them as they are).
         public static let defined: Set<String> = [
             noSuchBoard, boardNotRunning, typeMismatch, timeout, malformed, tooLarge, unknownCommand, idInUse, notRegistered, handlerFailed,
             brokerNotRunning, badArgument, transport, noSuchStore, unknownAction, unauthorized, busy, storageFailed, cancelled,
-            unsupportedVersion,
+            unsupportedVersion, unreachable,
         ].reduce(into: Set<String>()) { $0.insert($1.name) }
 
         public var description: String { name }

@@ -87,11 +87,14 @@ public struct BoardInfo: BusPayload, Hashable {
     public var restarts: Int
     /// How the board's last process ended (e.g. `signal 9`, `exit 1`), if one did.
     public var lastExit: String?
+    /// For a board connected over tcp: its address (`10.0.0.2:41234`) and the name its key has
+    /// in the allow-list, e.g. `10.0.0.2 (edge-b)`. Absent for boards on the broker's ipc socket.
+    public var host: String?
 
     public init(
         id: BoardID, scope: Scope, pid: Int32, state: BoardState, start: String, inputType: String?,
         commands: [String], actions: [String], uptimeSeconds: Double, activations: Int, commandsHandled: Int,
-        actionsDelivered: Int, restarts: Int = 0, lastExit: String? = nil
+        actionsDelivered: Int, restarts: Int = 0, lastExit: String? = nil, host: String? = nil
     ) {
         self.id = id
         self.scope = scope
@@ -107,6 +110,7 @@ public struct BoardInfo: BusPayload, Hashable {
         self.actionsDelivered = actionsDelivered
         self.restarts = restarts
         self.lastExit = lastExit
+        self.host = host
     }
 
     public init(from decoder: any Decoder) throws {
@@ -125,6 +129,7 @@ public struct BoardInfo: BusPayload, Hashable {
         actionsDelivered = try container.decodeIfPresent(Int.self, forKey: .actionsDelivered) ?? 0
         restarts = try container.decodeIfPresent(Int.self, forKey: .restarts) ?? 0
         lastExit = try container.decodeIfPresent(String.self, forKey: .lastExit)
+        host = try container.decodeIfPresent(String.self, forKey: .host)
     }
 }
 
@@ -183,6 +188,20 @@ public enum ControlOperation {
     public static let monitor = "monitor"
     /// The broker's metrics in the Prometheus text format (``MetricsText``).
     public static let metrics = "metrics"
+    /// From the uplink of a motherboard that serves scopes of a parent motherboard, on its own
+    /// motherboard's ipc socket (``UplinkAttach``): its boards are pushed to it from then on.
+    public static let uplinkAttach = "uplink.attach"
+    /// Pushed to the uplink: a board of a served scope registered (``Registration``, no secret).
+    public static let uplinkBoard = "uplink.board"
+    /// Pushed to the uplink: a board of a served scope left (``StatusRequest``).
+    public static let uplinkGone = "uplink.gone"
+}
+
+/// How the uplink proves to its own motherboard that it is the uplink: the secret the motherboard
+/// made for it at start (both live in one process; the secret never leaves it).
+public struct UplinkAttach: BusPayload, Hashable {
+    public var secret: String
+    public init(secret: String) { self.secret = secret }
 }
 
 /// The broker's answer to a successful `register`: the cadence the board must keep.
@@ -220,6 +239,9 @@ public struct BoardState: RawRepresentable, Hashable, Sendable, Codable, CustomS
     public static let failed = BoardState(name: "failed")
     /// Not running (never started, completed, or ended without a restart).
     public static let stopped = BoardState(name: "stopped")
+    /// On another host whose link is down: kept (not gone), answered `unreachable`, until it
+    /// registers again.
+    public static let unreachable = BoardState(name: "unreachable")
 
     public var description: String { name }
 }

@@ -21,6 +21,23 @@ extension ZMQSocket {
         case acceptIPCFromUser(UInt32)
         /// `ZMQ_LINGER`: how long unsent messages are kept at close.
         case linger(Duration)
+        /// `ZMQ_CURVE_SERVER`: endpoints bound after this are CURVE servers (options are taken
+        /// per endpoint when it is bound or connected).
+        case curveServer(Bool)
+        /// `ZMQ_CURVE_SECRETKEY` / `ZMQ_CURVE_PUBLICKEY` / `ZMQ_CURVE_SERVERKEY`, Z85 text.
+        case curveSecretKey(String)
+        case curvePublicKey(String)
+        case curveServerKey(String)
+        /// `ZMQ_ZAP_DOMAIN`: the domain ZAP requests for this socket's later endpoints carry.
+        case zapDomain(String)
+        /// `ZMQ_HEARTBEAT_IVL` / `ZMQ_HEARTBEAT_TIMEOUT`: ZMTP pings on each connection; one not
+        /// answered in time closes it, so that a cut link is noticed without traffic.
+        case heartbeatInterval(Duration)
+        case heartbeatTimeout(Duration)
+        /// `ZMQ_CONNECT_TIMEOUT`: a tcp connect that hangs (packets dropped) is retried after this.
+        case connectTimeout(Duration)
+        /// `ZMQ_IMMEDIATE`: queue messages only to completed connections (sends fail while there is none).
+        case immediate(Bool)
 
         var code: Int32 {
             switch self {
@@ -32,6 +49,15 @@ extension ZMQSocket {
             case .maximumReconnectInterval: ZMQ_RECONNECT_IVL_MAX
             case .acceptIPCFromUser: ZMQ_IPC_FILTER_UID
             case .linger: ZMQ_LINGER
+            case .curveServer: ZMQ_CURVE_SERVER
+            case .curveSecretKey: ZMQ_CURVE_SECRETKEY
+            case .curvePublicKey: ZMQ_CURVE_PUBLICKEY
+            case .curveServerKey: ZMQ_CURVE_SERVERKEY
+            case .zapDomain: ZMQ_ZAP_DOMAIN
+            case .heartbeatInterval: ZMQ_HEARTBEAT_IVL
+            case .heartbeatTimeout: ZMQ_HEARTBEAT_TIMEOUT
+            case .connectTimeout: ZMQ_CONNECT_TIMEOUT
+            case .immediate: ZMQ_IMMEDIATE
             }
         }
 
@@ -39,12 +65,16 @@ extension ZMQSocket {
         enum Value {
             case int32(Int32)
             case int64(Int64)
+            case text(String)
         }
 
         var value: Value {
             switch self {
             case .sendHighWaterMark(let count), .receiveHighWaterMark(let count): .int32(count)
-            case .routerMandatory(let on): .int32(on ? 1 : 0)
+            case .routerMandatory(let on), .curveServer(let on), .immediate(let on): .int32(on ? 1 : 0)
+            case .curveSecretKey(let text), .curvePublicKey(let text), .curveServerKey(let text), .zapDomain(let text): .text(text)
+            case .heartbeatInterval(let interval), .heartbeatTimeout(let interval), .connectTimeout(let interval):
+                .int32(Int32(clamping: interval.wholeMilliseconds))
             case .maximumMessageBytes(let bytes): .int64(bytes)
             case .reconnectInterval(let interval), .maximumReconnectInterval(let interval), .linger(let interval):
                 .int32(Int32(clamping: interval.wholeMilliseconds))
@@ -63,7 +93,10 @@ extension ZMQSocket {
         switch option.value {
         case .int32(var value): rc = zmq_setsockopt(handle, option.code, &value, MemoryLayout<Int32>.size)
         case .int64(var value): rc = zmq_setsockopt(handle, option.code, &value, MemoryLayout<Int64>.size)
+        case .text(let text):
+            rc = text.withCString { zmq_setsockopt(handle, option.code, $0, strlen($0)) }
         }
-        guard rc == 0 else { throw ZMQContext.lastError("zmq_setsockopt(\(option))") }
+        // Never a key in an error message.
+        guard rc == 0 else { throw ZMQContext.lastError("zmq_setsockopt(\(option.code == ZMQ_CURVE_SECRETKEY ? "curveSecretKey" : "\(option)"))") }
     }
 }

@@ -8,11 +8,17 @@ package final class ZMQSocket {
     /// The socket types BoardBus uses.
     package enum Kind: Sendable {
         case router, dealer
+        /// REP: answers one request at a time (the ZAP handler).
+        case reply
+        /// PAIR: reads a socket monitor's events.
+        case pair
 
         var rawValue: Int32 {
             switch self {
             case .router: ZMQ_ROUTER
             case .dealer: ZMQ_DEALER
+            case .reply: ZMQ_REP
+            case .pair: ZMQ_PAIR
             }
         }
     }
@@ -340,6 +346,14 @@ package final class ZMQSocket {
         return zmq_poll(&item, 1, timeoutMilliseconds) > 0
     }
 
+    /// Waits until one of `sockets` has a message, up to `timeoutMilliseconds`; returns which do.
+    /// For a thread that owns several sockets (the uplink).
+    package static func poll(_ sockets: [ZMQSocket], timeoutMilliseconds: Int) -> [Bool] {
+        var items = sockets.map { zmq_pollitem_t(socket: $0.handle, fd: 0, events: Int16(ZMQ_POLLIN), revents: 0) }
+        guard zmq_poll(&items, Int32(items.count), timeoutMilliseconds) > 0 else { return Array(repeating: false, count: sockets.count) }
+        return items.map { $0.revents & Int16(ZMQ_POLLIN) != 0 }
+    }
+
     /// The socket's notification descriptor (`ZMQ_FD`): it becomes readable when the socket's
     /// state may have changed, after which ``hasIncoming`` tells whether a message waits.
     func notificationDescriptor() throws -> Int32 {
@@ -356,6 +370,13 @@ package final class ZMQSocket {
         var size = MemoryLayout<Int32>.size
         guard zmq_getsockopt(handle, ZMQ_EVENTS, &events, &size) == 0 else { return true }  // let a receive report it
         return events & Int32(ZMQ_POLLIN) != 0
+    }
+
+    /// A property of the connection the last received envelope came on (`Peer-Address`,
+    /// `User-Id` — the name the ZAP handler gave its key), while its frames are held.
+    package func lastReceivedProperty(_ name: String) -> String? {
+        guard let value = zmq_msg_gets(lastHeader, name) else { return nil }
+        return String(cString: value)
     }
 
     /// Closes the socket; later calls do nothing.

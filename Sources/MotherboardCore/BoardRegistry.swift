@@ -42,10 +42,15 @@ final class LiveBoard {
     var actionsDelivered = 0
     /// Its message counters and round-trip histogram.
     let metrics: BoardMetrics
+    /// Where its connection comes from when it is not the broker's ipc socket (tcp: address and
+    /// key name); such a board whose link fails is kept as unreachable rather than dropped.
+    let host: String?
 
     init(
-        registration: Registration, peer: PeerID, registeredAt: ContinuousClock.Instant, lastSeen: ContinuousClock.Instant, metrics: BoardMetrics
+        registration: Registration, peer: PeerID, registeredAt: ContinuousClock.Instant, lastSeen: ContinuousClock.Instant, metrics: BoardMetrics,
+        host: String? = nil
     ) {
+        self.host = host
         self.metrics = metrics
         self.registration = registration
         self.peer = peer

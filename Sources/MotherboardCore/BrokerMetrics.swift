@@ -38,6 +38,8 @@ public final class BrokerMetrics: @unchecked Sendable {
     let droppedOutputs: Counter
     let refusedRegistrations: Counter
     let onDemandStarts: Counter
+    /// tcp connections whose key is not in the allow-list (counted from the ZAP thread).
+    let refusedConnections: Counter
 
     /// Buckets of the round-trip histograms: 50 µs to 10 s.
     static let durationBuckets: [Duration] = [
@@ -65,6 +67,7 @@ public final class BrokerMetrics: @unchecked Sendable {
         droppedOutputs = counter("boardbus_dropped_outputs_total")
         refusedRegistrations = counter("boardbus_refused_registrations_total")
         onDemandStarts = counter("boardbus_on_demand_starts_total")
+        refusedConnections = counter("boardbus_refused_connections_total")
     }
 
     /// Every board's counters, by name: live boards', and manifest boards' between their runs.
@@ -80,6 +83,11 @@ public final class BrokerMetrics: @unchecked Sendable {
         let made = BoardMetrics(board: name.name, scope: Self.scopeLabel(name.scope), factory: factory)
         boardMetrics[name] = made
         return made
+    }
+
+    /// A tcp connection refused by the ZAP handler (any thread: swift-metrics counters are).
+    func countRefusedConnection() {
+        refusedConnections.increment()
     }
 
     /// A board that is not in the manifest left: its last counts are flushed, then its series go.

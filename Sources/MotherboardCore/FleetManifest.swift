@@ -161,6 +161,28 @@ public struct FleetManifest: Sendable, Hashable, Codable {
     /// `HOST:PORT` to serve the broker's metrics on, over HTTP at `/metrics` (`--metrics-listen`
     /// overrides it).
     public var metricsListen: String?
+    /// `tcp://ADDRESS:PORT` endpoints to listen on besides the ipc socket (`--listen` overrides).
+    public var listen: [String] = []
+    /// The parent motherboard this one serves its scopes for (`--attach` overrides).
+    public var attach: Attach?
+
+    /// `"attach": {"address": "tcp://10.0.0.1:7400", "serverKey": KEY-OR-FILE, "clientKey": FILE}`.
+    public struct Attach: Codable, Sendable, Hashable {
+        public var address: String
+        /// The parent's public key (40 Z85 characters) or a file holding it.
+        public var serverKey: String?
+        /// This motherboard's key pair file (its public key is in the parent's allow-list).
+        public var clientKey: String?
+        /// The parent was started with `--insecure` (plaintext tcp).
+        public var insecure: Bool?
+
+        public init(address: String, serverKey: String? = nil, clientKey: String? = nil, insecure: Bool? = nil) {
+            self.address = address
+            self.serverKey = serverKey
+            self.clientKey = clientKey
+            self.insecure = insecure
+        }
+    }
 
     public init(scopes: [ScopeEntry] = [], boards: [Board] = [], flows: [Flow] = [], metricsListen: String? = nil) {
         self.scopes = scopes
@@ -180,6 +202,8 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         boards = try container.decodeIfPresent([Board].self, forKey: .boards) ?? []
         flows = try container.decodeIfPresent([Flow].self, forKey: .flows) ?? []
         metricsListen = try container.decodeIfPresent(String.self, forKey: .metricsListen)
+        listen = try container.decodeIfPresent([String].self, forKey: .listen) ?? []
+        attach = try container.decodeIfPresent(Attach.self, forKey: .attach)
     }
 
     /// Reads and checks a manifest file.

@@ -10,7 +10,9 @@ extension Motherboard {
                 let waiting = manifest.boards.filter {
                     $0.start == .always && registry[ScopedName(scope: $0.scope, name: $0.id.rawValue)] == nil
                 }.map(\.id)
-                reply(to: envelope, from: peer, with: BoardList(boards: registry.sorted.map { info(for: $0, now: now) }, waitingFor: waiting))
+                let lost = unreachable.values.map(unreachableInfo)
+                let boards = (registry.sorted.map { info(for: $0, now: now) } + lost).sorted { ($0.scope, $0.id) < ($1.scope, $1.id) }
+                reply(to: envelope, from: peer, with: BoardList(boards: boards, waitingFor: waiting))
             case ControlOperation.status:
                 let request = try PayloadCodec.decode(StatusRequest.self, from: envelope.payload)
                 reply(to: envelope, from: peer, with: try boardInfo(ScopedName(scope: request.scope, name: request.id.rawValue), now: now))
@@ -43,6 +45,8 @@ extension Motherboard {
                 reply(to: envelope, from: peer, with: MetricsText(text: metrics.exposition()))
             case ControlOperation.monitor:
                 try startMonitor(envelope, from: peer, now: now)
+            case ControlOperation.uplinkAttach:
+                try attachUplink(envelope, from: peer)
             default:
                 throw BusError(.malformed, "unknown control operation '\(envelope.header.typeName)'")
             }
@@ -56,6 +60,7 @@ extension Motherboard {
     /// A live board's info, or a stopped manifest board's, or `noSuchBoard`.
     private func boardInfo(_ name: ScopedName, now: ContinuousClock.Instant) throws -> BoardInfo {
         if let board = registry[name] { return info(for: board, now: now) }
+        if let lost = unreachable[name] { return unreachableInfo(lost) }
         if let entry = manifest.board(named: name.name, scope: name.scope) { return stoppedInfo(entry) }
         throw notLiveError(name)
     }
@@ -64,6 +69,7 @@ extension Motherboard {
         ScopeTree(
             scopes: scopes.names.map { scope in
                 var boards = registry.sorted.filter { $0.scope == scope }.map { info(for: $0, now: now) }
+                boards += unreachable.values.filter { $0.board.scope == scope }.map(unreachableInfo)
                 let live = Set(boards.map(\.id))
                 boards += manifest.boards.filter { $0.scope == scope && !live.contains($0.id) }.map(stoppedInfo)
                 return ScopeNode(name: scope, parent: scopes.parent(of: scope), boards: boards.sorted { $0.id < $1.id })
@@ -87,6 +93,6 @@ extension Motherboard {
             inputType: registration.inputType, commands: registration.commands, actions: registration.actions,
             uptimeSeconds: Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18,
             activations: board.activations, commandsHandled: board.commandsHandled, actionsDelivered: board.actionsDelivered,
-            restarts: supervisor.records[board.name]?.restarts ?? 0, lastExit: supervisor.records[board.name]?.lastExit)
+            restarts: supervisor.records[board.name]?.restarts ?? 0, lastExit: supervisor.records[board.name]?.lastExit, host: board.host)
     }
 }

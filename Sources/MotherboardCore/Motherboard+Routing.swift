@@ -7,6 +7,7 @@ extension Motherboard {
         let sender = registry.board(for: peer)
         let name = ScopedName(scope: scope(of: envelope, sender: sender), name: envelope.header.target)
         guard let target = registry[name] else {
+            if forwardUp(envelope, name: name, from: peer, sender: sender, now: now) { return }
             return reply(to: envelope, from: peer, error: notLiveError(name))
         }
         target.commandsHandled += 1
@@ -33,6 +34,7 @@ extension Motherboard {
             target.activations += 1
             return deliver(envelope, to: target, from: client, sender: nil, now: now)
         }
+        if let client, forwardUp(envelope, name: name, from: client, sender: registry.board(for: client), now: now) { return }
         guard let entry = manifest.board(named: name.name, scope: name.scope), producer != nil else {
             logger.warning("activation of a board that is not running", metadata: ["board": "\(name)"])
             if let client { reply(to: envelope, from: client, error: notLiveError(name)) }
@@ -138,8 +140,10 @@ extension Motherboard {
     /// Ends a request already taken out of ``replies``.
     func finish(_ request: ReplyRegistry.Request, _ outcome: Result<Envelope, BusError>) {
         if let action = request.action {
-            let acknowledged = (try? outcome.get())?.header.kind == .reply
-            return finishActionPart(action, acknowledged: acknowledged)
+            guard let answer = try? outcome.get(), answer.header.kind == .reply else { return finishActionPart(action, acknowledged: 0) }
+            // The uplink's part counts the subscribers the parent motherboard reached.
+            let count = request.boardPeer == uplink ? (try? PayloadCodec.decode(Delivery.self, from: answer.payload))?.delivered ?? 0 : 1
+            return finishActionPart(action, acknowledged: count)
         }
         switch outcome {
         case .success(let answer):
@@ -155,7 +159,7 @@ extension Motherboard {
         }
     }
 
-    private func finishActionPart(_ id: UInt64, acknowledged: Bool) {
+    private func finishActionPart(_ id: UInt64, acknowledged: Int) {
         guard let done = replies.finishActionPart(id, acknowledged: acknowledged) else { return }
         let header = EnvelopeHeader(kind: .reply, correlationID: done.clientCorrelationID)
         send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(Delivery(delivered: done.acknowledged))), to: done.client)
@@ -234,10 +238,13 @@ extension Motherboard {
         let subscribers = scopes.chain(from: origin).flatMap { scope in
             registry.subscribers(of: envelope.header.typeName, in: scope).filter { $0.peer != peer }
         }
-        let acknowledged = envelope.header.flags.contains(.replyExpected) && !subscribers.isEmpty
+        // Past this motherboard's own scopes, the action bubbles on in the parent motherboard.
+        let goesUp = uplink != nil && uplink != peer
+        let parts = subscribers.count + (goesUp ? 1 : 0)
+        let acknowledged = envelope.header.flags.contains(.replyExpected) && parts > 0
         let deliveryID =
             acknowledged
-            ? replies.beginAction(from: peer, clientCorrelationID: envelope.header.correlationID, subscribers: subscribers.count) : 0
+            ? replies.beginAction(from: peer, clientCorrelationID: envelope.header.correlationID, subscribers: parts) : 0
         let timeout = requestTimeout(milliseconds: envelope.header.timeoutMilliseconds)
         var header = envelope.header
         header.source = sender?.id.rawValue ?? ""
@@ -255,6 +262,9 @@ extension Motherboard {
             send(
                 Envelope(header: header, payload: envelope.payload), to: subscriber.peer, origin: peer,
                 clientCorrelationID: envelope.header.correlationID)
+        }
+        if goesUp, let uplink {
+            sendActionUp(header, payload: envelope.payload, deliveryID: acknowledged ? deliveryID : nil, timeout: timeout, to: uplink, now: now)
         }
         if !acknowledged { reply(to: envelope, from: peer, with: Delivery(delivered: subscribers.count)) }
     }

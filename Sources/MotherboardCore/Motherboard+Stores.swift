@@ -31,6 +31,7 @@ extension Motherboard {
             }
         }
         guard let owner = owner(of: store) else {
+            if forwardUp(envelope, name: store, from: peer, sender: sender, now: now) { return }
             return reply(
                 to: envelope, from: peer, error: noScopeError(store.scope) ?? BusError(.noSuchStore, "no live board owns a store '\(store)'"))
         }

@@ -70,6 +70,12 @@ public final class Motherboard {
     var storeSubscriptions: [ScopedName: Set<PeerID>] = [:]
     /// Peers of board instances that completed: their later messages are refused.
     @exclusivity(unchecked) var retiredPeers = RetiredPeers(capacity: 1024)
+    /// Boards on other hosts whose link failed: kept, shown `unreachable`, until they register again.
+    var unreachable: [ScopedName: UnreachableBoard] = [:]
+    /// The uplink of this motherboard (when it serves scopes of a parent one), once attached.
+    var uplink: PeerID?
+    /// The secret the uplink proves itself with (``UplinkAttach``); nil: no uplink may attach.
+    public var uplinkSecret: String?
     /// `busctl monitor`s attached: while there is none, routing does not look at them.
     @exclusivity(unchecked) var monitors = MonitorTable()
     private var lastHeartbeat: ContinuousClock.Instant?
@@ -103,7 +109,9 @@ public final class Motherboard {
     }
 
     /// Handles one message that a transport has already parsed (or found malformed).
-    public func receive(_ message: Result<Envelope, MalformedMessage>, from peer: PeerID, now: ContinuousClock.Instant) {
+    /// `origin` says where the peer's connection comes from when it is not the ipc socket (tcp:
+    /// `10.0.0.2 (edge-b)`), for registrations.
+    public func receive(_ message: Result<Envelope, MalformedMessage>, from peer: PeerID, now: ContinuousClock.Instant, origin: String? = nil) {
         let envelope: Envelope
         switch message {
         case .success(let parsed):
@@ -126,7 +134,7 @@ public final class Motherboard {
             return reply(to: envelope, from: peer, error: BusError(.notRegistered, "this board instance has completed"))
         }
         switch envelope.header.kind {
-        case .register: register(envelope, from: peer, now: now)
+        case .register: register(envelope, from: peer, now: now, origin: origin)
         case .unregister: unregister(envelope, from: peer)
         case .heartbeat: heartbeat(from: peer)
         case .activate: activate(envelope, from: peer, now: now)
@@ -153,9 +161,10 @@ public final class Motherboard {
     /// Heartbeats boards, drops the silent ones and fails requests and starts past their deadline.
     public func tick(now: ContinuousClock.Instant) {
         for board in registry.boards.values where board.lastSeen.duration(to: now) > settings.livenessTimeout {
-            drop(board.name, reason: "no heartbeat for \(settings.livenessTimeout)")
+            lose(board, reason: "no heartbeat for \(settings.livenessTimeout)")
         }
         checkAdoptedProcesses(now: now)
+        forgetLongUnreachable(now: now)
         if lastHeartbeat.map({ $0.duration(to: now) >= settings.heartbeatInterval }) ?? true {
             lastHeartbeat = now
             for board in registry.boards.values {
@@ -183,7 +192,7 @@ public final class Motherboard {
 
     // MARK: - Registration and liveness
 
-    private func register(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
+    private func register(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant, origin: String?) {
         let registration: Registration
         do {
             registration = try PayloadCodec.decode(Registration.self, from: envelope.payload)
@@ -206,9 +215,12 @@ public final class Motherboard {
             return reply(to: envelope, from: peer, error: refusal)
         }
         // Its counters only once it is accepted: a refused name leaves nothing behind.
-        let board = LiveBoard(registration: registration, peer: peer, registeredAt: now, lastSeen: now, metrics: metrics.board(name))
+        let board = LiveBoard(
+            registration: registration, peer: peer, registeredAt: now, lastSeen: now, metrics: metrics.board(name), host: origin)
         registry.insert(board)
-        logger.info("board registered", metadata: ["board": "\(board.name)", "pid": "\(registration.pid)"])
+        unreachable[name] = nil
+        logger.info("board registered", metadata: ["board": "\(board.name)", "pid": "\(registration.pid)", "host": "\(origin ?? "local")"])
+        uplinkBoardRegistered(board)
         let accepted = RegistrationAccepted(
             heartbeatIntervalMilliseconds: settings.heartbeatInterval.wholeMilliseconds,
             livenessTimeoutMilliseconds: settings.livenessTimeout.wholeMilliseconds)
@@ -261,9 +273,18 @@ public final class Motherboard {
         }
     }
 
-    /// Removes a board, its run-time flows, and fails every request waiting on it.
-    func drop(_ name: ScopedName, reason: String) {
+    /// Removes a board, its run-time flows, and fails every request waiting on it (with
+    /// `unreachable` when `unreachableSince` is set: the board is then kept, shown unreachable).
+    func drop(_ name: ScopedName, reason: String, unreachableSince: ContinuousClock.Instant? = nil) {
         guard let board = registry.remove(name) else { return }
+        uplinkBoardGone(name)
+        if let unreachableSince {
+            unreachable[name] = UnreachableBoard(board: board, since: unreachableSince)
+            logger.warning("board unreachable", metadata: ["board": "\(name)", "host": "\(board.host ?? "")", "reason": "\(reason)"])
+            for request in replies.takeAll(waitingOn: name, peer: board.peer) {
+                finish(request, .failure(BusError(.unreachable, "board '\(name)' at \(board.host ?? "another host") is unreachable (\(reason))")))
+            }
+        }
         // A manifest board keeps its series across restarts; another board's go with it.
         if manifest.board(named: name.name, scope: name.scope) == nil { metrics.forget(name) }
         flows.removeFlows(ownedBy: name)
@@ -320,8 +341,9 @@ public final class Motherboard {
             return
         }
         if let board = registry.board(for: peer), kind != .error {
-            drop(board.name, reason: "its socket is gone or full")
+            lose(board, reason: "its socket is gone or full")
         }
+        if peer == uplink, !transport.isConnected(peer) { uplinkLost(peer) }
     }
 
     func reply(to request: Envelope, from peer: PeerID, error: BusError) {
@@ -359,6 +381,9 @@ public final class Motherboard {
 
     /// The error for a target that is not live: the manifest decides between "not running" and "no such board".
     func notLiveError(_ name: ScopedName) -> BusError {
+        if let lost = unreachable[name] {
+            return BusError(.unreachable, "board '\(name)' at \(lost.board.host ?? "another host") is unreachable (its link is down)")
+        }
         if let noScope = noScopeError(name.scope) { return noScope }
         if manifest.board(named: name.name, scope: name.scope) != nil {
             return BusError(.boardNotRunning, "board '\(name)' is in the manifest but not running")

@@ -22,6 +22,17 @@ public final class MotherboardServer: Service {
         public var metricsListen: MetricsEndpoint.Address?
         /// Logs in `<runtime>/logs` past this size are rotated (copytruncate); 0: never. Default 10 MiB.
         public var maximumLogBytes: Int
+        /// Where else to listen (`tcp://ADDR:PORT`), besides the ipc socket: CURVE endpoints
+        /// unless `insecure`. Default: the manifest's `listen`.
+        public var listen: [String] = []
+        /// The broker's CURVE key pair file (default `<runtime>/curve/server.key`, made on first start).
+        public var curveKeyPath: String?
+        /// The allow-list of client keys (default `<runtime>/curve/allowed.keys`).
+        public var allowListPath: String?
+        /// Plaintext tcp, no keys: anyone who reaches the port is in.
+        public var insecure = false
+        /// The parent motherboard to attach to, serving this manifest's scopes there.
+        public var attach: UplinkSettings?
 
         public init(
             address: BusAddress, manifest: FleetManifest, binaryDirectory: String, settings: MotherboardSettings = .init(),
@@ -73,6 +84,7 @@ public final class MotherboardServer: Service {
             }
         }
         try socket.bind(address.endpoint)
+        let security = try listenOnNetwork(socket: socket, context: context, address: address)
 
         // The launcher reports exits from its own threads; they reach the motherboard on the loop.
         let exits = ExitForwarder()
@@ -82,7 +94,10 @@ public final class MotherboardServer: Service {
         let transport = RouterTransport(socket: socket, backlogBudget: options.settings.maximumUnreadBytesPerPeer)
         let motherboard = try Motherboard(
             manifest: options.manifest, settings: options.settings, transport: transport,
-            producer: LauncherProducer(launcher: launcher), logger: logger)
+            producer: LauncherProducer(launcher: launcher), logger: logger, metrics: security.metrics)
+        let attach =
+            try options.attach ?? options.manifest.attach.map { try UplinkSettings(manifest: $0, runtimeDirectory: address.runtimeDirectory) }
+        if attach != nil { motherboard.uplinkSecret = Registration.makeSecret() }
         var startFailure: (any Error)?
         var metricsEndpoint: MetricsEndpoint?
         let metricsFile = "\(address.runtimeDirectory)/metrics.addr"
@@ -116,6 +131,12 @@ public final class MotherboardServer: Service {
             name: "motherboard", socket: socket, handler: handler, tickInterval: .milliseconds(100), limits: options.settings.limits)
         exits.connect(loop: loop, motherboard: motherboard)
         loop.start()
+        var uplink: Uplink?
+        if let attach, let secret = motherboard.uplinkSecret, startFailure == nil {
+            uplink = try Uplink(
+                settings: attach, localEndpoint: address.endpoint, secret: secret, limits: options.settings.limits, logger: logger)
+            uplink?.start()
+        }
 
         let pidFile = "\(address.runtimeDirectory)/motherboard.pid"
         try "\(getpid())\n".write(toFile: pidFile, atomically: true, encoding: .utf8)
@@ -128,11 +149,13 @@ public final class MotherboardServer: Service {
         }
 
         notifier?.notify("STOPPING=1\nSTATUS=stopping the fleet")
+        uplink?.stop()
         await launcher.stopAll()
         rotation.stop()
         await metricsEndpoint?.stop()
         try? FileManager.default.removeItem(atPath: metricsFile)
         loop.stop()
+        security.zap?.stop()
         context.terminate()
         try? FileManager.default.removeItem(atPath: pidFile)
         if let path = address.ipcPath { try? FileManager.default.removeItem(atPath: path) }
@@ -141,6 +164,74 @@ public final class MotherboardServer: Service {
 }
 
 extension MotherboardServer {
+    /// What listening on tcp set up: the ZAP handler to stop, the metrics its refusals count in.
+    struct NetworkSecurity {
+        var zap: ZAPHandler?
+        var metrics: BrokerMetrics
+    }
+
+    /// Binds the tcp endpoints (after the ipc one: libzmq takes the security options of an
+    /// endpoint when it is bound, so the ipc socket stays as it was). CURVE with the broker's key
+    /// pair and a ZAP handler checking the allow-list, unless `--insecure`.
+    func listenOnNetwork(socket: ZMQSocket, context: ZMQContext, address: BusAddress) throws -> NetworkSecurity {
+        let metrics = BrokerMetrics()
+        let endpoints = options.listen.isEmpty ? options.manifest.listen : options.listen
+        guard !endpoints.isEmpty else { return NetworkSecurity(zap: nil, metrics: metrics) }
+        for endpoint in endpoints where !endpoint.hasPrefix("tcp://") {
+            throw BusError(.badArgument, "--listen takes tcp://ADDRESS:PORT endpoints, not '\(endpoint)'")
+        }
+        // A cut link is noticed by ZMTP pings within 3 s, without traffic.
+        try socket.set(.heartbeatInterval(.seconds(1)), .heartbeatTimeout(.seconds(3)))
+        var decide: @Sendable (ZAPHandler.Request) -> String?
+        if options.insecure {
+            logger.critical(
+                "INSECURE: tcp endpoints without CURVE: anyone who reaches them can use the fleet", metadata: ["endpoints": "\(endpoints)"])
+            FileHandle.standardError.write(
+                Data("motherboard: WARNING: --insecure: \(endpoints.joined(separator: " ")) accept anyone, unencrypted\n".utf8))
+            // Every peer is let in; the name marks its connection as a tcp one (for `list`'s host).
+            decide = { _ in "insecure" }
+        } else {
+            let directory = "\(address.runtimeDirectory)/curve"
+            try RuntimeDirectory.prepare(directory)
+            let keyPath = options.curveKeyPath ?? "\(directory)/server.key"
+            let (keys, created) = try CurveKeyPair.loadOrCreate(path: keyPath, name: "motherboard")
+            if created { logger.notice("made the motherboard's CURVE key pair", metadata: ["file": "\(keyPath)"]) }
+            try keys.certificate(includingSecret: false).write(toFile: "\(directory)/server.pub", atomically: true, encoding: .utf8)
+            let allowListPath = options.allowListPath ?? "\(directory)/allowed.keys"
+            // A malformed allow-list stops the start, rather than refusing everyone later.
+            let known = try CurveAllowList.load(path: allowListPath)
+            if known.names.isEmpty {
+                logger.warning("the allow-list is empty: no client can connect over tcp yet", metadata: ["file": "\(allowListPath)"])
+            }
+            let allowList = AllowListFile(path: allowListPath)
+            let logger = logger
+            decide = { request in
+                if request.mechanism == "CURVE", let key = request.publicKey, let name = allowList.name(of: key) { return name }
+                metrics.countRefusedConnection()
+                logger.warning(
+                    "connection refused: key not in the allow-list",
+                    metadata: [
+                        "address": "\(request.address)", "mechanism": "\(request.mechanism)", "key": "\(request.publicKey ?? "none")",
+                        "allowList": "\(allowList.path)",
+                    ])
+                return nil
+            }
+            try socket.set(.curveServer(true), .curveSecretKey(keys.secretKey ?? ""))
+        }
+        let zap = try ZAPHandler(context: context, decide: decide)
+        try socket.set(.zapDomain("boardbus"))
+        do {
+            for endpoint in endpoints {
+                try socket.bind(endpoint)
+                logger.info("listening", metadata: ["endpoint": "\(endpoint)", "security": "\(options.insecure ? "none" : "CURVE")"])
+            }
+        } catch {
+            zap.stop()
+            throw error
+        }
+        return NetworkSecurity(zap: zap, metrics: metrics)
+    }
+
     /// Returns on SIGTERM/SIGINT (graceful shutdown) or, with `exitWithParent`, when the parent exits.
     private func waitForShutdown() async {
         let watchParent = options.exitWithParent
@@ -261,7 +352,18 @@ final class RouterLoopHandler: SocketLoopHandler {
     func received(_ message: ReceivedMessage, on socket: ZMQSocket) {
         guard let routingID = message.routingID else { return }
         transport.backlog.noteReceived(from: routingID, descriptor: socket.lastSourceDescriptor)
-        motherboard.receive(message.content, from: PeerID(routingID), now: clock.now)
+        motherboard.receive(message.content, from: PeerID(routingID), now: clock.now, origin: Self.origin(of: message, on: socket))
+    }
+
+    /// Where a registration's connection comes from, when it is a tcp one: the peer's address
+    /// and the name its key has in the allow-list (`10.0.0.2 (edge-b)`).
+    static func origin(of message: ReceivedMessage, on socket: ZMQSocket) -> String? {
+        guard case .success(let envelope) = message.content, envelope.header.kind == .register,
+            let address = socket.lastReceivedProperty("Peer-Address")
+        else { return nil }
+        // Only tcp connections went through the ZAP handler and carry a user id; ipc ones do not.
+        guard let user = socket.lastReceivedProperty("User-Id"), !user.isEmpty else { return nil }
+        return "\(address) (\(user))"
     }
 
     func tick(on socket: ZMQSocket) {
@@ -306,6 +408,29 @@ final class LauncherProducer: BoardProducer {
     func adoptRunning(_ board: FleetManifest.Board) -> LaunchedProcess? { launcher.adoptRunning(board) }
     func isRunning(_ pid: Int32) -> Bool { launcher.isRunning(pid) }
     func forgetAdopted(_ pid: Int32) { launcher.forgetAdopted(pid) }
+}
+
+/// The allow-list file, read again whenever it changes (so that a key is added or removed without
+/// a restart). Read from the ZAP thread.
+final class AllowListFile: @unchecked Sendable {
+    let path: String
+    private let lock = NSLock()
+    private var list = CurveAllowList()
+    private var stamp: (Int, Int)?
+
+    init(path: String) { self.path = path }
+
+    func name(of key: String) -> String? {
+        lock.withLock {
+            var info = stat()
+            let current = stat(path, &info) == 0 ? (info.st_mtim.tv_sec, info.st_mtim.tv_nsec ^ Int(info.st_size)) : nil
+            if current.map({ $0 != stamp ?? (-1, -1) }) ?? (stamp != nil) {
+                stamp = current
+                list = (try? CurveAllowList.load(path: path)) ?? CurveAllowList()
+            }
+            return list.name(of: key)
+        }
+    }
 }
 
 /// The runtime directory: created with mode 0700, since its socket gives access to the fleet.

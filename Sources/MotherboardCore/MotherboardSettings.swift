@@ -19,6 +19,9 @@ public struct MotherboardSettings: Sendable, Hashable {
     /// read them (its socket stays over half full) before it refuses more to it and answers its
     /// requests `busy` (``ConnectionBacklog``). Default 32 MiB.
     public var maximumUnreadBytesPerPeer: Int
+    /// How long a board on another host whose link failed is kept (shown `unreachable`) before
+    /// it is forgotten. Default 10 minutes.
+    public var unreachableRetention: Duration = .seconds(600)
 
     public init(
         heartbeatInterval: Duration = .milliseconds(500),

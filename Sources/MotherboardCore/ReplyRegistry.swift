@@ -113,10 +113,12 @@ struct ReplyRegistry {
     }
 
     /// Counts one part of an action delivery as ended; returns the delivery once every part has.
-    mutating func finishActionPart(_ action: UInt64, acknowledged: Bool) -> FinishedAction? {
+    /// `acknowledged` is how many subscribers the part stands for that acknowledged: 0 or 1 for a
+    /// board, the count a parent motherboard reports for the part that went up the uplink.
+    mutating func finishActionPart(_ action: UInt64, acknowledged: Int) -> FinishedAction? {
         guard var delivery = actions[action] else { return nil }
         delivery.remaining -= 1
-        if acknowledged { delivery.acknowledged += 1 }
+        delivery.acknowledged += acknowledged
         guard delivery.remaining == 0 else {
             actions[action] = delivery
             return nil
@@ -135,6 +137,11 @@ struct ReplyRegistry {
     /// Takes every request waiting on `board`'s connection `peer` (it is gone), oldest id first.
     mutating func takeAll(waitingOn board: ScopedName, peer: PeerID) -> [Request] {
         take { $0.board == board && $0.boardPeer == peer }
+    }
+
+    /// Takes every request sent to a connection.
+    mutating func takeAll(sentTo peer: PeerID) -> [Request] {
+        take { $0.boardPeer == peer }
     }
 
     private mutating func take(where matches: (Request) -> Bool) -> [Request] {

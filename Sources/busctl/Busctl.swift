@@ -12,7 +12,7 @@ struct Busctl: AsyncParsableCommand {
         abstract: "Inspect and drive a BoardBus fleet.",
         subcommands: [
             List.self, Status.self, Introspect.self, Tree.self, Flows.self, Call.self, Activate.self, Emit.self, Action.self, Dispatch.self,
-            State.self, Wait.self, Monitor.self, Metrics.self,
+            State.self, Wait.self, Monitor.self, Metrics.self, Keys.self,
         ])
 }
 
@@ -25,13 +25,15 @@ extension Busctl {
             try await options.withClient { client in
                 let list = try await client.list(timeout: options.deadline)
                 if options.json { return try options.printJSON(list) }
+                // The HOST column only when some board is on another host.
+                let remote = list.boards.contains { $0.host != nil }
                 let rows = list.boards.map { board in
                     [
                         board.id.rawValue, "\(board.pid)", board.scope.isRoot ? "-" : board.scope.name, board.state.name, board.start,
                         String(format: "%.1fs", board.uptimeSeconds), board.commands.joined(separator: ","),
-                    ]
+                    ] + (remote ? [board.host ?? "local"] : [])
                 }
-                printTable(header: ["ID", "PID", "SCOPE", "STATE", "START", "UPTIME", "COMMANDS"], rows: rows)
+                printTable(header: ["ID", "PID", "SCOPE", "STATE", "START", "UPTIME", "COMMANDS"] + (remote ? ["HOST"] : []), rows: rows)
                 if !list.waitingFor.isEmpty {
                     print("waiting for: \(list.waitingFor.map(\.rawValue).joined(separator: ", "))")
                 }

@@ -7,6 +7,15 @@ struct GlobalOptions: ParsableArguments {
     @Option(name: .long, help: "The motherboard endpoint (default: $BOARDBUS_ADDRESS, else ipc://<runtime dir>/motherboard.sock).")
     var bus: String?
 
+    @Option(name: .long, help: "For a tcp:// --bus: the motherboard's public key, or a file holding it (default $BOARDBUS_SERVER_KEY).")
+    var serverKey: String?
+
+    @Option(name: .long, help: "For a tcp:// --bus: this client's key pair file (default $BOARDBUS_CLIENT_KEY; 'busctl keys new' makes one).")
+    var clientKey: String?
+
+    @Flag(name: .long, help: "For a tcp:// --bus of a motherboard started with --insecure: plaintext, no keys.")
+    var insecure = false
+
     @Flag(name: .long, help: "Print JSON instead of text.")
     var json = false
 
@@ -32,8 +41,13 @@ struct GlobalOptions: ParsableArguments {
 
     /// Connects, runs `body`, and turns every failure into one line on stderr and a non-zero exit.
     func withClient(_ body: (BusClient) async throws -> Void) async throws {
-        let address = BusAddress.resolve(explicitEndpoint: bus, environment: ProcessInfo.processInfo.environment, userID: getuid())
+        var environment = ProcessInfo.processInfo.environment
+        if let serverKey { environment["BOARDBUS_SERVER_KEY"] = serverKey }
+        if let clientKey { environment["BOARDBUS_CLIENT_KEY"] = clientKey }
+        var address = BusAddress.resolve(explicitEndpoint: bus, environment: environment, userID: getuid())
+        address.insecureTCP = insecure
         _ = try validated { try seconds(timeout, option: "--timeout", maximum: Self.maximumTimeoutSeconds) }
+        if address.isTCP { address.curve = try validated { try address.tcpCredentials(environment: environment) } }
         do {
             let client = try BusClient(address: address)
             defer { client.close() }

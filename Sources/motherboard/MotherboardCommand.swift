@@ -31,6 +31,33 @@ struct MotherboardCommand: AsyncParsableCommand {
         help: "Rotate board logs past this many bytes (copytruncate, 3 old copies; 0: never; default $BOARDBUS_LOG_MAX_BYTES, else 10485760).")
     var logMaxBytes: Int?
 
+    @Option(
+        help: ArgumentHelp(
+            "Also listen on tcp://ADDRESS:PORT (repeatable; default: the manifest's listen), CURVE-encrypted and authenticated.",
+            valueName: "endpoint"))
+    var listen: [String] = []
+
+    @Option(help: "The motherboard's CURVE key pair file (default: <runtime dir>/curve/server.key, made on first start, mode 0600).")
+    var curveKey: String?
+
+    @Option(help: "The allow-list of client public keys, 'NAME KEY' per line (default: <runtime dir>/curve/allowed.keys; re-read when it changes).")
+    var allow: String?
+
+    @Flag(help: "Listen on tcp without CURVE: anyone who reaches the port can use the fleet. For a private test network only.")
+    var insecure = false
+
+    @Option(help: "Attach to a parent motherboard at tcp://HOST:PORT, serving this manifest's scopes there (default: the manifest's attach).")
+    var attach: String?
+
+    @Option(help: "The parent's public key (40 Z85 characters, or a file holding it; default $BOARDBUS_SERVER_KEY).")
+    var attachServerKey: String?
+
+    @Option(help: "This motherboard's key pair file for the parent (default $BOARDBUS_CLIENT_KEY).")
+    var attachClientKey: String?
+
+    @Flag(help: "The parent listens without CURVE (--insecure there).")
+    var attachInsecure = false
+
     @Flag(help: "Stop when the parent process exits (for test harnesses).")
     var exitWithParent = false
 
@@ -48,11 +75,23 @@ struct MotherboardCommand: AsyncParsableCommand {
             guard logLimit == 0 || logLimit >= 4096 else {
                 throw BusError(.badArgument, "--log-max-bytes must be 0 (never rotate) or at least 4096, not \(logLimit)")
             }
-            let server = MotherboardServer(
-                options: .init(
-                    address: address, manifest: fleet, binaryDirectory: binaries, exitWithParent: exitWithParent, metricsListen: listen,
-                    maximumLogBytes: logLimit),
-                logger: logger)
+            var options = MotherboardServer.Options(
+                address: address, manifest: fleet, binaryDirectory: binaries, exitWithParent: exitWithParent, metricsListen: listen,
+                maximumLogBytes: logLimit)
+            options.listen = self.listen
+            options.curveKeyPath = curveKey
+            options.allowListPath = allow
+            options.insecure = insecure
+            if let attach {
+                if let attachServerKey { environment["BOARDBUS_SERVER_KEY"] = attachServerKey }
+                if let attachClientKey { environment["BOARDBUS_CLIENT_KEY"] = attachClientKey }
+                let credentials = attachInsecure ? nil : try CurveClientCredentials.resolve(environment: environment)
+                guard credentials != nil || attachInsecure else {
+                    throw BusError(.badArgument, "--attach needs --attach-server-key and --attach-client-key (or --attach-insecure)")
+                }
+                options.attach = try UplinkSettings(endpoint: attach, credentials: credentials)
+            }
+            let server = MotherboardServer(options: options, logger: logger)
             let group = ServiceGroup(configuration: .init(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
             try await group.run()
         } catch let error as BusError {

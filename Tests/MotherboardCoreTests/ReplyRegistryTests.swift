@@ -72,14 +72,14 @@ struct ReplyRegistryTests {
             registry.expectActionPart(delivery, board: greeter, boardPeer: $0, deadline: start + .seconds(1))
         }
         #expect(registry.takeReply(parts[0], from: board)?.action == delivery)
-        #expect(registry.finishActionPart(delivery, acknowledged: true) == nil)
+        #expect(registry.finishActionPart(delivery, acknowledged: 1) == nil)
         #expect(registry.take(parts[1])?.action == delivery)
-        #expect(registry.finishActionPart(delivery, acknowledged: false) == nil)
+        #expect(registry.finishActionPart(delivery, acknowledged: 0) == nil)
         #expect(registry.takeExpired(now: start + .seconds(2)).count == 1)
-        let done = registry.finishActionPart(delivery, acknowledged: false)
+        let done = registry.finishActionPart(delivery, acknowledged: 0)
         #expect(done == .init(client: client, clientCorrelationID: 9, acknowledged: 1))
         #expect(registry.isEmpty)
         // A part that ends after the delivery was answered changes nothing.
-        #expect(registry.finishActionPart(delivery, acknowledged: true) == nil)
+        #expect(registry.finishActionPart(delivery, acknowledged: 1) == nil)
     }
 }

@@ -1,0 +1,158 @@
+import Foundation
+
+/// A CURVE key pair as ZeroMQ writes keys: 40 Z85 characters each. The secret may be absent (a
+/// peer's public key alone, e.g. the broker's as a client knows it).
+///
+/// Key files use ZeroMQ's certificate format (the one czmq's `zcert` and pyzmq's
+/// `zmq.auth.create_certificates` write and `zmq.auth.load_certificate` reads):
+///
+/// ```
+/// # BoardBus CURVE key pair: keep this file secret
+/// metadata
+///     name = "edge-b"
+/// curve
+///     public-key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yu7"
+///     secret-key = "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6"
+/// ```
+public struct CurveKeyPair: Sendable, Hashable {
+    public var publicKey: String
+    public var secretKey: String?
+    /// The name written in the file's metadata, if any.
+    public var name: String?
+
+    public init(publicKey: String, secretKey: String?, name: String? = nil) throws {
+        guard Self.isKey(publicKey) else { throw BusError(.badArgument, "not a CURVE public key (40 Z85 characters): '\(publicKey.prefix(60))'") }
+        if let secretKey, !Self.isKey(secretKey) { throw BusError(.badArgument, "not a CURVE secret key (40 Z85 characters)") }
+        self.publicKey = publicKey
+        self.secretKey = secretKey
+        self.name = name
+    }
+
+    /// Z85's alphabet (ZeroMQ RFC 32).
+    static let z85Alphabet = Set("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#")
+
+    /// Whether `text` is a 32-byte key in Z85 (40 characters of its alphabet).
+    public static func isKey(_ text: String) -> Bool {
+        text.count == 40 && text.allSatisfy { z85Alphabet.contains($0) }
+    }
+
+    /// Reads a certificate file (public key alone, or both). Also accepts a file holding only a
+    /// public key on its first line.
+    public static func load(path: String) throws -> CurveKeyPair {
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            throw BusError(.badArgument, "cannot read key file \(path): \(error.localizedDescription)")
+        }
+        var values: [String: String] = [:]
+        for line in text.split(whereSeparator: \.isNewline) {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            guard !trimmed.hasPrefix("#"), let equals = trimmed.firstIndex(of: "=") else { continue }
+            let key = trimmed[..<equals].trimmingCharacters(in: .whitespaces)
+            var value = trimmed[trimmed.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            if value.count >= 2, value.hasPrefix("\""), value.hasSuffix("\"") { value = String(value.dropFirst().dropLast()) }
+            values[key] = value
+        }
+        if values["public-key"] == nil, let first = text.split(whereSeparator: \.isNewline).first.map(String.init), isKey(first) {
+            return try CurveKeyPair(publicKey: first, secretKey: nil)
+        }
+        guard let publicKey = values["public-key"] else { throw BusError(.badArgument, "key file \(path) has no public-key") }
+        do {
+            return try CurveKeyPair(publicKey: publicKey, secretKey: values["secret-key"], name: values["name"])
+        } catch let error as BusError {
+            throw BusError(error.code, "key file \(path): \(error.message)")
+        }
+    }
+
+    /// The certificate text: with the secret key (the secret file) or without (the public one).
+    public func certificate(includingSecret: Bool) -> String {
+        var text = includingSecret ? "# BoardBus CURVE key pair: keep this file secret\n" : "# BoardBus CURVE public key\n"
+        text += "metadata\n"
+        if let name { text += "    name = \"\(name)\"\n" }
+        text += "curve\n    public-key = \"\(publicKey)\"\n"
+        if includingSecret, let secretKey { text += "    secret-key = \"\(secretKey)\"\n" }
+        return text
+    }
+
+    /// Writes the secret certificate with mode 0600 (created so: never readable by others, even briefly).
+    public func writeSecret(to path: String) throws {
+        let descriptor = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw BusError(.badArgument, "cannot create key file \(path): \(String(cString: strerror(errno)))") }
+        defer { close(descriptor) }
+        guard fchmod(descriptor, 0o600) == 0 else { throw BusError(.badArgument, "cannot set mode 0600 on \(path)") }
+        let bytes = Array(certificate(includingSecret: true).utf8)
+        guard write(descriptor, bytes, bytes.count) == bytes.count else { throw BusError(.badArgument, "cannot write key file \(path)") }
+    }
+}
+
+/// The public keys allowed to connect to a motherboard's tcp endpoints: one per line, a name then
+/// the key (`edge-b rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yu7`), anything after them ignored; a
+/// line starting with `#` is a comment.
+public struct CurveAllowList: Sendable, Equatable {
+    /// Name of each allowed key, by key.
+    public private(set) var names: [String: String] = [:]
+
+    public init(entries: [(name: String, key: String)] = []) {
+        for entry in entries { names[entry.key] = entry.name }
+    }
+
+    public init(parsing text: String, source: String = "allow-list") throws {
+        for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            // '#' is a Z85 character too: only a line that starts with it is a comment.
+            let raw = line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" })
+            if raw.isEmpty || raw[0].hasPrefix("#") { continue }
+            guard raw.count >= 2, BoardID.isValid(String(raw[0])) else {
+                throw BusError(.badArgument, "\(source) line \(number + 1): expected 'NAME PUBLIC-KEY'")
+            }
+            let key = String(raw[1])
+            guard CurveKeyPair.isKey(key) else {
+                throw BusError(.badArgument, "\(source) line \(number + 1): '\(raw[1].prefix(60))' is not a CURVE public key (40 Z85 characters)")
+            }
+            names[key] = String(raw[0])
+        }
+    }
+
+    public static func load(path: String) throws -> CurveAllowList {
+        guard FileManager.default.fileExists(atPath: path) else { return CurveAllowList() }
+        do {
+            return try CurveAllowList(parsing: try String(contentsOfFile: path, encoding: .utf8), source: path)
+        } catch let error as BusError {
+            throw error
+        } catch {
+            throw BusError(.badArgument, "cannot read allow-list \(path): \(error.localizedDescription)")
+        }
+    }
+
+    public func name(of key: String) -> String? { names[key] }
+}
+
+/// What a client needs to reach a motherboard over `tcp://`: the broker's public key and its own
+/// key pair (CURVE), or nothing for a broker started with `--insecure`.
+public struct CurveClientCredentials: Sendable, Hashable {
+    public var serverKey: String
+    public var client: CurveKeyPair
+
+    public init(serverKey: String, client: CurveKeyPair) throws {
+        guard CurveKeyPair.isKey(serverKey) else { throw BusError(.badArgument, "not a CURVE public key for the server: '\(serverKey.prefix(60))'") }
+        guard client.secretKey != nil else { throw BusError(.badArgument, "the client key file has no secret-key") }
+        self.serverKey = serverKey
+        self.client = client
+    }
+
+    /// From the environment: `BOARDBUS_SERVER_KEY` (the broker's public key, or a file holding it)
+    /// and `BOARDBUS_CLIENT_KEY` (the client's secret key file). Nil when neither is set; an error
+    /// when only one is, or a file is unreadable.
+    public static func resolve(environment: [String: String]) throws -> CurveClientCredentials? {
+        let server = environment["BOARDBUS_SERVER_KEY"].flatMap { $0.isEmpty ? nil : $0 }
+        let client = environment["BOARDBUS_CLIENT_KEY"].flatMap { $0.isEmpty ? nil : $0 }
+        switch (server, client) {
+        case (nil, nil): return nil
+        case (let server?, let client?):
+            let serverKey = CurveKeyPair.isKey(server) ? server : try CurveKeyPair.load(path: server).publicKey
+            return try CurveClientCredentials(serverKey: serverKey, client: try CurveKeyPair.load(path: client))
+        case (nil, _): throw BusError(.badArgument, "BOARDBUS_CLIENT_KEY is set but BOARDBUS_SERVER_KEY (the motherboard's public key) is not")
+        case (_, nil): throw BusError(.badArgument, "BOARDBUS_SERVER_KEY is set but BOARDBUS_CLIENT_KEY (this client's key file) is not")
+        }
+    }
+}

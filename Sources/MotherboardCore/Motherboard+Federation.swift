@@ -1,0 +1,141 @@
+import BusCore
+import Foundation
+
+/// A board on another host whose link failed, kept as it was last seen.
+struct UnreachableBoard {
+    let board: LiveBoard
+    let since: ContinuousClock.Instant
+}
+
+/// Boards on other hosts, and the uplink of a motherboard that serves scopes of a parent one.
+///
+/// A board connected over tcp whose link fails (no heartbeat within the liveness timeout, or its
+/// connection closed under a send) is not dropped as gone: it is kept as `unreachable`, requests
+/// waiting on it fail with `unreachable`, and new ones are answered so at once, until it
+/// registers again (its board or uplink re-registers by itself when the link returns) or
+/// ``MotherboardSettings/unreachableRetention`` passes.
+///
+/// On a motherboard with an uplink (`motherboard --attach`), the uplink is a peer on the ipc
+/// socket that proved itself with the motherboard's uplink secret. The boards of the scopes this
+/// motherboard serves (every scope of its manifest but the root) are pushed to it, and it
+/// registers them with the parent. What names a scope this motherboard does not serve goes up to
+/// it: commands, activations and store requests of clients, and every action once it has bubbled
+/// through this motherboard's scopes.
+extension Motherboard {
+    /// Drops a board whose link failed: a board on another host is kept as unreachable.
+    func lose(_ board: LiveBoard, reason: String) {
+        drop(board.name, reason: reason, unreachableSince: board.host == nil ? nil : .now)
+    }
+
+    /// Forgets boards unreachable for longer than the retention.
+    func forgetLongUnreachable(now: ContinuousClock.Instant) {
+        guard !unreachable.isEmpty else { return }
+        for (name, lost) in unreachable where lost.since.duration(to: now) > settings.unreachableRetention {
+            unreachable[name] = nil
+            logger.info("unreachable board forgotten", metadata: ["board": "\(name)", "after": "\(settings.unreachableRetention)"])
+        }
+    }
+
+    /// Whether this motherboard serves `scope` itself (rather than its parent).
+    func serves(_ scope: Scope) -> Bool {
+        uplinkSecret == nil || (!scope.isRoot && scopes.contains(scope))
+    }
+
+    /// `uplink.attach`: the uplink proves itself; the boards of the served scopes are pushed to it.
+    func attachUplink(_ envelope: Envelope, from peer: PeerID) throws {
+        let request = try PayloadCodec.decode(UplinkAttach.self, from: envelope.payload)
+        guard registry.board(for: peer) == nil, Self.secretsMatch(uplinkSecret, request.secret) else {
+            throw BusError(.unauthorized, "only this motherboard's own uplink may attach")
+        }
+        uplink = peer
+        logger.info("uplink attached", metadata: ["peer": "\(peer)"])
+        reply(to: envelope, from: peer, with: Delivery(delivered: 0))
+        for board in registry.sorted { uplinkBoardRegistered(board) }
+    }
+
+    /// A board registered: if it is in a served scope, the uplink registers it with the parent.
+    func uplinkBoardRegistered(_ board: LiveBoard) {
+        guard let uplink, !board.scope.isRoot else { return }
+        var registration = board.registration
+        registration.secret = nil
+        let header = EnvelopeHeader(kind: .control, target: board.id.rawValue, scope: board.scope, typeName: ControlOperation.uplinkBoard)
+        send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(registration)), to: uplink)
+    }
+
+    /// A board left: the uplink unregisters it from the parent.
+    func uplinkBoardGone(_ name: ScopedName) {
+        guard let uplink, !name.scope.isRoot else { return }
+        let header = EnvelopeHeader(kind: .control, target: name.name, scope: name.scope, typeName: ControlOperation.uplinkGone)
+        let gone = StatusRequest(id: lostID(name), scope: name.scope)
+        send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(gone)), to: uplink)
+    }
+
+    /// Sends a client's request for a scope this motherboard does not serve up to the parent
+    /// (through the uplink), and relays the answer as a board's. False when it stays here: no
+    /// uplink, the scope is served here, or the sender is a board (boards address their own scope).
+    func forwardUp(_ envelope: Envelope, name: ScopedName, from peer: PeerID, sender: LiveBoard?, now: ContinuousClock.Instant) -> Bool {
+        guard let uplink, peer != uplink, sender == nil, !serves(name.scope) else { return false }
+        if envelope.header.kind == .store,
+            [StoreOperation.subscribe, StoreOperation.renew, StoreOperation.unsubscribe].contains(envelope.header.typeName)
+        {
+            reply(
+                to: envelope, from: peer,
+                error: BusError(.badArgument, "store '\(name)' is on the parent motherboard: watch it there (busctl --bus tcp://…)"))
+            return true
+        }
+        var header = envelope.header
+        let clientCorrelationID = header.correlationID
+        header.scope = name.scope
+        if header.flags.contains(.replyExpected) {
+            header.correlationID = replies.expect(
+                from: peer, clientCorrelationID: clientCorrelationID, board: name, boardPeer: uplink,
+                deadline: now.advanced(by: requestTimeout(milliseconds: header.timeoutMilliseconds)), sentAt: now, clientIsBoard: false)
+        } else {
+            header.correlationID = 0
+        }
+        send(Envelope(header: header, payload: envelope.payload), to: uplink, origin: peer, clientCorrelationID: clientCorrelationID)
+        return true
+    }
+
+    /// An action that bubbled through this motherboard's scopes goes on in the parent's: one more
+    /// part of its delivery, which the parent's count acknowledges.
+    func sendActionUp(
+        _ header: EnvelopeHeader, payload: Data, deliveryID: UInt64?, timeout: Duration, to uplink: PeerID, now: ContinuousClock.Instant
+    ) {
+        var header = header
+        header.target = ""
+        if let deliveryID {
+            header.flags.insert(.replyExpected)
+            header.correlationID = replies.expectActionPart(
+                deliveryID, board: ScopedName(scope: .root, name: "uplink"), boardPeer: uplink, deadline: now.advanced(by: timeout))
+        } else {
+            header.flags.remove(.replyExpected)
+            header.correlationID = 0
+        }
+        send(Envelope(header: header, payload: payload), to: uplink)
+    }
+
+    /// The uplink's connection is gone (its motherboard is stopping): requests waiting on it fail.
+    func uplinkLost(_ peer: PeerID) {
+        guard uplink == peer else { return }
+        uplink = nil
+        for request in replies.takeAll(sentTo: peer) {
+            finish(request, .failure(BusError(.unreachable, "the link to the parent motherboard is gone")))
+        }
+    }
+
+    private func lostID(_ name: ScopedName) -> BoardID {
+        (try? BoardID(validating: name.name)) ?? "invalid"
+    }
+
+    /// What `list` and `tree` show of an unreachable board.
+    func unreachableInfo(_ lost: UnreachableBoard) -> BoardInfo {
+        let registration = lost.board.registration
+        return BoardInfo(
+            id: registration.id, scope: registration.scope, pid: registration.pid, state: .unreachable,
+            start: manifest.board(registration.id, scope: registration.scope)?.start.rawValue ?? "external",
+            inputType: registration.inputType, commands: registration.commands, actions: registration.actions, uptimeSeconds: 0,
+            activations: lost.board.activations, commandsHandled: lost.board.commandsHandled, actionsDelivered: lost.board.actionsDelivered,
+            host: lost.board.host)
+    }
+}

@@ -1,0 +1,360 @@
+import BusCore
+import BusZeroMQ
+import Foundation
+import Logging
+import Synchronization
+
+/// Where and how a motherboard attaches to its parent.
+public struct UplinkSettings: Sendable, Hashable {
+    /// The parent's endpoint, `tcp://HOST:PORT`.
+    public var endpoint: String
+    /// The parent's public key and this side's key pair; nil only for an `--insecure` parent.
+    public var credentials: CurveClientCredentials?
+
+    public init(endpoint: String, credentials: CurveClientCredentials?) throws {
+        guard endpoint.hasPrefix("tcp://") else { throw BusError(.badArgument, "--attach takes a tcp://HOST:PORT endpoint, not '\(endpoint)'") }
+        self.endpoint = endpoint
+        self.credentials = credentials
+    }
+
+    /// From the manifest's `attach` (keys as given there, else from the environment).
+    init(manifest attach: FleetManifest.Attach, runtimeDirectory: String) throws {
+        var environment = ProcessInfo.processInfo.environment
+        if let key = attach.serverKey { environment["BOARDBUS_SERVER_KEY"] = key }
+        if let key = attach.clientKey { environment["BOARDBUS_CLIENT_KEY"] = key }
+        let credentials = attach.insecure == true ? nil : try CurveClientCredentials.resolve(environment: environment)
+        guard credentials != nil || attach.insecure == true else {
+            throw BusError(.badArgument, "attach needs serverKey and clientKey (or insecure: true for a parent started with --insecure)")
+        }
+        try self.init(endpoint: attach.address, credentials: credentials)
+    }
+}
+
+/// The link of a motherboard that serves scopes of a parent motherboard (on another host).
+///
+/// It runs on a thread of its own with three kinds of DEALER sockets: one to its own motherboard's
+/// ipc socket (where it attached with the uplink secret; the boards of the served scopes are
+/// pushed to it), one per served board to the parent (registered there as that board: the
+/// parent routes to it as to any board, and the uplink hands each request to its own motherboard
+/// and the answer back), and one more to the parent for what goes up (clients' requests for the
+/// parent's scopes, actions bubbling on). Every connection to the parent is CURVE, pings with
+/// ZMTP heartbeats, and sends only when connected.
+///
+/// The link is up while the parent was heard from within the liveness timeout (it heartbeats each
+/// registered board; the uplink pings it too). When it goes down, requests waiting on it fail
+/// with `unreachable` and new ones are answered so at once; when it returns, every board
+/// registers again by itself (the parent answers a heartbeat it does not know with
+/// `notRegistered`).
+final class Uplink: @unchecked Sendable {
+    private struct RemoteBoard {
+        var registration: Registration
+        let socket: ZMQSocket
+        var registered = false
+        var lastRegisterAttempt: ContinuousClock.Instant?
+        var registerCorrelationID: UInt64 = 0
+    }
+
+    /// A request in flight through the uplink: where its answer goes.
+    private struct Pending {
+        /// Down: the board socket (by name) the parent's request came on; nil: up, to the local side.
+        var board: ScopedName?
+        var correlationID: UInt64
+        var deadline: ContinuousClock.Instant
+    }
+
+    private let settings: UplinkSettings
+    private let secret: String
+    private let limits: BusLimits
+    private let logger: Logger
+    private let context: ZMQContext
+    private let local: ZMQSocket
+    private let link: ZMQSocket
+    private var boards: [ScopedName: RemoteBoard] = [:]
+    /// Requests from the parent, handed to the local motherboard, by the local correlation id.
+    private var down: [UInt64: Pending] = [:]
+    /// Requests sent up, by the correlation id they travel under to the parent.
+    private var up: [UInt64: Pending] = [:]
+    private var nextID: UInt64 = 1
+    private var lastHeard: ContinuousClock.Instant?
+    private var lastPing: ContinuousClock.Instant?
+    private var linkUp = false
+    private var attached = false
+    private let heartbeatInterval = Duration.milliseconds(500)
+    private let livenessTimeout = Duration.milliseconds(2500)
+    private let running = Atomic<Bool>(true)
+    private let finished = DispatchSemaphore(value: 0)
+
+    init(settings: UplinkSettings, localEndpoint: String, secret: String, limits: BusLimits, logger: Logger) throws {
+        self.settings = settings
+        self.secret = secret
+        self.limits = limits
+        self.logger = logger
+        context = try ZMQContext()
+        local = try ZMQSocket(context: context, kind: .dealer)
+        try local.set(.linger(.zero), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000))
+        try local.connect(localEndpoint)
+        link = try Self.parentSocket(context: context, settings: settings)
+    }
+
+    /// A DEALER to the parent: CURVE, ZMTP pings, quick reconnects, sends only when connected.
+    private static func parentSocket(context: ZMQContext, settings: UplinkSettings) throws -> ZMQSocket {
+        let socket = try ZMQSocket(context: context, kind: .dealer)
+        do {
+            try socket.set(
+                .linger(.zero), .immediate(true), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000),
+                .heartbeatInterval(.seconds(1)), .heartbeatTimeout(.seconds(3)), .connectTimeout(.seconds(1)),
+                .reconnectInterval(.milliseconds(100)), .maximumReconnectInterval(.seconds(1)))
+            if let credentials = settings.credentials {
+                try socket.set(
+                    .curveServerKey(credentials.serverKey), .curvePublicKey(credentials.client.publicKey),
+                    .curveSecretKey(credentials.client.secretKey ?? ""))
+            }
+            try socket.connect(settings.endpoint)
+        } catch {
+            socket.close()
+            throw error
+        }
+        return socket
+    }
+
+    func start() {
+        let thread = Thread { [self] in
+            run()
+            finished.signal()
+        }
+        thread.name = "uplink"
+        thread.start()
+    }
+
+    func stop() {
+        guard running.exchange(false, ordering: .acquiringAndReleasing) else { return }
+        finished.wait()
+    }
+
+    // MARK: - Loop
+
+    private func run() {
+        let clock = ContinuousClock()
+        var attachID: UInt64 = 0
+        var lastAttach: ContinuousClock.Instant?
+        while running.load(ordering: .acquiring) {
+            let now = clock.now
+            if !attached, lastAttach.map({ $0.duration(to: now) > .seconds(1) }) ?? true {
+                attachID = makeID()
+                lastAttach = now
+                var header = EnvelopeHeader(kind: .control, correlationID: attachID, typeName: ControlOperation.uplinkAttach)
+                header.flags.insert(.replyExpected)
+                _ = try? local.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(UplinkAttach(secret: secret))))
+            }
+            tick(now: now)
+            let names = Array(boards.keys)
+            let sockets = [local, link] + names.map { boards[$0]!.socket }
+            let ready = ZMQSocket.poll(sockets, timeoutMilliseconds: 100)
+            if ready[0] { drain(local) { self.fromLocal($0, attachID: attachID, now: clock.now) } }
+            if ready[1] { drain(link) { self.fromParentLink($0, now: clock.now) } }
+            for (index, name) in names.enumerated() where ready[index + 2] {
+                guard let socket = boards[name]?.socket else { continue }
+                drain(socket) { self.fromParent($0, board: name, now: clock.now) }
+            }
+        }
+        for board in boards.values {
+            if board.registered { _ = try? board.socket.send(Envelope(header: EnvelopeHeader(kind: .unregister))) }
+            board.socket.close()
+        }
+        local.close()
+        link.close()
+        context.terminate()
+    }
+
+    private func drain(_ socket: ZMQSocket, _ handle: (Envelope) -> Void) {
+        for _ in 0..<256 {
+            guard let message = try? socket.receiveEnvelope(limits: limits) else { return }
+            if case .success(let envelope) = message.content { handle(envelope) }
+        }
+    }
+
+    private func makeID() -> UInt64 {
+        defer { nextID &+= 1 }
+        return nextID
+    }
+
+    /// Pings, registrations, heartbeats, the link's state and expired requests.
+    private func tick(now: ContinuousClock.Instant) {
+        let heard = lastHeard.map { $0.duration(to: now) < livenessTimeout } ?? false
+        if heard != linkUp {
+            linkUp = heard
+            if heard {
+                logger.notice("link to the parent motherboard is up", metadata: ["endpoint": "\(settings.endpoint)"])
+            } else {
+                logger.warning("link to the parent motherboard is down", metadata: ["endpoint": "\(settings.endpoint)"])
+                for name in boards.keys { boards[name]?.registered = false }
+                failUp(BusError(.unreachable, "the link to the parent motherboard at \(settings.endpoint) is down"))
+            }
+        }
+        if lastPing.map({ $0.duration(to: now) >= heartbeatInterval }) ?? true {
+            lastPing = now
+            // The parent answers a heartbeat from a connection it does not know with
+            // `notRegistered`: that answer is the pong.
+            _ = try? link.send(Envelope(header: EnvelopeHeader(kind: .heartbeat)))
+            for (name, board) in boards {
+                if board.registered {
+                    _ = try? board.socket.send(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: name.name)))
+                } else if board.lastRegisterAttempt.map({ $0.duration(to: now) >= .seconds(1) }) ?? true {
+                    register(name, now: now)
+                }
+            }
+        }
+        for (id, pending) in up where pending.deadline <= now {
+            up[id] = nil
+            answerLocal(Envelope.error(BusError(.timeout, "the parent motherboard did not answer in time"), correlationID: pending.correlationID))
+        }
+        for (id, pending) in down where pending.deadline.advanced(by: .seconds(5)) <= now { down[id] = nil }
+    }
+
+    private func register(_ name: ScopedName, now: ContinuousClock.Instant) {
+        guard var board = boards[name] else { return }
+        board.lastRegisterAttempt = now
+        board.registerCorrelationID = makeID()
+        var header = EnvelopeHeader(kind: .register, correlationID: board.registerCorrelationID, source: name.name, scope: name.scope)
+        header.flags.insert(.replyExpected)
+        boards[name] = board
+        _ = try? board.socket.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(board.registration)))
+    }
+
+    // MARK: - From the local motherboard
+
+    private func fromLocal(_ envelope: Envelope, attachID: UInt64, now: ContinuousClock.Instant) {
+        let header = envelope.header
+        switch header.kind {
+        case .reply where header.correlationID == attachID && !attached:
+            attached = true
+            logger.info("uplink attached to its motherboard", metadata: ["parent": "\(settings.endpoint)"])
+        case .error where header.correlationID == attachID && !attached:
+            logger.error("the motherboard refused its uplink", metadata: ["error": "\(String(decoding: envelope.payload, as: UTF8.self))"])
+        case .control where header.typeName == ControlOperation.uplinkBoard:
+            guard let registration = try? PayloadCodec.decode(Registration.self, from: envelope.payload) else { return }
+            boardAppeared(registration, now: now)
+        case .control where header.typeName == ControlOperation.uplinkGone:
+            guard let gone = try? PayloadCodec.decode(StatusRequest.self, from: envelope.payload) else { return }
+            let name = ScopedName(scope: gone.scope, name: gone.id.rawValue)
+            guard let board = boards.removeValue(forKey: name) else { return }
+            if board.registered { _ = try? board.socket.send(Envelope(header: EnvelopeHeader(kind: .unregister))) }
+            board.socket.close()
+        case .reply, .error:
+            // A local board's answer to the parent's request.
+            guard let pending = down.removeValue(forKey: header.correlationID), let name = pending.board,
+                let socket = boards[name]?.socket
+            else { return }
+            var answer = envelope
+            answer.header.correlationID = pending.correlationID
+            _ = try? socket.send(answer)
+        default:
+            // A request for the parent (a client's, or an action bubbling on).
+            sendUp(envelope, now: now)
+        }
+    }
+
+    private func boardAppeared(_ registration: Registration, now: ContinuousClock.Instant) {
+        let name = ScopedName(scope: registration.scope, name: registration.id.rawValue)
+        var exported = registration
+        // The parent routes requests to it; its actions are delivered here, where it lives.
+        exported.actions = []
+        exported.secret = boards[name]?.registration.secret ?? Registration.makeSecret()
+        if var known = boards[name] {
+            known.registration = exported
+            known.registered = false
+            boards[name] = known
+        } else {
+            do {
+                boards[name] = RemoteBoard(registration: exported, socket: try Self.parentSocket(context: context, settings: settings))
+            } catch {
+                return logger.error("cannot connect a board to the parent", metadata: ["board": "\(name)", "error": "\(error)"])
+            }
+        }
+        register(name, now: now)
+    }
+
+    private func sendUp(_ envelope: Envelope, now: ContinuousClock.Instant) {
+        let waits = envelope.header.flags.contains(.replyExpected) && envelope.header.correlationID != 0
+        guard linkUp else {
+            if waits {
+                answerLocal(
+                    Envelope.error(
+                        BusError(.unreachable, "the link to the parent motherboard at \(settings.endpoint) is down"),
+                        correlationID: envelope.header.correlationID))
+            }
+            return
+        }
+        var request = envelope
+        if waits {
+            let id = makeID()
+            let timeout = envelope.header.timeoutMilliseconds > 0 ? Duration.milliseconds(Int64(envelope.header.timeoutMilliseconds)) : .seconds(25)
+            up[id] = Pending(board: nil, correlationID: envelope.header.correlationID, deadline: now.advanced(by: timeout))
+            request.header.correlationID = id
+        }
+        if (try? link.send(request)) != .sent, waits {
+            up[request.header.correlationID] = nil
+            answerLocal(
+                Envelope.error(
+                    BusError(.unreachable, "the parent motherboard at \(settings.endpoint) is not connected"),
+                    correlationID: envelope.header.correlationID))
+        }
+    }
+
+    private func answerLocal(_ envelope: Envelope) {
+        _ = try? local.send(envelope)
+    }
+
+    private func failUp(_ error: BusError) {
+        for (id, pending) in up {
+            up[id] = nil
+            answerLocal(Envelope.error(error, correlationID: pending.correlationID))
+        }
+    }
+
+    // MARK: - From the parent
+
+    /// On the link socket: answers to what went up, and the pongs.
+    private func fromParentLink(_ envelope: Envelope, now: ContinuousClock.Instant) {
+        lastHeard = now
+        guard envelope.header.correlationID != 0, let pending = up.removeValue(forKey: envelope.header.correlationID) else { return }
+        var answer = envelope
+        answer.header.correlationID = pending.correlationID
+        answerLocal(answer)
+    }
+
+    /// On a board's socket: the parent's requests for that board, heartbeats, registration answers.
+    private func fromParent(_ envelope: Envelope, board name: ScopedName, now: ContinuousClock.Instant) {
+        lastHeard = now
+        guard var board = boards[name] else { return }
+        let header = envelope.header
+        switch header.kind {
+        case .heartbeat:
+            return
+        case .reply where header.correlationID == board.registerCorrelationID:
+            board.registered = true
+            boards[name] = board
+            logger.info("board registered with the parent", metadata: ["board": "\(name)"])
+        case .error where header.correlationID == board.registerCorrelationID || header.typeName == BusError.Code.notRegistered.name:
+            if board.registered || header.correlationID == board.registerCorrelationID {
+                logger.notice(
+                    "the parent does not have this board registered", metadata: ["board": "\(name)", "answer": "\(header.typeName)"])
+            }
+            board.registered = false
+            boards[name] = board
+            if header.typeName == BusError.Code.notRegistered.name { register(name, now: now) }
+        case .reply, .error:
+            return
+        default:
+            var request = envelope
+            request.header.scope = name.scope
+            if header.flags.contains(.replyExpected) && header.correlationID != 0 {
+                let id = makeID()
+                let timeout = header.timeoutMilliseconds > 0 ? Duration.milliseconds(Int64(header.timeoutMilliseconds)) : .seconds(25)
+                down[id] = Pending(board: name, correlationID: header.correlationID, deadline: now.advanced(by: timeout))
+                request.header.correlationID = id
+            }
+            answerLocal(request)
+        }
+    }
+}
