@@ -4,6 +4,9 @@
 // import BusCore for it explicitly.
 @_exported import struct BusCore.BoardID
 @_exported import struct BusCore.BusAddress
+@_exported import struct BusCore.CurveKeyPair
+@_exported import struct BusCore.CurveClientCredentials
+@_exported import struct BusCore.CurveAllowList
 @_exported import struct BusCore.BusError
 @_exported import struct BusCore.BusLimits
 @_exported import enum BusCore.BusLogging

@@ -41,7 +41,7 @@ public func eventually(
 
 /// Runs `body` with `resource`, then `stop`s it, whether `body` returns or throws: how the test
 /// fleets' `with` always clean up.
-func using<Resource, T>(_ resource: Resource, stop: (Resource) async -> Void, _ body: (Resource) async throws -> T) async throws -> T {
+public func using<Resource, T>(_ resource: Resource, stop: (Resource) async -> Void, _ body: (Resource) async throws -> T) async throws -> T {
     do {
         let result = try await body(resource)
         await stop(resource)

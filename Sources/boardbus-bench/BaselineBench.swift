@@ -10,6 +10,8 @@ struct BaselineBench: Sendable {
     let endpoint: String
     /// The command named in the request header (the C echo ignores it; a BoardBus broker routes on it).
     var command = "echo"
+    /// For a CURVE endpoint (tcp): the proxy's public key and the client's key pair.
+    var curve: CurveClientCredentials? = nil
 
     /// The request frames: a BoardBus-sized header and the payload, so both sides move the same bytes.
     static func frames(payload: Data, command: String = "echo") throws -> [Data] {
@@ -70,6 +72,9 @@ struct BaselineBench: Sendable {
     private func connect(_ context: ZMQContext) throws -> ZMQSocket {
         let socket = try ZMQSocket(context: context, kind: .dealer)
         try socket.set(.sendHighWaterMark(10_000), .receiveHighWaterMark(10_000))
+        if let curve {
+            try socket.set(.curveServerKey(curve.serverKey), .curvePublicKey(curve.client.publicKey), .curveSecretKey(curve.client.secretKey ?? ""))
+        }
         try socket.connect(endpoint)
         return socket
     }

@@ -56,7 +56,40 @@ struct BenchCommand: AsyncParsableCommand {
     )
     var churn: Int?
 
+    @Option(
+        help: ArgumentHelp("Instead of the comparison: the client side of the tcp+CURVE rows, against this BoardBus endpoint.", visibility: .hidden))
+    var tcpClient: String?
+    @Option(help: ArgumentHelp("With --tcp-client: the motherboard's public key file.", visibility: .hidden))
+    var tcpServerKey = ""
+    @Option(help: ArgumentHelp("With --tcp-client: this client's key pair file.", visibility: .hidden))
+    var tcpClientKey = ""
+    @Option(help: ArgumentHelp("With --tcp-client: the baseline proxy's CURVE endpoint.", visibility: .hidden))
+    var tcpBaseline = ""
+    @Option(help: ArgumentHelp("With --tcp-client: the baseline proxy's key file.", visibility: .hidden))
+    var tcpBaselineKey = ""
+    @Option(help: ArgumentHelp("With --tcp-client: round trips of each.", visibility: .hidden))
+    var tcpRequests = 5_000
+    @Option(help: ArgumentHelp("With --tcp-client: seconds of throughput load of each.", visibility: .hidden))
+    var tcpSeconds = 2.0
+
+    @Flag(help: ArgumentHelp("Only the rows across hosts (tcp+CURVE in network namespaces, cut-link times).", visibility: .hidden))
+    var networkOnly = false
+
     func run() async throws {
+        if let tcpClient {
+            try await NetworkBench.client(
+                endpoint: tcpClient, serverKey: tcpServerKey, clientKey: tcpClientKey, baselineEndpoint: tcpBaseline, baselineKey: tcpBaselineKey,
+                requests: tcpRequests, seconds: tcpSeconds, settings: quick ? .quick : .full)
+            return
+        }
+        if networkOnly {
+            let report = Report()
+            print("boardbus-bench (across hosts, \(quick ? "quick" : "full")) on \(MachineDescription.current())")
+            try await NetworkBench.run(settings: quick ? .quick : .full, quick: quick, report: report)
+            print("")
+            print(report.render())
+            return
+        }
         if let churn {
             try await TestFleet.with(manifest: #"{"boards": []}"#) { fleet in
                 let result = try await ChurnBench(endpoint: fleet.address.endpoint, brokerPID: fleet.brokerPID).run(boards: churn)
@@ -202,6 +235,7 @@ struct BenchCommand: AsyncParsableCommand {
             let inPlace = try BrokerLogicBench.roundTripInPlace(iterations: quick ? 50_000 : 200_000)
             report.single("broker logic per round trip, no sockets, routed in place (µs)", milliseconds: inPlace / 1000, unit: "")
         }
+        try await NetworkBench.run(settings: settings, quick: quick, report: report)
         print("")
         print(report.render())
     }

@@ -6,12 +6,24 @@ import Histogram
 
 /// BoardBus: client SDK → real `motherboard` → real board process (`bench-echo-board`) → back.
 struct BoardBusBench {
-    let fleet: TestFleet
+    /// The fleet, for what starts processes (cold start, busctl); nil for a broker reached over tcp.
+    let fleet: TestFleet?
+    let address: BusAddress
     static let board: BoardID = "bench.echo"
+
+    init(fleet: TestFleet) {
+        self.fleet = fleet
+        address = fleet.address
+    }
+
+    init(address: BusAddress) {
+        fleet = nil
+        self.address = address
+    }
 
     /// With `traced`, each request starts a new trace (the header carries a W3C trace context).
     func latency(payload: Data, requests: Int, warmup: Int, command: String = "echo", traced: Bool = false) async throws -> Histogram<UInt64> {
-        let client = try BusClient(address: fleet.address)
+        let client = try BusClient(address: address)
         defer { client.close() }
         // The caller runs on the client's socket thread (its task executor), as a board's handlers do.
         return try await withTaskExecutorPreference(client.executor) {
@@ -32,7 +44,7 @@ struct BoardBusBench {
     func throughput(
         payload: Data, clients: Int, window: Int, seconds: Double, command: String = "echo", traced: Bool = false
     ) async throws -> Double {
-        let connections = try (0..<clients).map { _ in try BusClient(address: fleet.address) }
+        let connections = try (0..<clients).map { _ in try BusClient(address: address) }
         defer { connections.forEach { $0.close() } }
         let deadline = monotonicNanoseconds() + UInt64(seconds * 1e9)
         let start = monotonicNanoseconds()
@@ -60,6 +72,7 @@ struct BoardBusBench {
     /// starts the process, queues the input, delivers it once the board registers).
     func coldStart() async throws -> Double {
         let board: BoardID = "bench.cold"
+        guard let fleet else { throw BusError(.badArgument, "cold start needs a local fleet") }
         return try await fleet.withClient { client in
             let start = monotonicNanoseconds()
             try await client.activate(board, payload: Data("{}".utf8), timeout: .seconds(30))
@@ -73,6 +86,7 @@ struct BoardBusBench {
 
     /// Wall time of one `busctl list` process, in milliseconds.
     func busctlList() async throws -> Double {
+        guard let fleet else { throw BusError(.badArgument, "busctl list needs a local fleet") }
         let start = monotonicNanoseconds()
         let result = try await fleet.busctl("list", timeout: .seconds(30))
         guard result.exitCode == 0 else { throw BusError(.transport, "busctl list failed: \(result.standardError)") }

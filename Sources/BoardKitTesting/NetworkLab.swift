@@ -1,0 +1,237 @@
+import BusCore
+import Foundation
+
+/// Two network namespaces joined by a veth pair (10.231.N.1 and .2, made and removed by the
+/// test), or 127.0.0.1 when namespaces cannot be made here; the processes of one scenario, and
+/// their cleanup.
+public final class NetworkLab: @unchecked Sendable {
+    public let directory: String
+    public let binaries: String
+    /// Whether the hosts are network namespaces (else both are 127.0.0.1).
+    public let isolated: Bool
+    public let parentAddress: String
+    public let edgeAddress: String
+    public let port: Int
+    public let namespaces: [String]
+    private let ip: String
+    private let tag: String
+    private var processes: [ChildProcess] = []
+    private var edgeBroker: ChildProcess?
+    private var counter = 0
+
+    public var parentEndpoint: String { "tcp://\(parentAddress):\(port)" }
+    public var runtimeA: String { "\(directory)/a" }
+    public var runtimeB: String { "\(directory)/b" }
+
+    public static func with<T>(_ body: (NetworkLab) async throws -> T) async throws -> T {
+        let lab = try await NetworkLab()
+        return try await using(lab, stop: { await $0.stop() }, body)
+    }
+
+    private init() async throws {
+        binaries = try TestFleet.locateBinaries()
+        let template = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-net-XXXXXX").path
+        var buffer = Array(template.utf8CString)
+        guard mkdtemp(&buffer) != nil else { throw BusError(.transport, "mkdtemp failed") }
+        directory = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        ip = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip"].first { FileManager.default.isExecutableFile(atPath: $0) } ?? "ip"
+        tag = "bb\(getpid() % 100_000)x\(UInt16.random(in: 0...0xfff))"
+        let subnet = Int.random(in: 1...250)
+        let made = await Self.makeNamespaces(ip: ip, tag: tag, subnet: subnet, directory: directory)
+        if let failure = made.failure {
+            print("network namespaces unavailable (\(failure)): running over 127.0.0.1, the link cut by stopping B's motherboard")
+            isolated = false
+            namespaces = []
+            parentAddress = "127.0.0.1"
+            edgeAddress = "127.0.0.1"
+            port = Int.random(in: 20_000...60_000)
+        } else {
+            isolated = true
+            namespaces = made.names
+            parentAddress = "10.231.\(subnet).1"
+            edgeAddress = "10.231.\(subnet).2"
+            port = 7400
+        }
+        for key in ["edge-b", "ops", "stranger"] {
+            let made = try await run(binaries + "/busctl", ["keys", "new", key, "--out", "\(directory)/\(key).key"], in: nil)
+            try expectOK(made)
+            if key != "stranger" {
+                let line = made.standardOutput
+                let handle = try? FileHandle(forWritingTo: URL(fileURLWithPath: "\(directory)/allowed.keys"))
+                if let handle {
+                    handle.seekToEndOfFile()
+                    handle.write(Data(line.utf8))
+                    try? handle.close()
+                } else {
+                    try line.write(toFile: "\(directory)/allowed.keys", atomically: true, encoding: .utf8)
+                }
+            }
+        }
+    }
+
+    /// `ip netns add` ×2, a veth pair between them, addresses, links up. Nil failure: made.
+    private static func makeNamespaces(ip: String, tag: String, subnet: Int, directory: String) async -> (names: [String], failure: String?) {
+        guard getuid() == 0 else { return ([], "not root") }
+        // To check the fallback on a machine that has namespaces.
+        if ProcessInfo.processInfo.environment["BOARDBUS_TEST_NO_NETNS"] == "1" { return ([], "BOARDBUS_TEST_NO_NETNS=1") }
+        guard FileManager.default.isExecutableFile(atPath: ip) else { return ([], "no iproute2") }
+        let (a, b) = ("\(tag)a", "\(tag)b")
+        let steps: [[String]] = [
+            ["netns", "add", a], ["netns", "add", b],
+            ["link", "add", "\(tag)va", "type", "veth", "peer", "name", "\(tag)vb"],
+            ["link", "set", "\(tag)va", "netns", a], ["link", "set", "\(tag)vb", "netns", b],
+            ["-n", a, "addr", "add", "10.231.\(subnet).1/24", "dev", "\(tag)va"],
+            ["-n", b, "addr", "add", "10.231.\(subnet).2/24", "dev", "\(tag)vb"],
+            ["-n", a, "link", "set", "\(tag)va", "up"], ["-n", b, "link", "set", "\(tag)vb", "up"],
+            ["-n", a, "link", "set", "lo", "up"], ["-n", b, "link", "set", "lo", "up"],
+        ]
+        for step in steps {
+            let result = try? await ChildProcess(executable: ip, arguments: step, environment: [:], directory: directory, name: "ip").wait(
+                timeout: .seconds(10))
+            guard let result, result.exitCode == 0 else {
+                for name in [a, b] {
+                    _ = try? await ChildProcess(
+                        executable: ip, arguments: ["netns", "del", name], environment: [:], directory: directory, name: "ip"
+                    ).wait(timeout: .seconds(10))
+                }
+                return (
+                    [], "ip \(step.joined(separator: " ")): \(result?.standardError.trimmingCharacters(in: .whitespacesAndNewlines) ?? "did not run")"
+                )
+            }
+        }
+        return ([a, b], nil)
+    }
+
+    // MARK: - Processes
+
+    private func command(_ executable: String, _ arguments: [String], in host: Int?) -> (String, [String]) {
+        guard isolated, let host else { return (executable, arguments) }
+        return (ip, ["netns", "exec", namespaces[host], executable] + arguments)
+    }
+
+    private func nextName(_ base: String) -> String {
+        counter += 1
+        return "\(base)-\(counter)"
+    }
+
+    private func environment(runtime: String?) -> [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        for key in ["BOARDBUS_ADDRESS", "BOARDBUS_BOARD_ID", "BOARDBUS_SERVER_KEY", "BOARDBUS_CLIENT_KEY", "BOARDBUS_INSECURE", "NOTIFY_SOCKET"] {
+            environment[key] = nil
+        }
+        environment["BOARDBUS_RUNTIME_DIR"] = runtime ?? "\(directory)/none"
+        return environment
+    }
+
+    /// Runs a command to its end, on host 0 (A), 1 (B) or this one (nil).
+    public func run(_ executable: String, _ arguments: [String], in host: Int?, environment extra: [String: String] = [:], runtime: String? = nil)
+        async throws -> ChildProcess.Result
+    {
+        let (path, argv) = command(executable, arguments, in: host)
+        let child = try await ChildProcess(
+            executable: path, arguments: argv, environment: environment(runtime: runtime).merging(extra) { $1 }, directory: directory,
+            name: nextName(URL(fileURLWithPath: executable).lastPathComponent))
+        return try await child.wait(timeout: .seconds(60))
+    }
+
+    public func start(_ executable: String, _ arguments: [String], in host: Int, environment extra: [String: String] = [:], runtime: String?)
+        async throws -> ChildProcess
+    {
+        let (path, argv) = command(executable, arguments, in: host)
+        let child = try await ChildProcess(
+            executable: path, arguments: argv, environment: environment(runtime: runtime).merging(extra) { $1 }, directory: directory,
+            name: nextName(URL(fileURLWithPath: executable).lastPathComponent))
+        processes.append(child)
+        return child
+    }
+
+    public func startParent(manifest: String) async throws -> ChildProcess {
+        try manifest.write(toFile: "\(directory)/a.json", atomically: true, encoding: .utf8)
+        let broker = try await start(
+            binaries + "/motherboard",
+            [
+                "--manifest", "\(directory)/a.json", "--runtime-dir", runtimeA, "--listen", parentEndpoint, "--allow",
+                "\(directory)/allowed.keys", "--exit-with-parent",
+            ], in: 0, runtime: runtimeA)
+        try await broker.waitForOutput("READY", timeout: .seconds(60))
+        return broker
+    }
+
+    public func startEdge(manifest: String) async throws -> ChildProcess {
+        try manifest.write(toFile: "\(directory)/b.json", atomically: true, encoding: .utf8)
+        let broker = try await start(
+            binaries + "/motherboard",
+            [
+                "--manifest", "\(directory)/b.json", "--runtime-dir", runtimeB, "--attach", parentEndpoint, "--attach-server-key",
+                "\(runtimeA)/curve/server.pub", "--attach-client-key", "\(directory)/edge-b.key", "--exit-with-parent",
+            ], in: 1, runtime: runtimeB)
+        try await broker.waitForOutput("READY", timeout: .seconds(60))
+        edgeBroker = broker
+        return broker
+    }
+
+    /// A board on host B connected straight to A over tcp with `key`.
+    public func startRemoteBoard(id: String, key: String) async throws -> ChildProcess {
+        let board = try await start(
+            binaries + "/Greeter", [], in: 1,
+            environment: [
+                "BOARDBUS_ADDRESS": parentEndpoint, "BOARDBUS_SERVER_KEY": "\(runtimeA)/curve/server.pub",
+                "BOARDBUS_CLIENT_KEY": "\(directory)/\(key).key", "BOARDBUS_BOARD_ID": id,
+            ], runtime: "\(directory)/remote")
+        try await board.waitForOutput("READY", timeout: .seconds(60))
+        return board
+    }
+
+    public func busctlA(_ arguments: String...) async throws -> ChildProcess.Result {
+        try await run(binaries + "/busctl", arguments, in: 0, runtime: runtimeA)
+    }
+
+    public func busctlB(_ arguments: String...) async throws -> ChildProcess.Result {
+        try await run(binaries + "/busctl", arguments, in: 1, runtime: runtimeB)
+    }
+
+    /// busctl on host B talking to A over tcp with one of the lab's keys.
+    public func busctlOverTCP(key: String, _ arguments: String...) async throws -> ChildProcess.Result {
+        try await run(
+            binaries + "/busctl",
+            arguments + ["--bus", parentEndpoint, "--server-key", "\(runtimeA)/curve/server.pub", "--client-key", "\(directory)/\(key).key"],
+            in: 1)
+    }
+
+    /// Throws with the command's stderr unless it exited 0.
+    public func expectOK(_ result: ChildProcess.Result) throws {
+        guard result.exitCode == 0 else { throw BusError(.transport, "command failed (exit \(result.exitCode)): \(result.standardError)") }
+    }
+
+    // MARK: - The link
+
+    public func cutLink() async throws {
+        if isolated {
+            try expectOK(try await run(ip, ["-n", namespaces[0], "link", "set", "\(tag)va", "down"], in: nil))
+        } else if let edgeBroker {
+            kill(edgeBroker.pid, SIGSTOP)
+        }
+    }
+
+    public func restoreLink() async throws {
+        if isolated {
+            try expectOK(try await run(ip, ["-n", namespaces[0], "link", "set", "\(tag)va", "up"], in: nil))
+        } else if let edgeBroker {
+            kill(edgeBroker.pid, SIGCONT)
+        }
+    }
+
+    // MARK: - Cleanup
+
+    /// Stops what the lab started (by pid; a stopped broker is continued first), removes the
+    /// namespaces (their veth pair goes with them) and the directory.
+    public func stop() async {
+        if let edgeBroker { kill(edgeBroker.pid, SIGCONT) }
+        for process in processes.reversed() { _ = await process.stop() }
+        for name in namespaces {
+            _ = try? await ChildProcess(executable: ip, arguments: ["netns", "del", name], environment: [:], directory: directory, name: "ip").wait(
+                timeout: .seconds(10))
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}

@@ -1,0 +1,122 @@
+import BoardKitTesting
+import BusCore
+import Foundation
+import Testing
+
+/// Two hosts: a motherboard A with the root scope, and a motherboard B that serves scope `edge`
+/// and attaches to A over tcp with CURVE. In two network namespaces joined by a veth pair when
+/// this process may make them (root, iproute2); else over 127.0.0.1, with the link "cut" by
+/// stopping B's motherboard (SIGSTOP), said in one line.
+@Suite("Across machines", .serialized, .timeLimit(.minutes(4)))
+struct NetworkIntegrationTests {
+    static let parentManifest = """
+        {
+          "scopes": [ { "name": "edge" } ],
+          "boards": [ { "id": "demo.greeter", "executable": "Greeter", "start": "always" } ]
+        }
+        """
+    static let edgeManifest = """
+        {
+          "scopes": [ { "name": "edge" } ],
+          "boards": [ { "id": "sensor", "executable": "Greeter", "scope": "edge", "start": "always", "restart": "always" } ]
+        }
+        """
+
+    @Test func aScopeOnAnotherHostServesCallsActionsAndSurvivesACutLink() async throws {
+        try await NetworkLab.with { lab in
+            _ = try await lab.startParent(manifest: Self.parentManifest)
+            _ = try await lab.startEdge(manifest: Self.edgeManifest)
+
+            // A sees B's board under `edge`, with B's address and key name, and calls it.
+            try await lab.expectOK(try await lab.busctlA("wait", "sensor", "--scope", "edge", "--timeout", "30"))
+            let status = try decode(BoardInfo.self, from: try await lab.busctlA("status", "sensor", "--scope", "edge", "--json"))
+            #expect(status.state == .running)
+            #expect(status.host == "\(lab.edgeAddress) (edge-b)", "host: \(status.host ?? "nil")")
+            let fromA = try await lab.busctlA("call", "sensor", "greet", #"{"name":"A"}"#, "--scope", "edge")
+            try lab.expectOK(fromA)
+            #expect(fromA.standardOutput.contains("Hello, A!"))
+            let tree = try await lab.busctlA("tree")
+            #expect(tree.standardOutput.contains("edge") && tree.standardOutput.contains("sensor"))
+
+            // B's busctl reaches A's boards (through B's motherboard, up the link).
+            let fromB = try await lab.busctlB("call", "demo.greeter", "greet", #"{"name":"B"}"#)
+            try lab.expectOK(fromB)
+            #expect(fromB.standardOutput.contains("Hello, B!"))
+
+            // An action from `edge` bubbles to A's root: edge/sensor and A's greeter acknowledge it.
+            let action = try await lab.busctlB("action", "app.announce", #"{"text":"bubbled"}"#, "--scope", "edge")
+            try lab.expectOK(action)
+            #expect(action.standardOutput.contains("delivered to 2 board(s)"), "\(action.standardOutput)")
+            #expect(try await lab.busctlA("call", "demo.greeter", "stats").standardOutput.contains("bubbled"))
+
+            // A client whose key is not in A's allow-list is refused, said so, and counted.
+            let stranger = try await lab.busctlOverTCP(key: "stranger", "list")
+            #expect(stranger.exitCode == 1)
+            #expect(stranger.standardError.contains("unauthorized"), "\(stranger.standardError)")
+            let metrics = try await lab.busctlA("metrics")
+            #expect(metrics.standardOutput.contains("boardbus_refused_connections_total 1"), "\(metrics.standardOutput)")
+            // One on it is let in.
+            try lab.expectOK(try await lab.busctlOverTCP(key: "ops", "list"))
+
+            // The link is cut: calls across it fail `unreachable` within their deadline, B's board
+            // is shown unreachable on A (not gone), and each side's own traffic goes on.
+            try await lab.cutLink()
+            let cut = ContinuousClock.now
+            let acrossDown = try await lab.busctlA("call", "sensor", "greet", #"{"name":"A"}"#, "--scope", "edge", "--timeout", "20")
+            let reported = cut.duration(to: .now)
+            #expect(acrossDown.exitCode == 1)
+            #expect(acrossDown.standardError.contains("unreachable"), "\(acrossDown.standardError)")
+            let shown = try decode(BoardInfo.self, from: try await lab.busctlA("status", "sensor", "--scope", "edge", "--json"))
+            #expect(shown.state == .unreachable)
+            try lab.expectOK(try await lab.busctlA("call", "demo.greeter", "greet", #"{"name":"A"}"#))
+            if lab.isolated {
+                // (With a stopped motherboard B has no own traffic to check.)
+                try lab.expectOK(try await lab.busctlB("call", "sensor", "greet", #"{"name":"B"}"#, "--scope", "edge"))
+                let upDown = try await lab.busctlB("call", "demo.greeter", "greet", #"{"name":"B"}"#, "--timeout", "20")
+                #expect(upDown.exitCode == 1)
+                #expect(upDown.standardError.contains("unreachable"), "\(upDown.standardError)")
+            }
+
+            // The link returns: everything registers again by itself.
+            try await lab.restoreLink()
+            let restored = ContinuousClock.now
+            #expect(
+                try await eventually(timeout: .seconds(30), checkingEvery: .milliseconds(100)) {
+                    (try? decode(BoardInfo.self, from: try await lab.busctlA("status", "sensor", "--scope", "edge", "--json")))?.state == .running
+                })
+            let recovered = restored.duration(to: .now)
+            try lab.expectOK(try await lab.busctlA("call", "sensor", "greet", #"{"name":"again"}"#, "--scope", "edge"))
+            try lab.expectOK(try await lab.busctlB("call", "demo.greeter", "greet", #"{"name":"again"}"#))
+            print(
+                "across machines (\(lab.isolated ? "network namespaces" : "127.0.0.1")): cut reported to a caller after \(reported), recovered \(recovered) after the link returned"
+            )
+
+            // A remote board killed with SIGKILL is restarted by B's motherboard and reachable from A again.
+            let old = try decode(BoardInfo.self, from: try await lab.busctlB("status", "sensor", "--scope", "edge", "--json"))
+            kill(old.pid, SIGKILL)
+            #expect(
+                try await eventually(timeout: .seconds(30), checkingEvery: .milliseconds(100)) {
+                    let now = try? decode(BoardInfo.self, from: try await lab.busctlA("status", "sensor", "--scope", "edge", "--json"))
+                    return now?.state == .running && now?.pid != old.pid
+                })
+            try lab.expectOK(try await lab.busctlA("call", "sensor", "greet", #"{"name":"restarted"}"#, "--scope", "edge"))
+        }
+    }
+
+    @Test func aBoardOnAnotherHostConnectsStraightToTheMotherboard() async throws {
+        try await NetworkLab.with { lab in
+            _ = try await lab.startParent(manifest: Self.parentManifest)
+            _ = try await lab.startRemoteBoard(id: "remote.greeter", key: "ops")
+            let status = try decode(BoardInfo.self, from: try await lab.busctlA("status", "remote.greeter", "--json"))
+            #expect(status.host == "\(lab.edgeAddress) (ops)", "host: \(status.host ?? "nil")")
+            let answer = try await lab.busctlA("call", "remote.greeter", "greet", #"{"name":"far"}"#)
+            try lab.expectOK(answer)
+            #expect(answer.standardOutput.contains("Hello, far!"))
+            let list = try await lab.busctlA("list")
+            #expect(list.standardOutput.contains("HOST") && list.standardOutput.contains("(ops)"), "\(list.standardOutput)")
+            // Actions from A's root reach it as any subscriber.
+            let action = try await lab.busctlA("action", "app.announce", #"{"text":"to the far board"}"#)
+            #expect(action.standardOutput.contains("delivered to 2 board(s)"), "\(action.standardOutput)")
+        }
+    }
+}
