@@ -38,8 +38,10 @@ public final class BrokerMetrics: @unchecked Sendable {
     let droppedOutputs: Counter
     let refusedRegistrations: Counter
     let onDemandStarts: Counter
-    /// tcp connections whose key is not in the allow-list (counted from the ZAP thread).
-    let refusedConnections: Counter
+    /// tcp connections refused: `key` not in the allow-list, or their `handshake` failed (no
+    /// CURVE, another server key). Counted from the ZAP thread.
+    let refusedForKey: Counter
+    let refusedInHandshake: Counter
 
     /// Buckets of the round-trip histograms: 50 µs to 10 s.
     static let durationBuckets: [Duration] = [
@@ -67,7 +69,8 @@ public final class BrokerMetrics: @unchecked Sendable {
         droppedOutputs = counter("boardbus_dropped_outputs_total")
         refusedRegistrations = counter("boardbus_refused_registrations_total")
         onDemandStarts = counter("boardbus_on_demand_starts_total")
-        refusedConnections = counter("boardbus_refused_connections_total")
+        refusedForKey = Counter(label: "boardbus_refused_connections_total", dimensions: [("reason", "key")], factory: factory)
+        refusedInHandshake = Counter(label: "boardbus_refused_connections_total", dimensions: [("reason", "handshake")], factory: factory)
     }
 
     /// Every board's counters, by name: live boards', and manifest boards' between their runs.
@@ -86,8 +89,8 @@ public final class BrokerMetrics: @unchecked Sendable {
     }
 
     /// A tcp connection refused by the ZAP handler (any thread: swift-metrics counters are).
-    func countRefusedConnection() {
-        refusedConnections.increment()
+    func countRefusedConnection(reason: String) {
+        (reason == "key" ? refusedForKey : refusedInHandshake).increment()
     }
 
     /// A board that is not in the manifest left: its last counts are flushed, then its series go.

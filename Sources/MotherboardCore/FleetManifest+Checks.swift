@@ -7,7 +7,8 @@ import Foundation
 extension FleetManifest {
     /// The keys each kind of object of the manifest may have.
     static let knownKeys: [String: Set<String>] = [
-        "manifest": ["scopes", "boards", "flows", "metricsListen"],
+        "manifest": ["scopes", "boards", "flows", "metricsListen", "listen", "attach"],
+        "attach": ["address", "serverKey", "clientKey", "insecure"],
         "board": ["id", "executable", "arguments", "scope", "start", "restart", "restartLimit"],
         "restartLimit": ["count", "windowSeconds"],
         "scope": ["name", "parent"],
@@ -71,6 +72,7 @@ extension FleetManifest {
             try each("boards", "board")
             try each("scopes", "scope")
             try each("flows", "flow")
+            if let attach = object["attach"] { try checkKeys(attach, kind: "attach", path: "attach") }
         case "board":
             if let limit = object["restartLimit"] { try checkKeys(limit, kind: "restartLimit", path: "\(path).restartLimit") }
         default:

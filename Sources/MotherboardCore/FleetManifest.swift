@@ -165,6 +165,13 @@ public struct FleetManifest: Sendable, Hashable, Codable {
     public var listen: [String] = []
     /// The parent motherboard this one serves its scopes for (`--attach` overrides).
     public var attach: Attach?
+    /// The directory of the manifest file it was loaded from: relative key paths in `attach` are
+    /// relative to it. Not part of the manifest's JSON.
+    public var directory: String?
+
+    private enum CodingKeys: String, CodingKey {
+        case scopes, boards, flows, metricsListen, listen, attach
+    }
 
     /// `"attach": {"address": "tcp://10.0.0.1:7400", "serverKey": KEY-OR-FILE, "clientKey": FILE}`.
     public struct Attach: Codable, Sendable, Hashable {
@@ -214,7 +221,9 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         } catch {
             throw BusError(.badArgument, "cannot read manifest \(path): \(error.localizedDescription)")
         }
-        return try parse(data, source: path)
+        var manifest = try parse(data, source: path)
+        manifest.directory = URL(fileURLWithPath: path).deletingLastPathComponent().path
+        return manifest
     }
 
     /// Checks the scope tree, that ids are unique per scope, that flows are well formed, and that
@@ -222,6 +231,12 @@ public struct FleetManifest: Sendable, Hashable, Codable {
     public func validate() throws {
         _ = try ScopeTable(self)
         if let metricsListen { _ = try MetricsEndpoint.parse(metricsListen) }
+        for endpoint in listen where !endpoint.hasPrefix("tcp://") {
+            throw BusError(.badArgument, "listen takes tcp://ADDRESS:PORT endpoints, not '\(endpoint)'")
+        }
+        if let attach, !attach.address.hasPrefix("tcp://") {
+            throw BusError(.badArgument, "attach.address must be a tcp://HOST:PORT endpoint, not '\(attach.address)'")
+        }
         try validateNumbers()
         var seen = Set<ScopedName>()
         for board in boards where !seen.insert(ScopedName(scope: board.scope, name: board.id.rawValue)).inserted {

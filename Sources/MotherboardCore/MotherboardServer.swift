@@ -96,7 +96,7 @@ public final class MotherboardServer: Service {
             manifest: options.manifest, settings: options.settings, transport: transport,
             producer: LauncherProducer(launcher: launcher), logger: logger, metrics: security.metrics)
         let attach =
-            try options.attach ?? options.manifest.attach.map { try UplinkSettings(manifest: $0, runtimeDirectory: address.runtimeDirectory) }
+            try options.attach ?? options.manifest.attach.map { try UplinkSettings(manifest: $0, directory: options.manifest.directory) }
         if attach != nil { motherboard.uplinkSecret = Registration.makeSecret() }
         var startFailure: (any Error)?
         var metricsEndpoint: MetricsEndpoint?
@@ -182,6 +182,7 @@ extension MotherboardServer {
         }
         // A cut link is noticed by ZMTP pings within 3 s, without traffic.
         try socket.set(.heartbeatInterval(.seconds(1)), .heartbeatTimeout(.seconds(3)))
+        let logger = logger
         var decide: @Sendable (ZAPHandler.Request) -> String?
         if options.insecure {
             logger.critical(
@@ -204,10 +205,9 @@ extension MotherboardServer {
                 logger.warning("the allow-list is empty: no client can connect over tcp yet", metadata: ["file": "\(allowListPath)"])
             }
             let allowList = AllowListFile(path: allowListPath)
-            let logger = logger
             decide = { request in
                 if request.mechanism == "CURVE", let key = request.publicKey, let name = allowList.name(of: key) { return name }
-                metrics.countRefusedConnection()
+                metrics.countRefusedConnection(reason: "key")
                 logger.warning(
                     "connection refused: key not in the allow-list",
                     metadata: [
@@ -218,7 +218,16 @@ extension MotherboardServer {
             }
             try socket.set(.curveServer(true), .curveSecretKey(keys.secretKey ?? ""))
         }
-        let zap = try ZAPHandler(context: context, decide: decide)
+        let zap = try ZAPHandler(
+            context: context, monitoring: options.insecure ? nil : socket,
+            handshakeFailed: { endpoint in
+                // ipc connections fail the handshake too when a client only probes the socket.
+                guard endpoint.hasPrefix("tcp://") else { return }
+                metrics.countRefusedConnection(reason: "handshake")
+                logger.warning(
+                    "connection refused: its handshake failed (a peer without CURVE, or one with another server key)",
+                    metadata: ["endpoint": "\(endpoint)"])
+            }, decide: decide)
         try socket.set(.zapDomain("boardbus"))
         do {
             for endpoint in endpoints {

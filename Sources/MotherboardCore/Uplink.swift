@@ -17,11 +17,16 @@ public struct UplinkSettings: Sendable, Hashable {
         self.credentials = credentials
     }
 
-    /// From the manifest's `attach` (keys as given there, else from the environment).
-    init(manifest attach: FleetManifest.Attach, runtimeDirectory: String) throws {
+    /// From the manifest's `attach` (keys as given there, relative paths from the manifest's
+    /// directory; else from the environment).
+    init(manifest attach: FleetManifest.Attach, directory: String?) throws {
         var environment = ProcessInfo.processInfo.environment
-        if let key = attach.serverKey { environment["BOARDBUS_SERVER_KEY"] = key }
-        if let key = attach.clientKey { environment["BOARDBUS_CLIENT_KEY"] = key }
+        func resolved(_ path: String) -> String {
+            guard let directory, !path.hasPrefix("/"), !CurveKeyPair.isKey(path) else { return path }
+            return "\(directory)/\(path)"
+        }
+        if let key = attach.serverKey { environment["BOARDBUS_SERVER_KEY"] = resolved(key) }
+        if let key = attach.clientKey { environment["BOARDBUS_CLIENT_KEY"] = resolved(key) }
         let credentials = attach.insecure == true ? nil : try CurveClientCredentials.resolve(environment: environment)
         guard credentials != nil || attach.insecure == true else {
             throw BusError(.badArgument, "attach needs serverKey and clientKey (or insecure: true for a parent started with --insecure)")

@@ -66,7 +66,8 @@ struct MotherboardCommand: AsyncParsableCommand {
         var environment = ProcessInfo.processInfo.environment
         if let runtimeDir { environment["BOARDBUS_RUNTIME_DIR"] = runtimeDir }
         let address = BusAddress.resolve(explicitEndpoint: bus, environment: environment, userID: getuid())
-        let binaries = binDir ?? URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent().path
+        // The executable itself (argv[0] is only a name when it was found on PATH).
+        let binaries = binDir ?? URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().path
         let logger = Logger(label: "motherboard")
         do {
             let fleet = try manifest.map(FleetManifest.load(path:)) ?? FleetManifest()

@@ -12,7 +12,10 @@ struct NetworkIntegrationTests {
     static let parentManifest = """
         {
           "scopes": [ { "name": "edge" } ],
-          "boards": [ { "id": "demo.greeter", "executable": "Greeter", "start": "always" } ]
+          "boards": [
+            { "id": "demo.greeter", "executable": "Greeter", "start": "always" },
+            { "id": "demo.comments", "executable": "Comments", "start": "always" }
+          ]
         }
         """
     static let edgeManifest = """
@@ -43,6 +46,14 @@ struct NetworkIntegrationTests {
             try lab.expectOK(fromB)
             #expect(fromB.standardOutput.contains("Hello, B!"))
 
+            // A store on A, dispatched to from B with an id: applied once, however often it is sent.
+            let reply = #"{"postID":1,"parent":0,"content":"from the edge"}"#
+            let first = try await lab.busctlB("dispatch", "comments", "reply", reply, "--id", "edge-1")
+            try lab.expectOK(first)
+            #expect(first.standardOutput.contains("reply applied to comments as change 1"), "\(first.standardOutput)")
+            let retry = try await lab.busctlB("dispatch", "comments", "reply", reply, "--id", "edge-1")
+            #expect(retry.standardOutput.contains("already applied to comments as change 1"), "\(retry.standardOutput)")
+
             // An action from `edge` bubbles to A's root: edge/sensor and A's greeter acknowledge it.
             let action = try await lab.busctlB("action", "app.announce", #"{"text":"bubbled"}"#, "--scope", "edge")
             try lab.expectOK(action)
@@ -53,8 +64,19 @@ struct NetworkIntegrationTests {
             let stranger = try await lab.busctlOverTCP(key: "stranger", "list")
             #expect(stranger.exitCode == 1)
             #expect(stranger.standardError.contains("unauthorized"), "\(stranger.standardError)")
-            let metrics = try await lab.busctlA("metrics")
-            #expect(metrics.standardOutput.contains("boardbus_refused_connections_total 1"), "\(metrics.standardOutput)")
+            // So is one without CURVE.
+            let plaintext = try await lab.run(lab.binaries + "/busctl", ["list", "--bus", lab.parentEndpoint, "--insecure"], in: 1)
+            #expect(plaintext.exitCode == 1)
+            #expect(plaintext.standardError.contains("refused a plaintext connection"), "\(plaintext.standardError)")
+            var exposition = ""
+            #expect(
+                try await eventually(timeout: .seconds(10), checkingEvery: .milliseconds(100)) {
+                    exposition = try await lab.busctlA("metrics").standardOutput
+                    let lines = Set(exposition.split(separator: "\n").map(String.init))
+                    // Exactly one each: busctl's own probes of the ipc socket are not refusals.
+                    return lines.contains(#"boardbus_refused_connections_total{reason="key"} 1"#)
+                        && lines.contains(#"boardbus_refused_connections_total{reason="handshake"} 1"#)
+                }, "\(exposition.split(separator: "\n").filter { $0.contains("refused_connections") })")
             // One on it is let in.
             try lab.expectOK(try await lab.busctlOverTCP(key: "ops", "list"))
 
@@ -75,6 +97,8 @@ struct NetworkIntegrationTests {
                 let upDown = try await lab.busctlB("call", "demo.greeter", "greet", #"{"name":"B"}"#, "--timeout", "20")
                 #expect(upDown.exitCode == 1)
                 #expect(upDown.standardError.contains("unreachable"), "\(upDown.standardError)")
+                let lost = try await lab.busctlB("dispatch", "comments", "reply", reply, "--id", "edge-2", "--timeout", "20")
+                #expect(lost.exitCode == 1 && lost.standardError.contains("unreachable"), "\(lost.standardError)")
             }
 
             // The link returns: everything registers again by itself.
@@ -87,6 +111,11 @@ struct NetworkIntegrationTests {
             let recovered = restored.duration(to: .now)
             try lab.expectOK(try await lab.busctlA("call", "sensor", "greet", #"{"name":"again"}"#, "--scope", "edge"))
             try lab.expectOK(try await lab.busctlB("call", "demo.greeter", "greet", #"{"name":"again"}"#))
+            // The dispatch that failed during the cut, retried with its id: applied once.
+            let retried = try await lab.busctlB("dispatch", "comments", "reply", reply, "--id", "edge-2")
+            #expect(retried.standardOutput.contains("as change 2"), "\(retried.standardOutput)")
+            let retriedAgain = try await lab.busctlB("dispatch", "comments", "reply", reply, "--id", "edge-2")
+            #expect(retriedAgain.standardOutput.contains("already applied to comments as change 2"), "\(retriedAgain.standardOutput)")
             print(
                 "across machines (\(lab.isolated ? "network namespaces" : "127.0.0.1")): cut reported to a caller after \(reported), recovered \(recovered) after the link returned"
             )

@@ -1,0 +1,115 @@
+import BoardKitTesting
+import BusCore
+import Foundation
+import Testing
+
+@testable import BusZeroMQ
+
+@Suite("CURVE keys, allow-list, ZAP")
+struct CurveTests {
+    private func temporaryDirectory() throws -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-keys-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    @Test func aKeyFileIsWrittenSecretAndReadBack() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let keys = try CurveKeyPair.generate(name: "edge-b")
+        let path = "\(directory)/edge-b.key"
+        // Even a umask that lets everyone read new files does not make the key readable.
+        let old = umask(0)
+        defer { umask(old) }
+        try keys.writeSecret(to: path)
+        var info = stat()
+        #expect(stat(path, &info) == 0)
+        #expect(info.st_mode & 0o777 == 0o600)
+        #expect(try CurveKeyPair.load(path: path) == keys)
+        // loadOrCreate keeps an existing pair.
+        let again = try CurveKeyPair.loadOrCreate(path: path)
+        #expect(again.keys == keys && !again.created)
+    }
+
+    @Test func pyzmqReadsTheKeyFiles() async throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let keys = try CurveKeyPair.generate(name: "ops")
+        try keys.writeSecret(to: "\(directory)/ops.key")
+        // ZeroMQ's own certificate reader (pyzmq's zmq.auth), an independent implementation of the format.
+        let script = """
+            import sys, zmq.auth
+            public, secret = zmq.auth.load_certificate(sys.argv[1])
+            print(public.decode(), secret.decode())
+            """
+        let child = try await ChildProcess(
+            executable: "/usr/bin/python3", arguments: ["-c", script, "\(directory)/ops.key"], environment: ProcessInfo.processInfo.environment,
+            directory: directory, name: "pyzmq")
+        let result = try await child.wait(timeout: .seconds(30))
+        #expect(result.exitCode == 0, "\(result.standardError)")
+        #expect(result.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines) == "\(keys.publicKey) \(keys.secretKey ?? "")")
+    }
+
+    @Test func badKeysAreRefusedWithTheirReason() throws {
+        #expect(throws: BusError.self) { try CurveKeyPair(publicKey: String(repeating: "a", count: 39), secretKey: nil) }
+        #expect(throws: BusError.self) {
+            try CurveKeyPair(publicKey: String(repeating: "a", count: 40), secretKey: String(repeating: "~", count: 40))
+        }
+        // 40 characters, one of them not Z85 (multi-byte, so 40 characters but more bytes).
+        #expect(!CurveKeyPair.isKey(String(repeating: "a", count: 39) + "é"))
+        #expect(throws: BusError.self) { try CurveKeyPair.load(path: "/nonexistent/key") }
+    }
+
+    @Test func theAllowListTakesNamesAndKeysAndSaysWhichLineIsWrong() throws {
+        let key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yu7"
+        let hashKey = "#q:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yu7"
+        let list = try CurveAllowList(
+            parsing: """
+                # operators
+                ops \(key)   # Ann's laptop
+
+                edge-b\t\(hashKey)
+                """)
+        #expect(list.name(of: key) == "ops")
+        #expect(list.name(of: hashKey) == "edge-b")
+        #expect(list.name(of: "unknown") == nil)
+        #expect(throws: BusError.self) { try CurveAllowList(parsing: "ops\n") }
+        do {
+            _ = try CurveAllowList(parsing: "ops \(key)\nbad name \(key)\n")
+            Issue.record("a line with a bad key was accepted")
+        } catch let error as BusError {
+            #expect(error.message.contains("line 2"))
+        }
+        #expect(throws: BusError.self) { try CurveAllowList(parsing: "ops \(key.dropLast())") }
+        #expect(try CurveAllowList.load(path: "/nonexistent/allowed.keys").names.isEmpty)
+    }
+
+    @Test func credentialsComeInPairsFromTheEnvironment() throws {
+        #expect(try CurveClientCredentials.resolve(environment: [:]) == nil)
+        #expect(throws: BusError.self) { try CurveClientCredentials.resolve(environment: ["BOARDBUS_SERVER_KEY": "x"]) }
+        #expect(throws: BusError.self) { try CurveClientCredentials.resolve(environment: ["BOARDBUS_CLIENT_KEY": "/k"]) }
+        // A tcp endpoint without keys is refused unless plaintext is asked for.
+        let address = BusAddress(runtimeDirectory: "/tmp/x", endpoint: "tcp://127.0.0.1:1")
+        #expect(throws: BusError.self) { try address.tcpCredentials(environment: [:]) }
+        #expect(try address.tcpCredentials(environment: ["BOARDBUS_INSECURE": "1"]) == nil)
+    }
+
+    @Test func theZAPHandlerAnswersAsRFC27Says() throws {
+        let key = Data((0..<32).map { UInt8($0) })
+        let z85 = try #require(ZMQCurve.z85(key))
+        func request(_ mechanism: String, credentials: [Data]) -> [Data] {
+            [Data("1.0".utf8), Data("7".utf8), Data("boardbus".utf8), Data("10.0.0.2".utf8), Data(), Data(mechanism.utf8)] + credentials
+        }
+        let allowed = ZAPHandler.answer(request("CURVE", credentials: [key])) { $0.publicKey == z85 && $0.address == "10.0.0.2" ? "edge-b" : nil }
+        #expect(allowed.map { String(decoding: $0, as: UTF8.self) } == ["1.0", "7", "200", "OK", "edge-b", ""])
+        let refused = ZAPHandler.answer(request("CURVE", credentials: [key])) { _ in nil }
+        #expect(String(decoding: refused[2], as: UTF8.self) == "400")
+        // A key of the wrong length has no Z85 form: the decision sees none.
+        let short = ZAPHandler.answer(request("CURVE", credentials: [Data([1, 2, 3])])) { $0.publicKey == nil ? nil : "x" }
+        #expect(String(decoding: short[2], as: UTF8.self) == "400")
+        let malformed = ZAPHandler.answer([Data("2.0".utf8), Data("9".utf8)]) { _ in "x" }
+        #expect(String(decoding: malformed[2], as: UTF8.self) == "500")
+        #expect(String(decoding: malformed[1], as: UTF8.self) == "9")
+        #expect(ZAPHandler.answer([]) { _ in "x" }.count == 6)
+    }
+}

@@ -1,0 +1,138 @@
+import BusCore
+import Foundation
+import Logging
+import Testing
+
+@testable import MotherboardCore
+
+@Suite("Boards on other hosts, and the uplink")
+struct FederationTests {
+    let far = PeerID(Data([0xFA]))
+
+    /// Registers `id` as a board whose connection came over tcp.
+    func registerRemote(_ harness: Harness, _ id: BoardID, peer: PeerID, secret: String = "s3cret", scope: Scope = .root) -> [Envelope] {
+        let registration = Registration(id: id, pid: 42, scope: scope, commands: ["greet"], secret: secret)
+        var header = EnvelopeHeader(kind: .register, correlationID: 5, source: id.rawValue)
+        header.flags.insert(.replyExpected)
+        harness.motherboard.receive(
+            .success(Envelope(header: header, payload: try! PayloadCodec.encode(registration))), from: peer, now: harness.now,
+            origin: "10.0.0.2 (edge-b)")
+        return harness.transport.take(for: peer)
+    }
+
+    @Test func aRemoteBoardWhoseLinkFailsIsKeptAsUnreachableUntilItRegistersAgain() throws {
+        let harness = try Harness()
+        #expect(registerRemote(harness, "sensor", peer: far).first?.header.kind == .reply)
+        #expect(try harness.list().boards.first?.host == "10.0.0.2 (edge-b)")
+        // A request is in flight when the link goes quiet.
+        harness.request(EnvelopeHeader(kind: .command, target: "sensor", typeName: "greet"), from: harness.client, correlation: 11)
+        #expect(harness.transport.take(for: far).count == 1)
+        harness.now = harness.now.advanced(by: .seconds(3))
+        harness.motherboard.tick(now: harness.now)
+        let failed = harness.transport.take(for: harness.client)
+        #expect(failed.map(\.header.typeName) == ["unreachable"])
+        #expect(failed.first?.header.correlationID == 11)
+        let shown = try #require(try harness.list().boards.first)
+        #expect(shown.state == .unreachable && shown.host == "10.0.0.2 (edge-b)")
+        // New calls are answered at once.
+        harness.request(EnvelopeHeader(kind: .command, target: "sensor", typeName: "greet"), from: harness.client, correlation: 12)
+        #expect(harness.transport.take(for: harness.client).map(\.header.typeName) == ["unreachable"])
+        // The link returns: the board registers again on a new connection (with its secret).
+        let again = PeerID(Data([0xFB]))
+        #expect(registerRemote(harness, "sensor", peer: again).first?.header.kind == .reply)
+        #expect(try harness.list().boards.map(\.state) == [.running])
+        harness.request(EnvelopeHeader(kind: .command, target: "sensor", typeName: "greet"), from: harness.client, correlation: 13)
+        #expect(harness.transport.take(for: again).count == 1)
+    }
+
+    @Test func anUnreachableBoardIsForgottenAfterTheRetention() throws {
+        let harness = try Harness()
+        _ = registerRemote(harness, "sensor", peer: far)
+        harness.now = harness.now.advanced(by: .seconds(3))
+        harness.motherboard.tick(now: harness.now)
+        #expect(try harness.list().boards.count == 1)
+        harness.now = harness.now.advanced(by: .seconds(601))
+        harness.motherboard.tick(now: harness.now)
+        #expect(try harness.list().boards.isEmpty)
+    }
+
+    @Test func aLocalBoardThatGoesQuietIsGoneNotUnreachable() throws {
+        let harness = try Harness()
+        harness.register("local", peer: far)
+        harness.now = harness.now.advanced(by: .seconds(3))
+        harness.motherboard.tick(now: harness.now)
+        #expect(try harness.list().boards.isEmpty)
+        harness.request(EnvelopeHeader(kind: .command, target: "local", typeName: "greet"), from: harness.client)
+        #expect(harness.transport.take(for: harness.client).map(\.header.typeName) == ["noSuchBoard"])
+    }
+
+    /// A motherboard serving scope `edge` for a parent, with its uplink attached.
+    func edgeHarness() throws -> (Harness, PeerID) {
+        let manifest = FleetManifest(scopes: [.init(name: "edge")])
+        let harness = try Harness(manifest: manifest)
+        harness.motherboard.uplinkSecret = "uplink-secret"
+        let uplink = PeerID(Data([0x01, 0x11]))
+        // An impostor without the secret is refused.
+        harness.request(
+            EnvelopeHeader(kind: .control, typeName: ControlOperation.uplinkAttach),
+            payload: try PayloadCodec.encode(UplinkAttach(secret: "guess")), from: harness.client)
+        #expect(harness.transport.take(for: harness.client).map(\.header.typeName) == ["unauthorized"])
+        harness.request(
+            EnvelopeHeader(kind: .control, typeName: ControlOperation.uplinkAttach),
+            payload: try PayloadCodec.encode(UplinkAttach(secret: "uplink-secret")), from: uplink)
+        #expect(harness.transport.take(for: uplink).map(\.header.kind) == [.reply])
+        return (harness, uplink)
+    }
+
+    @Test func theBoardsOfServedScopesArePushedToTheUplinkWithoutTheirSecrets() throws {
+        let (harness, uplink) = try edgeHarness()
+        let registration = Registration(id: "sensor", pid: 7, scope: "edge", commands: ["read"], actions: ["app.announce"], secret: "mine")
+        harness.request(EnvelopeHeader(kind: .register, source: "sensor"), payload: try PayloadCodec.encode(registration), from: far)
+        let pushed = harness.transport.take(for: uplink)
+        #expect(pushed.map(\.header.typeName) == [ControlOperation.uplinkBoard])
+        let exported = try PayloadCodec.decode(Registration.self, from: try #require(pushed.first).payload)
+        #expect(exported.id == "sensor" && exported.scope == "edge" && exported.secret == nil)
+        harness.request(EnvelopeHeader(kind: .unregister), from: far)
+        #expect(harness.transport.take(for: uplink).map(\.header.typeName) == [ControlOperation.uplinkGone])
+    }
+
+    @Test func aClientsRequestForTheParentsScopeGoesUpAndItsAnswerComesBack() throws {
+        let (harness, uplink) = try edgeHarness()
+        harness.request(EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"), from: harness.client, correlation: 21)
+        let forwarded = try #require(harness.transport.take(for: uplink).first)
+        #expect(forwarded.header.target == "demo.greeter" && forwarded.header.scope.isRoot)
+        #expect(forwarded.header.correlationID != 21)
+        // Only the uplink's answer counts.
+        harness.deliver(Envelope(header: EnvelopeHeader(kind: .reply, correlationID: forwarded.header.correlationID)), from: far)
+        #expect(harness.transport.take(for: harness.client).isEmpty)
+        harness.deliver(
+            Envelope(header: EnvelopeHeader(kind: .reply, correlationID: forwarded.header.correlationID), payload: Data("{}".utf8)), from: uplink)
+        let answer = try #require(harness.transport.take(for: harness.client).first)
+        #expect(answer.header.kind == .reply && answer.header.correlationID == 21)
+        // A board of a served scope that is not running is not asked of the parent.
+        harness.request(EnvelopeHeader(kind: .command, target: "nobody", scope: "edge", typeName: "greet"), from: harness.client)
+        #expect(harness.transport.take(for: uplink).isEmpty)
+        #expect(harness.transport.take(for: harness.client).map(\.header.typeName) == ["noSuchBoard"])
+    }
+
+    @Test func anActionBubblesOnIntoTheParentAndItsCountAddsUp() throws {
+        let (harness, uplink) = try edgeHarness()
+        let listener = PeerID(Data([0x11]))
+        let registration = Registration(id: "listener", pid: 8, scope: "edge", actions: ["app.announce"])
+        harness.request(EnvelopeHeader(kind: .register, source: "listener"), payload: try PayloadCodec.encode(registration), from: listener)
+        _ = harness.transport.take(for: listener)
+        _ = harness.transport.take(for: uplink)
+        harness.request(EnvelopeHeader(kind: .action, scope: "edge", typeName: "app.announce"), from: harness.client, correlation: 31)
+        let local = try #require(harness.transport.take(for: listener).first)
+        let up = try #require(harness.transport.take(for: uplink).first)
+        #expect(up.header.kind == .action && up.header.scope == "edge" && up.header.flags.contains(.replyExpected))
+        harness.deliver(Envelope(header: EnvelopeHeader(kind: .reply, correlationID: local.header.correlationID)), from: listener)
+        harness.deliver(
+            Envelope(
+                header: EnvelopeHeader(kind: .reply, correlationID: up.header.correlationID), payload: try PayloadCodec.encode(Delivery(delivered: 3))
+            ),
+            from: uplink)
+        let done = try #require(harness.transport.take(for: harness.client).first)
+        #expect(try PayloadCodec.decode(Delivery.self, from: done.payload).delivered == 4)
+    }
+}
