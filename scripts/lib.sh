@@ -23,6 +23,21 @@ ensure_prometheus_client() {
         || /usr/bin/python3 -m pip install --quiet --user prometheus_client >&2
 }
 
+# The across-hosts test makes network namespaces with iproute2's `ip` (as root; without it, or
+# without root, it runs over 127.0.0.1 and says so).
+ensure_iproute2() {
+    if command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ]; then return 0; fi
+    echo "==> installing iproute2 with apt-get" >&2
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        # Without root the test cannot make namespaces anyway: do not ask for a password for it.
+        command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null || return 0
+        sudo="sudo"
+    fi
+    $sudo apt-get update -qq >&2 || true
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq iproute2 >&2 || echo "==> iproute2 not installed: the across-hosts test runs over 127.0.0.1" >&2
+}
+
 repo_root() {
     cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd
 }
