@@ -29,6 +29,21 @@ public struct PeerID: Hashable, Sendable, CustomStringConvertible {
     public var description: String { bytes.map { String(format: "%02x", $0) }.joined() }
 }
 
+/// Where a connection that is not on the ipc socket comes from: a tcp peer's address and the
+/// name its key has in the allow-list (the ZAP handler's user id).
+public struct PeerOrigin: Sendable, Hashable, CustomStringConvertible {
+    public var address: String
+    public var keyName: String
+
+    public init(address: String, keyName: String) {
+        self.address = address
+        self.keyName = keyName
+    }
+
+    /// `10.0.0.2 (edge-b)`, as `list` shows it.
+    public var description: String { "\(address) (\(keyName))" }
+}
+
 /// A board that registered and is alive. A class: the broker updates its clock and counters on
 /// every message, in place.
 final class LiveBoard {
@@ -44,13 +59,14 @@ final class LiveBoard {
     let metrics: BoardMetrics
     /// Where its connection comes from when it is not the broker's ipc socket (tcp: address and
     /// key name); such a board whose link fails is kept as unreachable rather than dropped.
-    let host: String?
+    let origin: PeerOrigin?
+    var host: String? { origin?.description }
 
     init(
         registration: Registration, peer: PeerID, registeredAt: ContinuousClock.Instant, lastSeen: ContinuousClock.Instant, metrics: BoardMetrics,
-        host: String? = nil
+        origin: PeerOrigin? = nil
     ) {
-        self.host = host
+        self.origin = origin
         self.metrics = metrics
         self.registration = registration
         self.peer = peer

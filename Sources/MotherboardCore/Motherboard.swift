@@ -109,9 +109,11 @@ public final class Motherboard {
     }
 
     /// Handles one message that a transport has already parsed (or found malformed).
-    /// `origin` says where the peer's connection comes from when it is not the ipc socket (tcp:
-    /// `10.0.0.2 (edge-b)`), for registrations.
-    public func receive(_ message: Result<Envelope, MalformedMessage>, from peer: PeerID, now: ContinuousClock.Instant, origin: String? = nil) {
+    /// `origin` says where the peer's connection comes from when it is not the ipc socket (a tcp
+    /// peer's address and key name), for registrations.
+    public func receive(
+        _ message: Result<Envelope, MalformedMessage>, from peer: PeerID, now: ContinuousClock.Instant, origin: PeerOrigin? = nil
+    ) {
         let envelope: Envelope
         switch message {
         case .success(let parsed):
@@ -192,7 +194,7 @@ public final class Motherboard {
 
     // MARK: - Registration and liveness
 
-    private func register(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant, origin: String?) {
+    private func register(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant, origin: PeerOrigin?) {
         let registration: Registration
         do {
             registration = try PayloadCodec.decode(Registration.self, from: envelope.payload)
@@ -205,7 +207,7 @@ public final class Motherboard {
             return reply(to: envelope, from: peer, error: noScope)
         }
         let name = ScopedName(scope: registration.scope, name: registration.id.rawValue)
-        if let refusal = registrationRefusal(registration, name: name, from: peer) {
+        if let refusal = registrationRefusal(registration, name: name, from: peer, origin: origin) {
             counters.refusedRegistrations += 1
             logger.warning(
                 "registration refused",
@@ -216,10 +218,11 @@ public final class Motherboard {
         }
         // Its counters only once it is accepted: a refused name leaves nothing behind.
         let board = LiveBoard(
-            registration: registration, peer: peer, registeredAt: now, lastSeen: now, metrics: metrics.board(name), host: origin)
+            registration: registration, peer: peer, registeredAt: now, lastSeen: now, metrics: metrics.board(name), origin: origin)
         registry.insert(board)
         unreachable[name] = nil
-        logger.info("board registered", metadata: ["board": "\(board.name)", "pid": "\(registration.pid)", "host": "\(origin ?? "local")"])
+        logger.info(
+            "board registered", metadata: ["board": "\(board.name)", "pid": "\(registration.pid)", "host": "\(origin?.description ?? "local")"])
         uplinkBoardRegistered(board)
         let accepted = RegistrationAccepted(
             heartbeatIntervalMilliseconds: settings.heartbeatInterval.wholeMilliseconds,
@@ -232,7 +235,17 @@ public final class Motherboard {
     /// held by a live board on another connection is taken over only with that board's secret
     /// (its own re-registration on a new connection); an id whose process the broker is starting
     /// only with the secret that process was handed. The pid in the registration proves nothing.
-    private func registrationRefusal(_ registration: Registration, name: ScopedName, from peer: PeerID) -> BusError? {
+    private func registrationRefusal(_ registration: Registration, name: ScopedName, from peer: PeerID, origin: PeerOrigin?) -> BusError? {
+        // An id whose board is unreachable is held for it: taken again with its secret, or over
+        // a connection with the same key (its motherboard restarted), never by another peer.
+        if registry[name] == nil, let lost = unreachable[name], !Self.secretsMatch(lost.board.registration.secret, registration.secret),
+            origin == nil || origin?.keyName != lost.board.origin?.keyName
+        {
+            return BusError(
+                .idInUse,
+                "board id '\(name)' belongs to a board at \(lost.board.host ?? "another host") whose link is down; only that board (or its key) can register it again"
+            )
+        }
         if let holder = registry[name], holder.peer != peer {
             guard Self.secretsMatch(holder.registration.secret, registration.secret) else {
                 return BusError(

@@ -366,13 +366,13 @@ final class RouterLoopHandler: SocketLoopHandler {
 
     /// Where a registration's connection comes from, when it is a tcp one: the peer's address
     /// and the name its key has in the allow-list (`10.0.0.2 (edge-b)`).
-    static func origin(of message: ReceivedMessage, on socket: ZMQSocket) -> String? {
+    static func origin(of message: ReceivedMessage, on socket: ZMQSocket) -> PeerOrigin? {
         guard case .success(let envelope) = message.content, envelope.header.kind == .register,
             let address = socket.lastReceivedProperty("Peer-Address")
         else { return nil }
         // Only tcp connections went through the ZAP handler and carry a user id; ipc ones do not.
         guard let user = socket.lastReceivedProperty("User-Id"), !user.isEmpty else { return nil }
-        return "\(address) (\(user))"
+        return PeerOrigin(address: address, keyName: user)
     }
 
     func tick(on socket: ZMQSocket) {

@@ -57,6 +57,8 @@ final class Uplink: @unchecked Sendable {
         var registered = false
         var lastRegisterAttempt: ContinuousClock.Instant?
         var registerCorrelationID: UInt64 = 0
+        /// The parent's last refusal, logged once rather than at every retry.
+        var lastRefusal: String?
     }
 
     /// A request in flight through the uplink: where its answer goes.
@@ -341,25 +343,38 @@ final class Uplink: @unchecked Sendable {
             boards[name] = board
             logger.info("board registered with the parent", metadata: ["board": "\(name)"])
         case .error where header.correlationID == board.registerCorrelationID || header.typeName == BusError.Code.notRegistered.name:
-            if board.registered || header.correlationID == board.registerCorrelationID {
-                logger.notice(
-                    "the parent does not have this board registered", metadata: ["board": "\(name)", "answer": "\(header.typeName)"])
+            let refusal = (try? PayloadCodec.decode(BusError.self, from: envelope.payload))?.description ?? header.typeName
+            if board.registered || refusal != board.lastRefusal {
+                logger.warning("the parent does not have this board registered", metadata: ["board": "\(name)", "answer": "\(refusal)"])
             }
+            board.lastRefusal = refusal
             board.registered = false
             boards[name] = board
             if header.typeName == BusError.Code.notRegistered.name { register(name, now: now) }
         case .reply, .error:
             return
+        case .command, .activate, .dispatch, .store:
+            forwardDown(envelope, board: name, now: now)
         default:
-            var request = envelope
-            request.header.scope = name.scope
-            if header.flags.contains(.replyExpected) && header.correlationID != 0 {
-                let id = makeID()
-                let timeout = header.timeoutMilliseconds > 0 ? Duration.milliseconds(Int64(header.timeoutMilliseconds)) : .seconds(25)
-                down[id] = Pending(board: name, correlationID: header.correlationID, deadline: now.advanced(by: timeout))
-                request.header.correlationID = id
-            }
-            answerLocal(request)
+            // Nothing else is the parent's to send a board (it never sends actions to the boards
+            // it knows through the link, which register without them).
+            guard header.flags.contains(.replyExpected), header.correlationID != 0 else { return }
+            let error = BusError(.malformed, "a \(header.kind) is not routed across the link to board '\(name)'")
+            _ = try? board.socket.send(Envelope.error(error, correlationID: header.correlationID))
         }
+    }
+
+    /// A request of the parent for a board of a served scope, handed to the local motherboard.
+    private func forwardDown(_ envelope: Envelope, board name: ScopedName, now: ContinuousClock.Instant) {
+        let header = envelope.header
+        var request = envelope
+        request.header.scope = name.scope
+        if header.flags.contains(.replyExpected) && header.correlationID != 0 {
+            let id = makeID()
+            let timeout = header.timeoutMilliseconds > 0 ? Duration.milliseconds(Int64(header.timeoutMilliseconds)) : .seconds(25)
+            down[id] = Pending(board: name, correlationID: header.correlationID, deadline: now.advanced(by: timeout))
+            request.header.correlationID = id
+        }
+        answerLocal(request)
     }
 }

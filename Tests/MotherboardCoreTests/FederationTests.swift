@@ -10,13 +10,16 @@ struct FederationTests {
     let far = PeerID(Data([0xFA]))
 
     /// Registers `id` as a board whose connection came over tcp.
-    func registerRemote(_ harness: Harness, _ id: BoardID, peer: PeerID, secret: String = "s3cret", scope: Scope = .root) -> [Envelope] {
+    func registerRemote(
+        _ harness: Harness, _ id: BoardID, peer: PeerID, secret: String = "s3cret", scope: Scope = .root,
+        origin: PeerOrigin = PeerOrigin(address: "10.0.0.2", keyName: "edge-b")
+    ) -> [Envelope] {
         let registration = Registration(id: id, pid: 42, scope: scope, commands: ["greet"], secret: secret)
         var header = EnvelopeHeader(kind: .register, correlationID: 5, source: id.rawValue)
         header.flags.insert(.replyExpected)
         harness.motherboard.receive(
             .success(Envelope(header: header, payload: try! PayloadCodec.encode(registration))), from: peer, now: harness.now,
-            origin: "10.0.0.2 (edge-b)")
+            origin: origin)
         return harness.transport.take(for: peer)
     }
 
@@ -37,12 +40,30 @@ struct FederationTests {
         // New calls are answered at once.
         harness.request(EnvelopeHeader(kind: .command, target: "sensor", typeName: "greet"), from: harness.client, correlation: 12)
         #expect(harness.transport.take(for: harness.client).map(\.header.typeName) == ["unreachable"])
+        // Nobody else takes its id meanwhile: not another key, not a local peer, not the same key
+        // from a new connection without the secret... unless it is that key (its motherboard restarted).
+        let impostor = PeerID(Data([0xBA, 0xD0]))
+        let stolen = registerRemote(
+            harness, "sensor", peer: impostor, secret: "guess", origin: PeerOrigin(address: "10.0.0.9", keyName: "mallory"))
+        #expect(stolen.map(\.header.typeName) == ["idInUse"])
+        harness.register("sensor", peer: impostor, secret: "guess")
+        #expect(try harness.list().boards.map(\.state) == [.unreachable])
         // The link returns: the board registers again on a new connection (with its secret).
         let again = PeerID(Data([0xFB]))
         #expect(registerRemote(harness, "sensor", peer: again).first?.header.kind == .reply)
         #expect(try harness.list().boards.map(\.state) == [.running])
         harness.request(EnvelopeHeader(kind: .command, target: "sensor", typeName: "greet"), from: harness.client, correlation: 13)
         #expect(harness.transport.take(for: again).count == 1)
+    }
+
+    @Test func theSameKeyMayTakeItsUnreachableIDBackWithoutTheOldSecret() throws {
+        let harness = try Harness()
+        _ = registerRemote(harness, "sensor", peer: far)
+        harness.now = harness.now.advanced(by: .seconds(3))
+        harness.motherboard.tick(now: harness.now)
+        let restarted = registerRemote(harness, "sensor", peer: PeerID(Data([0xFC])), secret: "a new process's secret")
+        #expect(restarted.first?.header.kind == .reply)
+        #expect(try harness.list().boards.map(\.state) == [.running])
     }
 
     @Test func anUnreachableBoardIsForgottenAfterTheRetention() throws {
