@@ -171,9 +171,9 @@ public final class NetworkLab: @unchecked Sendable {
     }
 
     /// A board on host B connected straight to A over tcp with `key`.
-    public func startRemoteBoard(id: String, key: String) async throws -> ChildProcess {
+    public func startRemoteBoard(id: String, key: String, executable: String = "Greeter") async throws -> ChildProcess {
         let board = try await start(
-            binaries + "/Greeter", [], in: 1,
+            binaries + "/" + executable, [], in: 1,
             environment: [
                 "BOARDBUS_ADDRESS": parentEndpoint, "BOARDBUS_SERVER_KEY": "\(runtimeA)/curve/server.pub",
                 "BOARDBUS_CLIENT_KEY": "\(directory)/\(key).key", "BOARDBUS_BOARD_ID": id,

@@ -133,8 +133,9 @@ struct NetworkIntegrationTests {
     }
 
     @Test func aBoardOnAnotherHostConnectsStraightToTheMotherboard() async throws {
+        let manifest = #"{ "boards": [ { "id": "demo.greeter", "executable": "Greeter", "start": "always" } ] }"#
         try await NetworkLab.with { lab in
-            _ = try await lab.startParent(manifest: Self.parentManifest)
+            _ = try await lab.startParent(manifest: manifest)
             _ = try await lab.startRemoteBoard(id: "remote.greeter", key: "ops")
             let status = try decode(BoardInfo.self, from: try await lab.busctlA("status", "remote.greeter", "--json"))
             #expect(status.host == "\(lab.edgeAddress) (ops)", "host: \(status.host ?? "nil")")
@@ -146,6 +147,18 @@ struct NetworkIntegrationTests {
             // Actions from A's root reach it as any subscriber.
             let action = try await lab.busctlA("action", "app.announce", #"{"text":"to the far board"}"#)
             #expect(action.standardOutput.contains("delivered to 2 board(s)"), "\(action.standardOutput)")
+
+            // A store owned by a board on host B: dispatched to and watched from A.
+            _ = try await lab.startRemoteBoard(id: "remote.comments", key: "ops", executable: "Comments")
+            let watch = try await lab.start(
+                lab.binaries + "/busctl", ["state", "comments", "--watch", "--count", "2", "--timeout", "30"], in: 0, runtime: lab.runtimeA)
+            try await watch.waitForOutput("sequence", timeout: .seconds(30))
+            let dispatched = try await lab.busctlA("dispatch", "comments", "reply", #"{"postID":7,"parent":0,"content":"far away"}"#, "--id", "far-1")
+            try lab.expectOK(dispatched)
+            let watched = try await watch.wait(timeout: .seconds(30))
+            #expect(watched.exitCode == 0, "\(watched.standardError)")
+            #expect(
+                watched.standardOutput.split(separator: "\n").count == 2 && watched.standardOutput.contains("far away"), "\(watched.standardOutput)")
         }
     }
 }
