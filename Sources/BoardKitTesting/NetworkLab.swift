@@ -1,9 +1,21 @@
 import BusCore
 import Foundation
 
-/// Two network namespaces joined by a veth pair (10.231.N.1 and .2, made and removed by the
-/// test), or 127.0.0.1 when namespaces cannot be made here; the processes of one scenario, and
-/// their cleanup.
+/// Two hosts for a test of a fleet across machines: two network namespaces joined by a veth pair
+/// (10.231.N.1 is host A, .2 host B; made by the lab, and removed with everything it started,
+/// by pid, whether the body passes or throws), or 127.0.0.1 for both when namespaces cannot be
+/// made here (not root, no iproute2), said in one line; `cutLink()` then stops B's motherboard.
+///
+/// ```swift
+/// try await NetworkLab.with { lab in
+///     _ = try await lab.startParent(manifest: parent)   // on A, listening on tcp with CURVE
+///     _ = try await lab.startEdge(manifest: edge)       // on B, attached to A, serving its scopes
+///     let answer = try await lab.busctlA("call", "sensor", "read", "--scope", "edge")
+///     try await lab.cutLink()
+/// }
+/// ```
+/// Key files `edge-b.key` and `ops.key` (on A's allow-list) and `stranger.key` (not) are in
+/// `directory`.
 public final class NetworkLab: @unchecked Sendable {
     public let directory: String
     public let binaries: String
@@ -52,20 +64,18 @@ public final class NetworkLab: @unchecked Sendable {
             edgeAddress = "10.231.\(subnet).2"
             port = 7400
         }
-        for key in ["edge-b", "ops", "stranger"] {
-            let made = try await run(binaries + "/busctl", ["keys", "new", key, "--out", "\(directory)/\(key).key"], in: nil)
-            try expectOK(made)
-            if key != "stranger" {
-                let line = made.standardOutput
-                let handle = try? FileHandle(forWritingTo: URL(fileURLWithPath: "\(directory)/allowed.keys"))
-                if let handle {
-                    handle.seekToEndOfFile()
-                    handle.write(Data(line.utf8))
-                    try? handle.close()
-                } else {
-                    try line.write(toFile: "\(directory)/allowed.keys", atomically: true, encoding: .utf8)
-                }
+        // Keys: `edge-b` (B's motherboard) and `ops` (a client) allowed, `stranger` not.
+        do {
+            var allowed = ""
+            for key in ["edge-b", "ops", "stranger"] {
+                let made = try await run(binaries + "/busctl", ["keys", "new", key, "--out", "\(directory)/\(key).key"], in: nil)
+                try expectOK(made)
+                if key != "stranger" { allowed += made.standardOutput }
             }
+            try allowed.write(toFile: "\(directory)/allowed.keys", atomically: true, encoding: .utf8)
+        } catch {
+            await stop()
+            throw error
         }
     }
 
@@ -127,45 +137,54 @@ public final class NetworkLab: @unchecked Sendable {
     public func run(_ executable: String, _ arguments: [String], in host: Int?, environment extra: [String: String] = [:], runtime: String? = nil)
         async throws -> ChildProcess.Result
     {
-        let (path, argv) = command(executable, arguments, in: host)
-        let child = try await ChildProcess(
-            executable: path, arguments: argv, environment: environment(runtime: runtime).merging(extra) { $1 }, directory: directory,
-            name: nextName(URL(fileURLWithPath: executable).lastPathComponent))
-        return try await child.wait(timeout: .seconds(60))
+        try await spawn(executable, arguments, in: host, environment: extra, runtime: runtime).wait(timeout: .seconds(60))
     }
 
+    /// Starts a process on host 0 (A) or 1 (B), stopped with the lab; `runtime` is its
+    /// `BOARDBUS_RUNTIME_DIR`.
     public func start(_ executable: String, _ arguments: [String], in host: Int, environment extra: [String: String] = [:], runtime: String?)
         async throws -> ChildProcess
     {
-        let (path, argv) = command(executable, arguments, in: host)
-        let child = try await ChildProcess(
-            executable: path, arguments: argv, environment: environment(runtime: runtime).merging(extra) { $1 }, directory: directory,
-            name: nextName(URL(fileURLWithPath: executable).lastPathComponent))
+        let child = try await spawn(executable, arguments, in: host, environment: extra, runtime: runtime)
         processes.append(child)
         return child
     }
 
-    public func startParent(manifest: String) async throws -> ChildProcess {
-        try manifest.write(toFile: "\(directory)/a.json", atomically: true, encoding: .utf8)
+    private func spawn(_ executable: String, _ arguments: [String], in host: Int?, environment extra: [String: String], runtime: String?)
+        async throws -> ChildProcess
+    {
+        let (path, argv) = command(executable, arguments, in: host)
+        return try await ChildProcess(
+            executable: path, arguments: argv, environment: environment(runtime: runtime).merging(extra) { $1 }, directory: directory,
+            name: nextName(URL(fileURLWithPath: executable).lastPathComponent))
+    }
+
+    /// A motherboard on `host` with `manifest` and `arguments`, once it is READY.
+    private func startBroker(manifest: String, named name: String, _ arguments: [String], in host: Int, runtime: String) async throws -> ChildProcess
+    {
+        try manifest.write(toFile: "\(directory)/\(name).json", atomically: true, encoding: .utf8)
         let broker = try await start(
-            binaries + "/motherboard",
-            [
-                "--manifest", "\(directory)/a.json", "--runtime-dir", runtimeA, "--listen", parentEndpoint, "--allow",
-                "\(directory)/allowed.keys", "--exit-with-parent",
-            ], in: 0, runtime: runtimeA)
+            binaries + "/motherboard", ["--manifest", "\(directory)/\(name).json", "--runtime-dir", runtime, "--exit-with-parent"] + arguments,
+            in: host, runtime: runtime)
         try await broker.waitForOutput("READY", timeout: .seconds(60))
         return broker
     }
 
+    /// Host A's motherboard: listens on `parentEndpoint` with CURVE, the lab's `edge-b` and `ops`
+    /// keys allowed.
+    public func startParent(manifest: String) async throws -> ChildProcess {
+        try await startBroker(
+            manifest: manifest, named: "a", ["--listen", parentEndpoint, "--allow", "\(directory)/allowed.keys"], in: 0, runtime: runtimeA)
+    }
+
+    /// Host B's motherboard, attached to A with the `edge-b` key: it serves its manifest's scopes.
     public func startEdge(manifest: String) async throws -> ChildProcess {
-        try manifest.write(toFile: "\(directory)/b.json", atomically: true, encoding: .utf8)
-        let broker = try await start(
-            binaries + "/motherboard",
+        let broker = try await startBroker(
+            manifest: manifest, named: "b",
             [
-                "--manifest", "\(directory)/b.json", "--runtime-dir", runtimeB, "--attach", parentEndpoint, "--attach-server-key",
-                "\(runtimeA)/curve/server.pub", "--attach-client-key", "\(directory)/edge-b.key", "--exit-with-parent",
+                "--attach", parentEndpoint, "--attach-server-key", "\(runtimeA)/curve/server.pub", "--attach-client-key",
+                "\(directory)/edge-b.key",
             ], in: 1, runtime: runtimeB)
-        try await broker.waitForOutput("READY", timeout: .seconds(60))
         edgeBroker = broker
         return broker
     }
