@@ -177,13 +177,14 @@ public final class NetworkLab: @unchecked Sendable {
             manifest: manifest, named: "a", ["--listen", parentEndpoint, "--allow", "\(directory)/allowed.keys"], in: 0, runtime: runtimeA)
     }
 
-    /// Host B's motherboard, attached to A with the `edge-b` key: it serves its manifest's scopes.
-    public func startEdge(manifest: String) async throws -> ChildProcess {
+    /// Host B's motherboard, attached to A with the `edge-b` key (or another of the lab's keys):
+    /// it serves its manifest's scopes.
+    public func startEdge(manifest: String, key: String = "edge-b") async throws -> ChildProcess {
         let broker = try await startBroker(
             manifest: manifest, named: "b",
             [
                 "--attach", parentEndpoint, "--attach-server-key", "\(runtimeA)/curve/server.pub", "--attach-client-key",
-                "\(directory)/edge-b.key",
+                "\(directory)/\(key).key",
             ], in: 1, runtime: runtimeB)
         edgeBroker = broker
         return broker

@@ -56,7 +56,7 @@ package enum EndpointProbe {
     /// Connects to a `tcp://` broker with the client's credentials and waits for the ZMTP handshake
     /// (a socket monitor reports it): a key the broker refuses is `unauthorized`, a broker that
     /// cannot be reached `brokerNotRunning`, at once rather than at the request's deadline.
-    static func checkHandshake(_ address: BusAddress, within wait: Duration) throws {
+    package static func checkHandshake(_ address: BusAddress, within wait: Duration) throws {
         let credentials = try address.tcpCredentials(environment: ProcessInfo.processInfo.environment)
         let context = try ZMQContext.shared()
         let probe = try ZMQSocket(context: context, kind: .dealer)

@@ -90,6 +90,10 @@ final class Uplink: @unchecked Sendable {
     private let livenessTimeout = Duration.milliseconds(2500)
     private let running = Atomic<Bool>(true)
     private let finished = DispatchSemaphore(value: 0)
+    /// While the link is down, why (a probe of the parent's endpoint, on a thread of its own):
+    /// when it was last asked, and the last answer logged.
+    private var lastDiagnosis: ContinuousClock.Instant?
+    private let diagnosis = Mutex<String?>(nil)
 
     init(settings: UplinkSettings, localEndpoint: String, secret: String, limits: BusLimits, logger: Logger) throws {
         self.settings = settings
@@ -211,11 +215,40 @@ final class Uplink: @unchecked Sendable {
                 }
             }
         }
+        if !linkUp, lastDiagnosis.map({ $0.duration(to: now) >= .seconds(10) }) ?? true {
+            lastDiagnosis = now
+            diagnose()
+        }
         for (id, pending) in up where pending.deadline <= now {
             up[id] = nil
             answerLocal(Envelope.error(BusError(.timeout, "the parent motherboard did not answer in time"), correlationID: pending.correlationID))
         }
         for (id, pending) in down where pending.deadline.advanced(by: .seconds(5)) <= now { down[id] = nil }
+    }
+
+    /// Says in the log why the parent is not heard (its key refused, nothing listening, no
+    /// answer), once per reason: the link's own sockets retry quietly.
+    private func diagnose() {
+        var probed = BusAddress(runtimeDirectory: FileManager.default.temporaryDirectory.path, endpoint: settings.endpoint)
+        probed.curve = settings.credentials
+        probed.insecureTCP = settings.credentials == nil
+        let (address, endpoint) = (probed, settings.endpoint)
+        let thread = Thread { [self] in
+            let reason: String
+            do {
+                try EndpointProbe.checkHandshake(address, within: .seconds(3))
+                reason = "the parent accepts this motherboard's key; waiting for it to answer"
+            } catch {
+                reason = "\(error)"
+            }
+            let changed = diagnosis.withLock { last in
+                defer { last = reason }
+                return last != reason
+            }
+            if changed { logger.warning("the parent motherboard is not reachable", metadata: ["endpoint": "\(endpoint)", "reason": "\(reason)"]) }
+        }
+        thread.name = "uplink-probe"
+        thread.start()
     }
 
     private func register(_ name: ScopedName, now: ContinuousClock.Instant) {

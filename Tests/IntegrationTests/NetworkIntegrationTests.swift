@@ -161,4 +161,42 @@ struct NetworkIntegrationTests {
                 watched.standardOutput.split(separator: "\n").count == 2 && watched.standardOutput.contains("far away"), "\(watched.standardOutput)")
         }
     }
+
+    @Test func aMotherboardWhoseKeyIsNotAllowedIsToldWhyAndServesNothingThere() async throws {
+        try await NetworkLab.with { lab in
+            _ = try await lab.startParent(manifest: Self.parentManifest)
+            let edge = try await lab.startEdge(manifest: Self.edgeManifest, key: "stranger")
+            #expect(
+                try await eventually(timeout: .seconds(20), checkingEvery: .milliseconds(100)) {
+                    edge.standardError.contains("refused this client's key: it is not in its allow-list")
+                }, "\(edge.standardError.suffix(2000))")
+            #expect(!(try await lab.busctlA("list").standardOutput.contains("sensor")))
+            // What B's clients ask of the parent is answered, not left to time out.
+            let up = try await lab.busctlB("call", "demo.greeter", "greet", #"{"name":"B"}"#, "--timeout", "10")
+            #expect(up.exitCode == 1 && up.standardError.contains("unreachable"), "\(up.standardError)")
+            // Its own scope works on its own host.
+            try lab.expectOK(try await lab.busctlB("call", "sensor", "greet", #"{"name":"B"}"#, "--scope", "edge"))
+        }
+    }
+
+    @Test func plaintextTCPIsOnlyForWhoAsksForIt() async throws {
+        try await NetworkLab.with { lab in
+            let endpoint = "tcp://\(lab.parentAddress):\(lab.port + 2)"
+            let broker = try await lab.start(
+                lab.binaries + "/motherboard",
+                ["--runtime-dir", "\(lab.directory)/plain", "--listen", endpoint, "--insecure", "--exit-with-parent"], in: 0,
+                runtime: "\(lab.directory)/plain")
+            try await broker.waitForOutput("READY", timeout: .seconds(60))
+            #expect(broker.standardError.contains("WARNING: --insecure"))
+            try lab.expectOK(try await lab.run(lab.binaries + "/busctl", ["list", "--bus", endpoint, "--insecure"], in: 1))
+            // Without keys and without asking for plaintext: refused before anything is sent.
+            let unasked = try await lab.run(lab.binaries + "/busctl", ["list", "--bus", endpoint], in: 1)
+            #expect(unasked.exitCode == 2 && unasked.standardError.contains("BOARDBUS_INSECURE=1"), "\(unasked.standardError)")
+            // A CURVE client of a plaintext broker fails its handshake, and says so.
+            let curve = try await lab.run(
+                lab.binaries + "/busctl",
+                ["list", "--bus", endpoint, "--server-key", "\(lab.directory)/ops.key", "--client-key", "\(lab.directory)/ops.key"], in: 1)
+            #expect(curve.exitCode == 1 && curve.standardError.contains("unauthorized"), "\(curve.standardError)")
+        }
+    }
 }

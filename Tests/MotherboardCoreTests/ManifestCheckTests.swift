@@ -31,6 +31,15 @@ struct ManifestCheckTests {
         #expect(refusal(#"{"boards": [{"id": "a.b", "executable": "A", "restart": "always"}]}"#) == nil)
     }
 
+    @Test func listenAndAttachAreCheckedToo() {
+        #expect(refusal(#"{"attach": {"address": "tcp://10.0.0.1:7400", "serverkey": "k"}}"#)?.message.contains("attach.serverkey") == true)
+        #expect(refusal(#"{"attach": {"address": "ipc:///tmp/x.sock"}}"#)?.message.contains("tcp://") == true)
+        #expect(refusal(#"{"listen": ["ipc:///tmp/x.sock"]}"#)?.message.contains("tcp://") == true)
+        #expect(refusal(#"{"listen": "tcp://10.0.0.1:7400"}"#)?.code == .badArgument)
+        let fine = #"{"listen": ["tcp://10.0.0.1:7400"], "attach": {"address": "tcp://10.0.0.9:7400", "serverKey": "a.pub", "clientKey": "b.key"}}"#
+        #expect(refusal(fine) == nil)
+    }
+
     @Test func invalidJSONIsReportedWithLineAndColumn() {
         let error = refusal("{\n  \"boards\": [\n    {\"id\": \"a.b\", \"executable\": A}\n  ]\n}")
         #expect(error?.code == .badArgument)
