@@ -28,6 +28,8 @@ public final class BrokerMetrics: @unchecked Sendable {
     private var exportedRestarts: [ScopedName: Int] = [:]
 
     let boards: Gauge
+    /// Boards on other hosts whose link is down (kept, shown `unreachable`).
+    let unreachableBoards: Gauge
     let pendingRequests: Gauge
     let queuedActivations: Gauge
     let monitorsAttached: Gauge
@@ -59,6 +61,7 @@ public final class BrokerMetrics: @unchecked Sendable {
         func gauge(_ name: String) -> Gauge { Gauge(label: name, dimensions: [], factory: factory) }
         func counter(_ name: String) -> Counter { Counter(label: name, dimensions: [], factory: factory) }
         boards = gauge("boardbus_boards")
+        unreachableBoards = gauge("boardbus_unreachable_boards")
         pendingRequests = gauge("boardbus_pending_requests")
         queuedActivations = gauge("boardbus_queued_activations")
         monitorsAttached = gauge("boardbus_monitors")
@@ -133,10 +136,11 @@ public final class BrokerMetrics: @unchecked Sendable {
     /// since the last tick.
     func update(
         _ counters: MotherboardCounters, boards live: Int, pending: Int, queued: Int, monitors: Int, monitorDrops: Int,
-        restarts records: [ScopedName: Int]
+        restarts records: [ScopedName: Int], unreachable lost: Int = 0
     ) {
         flushBoards()
         boards.record(live)
+        unreachableBoards.record(lost)
         pendingRequests.record(pending)
         queuedActivations.record(queued)
         monitorsAttached.record(monitors)

@@ -189,7 +189,8 @@ public final class Motherboard {
     func refreshMetrics() {
         metrics.update(
             counters, boards: registry.boards.count, pending: replies.count, queued: supervisor.starting.values.reduce(0) { $0 + $1.queue.count },
-            monitors: monitors.count, monitorDrops: monitors.droppedTotal, restarts: supervisor.records.mapValues(\.restarts))
+            monitors: monitors.count, monitorDrops: monitors.droppedTotal, restarts: supervisor.records.mapValues(\.restarts),
+            unreachable: unreachable.count)
     }
 
     // MARK: - Registration and liveness

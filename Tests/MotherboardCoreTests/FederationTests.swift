@@ -37,6 +37,8 @@ struct FederationTests {
         #expect(failed.first?.header.correlationID == 11)
         let shown = try #require(try harness.list().boards.first)
         #expect(shown.state == .unreachable && shown.host == "10.0.0.2 (edge-b)")
+        harness.motherboard.refreshMetrics()
+        #expect(harness.motherboard.metrics.exposition().contains("boardbus_unreachable_boards 1"))
         // New calls are answered at once.
         harness.request(EnvelopeHeader(kind: .command, target: "sensor", typeName: "greet"), from: harness.client, correlation: 12)
         #expect(harness.transport.take(for: harness.client).map(\.header.typeName) == ["unreachable"])
