@@ -72,9 +72,13 @@ extension Motherboard {
 
     /// Sends a client's request for a scope this motherboard does not serve up to the parent
     /// (through the uplink), and relays the answer as a board's. False when it stays here: no
-    /// uplink, the scope is served here, or the sender is a board (boards address their own scope).
+    /// uplink, the scope is served here, the sender is a board (boards address their own scope),
+    /// or this motherboard's manifest names the board (it starts it, or says it is not running).
     func forwardUp(_ envelope: Envelope, name: ScopedName, from peer: PeerID, sender: LiveBoard?, now: ContinuousClock.Instant) -> Bool {
         guard let uplink, peer != uplink, sender == nil, !serves(name.scope) else { return false }
+        // A board of this motherboard's own manifest is answered for here, running or not.
+        let isStoreRequest = envelope.header.kind == .dispatch || envelope.header.kind == .store
+        if !isStoreRequest, manifest.board(named: name.name, scope: name.scope) != nil { return false }
         if envelope.header.kind == .store,
             [StoreOperation.subscribe, StoreOperation.renew, StoreOperation.unsubscribe].contains(envelope.header.typeName)
         {

@@ -93,6 +93,7 @@ final class Uplink: @unchecked Sendable {
     /// While the link is down, why (a probe of the parent's endpoint, on a thread of its own):
     /// when it was last asked, and the last answer logged.
     private var lastDiagnosis: ContinuousClock.Instant?
+    private let startedAt = ContinuousClock.now
     private let diagnosis = Mutex<String?>(nil)
 
     init(settings: UplinkSettings, localEndpoint: String, secret: String, limits: BusLimits, logger: Logger) throws {
@@ -196,6 +197,9 @@ final class Uplink: @unchecked Sendable {
             linkUp = heard
             if heard {
                 logger.notice("link to the parent motherboard is up", metadata: ["endpoint": "\(settings.endpoint)"])
+                // A later outage says its reason again.
+                diagnosis.withLock { $0 = nil }
+                lastDiagnosis = nil
             } else {
                 logger.warning("link to the parent motherboard is down", metadata: ["endpoint": "\(settings.endpoint)"])
                 for name in boards.keys { boards[name]?.registered = false }
@@ -215,7 +219,10 @@ final class Uplink: @unchecked Sendable {
                 }
             }
         }
-        if !linkUp, lastDiagnosis.map({ $0.duration(to: now) >= .seconds(10) }) ?? true {
+        // Once the parent has been silent for 3 s (not while the link is first being made), and
+        // every 10 s after that while it stays so.
+        let silentSince = lastHeard ?? startedAt
+        if !linkUp, silentSince.duration(to: now) >= .seconds(3), lastDiagnosis.map({ $0.duration(to: now) >= .seconds(10) }) ?? true {
             lastDiagnosis = now
             diagnose()
         }

@@ -91,7 +91,8 @@ struct FederationTests {
 
     /// A motherboard serving scope `edge` for a parent, with its uplink attached.
     func edgeHarness() throws -> (Harness, PeerID) {
-        let manifest = FleetManifest(scopes: [.init(name: "edge")])
+        let manifest = FleetManifest(
+            scopes: [.init(name: "edge")], boards: [.init(id: "local.tool", executable: "Tool", start: .onDemand)])
         let harness = try Harness(manifest: manifest)
         harness.motherboard.uplinkSecret = "uplink-secret"
         let uplink = PeerID(Data([0x01, 0x11]))
@@ -132,6 +133,10 @@ struct FederationTests {
             Envelope(header: EnvelopeHeader(kind: .reply, correlationID: forwarded.header.correlationID), payload: Data("{}".utf8)), from: uplink)
         let answer = try #require(harness.transport.take(for: harness.client).first)
         #expect(answer.header.kind == .reply && answer.header.correlationID == 21)
+        // Nor is a board of its own manifest (here, in the root scope) that is not running.
+        harness.request(EnvelopeHeader(kind: .command, target: "local.tool", typeName: "greet"), from: harness.client)
+        #expect(harness.transport.take(for: uplink).isEmpty)
+        #expect(harness.transport.take(for: harness.client).map(\.header.typeName) == ["boardNotRunning"])
         // A board of a served scope that is not running is not asked of the parent.
         harness.request(EnvelopeHeader(kind: .command, target: "nobody", scope: "edge", typeName: "greet"), from: harness.client)
         #expect(harness.transport.take(for: uplink).isEmpty)
