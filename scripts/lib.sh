@@ -23,6 +23,15 @@ ensure_prometheus_client() {
         || /usr/bin/python3 -m pip install --quiet --user prometheus_client >&2
 }
 
+# The Majordomo tests and bench rows use majortomo 0.2.0 (an MDP implementation in Python, from
+# PyPI) as the third-party client, worker and broker.
+ensure_majortomo() {
+    if /usr/bin/python3 -c 'import majortomo' 2>/dev/null; then return 0; fi
+    echo "==> installing majortomo 0.2.0 from PyPI (pip --user)" >&2
+    /usr/bin/python3 -m pip install --quiet --user --break-system-packages majortomo==0.2.0 >&2 \
+        || /usr/bin/python3 -m pip install --quiet --user majortomo==0.2.0 >&2
+}
+
 # The across-hosts test makes network namespaces with iproute2's `ip` (as root; without it, or
 # without root, it runs over 127.0.0.1 and says so).
 ensure_iproute2() {

@@ -165,12 +165,15 @@ public struct FleetManifest: Sendable, Hashable, Codable {
     public var listen: [String] = []
     /// The parent motherboard this one serves its scopes for (`--attach` overrides).
     public var attach: Attach?
+    /// Where to speak Majordomo (MDP 0.2): `ipc://mdp.sock` (relative: in the runtime directory)
+    /// or `tcp://ADDRESS:PORT` (`--mdp` overrides).
+    public var mdp: String?
     /// The directory of the manifest file it was loaded from: relative key paths in `attach` are
     /// relative to it. Not part of the manifest's JSON.
     public var directory: String?
 
     private enum CodingKeys: String, CodingKey {
-        case scopes, boards, flows, metricsListen, listen, attach
+        case scopes, boards, flows, metricsListen, listen, attach, mdp
     }
 
     /// `"attach": {"address": "tcp://10.0.0.1:7400", "serverKey": KEY-OR-FILE, "clientKey": FILE}`.
@@ -211,6 +214,7 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         metricsListen = try container.decodeIfPresent(String.self, forKey: .metricsListen)
         listen = try container.decodeIfPresent([String].self, forKey: .listen) ?? []
         attach = try container.decodeIfPresent(Attach.self, forKey: .attach)
+        mdp = try container.decodeIfPresent(String.self, forKey: .mdp)
     }
 
     /// Reads and checks a manifest file.
@@ -233,6 +237,9 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         if let metricsListen { _ = try MetricsEndpoint.parse(metricsListen) }
         for endpoint in listen where !endpoint.hasPrefix("tcp://") {
             throw BusError(.badArgument, "listen takes tcp://ADDRESS:PORT endpoints, not '\(endpoint)'")
+        }
+        if let mdp, !mdp.hasPrefix("ipc://"), !mdp.hasPrefix("tcp://") {
+            throw BusError(.badArgument, "mdp must be an ipc:// or tcp:// endpoint, not '\(mdp)'")
         }
         if let attach, !attach.address.hasPrefix("tcp://") {
             throw BusError(.badArgument, "attach.address must be a tcp://HOST:PORT endpoint, not '\(attach.address)'")

@@ -33,6 +33,9 @@ public final class MotherboardServer: Service {
         public var insecure = false
         /// The parent motherboard to attach to, serving this manifest's scopes there.
         public var attach: UplinkSettings?
+        /// Where to speak Majordomo (MDP 0.2), if anywhere: `ipc://mdp.sock` (a relative path is in
+        /// the runtime directory) or `tcp://ADDRESS:PORT` (CURVE as `listen`). Default: the manifest's `mdp`.
+        public var mdp: String?
 
         public init(
             address: BusAddress, manifest: FleetManifest, binaryDirectory: String, settings: MotherboardSettings = .init(),
@@ -84,6 +87,9 @@ public final class MotherboardServer: Service {
             }
         }
         try socket.bind(address.endpoint)
+        // The in-process endpoint of the broker's own helpers that share its context (the MDP
+        // bridge): no kernel socket between them and the routing loop.
+        try socket.bind(Self.inProcessEndpoint)
         let security = try listenOnNetwork(socket: socket, context: context, address: address)
 
         // The launcher reports exits from its own threads; they reach the motherboard on the loop.
@@ -131,6 +137,19 @@ public final class MotherboardServer: Service {
             name: "motherboard", socket: socket, handler: handler, tickInterval: .milliseconds(100), limits: options.settings.limits)
         exits.connect(loop: loop, motherboard: motherboard)
         loop.start()
+        var majordomo: MajordomoBridge?
+        if let endpoint = try mdpEndpoint(address), startFailure == nil {
+            do {
+                majordomo = try MajordomoBridge(
+                    settings: .init(endpoint: endpoint, limits: options.settings.limits), context: context, localEndpoint: Self.inProcessEndpoint,
+                    curveSecretKey: security.curveSecretKey, logger: logger)
+                majordomo?.start()
+                logger.info("speaking Majordomo (MDP 0.2)", metadata: ["endpoint": "\(endpoint)"])
+            } catch {
+                startFailure = error
+                logger.error("cannot serve Majordomo", metadata: ["endpoint": "\(endpoint)", "error": "\(error)"])
+            }
+        }
         var uplink: Uplink?
         if let attach, let secret = motherboard.uplinkSecret, startFailure == nil {
             uplink = try Uplink(
@@ -150,6 +169,7 @@ public final class MotherboardServer: Service {
 
         notifier?.notify("STOPPING=1\nSTATUS=stopping the fleet")
         uplink?.stop()
+        majordomo?.stop()
         await launcher.stopAll()
         rotation.stop()
         await metricsEndpoint?.stop()
@@ -164,10 +184,25 @@ public final class MotherboardServer: Service {
 }
 
 extension MotherboardServer {
+    static let inProcessEndpoint = "inproc://motherboard"
+
     /// What listening on tcp set up: the ZAP handler to stop, the metrics its refusals count in.
     struct NetworkSecurity {
         var zap: ZAPHandler?
         var metrics: BrokerMetrics
+        /// The broker's CURVE secret key, for other tcp endpoints (MDP); nil without CURVE.
+        var curveSecretKey: String?
+    }
+
+    /// The MDP endpoint, with a relative ipc path made absolute in the runtime directory.
+    func mdpEndpoint(_ address: BusAddress) throws -> String? {
+        guard let endpoint = options.mdp ?? options.manifest.mdp else { return nil }
+        if endpoint.hasPrefix("ipc://") {
+            let path = String(endpoint.dropFirst(6))
+            return path.hasPrefix("/") ? endpoint : "ipc://\(address.runtimeDirectory)/\(path)"
+        }
+        guard endpoint.hasPrefix("tcp://") else { throw BusError(.badArgument, "--mdp takes an ipc:// or tcp:// endpoint, not '\(endpoint)'") }
+        return endpoint
     }
 
     /// Binds the tcp endpoints (after the ipc one: libzmq takes the security options of an
@@ -176,7 +211,9 @@ extension MotherboardServer {
     func listenOnNetwork(socket: ZMQSocket, context: ZMQContext, address: BusAddress) throws -> NetworkSecurity {
         let metrics = BrokerMetrics()
         let endpoints = options.listen.isEmpty ? options.manifest.listen : options.listen
-        guard !endpoints.isEmpty else { return NetworkSecurity(zap: nil, metrics: metrics) }
+        // An MDP endpoint on tcp is guarded as the main one: keys, allow-list, ZAP.
+        let mdpOnTCP = try mdpEndpoint(address)?.hasPrefix("tcp://") == true
+        guard !endpoints.isEmpty || mdpOnTCP else { return NetworkSecurity(zap: nil, metrics: metrics) }
         for endpoint in endpoints where !endpoint.hasPrefix("tcp://") {
             throw BusError(.badArgument, "--listen takes tcp://ADDRESS:PORT endpoints, not '\(endpoint)'")
         }
@@ -184,6 +221,7 @@ extension MotherboardServer {
         try socket.set(.heartbeatInterval(.seconds(1)), .heartbeatTimeout(.seconds(3)))
         let logger = logger
         var decide: @Sendable (ZAPHandler.Request) -> String?
+        var secretKey: String?
         if options.insecure {
             logger.critical(
                 "INSECURE: tcp endpoints without CURVE: anyone who reaches them can use the fleet", metadata: ["endpoints": "\(endpoints)"])
@@ -216,6 +254,7 @@ extension MotherboardServer {
                     ])
                 return nil
             }
+            secretKey = keys.secretKey
             try socket.set(.curveServer(true), .curveSecretKey(keys.secretKey ?? ""))
         }
         let zap = try ZAPHandler(
@@ -238,7 +277,7 @@ extension MotherboardServer {
             zap.stop()
             throw error
         }
-        return NetworkSecurity(zap: zap, metrics: metrics)
+        return NetworkSecurity(zap: zap, metrics: metrics, curveSecretKey: secretKey)
     }
 
     /// Returns on SIGTERM/SIGINT (graceful shutdown) or, with `exitWithParent`, when the parent exits.

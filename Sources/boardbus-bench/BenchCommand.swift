@@ -75,11 +75,20 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: ArgumentHelp("Only the rows across hosts (tcp+CURVE in network namespaces, cut-link times).", visibility: .hidden))
     var networkOnly = false
 
+    @Flag(help: ArgumentHelp("Only the Majordomo rows (BoardBus's MDP endpoint against majortomo's broker).", visibility: .hidden))
+    var mdpOnly = false
+
     func run() async throws {
         if let tcpClient {
             try await NetworkBench.client(
                 endpoint: tcpClient, serverKey: tcpServerKey, clientKey: tcpClientKey, baselineEndpoint: tcpBaseline, baselineKey: tcpBaselineKey,
                 requests: tcpRequests, seconds: tcpSeconds, settings: quick ? .quick : .full)
+            return
+        }
+        if mdpOnly {
+            let report = Report()
+            try await MajordomoBench.run(quick: quick, report: report)
+            print(report.render())
             return
         }
         if networkOnly {
@@ -236,6 +245,7 @@ struct BenchCommand: AsyncParsableCommand {
             report.single("broker logic per round trip, no sockets, routed in place (µs)", milliseconds: inPlace / 1000, unit: "")
         }
         try await NetworkBench.run(settings: settings, quick: quick, report: report)
+        try await MajordomoBench.run(quick: quick, report: report)
         print("")
         print(report.render())
     }

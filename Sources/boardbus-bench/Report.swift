@@ -6,6 +6,18 @@ final class Report {
     private var verdicts: [String] = []
     /// BoardBus against itself: a figure without and with a feature, same run.
     private var costs: [[String]] = []
+    /// BoardBus against another broker than the C baseline (majortomo's, for MDP).
+    private var comparisons: [[String]] = []
+    /// Lines said under the tables (rows skipped, and why).
+    private var notes: [String] = []
+
+    func compare(_ label: String, other: Double, boardBus: Double, decimals: Int = 1) {
+        comparisons.append([label, format(other, decimals: decimals), format(boardBus, decimals: decimals), ratio(boardBus, other)])
+    }
+
+    func note(_ text: String) {
+        notes.append(text)
+    }
 
     /// - Parameter judged: when set, the targets are judged on these figures, named so.
     func latency(_ label: String, baseline: LatencySummary, boardBus: LatencySummary, judged: String? = nil) {
@@ -88,9 +100,22 @@ final class Report {
             text += ["", costLine(header), "|" + widths.map { String(repeating: "-", count: $0 + 2) }.joined(separator: "|") + "|"]
             text += costs.map(costLine)
         }
+        text += Self.table(
+            ["BoardBus against majortomo's MDP broker (same client and worker)", "majortomo broker", "BoardBus", "BoardBus / majortomo"], comparisons)
         text.append("")
         text += verdicts
+        text += notes
         return text.joined(separator: "\n")
+    }
+
+    /// A table after a blank line, or nothing when it has no rows.
+    private static func table(_ header: [String], _ rows: [[String]]) -> [String] {
+        guard !rows.isEmpty else { return [] }
+        let widths = header.indices.map { column in ([header] + rows).map { $0[column].count }.max() ?? 0 }
+        func line(_ row: [String]) -> String {
+            "| " + row.enumerated().map { $1.padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(separator: " | ") + " |"
+        }
+        return ["", line(header), "|" + widths.map { String(repeating: "-", count: $0 + 2) }.joined(separator: "|") + "|"] + rows.map(line)
     }
 
     private func format(_ value: Double, decimals: Int = 1) -> String {

@@ -58,6 +58,12 @@ struct MotherboardCommand: AsyncParsableCommand {
     @Flag(help: "The parent listens without CURVE (--insecure there).")
     var attachInsecure = false
 
+    @Option(
+        help:
+            "Speak Majordomo (MDP 0.2) at this endpoint too: ipc://mdp.sock (a relative path is in the runtime directory) or tcp://ADDRESS:PORT (CURVE, as --listen). Default: the manifest's mdp."
+    )
+    var mdp: String?
+
     @Flag(help: "Stop when the parent process exits (for test harnesses).")
     var exitWithParent = false
 
@@ -83,6 +89,7 @@ struct MotherboardCommand: AsyncParsableCommand {
             options.curveKeyPath = curveKey
             options.allowListPath = allow
             options.insecure = insecure
+            options.mdp = mdp
             if let attach {
                 if let attachServerKey { environment["BOARDBUS_SERVER_KEY"] = attachServerKey }
                 if let attachClientKey { environment["BOARDBUS_CLIENT_KEY"] = attachClientKey }

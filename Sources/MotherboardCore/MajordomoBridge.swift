@@ -1,0 +1,539 @@
+import BusCore
+import BusZeroMQ
+import DequeModule
+import Foundation
+import Logging
+import Synchronization
+
+/// A Majordomo (MDP 0.2, ZeroMQ RFC 18) endpoint for the motherboard: MDP clients call boards,
+/// MDP workers become boards.
+///
+/// It runs on a thread of its own with a ROUTER for MDP peers and DEALERs to its motherboard's
+/// ipc socket: one as a client (the MDP clients' requests go through it as BoardBus commands), and
+/// one per service that MDP workers serve (registered as a board of that id; the commands it gets
+/// are handed to the service's workers as MDP `REQUEST`s).
+///
+/// Mapping. Client → board: service name = board id (`scope/id` outside the root scope); body
+/// frame 0 = command name, frame 1 = JSON payload (optional, `{}`); `FINAL` with one frame, the
+/// reply's payload, or two frames, `error` and the `BusError` JSON. Board command → worker:
+/// `REQUEST` with body [command name, payload]; the worker's `FINAL` body frame 0 is the reply
+/// (two frames `error`, `{"code","message"}` make an error reply); `PARTIAL`s are dropped and
+/// counted (a BoardBus reply is one message). `mmi.service` (body: a service name) answers `200`
+/// or `404`; `mmi.boards` the live boards as JSON; another `mmi.` service `501`.
+///
+/// Dialects. RFC 18 as written (client `REQUEST` 0x01, `PARTIAL` 0x02, `FINAL` 0x03 with the
+/// service name; no empty frame), and the one majortomo 0.2.0 speaks (every message starts with
+/// an empty delimiter frame; the client's `REQUEST`/`PARTIAL`/`FINAL` are 0x02/0x03/0x04, as the
+/// worker's; no service frame in replies). Each peer is answered in the dialect it used.
+final class MajordomoBridge: @unchecked Sendable {
+    struct Settings: Sendable {
+        var endpoint: String
+        /// How often workers are sent a heartbeat (when nothing else was sent to them).
+        var heartbeatInterval: Duration = .milliseconds(2500)
+        /// A worker not heard from for this long is dropped.
+        var liveness: Duration = .seconds(10)
+        /// Requests waiting for a busy service's workers; more are answered `busy`.
+        var queueLimit = 1_000
+        var limits: BusLimits = .default
+    }
+
+    enum Dialect: Sendable {
+        /// RFC 18: no delimiter; client commands 0x01–0x03, service frame in replies.
+        case rfc
+        /// majortomo 0.2.0: an empty delimiter first; client commands numbered as the worker's.
+        case delimited
+    }
+
+    static let clientHeader = Data("MDPC02".utf8)
+    static let workerHeader = Data("MDPW02".utf8)
+
+    private struct Worker {
+        let id: Data
+        let service: String
+        let dialect: Dialect
+        var lastHeard: ContinuousClock.Instant
+        var lastSent: ContinuousClock.Instant
+        /// The token of the request it works on, if any.
+        var busyWith: UInt64?
+        var warnedPartial = false
+    }
+
+    /// A command for a service's workers, from the motherboard.
+    private struct Job {
+        var correlationID: UInt64
+        var command: String
+        var payload: Data
+    }
+
+    /// A service MDP workers serve: a board on the motherboard.
+    private struct Service {
+        let name: ScopedName
+        let socket: ZMQSocket
+        let secret = Registration.makeSecret()
+        var registered = false
+        var registerCorrelationID: UInt64 = 0
+        var lastRegisterAttempt: ContinuousClock.Instant?
+        var idle = Deque<Data>()
+        var queue = Deque<Job>()
+    }
+
+    /// What an MDP client waits for: where its answer goes and how to make it.
+    private struct ClientRequest {
+        enum Kind { case command, mmiService, mmiBoards }
+        let client: Data
+        let dialect: Dialect
+        let service: Data
+        let kind: Kind
+    }
+
+    /// A worker's request in flight: the motherboard's correlation id on the service's socket.
+    private struct WorkerRequest {
+        let service: String
+        let correlationID: UInt64
+        let worker: Data
+    }
+
+    private let settings: Settings
+    private let logger: Logger
+    private let router: ZMQSocket
+    private let client: ZMQSocket
+    private let context: ZMQContext
+    private let localEndpoint: String
+    private var workers: [Data: Worker] = [:]
+    private var services: [String: Service] = [:]
+    private var clientRequests: [UInt64: ClientRequest] = [:]
+    private var workerRequests: [UInt64: WorkerRequest] = [:]
+    private var nextID: UInt64 = 1
+    private var lastServiceHeartbeat: ContinuousClock.Instant?
+    private let running = Atomic<Bool>(true)
+    private let finished = DispatchSemaphore(value: 0)
+    /// Counts for tests and logs (read on the bridge's thread).
+    private(set) var droppedPartials = 0
+
+    /// Binds the MDP endpoint on `context` (the motherboard's, so that a tcp endpoint is checked
+    /// by its ZAP handler: `secure` sets the CURVE server key for it) and connects to the
+    /// motherboard at `localEndpoint`.
+    init(settings: Settings, context: ZMQContext, localEndpoint: String, curveSecretKey: String?, logger: Logger) throws {
+        self.settings = settings
+        self.logger = logger
+        self.context = context
+        self.localEndpoint = localEndpoint
+        router = try ZMQSocket(context: context, kind: .router)
+        client = try ZMQSocket(context: context, kind: .dealer)
+        do {
+            try router.set(
+                .linger(.zero), .routerMandatory(true), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000),
+                .maximumMessageBytes(Int64(settings.limits.maximumPayloadBytes * 2 + 65_536)))
+            if settings.endpoint.hasPrefix("ipc://") {
+                try? router.set(.acceptIPCFromUser(getuid()))
+            } else if let curveSecretKey {
+                try router.set(.heartbeatInterval(.seconds(1)), .heartbeatTimeout(.seconds(3)))
+                try router.set(.zapDomain("boardbus"), .curveServer(true), .curveSecretKey(curveSecretKey))
+            }
+            if let path = settings.endpoint.hasPrefix("ipc://") ? String(settings.endpoint.dropFirst(6)) : nil {
+                try? FileManager.default.removeItem(atPath: path)  // a stale socket of a killed broker
+            }
+            try router.bind(settings.endpoint)
+            try client.set(.linger(.zero), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000))
+            try client.connect(localEndpoint)
+        } catch {
+            router.close()
+            client.close()
+            throw error
+        }
+    }
+
+    func start() {
+        let thread = Thread { [self] in
+            run()
+            finished.signal()
+        }
+        thread.name = "mdp"
+        thread.start()
+    }
+
+    /// Stops the thread; the workers are told `DISCONNECT`, the services unregistered.
+    func stop() {
+        guard running.exchange(false, ordering: .acquiringAndReleasing) else { return }
+        finished.wait()
+    }
+
+    private func makeID() -> UInt64 {
+        defer { nextID &+= 1 }
+        return nextID
+    }
+
+    // MARK: - Loop
+
+    private func run() {
+        let clock = ContinuousClock()
+        while running.load(ordering: .acquiring) {
+            tick(now: clock.now)
+            let names = Array(services.keys)
+            let sockets = [router, client] + names.map { services[$0]!.socket }
+            let ready = ZMQSocket.poll(sockets, timeoutMilliseconds: 100)
+            if ready[0] { drainFrames(router) { self.fromPeer($0, now: clock.now) } }
+            if ready[1] { drainEnvelopes(client) { self.fromMotherboard($0) } }
+            for (index, name) in names.enumerated() where ready[index + 2] {
+                guard let socket = services[name]?.socket else { continue }
+                drainEnvelopes(socket) { self.toService(name, $0, now: clock.now) }
+            }
+        }
+        for worker in workers.values { sendToWorker(worker.id, dialect: worker.dialect, command: 0x06) }
+        for service in services.values {
+            if service.registered { _ = try? service.socket.send(Envelope(header: EnvelopeHeader(kind: .unregister))) }
+            service.socket.close()
+        }
+        router.close()
+        client.close()
+        if settings.endpoint.hasPrefix("ipc://") { try? FileManager.default.removeItem(atPath: String(settings.endpoint.dropFirst(6))) }
+    }
+
+    private func drainFrames(_ socket: ZMQSocket, _ handle: ([Data]) -> Void) {
+        for _ in 0..<256 {
+            guard let frames = try? socket.receive() else { return }
+            handle(frames)
+        }
+    }
+
+    private func drainEnvelopes(_ socket: ZMQSocket, _ handle: (Envelope) -> Void) {
+        for _ in 0..<256 {
+            guard let message = try? socket.receiveEnvelope(limits: settings.limits) else { return }
+            if case .success(let envelope) = message.content { handle(envelope) }
+        }
+    }
+
+    /// Heartbeats both ways, silent workers dropped, services (re)registered.
+    private func tick(now: ContinuousClock.Instant) {
+        for worker in workers.values {
+            if worker.lastHeard.duration(to: now) > settings.liveness {
+                logger.notice("MDP worker dropped: no heartbeat", metadata: ["service": "\(worker.service)", "after": "\(settings.liveness)"])
+                sendToWorker(worker.id, dialect: worker.dialect, command: 0x06)
+                drop(worker.id, reason: "its MDP worker sent nothing for \(settings.liveness)")
+            } else if worker.lastSent.duration(to: now) >= settings.heartbeatInterval {
+                workers[worker.id]?.lastSent = now
+                if !sendToWorker(worker.id, dialect: worker.dialect, command: 0x05) { drop(worker.id, reason: "its MDP worker is gone") }
+            }
+        }
+        guard lastServiceHeartbeat.map({ $0.duration(to: now) >= .milliseconds(500) }) ?? true else { return }
+        lastServiceHeartbeat = now
+        for (name, service) in services {
+            if service.registered {
+                _ = try? service.socket.send(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: name)))
+            } else if service.lastRegisterAttempt.map({ $0.duration(to: now) >= .seconds(1) }) ?? true {
+                register(name, now: now)
+            }
+        }
+    }
+
+    // MARK: - From MDP peers
+
+    private func fromPeer(_ frames: [Data], now: ContinuousClock.Instant) {
+        guard frames.count >= 3 else { return }
+        let peer = frames[0]
+        var rest = frames.dropFirst()
+        var dialect = Dialect.rfc
+        if rest.first?.isEmpty == true {
+            dialect = .delimited
+            rest = rest.dropFirst()
+        }
+        guard let header = rest.first, let command = rest.dropFirst().first, command.count == 1 else { return }
+        let body = Array(rest.dropFirst(2))
+        if header == Self.clientHeader {
+            fromClient(peer, dialect: dialect, command: command[command.startIndex], body: body)
+        } else if header == Self.workerHeader {
+            fromWorker(peer, dialect: dialect, command: command[command.startIndex], body: body, now: now)
+        }
+        // Anything else is not MDP: dropped, as the specification says of invalid messages.
+    }
+
+    private func fromClient(_ peer: Data, dialect: Dialect, command: UInt8, body: [Data]) {
+        let request: UInt8 = dialect == .rfc ? 0x01 : 0x02
+        guard command == request, let service = body.first else { return }
+        let name = String(decoding: service, as: UTF8.self)
+        let frames = Array(body.dropFirst())
+        if name.hasPrefix("mmi.") {
+            return mmi(name, frames: frames, client: peer, dialect: dialect, service: service)
+        }
+        guard let command = frames.first.map({ String(decoding: $0, as: UTF8.self) }), !command.isEmpty, frames.count <= 2 else {
+            return answerClient(
+                peer, dialect: dialect, service: service,
+                error: BusError(.badArgument, "an MDP request to a board has the command name, then an optional JSON payload (2 frames at most)"))
+        }
+        let target = Self.boardName(name)
+        let id = makeID()
+        clientRequests[id] = ClientRequest(client: peer, dialect: dialect, service: service, kind: .command)
+        var header = EnvelopeHeader(kind: .command, correlationID: id, target: target.name, scope: target.scope, typeName: command)
+        header.flags.insert(.replyExpected)
+        let payload = frames.count > 1 ? frames[1] : Data("{}".utf8)
+        if (try? client.send(Envelope(header: header, payload: payload))) != .sent {
+            clientRequests[id] = nil
+            answerClient(peer, dialect: dialect, service: service, error: BusError(.busy, "the motherboard's queue is full"))
+        }
+    }
+
+    /// `scope/id` → its scope and id; a name without `/` is in the root scope.
+    static func boardName(_ service: String) -> ScopedName {
+        guard let slash = service.firstIndex(of: "/") else { return ScopedName(scope: .root, name: service) }
+        return ScopedName(scope: Scope(String(service[..<slash])), name: String(service[service.index(after: slash)...]))
+    }
+
+    /// The MMI (ZeroMQ RFC 8) services: `mmi.service`, `mmi.boards`; others `501`.
+    private func mmi(_ name: String, frames: [Data], client peer: Data, dialect: Dialect, service: Data) {
+        let id = makeID()
+        var header: EnvelopeHeader
+        switch name {
+        case "mmi.service":
+            guard let asked = frames.first.map({ String(decoding: $0, as: UTF8.self) }) else {
+                return answerClient(peer, dialect: dialect, service: service, frames: [Data("400".utf8)])
+            }
+            let board = Self.boardName(asked)
+            guard BoardID.isValid(board.name) else { return answerClient(peer, dialect: dialect, service: service, frames: [Data("404".utf8)]) }
+            header = EnvelopeHeader(kind: .control, correlationID: id, typeName: ControlOperation.status)
+            clientRequests[id] = ClientRequest(client: peer, dialect: dialect, service: service, kind: .mmiService)
+            header.flags.insert(.replyExpected)
+            let status = StatusRequest(id: (try? BoardID(validating: board.name)) ?? "invalid", scope: board.scope)
+            _ = try? client.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(status)))
+        case "mmi.boards":
+            header = EnvelopeHeader(kind: .control, correlationID: id, typeName: ControlOperation.list)
+            header.flags.insert(.replyExpected)
+            clientRequests[id] = ClientRequest(client: peer, dialect: dialect, service: service, kind: .mmiBoards)
+            _ = try? client.send(Envelope(header: header))
+        default:
+            answerClient(peer, dialect: dialect, service: service, frames: [Data("501".utf8)])
+        }
+    }
+
+    /// An answer from the motherboard to an MDP client's request.
+    private func fromMotherboard(_ envelope: Envelope) {
+        guard let request = clientRequests.removeValue(forKey: envelope.header.correlationID) else { return }
+        let failed = envelope.header.kind == .error
+        switch request.kind {
+        case .command:
+            if failed {
+                let error = (try? PayloadCodec.decode(BusError.self, from: envelope.payload)) ?? BusError(.transport, "unreadable error")
+                answerClient(request.client, dialect: request.dialect, service: request.service, error: error)
+            } else {
+                answerClient(request.client, dialect: request.dialect, service: request.service, frames: [envelope.payload])
+            }
+        case .mmiService:
+            let live = !failed && (try? PayloadCodec.decode(BoardInfo.self, from: envelope.payload))?.state == .running
+            answerClient(request.client, dialect: request.dialect, service: request.service, frames: [Data((live ? "200" : "404").utf8)])
+        case .mmiBoards:
+            answerClient(request.client, dialect: request.dialect, service: request.service, frames: [Data("200".utf8), envelope.payload])
+        }
+    }
+
+    private func answerClient(_ peer: Data, dialect: Dialect, service: Data, error: BusError) {
+        answerClient(peer, dialect: dialect, service: service, frames: [Data("error".utf8), PayloadCodec.encodeOrEmpty(error)])
+    }
+
+    /// `FINAL` to a client, in its dialect.
+    private func answerClient(_ peer: Data, dialect: Dialect, service: Data, frames: [Data]) {
+        let message: [Data] =
+            switch dialect {
+            case .rfc: [peer, Self.clientHeader, Data([0x03]), service] + frames
+            case .delimited: [peer, Data(), Self.clientHeader, Data([0x04])] + frames
+            }
+        _ = try? router.send(message)
+    }
+
+    // MARK: - Workers
+
+    private func fromWorker(_ peer: Data, dialect: Dialect, command: UInt8, body: [Data], now: ContinuousClock.Instant) {
+        if command == 0x01 {  // READY
+            guard workers[peer] == nil, let service = body.first.map({ String(decoding: $0, as: UTF8.self) }),
+                BoardID.isValid(Self.boardName(service).name)
+            else {
+                sendToWorker(peer, dialect: dialect, command: 0x06)
+                return
+            }
+            workers[peer] = Worker(id: peer, service: service, dialect: dialect, lastHeard: now, lastSent: now)
+            logger.info("MDP worker ready", metadata: ["service": "\(service)"])
+            if services[service] == nil { addService(service, now: now) }
+            services[service]?.idle.append(peer)
+            return dispatch(service)
+        }
+        guard workers[peer] != nil else {
+            // Unknown (e.g. from before a restart): told to reconnect, as the specification says.
+            if command != 0x06 { sendToWorker(peer, dialect: dialect, command: 0x06) }
+            return
+        }
+        workers[peer]?.lastHeard = now
+        switch command {
+        case 0x05:  // HEARTBEAT
+            return
+        case 0x06:  // DISCONNECT
+            drop(peer, reason: "its MDP worker disconnected")
+        case 0x03:  // PARTIAL
+            droppedPartials += 1
+            if workers[peer]?.warnedPartial == false {
+                workers[peer]?.warnedPartial = true
+                logger.notice(
+                    "MDP PARTIAL replies are dropped: a BoardBus reply is the FINAL one", metadata: ["service": "\(workers[peer]!.service)"])
+            }
+        case 0x04:  // FINAL
+            finishWork(peer, body: body)
+        default:
+            sendToWorker(peer, dialect: dialect, command: 0x06)
+            drop(peer, reason: "its MDP worker sent an unexpected command")
+        }
+    }
+
+    /// The worker's `FINAL`: [token, empty, reply…] → the reply to the motherboard's request.
+    private func finishWork(_ peer: Data, body: [Data]) {
+        guard let worker = workers[peer], let tokenFrame = body.first, tokenFrame.count == 8 else { return }
+        let token = tokenFrame.withUnsafeBytes { UInt64(bigEndian: $0.loadUnaligned(as: UInt64.self)) }
+        guard worker.busyWith == token, let request = workerRequests.removeValue(forKey: token) else { return }
+        workers[peer]?.busyWith = nil
+        let reply = Array(body.dropFirst(2))
+        let envelope: Envelope
+        if reply.count == 2, reply[0] == Data("error".utf8) {
+            let error =
+                (try? PayloadCodec.decode(BusError.self, from: reply[1]))
+                ?? BusError(.handlerFailed, String(decoding: reply[1].prefix(1000), as: UTF8.self))
+            envelope = Envelope.error(error, correlationID: request.correlationID)
+        } else {
+            var header = EnvelopeHeader(kind: .reply, correlationID: request.correlationID)
+            header.source = request.service
+            envelope = Envelope(header: header, payload: reply.first ?? Data())
+        }
+        _ = try? services[request.service]?.socket.send(envelope)
+        services[request.service]?.idle.append(peer)
+        dispatch(request.service)
+    }
+
+    /// A command from the motherboard for a service: to an idle worker, else queued.
+    private func toService(_ name: String, _ envelope: Envelope, now: ContinuousClock.Instant) {
+        guard var service = services[name] else { return }
+        let header = envelope.header
+        switch header.kind {
+        case .heartbeat:
+            return
+        case .reply where header.correlationID == service.registerCorrelationID:
+            service.registered = true
+            services[name] = service
+            logger.info("MDP service registered as a board", metadata: ["board": "\(service.name)"])
+        case .error where header.correlationID == service.registerCorrelationID || header.typeName == BusError.Code.notRegistered.name:
+            if header.correlationID == service.registerCorrelationID {
+                let refusal = (try? PayloadCodec.decode(BusError.self, from: envelope.payload))?.description ?? header.typeName
+                logger.warning("the motherboard refused an MDP service as a board", metadata: ["board": "\(service.name)", "error": "\(refusal)"])
+                // Its id belongs to another board: its workers are sent away.
+                if header.typeName == BusError.Code.idInUse.name {
+                    for worker in workers.values where worker.service == name { sendToWorker(worker.id, dialect: worker.dialect, command: 0x06) }
+                    for worker in workers.values where worker.service == name { workers[worker.id] = nil }
+                    service.socket.close()
+                    services[name] = nil
+                    return
+                }
+            }
+            service.registered = false
+            services[name] = service
+        case .command:
+            let job = Job(
+                correlationID: header.flags.contains(.replyExpected) ? header.correlationID : 0, command: header.typeName, payload: envelope.payload)
+            guard service.queue.count < settings.queueLimit else {
+                if job.correlationID != 0 {
+                    let error = BusError(.busy, "the MDP workers of '\(name)' are busy and \(settings.queueLimit) requests wait")
+                    _ = try? service.socket.send(Envelope.error(error, correlationID: job.correlationID))
+                }
+                return
+            }
+            service.queue.append(job)
+            services[name] = service
+            dispatch(name)
+        default:
+            guard header.flags.contains(.replyExpected), header.correlationID != 0 else { return }
+            let error = BusError(.unknownCommand, "an MDP worker takes commands only, not a \(header.kind)")
+            _ = try? service.socket.send(Envelope.error(error, correlationID: header.correlationID))
+        }
+    }
+
+    /// Hands queued commands to idle workers, the longest idle first.
+    private func dispatch(_ name: String) {
+        while var service = services[name], !service.queue.isEmpty, let worker = service.idle.popFirst() {
+            guard let known = workers[worker] else {
+                services[name] = service
+                continue
+            }
+            let job = service.queue.removeFirst()
+            services[name] = service
+            let token = makeID()
+            var tokenFrame = Data(count: 8)
+            tokenFrame.withUnsafeMutableBytes { $0.storeBytes(of: token.bigEndian, as: UInt64.self) }
+            if job.correlationID != 0 {
+                workerRequests[token] = WorkerRequest(service: name, correlationID: job.correlationID, worker: worker)
+            }
+            workers[worker]?.busyWith = token
+            workers[worker]?.lastSent = .now
+            let sent = sendToWorker(
+                worker, dialect: known.dialect, command: 0x02, body: [tokenFrame, Data(), Data(job.command.utf8), job.payload])
+            if !sent {
+                // It never reached the worker (gone since its last message): the next one takes it.
+                workerRequests[token] = nil
+                workers[worker]?.busyWith = nil
+                services[name]?.queue.prepend(job)
+                drop(worker, reason: "its MDP worker is gone")
+            } else if job.correlationID == 0 {
+                // Nobody waits for it: the worker is free once it answers; the answer is dropped.
+                workerRequests[token] = WorkerRequest(service: name, correlationID: 0, worker: worker)
+            }
+        }
+    }
+
+    @discardableResult
+    private func sendToWorker(_ worker: Data, dialect: Dialect, command: UInt8, body: [Data] = []) -> Bool {
+        let prefix: [Data] = dialect == .delimited ? [worker, Data()] : [worker]
+        return (try? router.send(prefix + [Self.workerHeader, Data([command])] + body)) == .sent
+    }
+
+    /// Forgets a worker; its request in flight fails; its service leaves with its last worker.
+    private func drop(_ worker: Data, reason: String) {
+        guard let gone = workers.removeValue(forKey: worker) else { return }
+        if let token = gone.busyWith, let request = workerRequests.removeValue(forKey: token), request.correlationID != 0 {
+            let error = BusError(.boardNotRunning, "board '\(gone.service)' stopped before answering (\(reason))")
+            _ = try? services[gone.service]?.socket.send(Envelope.error(error, correlationID: request.correlationID))
+        }
+        guard var service = services[gone.service] else { return }
+        service.idle.removeAll { $0 == worker }
+        services[gone.service] = service
+        if workers.values.contains(where: { $0.service == gone.service }) {
+            return dispatch(gone.service)
+        }
+        // The last worker left: the board goes, and what waited for it fails.
+        for job in service.queue where job.correlationID != 0 {
+            let error = BusError(.boardNotRunning, "board '\(gone.service)' has no MDP worker left")
+            _ = try? service.socket.send(Envelope.error(error, correlationID: job.correlationID))
+        }
+        if service.registered { _ = try? service.socket.send(Envelope(header: EnvelopeHeader(kind: .unregister))) }
+        service.socket.close()
+        services[gone.service] = nil
+        logger.info("MDP service left with its last worker", metadata: ["board": "\(service.name)"])
+    }
+
+    // MARK: - Services as boards
+
+    private func addService(_ name: String, now: ContinuousClock.Instant) {
+        do {
+            let socket = try ZMQSocket(context: context, kind: .dealer)
+            try socket.set(.linger(.zero), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000))
+            try socket.connect(localEndpoint)
+            services[name] = Service(name: Self.boardName(name), socket: socket)
+            register(name, now: now)
+        } catch {
+            logger.error("cannot connect an MDP service to the motherboard", metadata: ["service": "\(name)", "error": "\(error)"])
+        }
+    }
+
+    private func register(_ name: String, now: ContinuousClock.Instant) {
+        guard var service = services[name], let id = try? BoardID(validating: service.name.name) else { return }
+        service.lastRegisterAttempt = now
+        service.registerCorrelationID = makeID()
+        services[name] = service
+        // pid 0: an MDP worker's process is not known to the motherboard.
+        let registration = Registration(id: id, pid: 0, scope: service.name.scope, secret: service.secret)
+        var header = EnvelopeHeader(kind: .register, correlationID: service.registerCorrelationID, source: id.rawValue, scope: service.name.scope)
+        header.flags.insert(.replyExpected)
+        _ = try? service.socket.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(registration)))
+    }
+}

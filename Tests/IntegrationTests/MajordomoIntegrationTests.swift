@@ -1,0 +1,113 @@
+import BoardKit
+import BoardKitTesting
+import BusCore
+import Foundation
+import Testing
+
+/// The motherboard speaks Majordomo (MDP 0.2): checked with majortomo 0.2.0, a third-party
+/// implementation (PyPI, Apache-2.0), whose client calls the fleet's boards and whose worker
+/// serves a board. `scripts/test` installs it.
+@Suite("Majordomo (MDP 0.2)", .serialized, .timeLimit(.minutes(3)))
+struct MajordomoIntegrationTests {
+    static let scripts = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../scripts/mdp").standardized.path
+    static let manifest = """
+        {
+          "boards": [ { "id": "demo.greeter", "executable": "Greeter", "start": "always" } ],
+          "mdp": "ipc://mdp.sock"
+        }
+        """
+
+    /// majortomo's client: one request, the reply's frames.
+    func mdpCall(_ fleet: TestFleet, _ service: String, _ frames: String...) async throws -> [String] {
+        let child = try await ChildProcess(
+            executable: "/usr/bin/python3", arguments: ["\(Self.scripts)/client.py", endpoint(fleet), service] + frames,
+            environment: TestFleet.environment(for: fleet.address), directory: fleet.directory, name: "mdp-client")
+        let result = try await child.wait(timeout: .seconds(60))
+        #expect(result.exitCode == 0, "\(service) \(frames): \(result.standardError)")
+        guard let frames = try? JSONDecoder().decode([String].self, from: Data(result.standardOutput.utf8)) else {
+            throw BusError(.malformed, "majortomo's client printed \(result.standardOutput) / \(result.standardError)")
+        }
+        return frames
+    }
+
+    func endpoint(_ fleet: TestFleet) -> String { "ipc://\(fleet.address.runtimeDirectory)/mdp.sock" }
+
+    func startWorker(_ fleet: TestFleet, service: String) async throws -> ChildProcess {
+        try await fleet.startBoard(path: "/usr/bin/python3", arguments: ["\(Self.scripts)/worker.py", endpoint(fleet), service], id: "mdp.worker")
+    }
+
+    @Test func anMDPClientCallsTheFleetsBoards() async throws {
+        try await TestFleet.with(manifest: Self.manifest) { fleet in
+            #expect(try await mdpCall(fleet, "demo.greeter", "greet", #"{"name":"Ann"}"#) == [#"{"message":"Hello, Ann!"}"#])
+            // No payload frame: `{}`. A typed error: two frames, `error` and the error.
+            let unknownCommand = try await mdpCall(fleet, "demo.greeter", "shout")
+            #expect(unknownCommand.first == "error" && unknownCommand.count == 2 && unknownCommand[1].contains(#""code":"unknownCommand""#))
+            let unknownService = try await mdpCall(fleet, "nobody.here", "greet")
+            #expect(unknownService.first == "error" && unknownService[1].contains(#""code":"noSuchBoard""#), "\(unknownService)")
+            let noCommand = try await mdpCall(fleet, "demo.greeter")
+            #expect(noCommand.first == "error" && noCommand[1].contains("badArgument"))
+            // MMI (RFC 8).
+            #expect(try await mdpCall(fleet, "mmi.service", "demo.greeter") == ["200"])
+            #expect(try await mdpCall(fleet, "mmi.service", "nobody.here") == ["404"])
+            #expect(try await mdpCall(fleet, "mmi.what") == ["501"])
+            let boards = try await mdpCall(fleet, "mmi.boards")
+            #expect(boards.first == "200" && boards.count == 2)
+            #expect(try JSONDecoder().decode(BoardList.self, from: Data(boards[1].utf8)).boards.map(\.id) == ["demo.greeter"])
+        }
+    }
+
+    @Test func anMDPWorkerIsABoardThatBusctlAndSwiftClientsCall() async throws {
+        try await TestFleet.with(manifest: Self.manifest) { fleet in
+            let first = try await startWorker(fleet, service: "py.echo")
+            #expect(try await eventually(timeout: .seconds(10)) { try await fleet.busctl("status", "py.echo").exitCode == 0 })
+            let echoed = try await fleet.busctl("call", "py.echo", "echo", #"{"x":[1,2]}"#, "--json")
+            #expect(echoed.exitCode == 0, "\(echoed.standardError)")
+            #expect(echoed.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines) == #"{"x":[1,2]}"#)
+            // The worker's error reply is a typed error.
+            let failed = try await fleet.busctl("call", "py.echo", "fail")
+            #expect(failed.exitCode == 1 && failed.standardError.contains("handlerFailed: the worker failed on purpose"), "\(failed.standardError)")
+            // PARTIALs are dropped; the FINAL is the reply.
+            #expect(try await fleet.busctl("call", "py.echo", "stream", #"{"s":1}"#, "--json").standardOutput.contains(#"{"s":1}"#))
+            // A reply over 1 MiB, to a Swift client and, through the broker, to an MDP client.
+            let big = try await fleet.withClient {
+                try await $0.call("py.echo", command: "big", payload: Data("1500000".utf8), timeout: .seconds(20))
+            }
+            #expect(big.count == 1_500_000)
+            #expect(try await mdpCall(fleet, "py.echo", "big", "1200000") == ["<1200000 bytes>"])
+
+            // Two workers share the service: each takes requests.
+            let second = try await startWorker(fleet, service: "py.echo")
+            var pids = Set<String>()
+            #expect(
+                try await eventually(timeout: .seconds(20)) {
+                    pids.insert(try await fleet.busctl("call", "py.echo", "pid").standardOutput.trimmingCharacters(in: .whitespacesAndNewlines))
+                    return pids == ["\(first.pid)", "\(second.pid)"]
+                }, "\(pids)")
+
+            // One killed with SIGKILL: the other answers everything.
+            await first.killAndWait()
+            for _ in 0..<4 {
+                let answer = try await fleet.busctl("call", "py.echo", "pid", "--timeout", "10")
+                #expect(answer.exitCode == 0 && answer.standardOutput.contains("\(second.pid)"), "\(answer.standardError)")
+            }
+            // The last one killed: the board goes, and a call says so.
+            await second.killAndWait()
+            #expect(
+                try await eventually(timeout: .seconds(15)) {
+                    let call = try await fleet.busctl("call", "py.echo", "pid", "--timeout", "5")
+                    return call.exitCode == 1 && call.standardError.contains("py.echo")
+                })
+            #expect(try await eventually(timeout: .seconds(15)) { !(try await fleet.busctl("list").standardOutput.contains("py.echo")) })
+        }
+    }
+
+    @Test func aWorkerCannotTakeTheIDOfABoard() async throws {
+        try await TestFleet.with(manifest: Self.manifest) { fleet in
+            _ = try await startWorker(fleet, service: "demo.greeter")
+            // The greeter answers as before; the impostor worker was sent away.
+            try await Task.sleep(for: .seconds(1))
+            #expect(try await mdpCall(fleet, "demo.greeter", "greet", #"{"name":"Ann"}"#) == [#"{"message":"Hello, Ann!"}"#])
+            #expect(fleet.brokerLog.contains("refused an MDP service as a board"))
+        }
+    }
+}
