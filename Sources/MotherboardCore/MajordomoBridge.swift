@@ -19,7 +19,8 @@ import Synchronization
 /// `REQUEST` with body [command name, payload]; the worker's `FINAL` body frame 0 is the reply
 /// (two frames `error`, `{"code","message"}` make an error reply); `PARTIAL`s are dropped and
 /// counted (a BoardBus reply is one message). `mmi.service` (body: a service name) answers `200`
-/// or `404`; `mmi.boards` the live boards as JSON; another `mmi.` service `501`.
+/// or `404`; `mmi.boards` the live boards as JSON; `mmi.introspect` a board's `Introspection`
+/// (its commands' JSON Schemas); another `mmi.` service `501`.
 ///
 /// Dialects. RFC 18 as written (client `REQUEST` 0x01, `PARTIAL` 0x02, `FINAL` 0x03 with the
 /// service name; no empty frame), and the one majortomo 0.2.0 speaks (every message starts with
@@ -79,7 +80,7 @@ final class MajordomoBridge: @unchecked Sendable {
 
     /// What an MDP client waits for: where its answer goes and how to make it.
     private struct ClientRequest {
-        enum Kind { case command, mmiService, mmiBoards }
+        enum Kind { case command, mmiService, mmiBoards, mmiIntrospect }
         let client: Data
         let dialect: Dialect
         let service: Data
@@ -280,21 +281,25 @@ final class MajordomoBridge: @unchecked Sendable {
 
     /// The MMI (ZeroMQ RFC 8) services: `mmi.service`, `mmi.boards`; others `501`.
     private func mmi(_ name: String, frames: [Data], client peer: Data, dialect: Dialect, service: Data) {
-        let id = makeID()
         var header: EnvelopeHeader
         switch name {
-        case "mmi.service":
+        case "mmi.service", "mmi.introspect":
             guard let asked = frames.first.map({ String(decoding: $0, as: UTF8.self) }) else {
                 return answerClient(peer, dialect: dialect, service: service, frames: [Data("400".utf8)])
             }
             let board = Self.boardName(asked)
-            guard BoardID.isValid(board.name) else { return answerClient(peer, dialect: dialect, service: service, frames: [Data("404".utf8)]) }
-            header = EnvelopeHeader(kind: .control, correlationID: id, typeName: ControlOperation.status)
-            clientRequests[id] = ClientRequest(client: peer, dialect: dialect, service: service, kind: .mmiService)
+            guard let id = try? BoardID(validating: board.name) else {
+                return answerClient(peer, dialect: dialect, service: service, frames: [Data("404".utf8)])
+            }
+            let introspect = name == "mmi.introspect"
+            header = EnvelopeHeader(
+                kind: .control, correlationID: makeID(), typeName: introspect ? ControlOperation.introspect : ControlOperation.status)
+            clientRequests[header.correlationID] = ClientRequest(
+                client: peer, dialect: dialect, service: service, kind: introspect ? .mmiIntrospect : .mmiService)
             header.flags.insert(.replyExpected)
-            let status = StatusRequest(id: (try? BoardID(validating: board.name)) ?? "invalid", scope: board.scope)
-            _ = try? client.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(status)))
+            _ = try? client.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(StatusRequest(id: id, scope: board.scope))))
         case "mmi.boards":
+            let id = makeID()
             header = EnvelopeHeader(kind: .control, correlationID: id, typeName: ControlOperation.list)
             header.flags.insert(.replyExpected)
             clientRequests[id] = ClientRequest(client: peer, dialect: dialect, service: service, kind: .mmiBoards)
@@ -319,6 +324,10 @@ final class MajordomoBridge: @unchecked Sendable {
         case .mmiService:
             let live = !failed && (try? PayloadCodec.decode(BoardInfo.self, from: envelope.payload))?.state == .running
             answerClient(request.client, dialect: request.dialect, service: request.service, frames: [Data((live ? "200" : "404").utf8)])
+        case .mmiIntrospect:
+            answerClient(
+                request.client, dialect: request.dialect, service: request.service,
+                frames: failed ? [Data("404".utf8)] : [Data("200".utf8), envelope.payload])
         case .mmiBoards:
             answerClient(request.client, dialect: request.dialect, service: request.service, frames: [Data("200".utf8), envelope.payload])
         }

@@ -58,7 +58,7 @@ struct BenchSettings {
 
     static let quick = BenchSettings(
         latencyRequests: 5_000, warmupRequests: 500, largeLatencyRequests: 1_000, throughputSeconds: 4,
-        clients: 4, window: 16, memorySeconds: 10, coldStarts: 3, busctlRuns: 10)
+        clients: 4, window: 16, memorySeconds: 6, coldStarts: 3, busctlRuns: 10)
     static let full = BenchSettings(
         latencyRequests: 50_000, warmupRequests: 2_000, largeLatencyRequests: 5_000, throughputSeconds: 10,
         clients: 4, window: 16, memorySeconds: 60, coldStarts: 10, busctlRuns: 30)

@@ -110,4 +110,32 @@ struct MajordomoIntegrationTests {
             #expect(fleet.brokerLog.contains("refused an MDP service as a board"))
         }
     }
+
+    @Test func aProgramThatKnowsOnlyMDPServesABoardAndCallsEveryCommandOfTheExampleFleet() async throws {
+        let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../..").standardized
+        let manifest = try String(contentsOf: repository.appendingPathComponent("fleet/fleet.json"), encoding: .utf8)
+        try await TestFleet.with(manifest: manifest) { fleet in
+            let live = try await fleet.withClient { try await $0.list() }.boards
+            let tour = try await ChildProcess(
+                executable: "/usr/bin/python3", arguments: ["\(Self.scripts)/tour.py", endpoint(fleet)],
+                environment: TestFleet.environment(for: fleet.address), directory: fleet.directory, name: "mdp-tour")
+            let result = try await tour.wait(timeout: .seconds(120))
+            #expect(result.exitCode == 0, "\(result.standardError)")
+            let lines = Set(result.standardOutput.split(separator: "\n").map(String.init))
+            // Every command of every board answered: a reply or a typed error, never silence.
+            for board in live {
+                let service = board.scope.isRoot ? board.id.rawValue : "\(board.scope.name)/\(board.id)"
+                for command in board.commands {
+                    #expect(
+                        lines.contains { $0.hasPrefix("\(service) \(command) ok") || $0.hasPrefix("\(service) \(command) error ") },
+                        "\(service) \(command)")
+                }
+            }
+            // With payloads made from the commands' schemas (mmi.introspect), the calls succeed.
+            for call in ["demo.greeter greet", "demo.greeter ping", "express/demo.greeter ping", "demo.gate overcome", "auth.login users"] {
+                #expect(lines.contains("\(call) ok"), "\(call): \(lines.sorted())")
+            }
+            #expect(lines.contains("py.tour hello ok"), "\(lines.sorted())")
+        }
+    }
 }
