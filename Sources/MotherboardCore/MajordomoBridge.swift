@@ -69,13 +69,11 @@ final class MajordomoBridge: @unchecked Sendable {
     /// A service MDP workers serve: a board on the motherboard.
     private struct Service {
         let name: ScopedName
-        let socket: ZMQSocket
-        let secret = Registration.makeSecret()
-        var registered = false
-        var registerCorrelationID: UInt64 = 0
-        var lastRegisterAttempt: ContinuousClock.Instant?
+        /// Registered with the motherboard on a connection of its own.
+        var board: HelperBoard
         var idle = Deque<Data>()
         var queue = Deque<Job>()
+        var socket: ZMQSocket { board.socket }
     }
 
     /// What an MDP client waits for: where its answer goes and how to make it.
@@ -106,8 +104,7 @@ final class MajordomoBridge: @unchecked Sendable {
     private var workerRequests: [UInt64: WorkerRequest] = [:]
     private var nextID: UInt64 = 1
     private var lastServiceHeartbeat: ContinuousClock.Instant?
-    private let running = Atomic<Bool>(true)
-    private let finished = DispatchSemaphore(value: 0)
+    private let thread = HelperThread()
     /// Counts for tests and logs (read on the bridge's thread).
     private(set) var droppedPartials = 0
 
@@ -145,18 +142,12 @@ final class MajordomoBridge: @unchecked Sendable {
     }
 
     func start() {
-        let thread = Thread { [self] in
-            run()
-            finished.signal()
-        }
-        thread.name = "mdp"
-        thread.start()
+        thread.start(name: "mdp") { [self] in run() }
     }
 
     /// Stops the thread; the workers are told `DISCONNECT`, the services unregistered.
     func stop() {
-        guard running.exchange(false, ordering: .acquiringAndReleasing) else { return }
-        finished.wait()
+        thread.stop()
     }
 
     private func makeID() -> UInt64 {
@@ -168,23 +159,20 @@ final class MajordomoBridge: @unchecked Sendable {
 
     private func run() {
         let clock = ContinuousClock()
-        while running.load(ordering: .acquiring) {
+        while thread.isRunning {
             tick(now: clock.now)
             let names = Array(services.keys)
             let sockets = [router, client] + names.map { services[$0]!.socket }
             let ready = ZMQSocket.poll(sockets, timeoutMilliseconds: 100)
             if ready[0] { drainFrames(router) { self.fromPeer($0, now: clock.now) } }
-            if ready[1] { drainEnvelopes(client) { self.fromMotherboard($0) } }
+            if ready[1] { client.drainEnvelopes(limits: settings.limits) { self.fromMotherboard($0) } }
             for (index, name) in names.enumerated() where ready[index + 2] {
                 guard let socket = services[name]?.socket else { continue }
-                drainEnvelopes(socket) { self.toService(name, $0, now: clock.now) }
+                socket.drainEnvelopes(limits: settings.limits) { self.toService(name, $0, now: clock.now) }
             }
         }
         for worker in workers.values { sendToWorker(worker.id, dialect: worker.dialect, command: 0x06) }
-        for service in services.values {
-            if service.registered { _ = try? service.socket.send(Envelope(header: EnvelopeHeader(kind: .unregister))) }
-            service.socket.close()
-        }
+        for service in services.values { service.board.close() }
         router.close()
         client.close()
         if settings.endpoint.hasPrefix("ipc://") { try? FileManager.default.removeItem(atPath: String(settings.endpoint.dropFirst(6))) }
@@ -194,13 +182,6 @@ final class MajordomoBridge: @unchecked Sendable {
         for _ in 0..<256 {
             guard let frames = try? socket.receive() else { return }
             handle(frames)
-        }
-    }
-
-    private func drainEnvelopes(_ socket: ZMQSocket, _ handle: (Envelope) -> Void) {
-        for _ in 0..<256 {
-            guard let message = try? socket.receiveEnvelope(limits: settings.limits) else { return }
-            if case .success(let envelope) = message.content { handle(envelope) }
         }
     }
 
@@ -218,13 +199,7 @@ final class MajordomoBridge: @unchecked Sendable {
         }
         guard lastServiceHeartbeat.map({ $0.duration(to: now) >= .milliseconds(500) }) ?? true else { return }
         lastServiceHeartbeat = now
-        for (name, service) in services {
-            if service.registered {
-                _ = try? service.socket.send(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: name)))
-            } else if service.lastRegisterAttempt.map({ $0.duration(to: now) >= .seconds(1) }) ?? true {
-                register(name, now: now)
-            }
-        }
+        for name in services.keys { services[name]?.board.keepAlive(now: now, id: makeID()) }
     }
 
     // MARK: - From MDP peers
@@ -416,28 +391,31 @@ final class MajordomoBridge: @unchecked Sendable {
     private func toService(_ name: String, _ envelope: Envelope, now: ContinuousClock.Instant) {
         guard var service = services[name] else { return }
         let header = envelope.header
-        switch header.kind {
-        case .heartbeat:
+        switch service.board.read(envelope) {
+        case .heartbeat, .otherAnswer:
             return
-        case .reply where header.correlationID == service.registerCorrelationID:
-            service.registered = true
+        case .accepted:
             services[name] = service
             logger.info("MDP service registered as a board", metadata: ["board": "\(service.name)"])
-        case .error where header.correlationID == service.registerCorrelationID || header.typeName == BusError.Code.notRegistered.name:
-            if header.correlationID == service.registerCorrelationID {
-                let refusal = (try? PayloadCodec.decode(BusError.self, from: envelope.payload))?.description ?? header.typeName
-                logger.warning("the motherboard refused an MDP service as a board", metadata: ["board": "\(service.name)", "error": "\(refusal)"])
-                // Its id belongs to another board: its workers are sent away.
-                if header.typeName == BusError.Code.idInUse.name {
-                    for worker in workers.values where worker.service == name { sendToWorker(worker.id, dialect: worker.dialect, command: 0x06) }
-                    for worker in workers.values where worker.service == name { workers[worker.id] = nil }
-                    service.socket.close()
-                    services[name] = nil
-                    return
-                }
-            }
-            service.registered = false
+            return
+        case .refused(let error):
             services[name] = service
+            guard error.code != .notRegistered else { return }  // registers again at the next tick
+            logger.warning("the motherboard refused an MDP service as a board", metadata: ["board": "\(service.name)", "error": "\(error)"])
+            // Its id belongs to another board: its workers are sent away.
+            if error.code == .idInUse {
+                for worker in workers.values where worker.service == name {
+                    sendToWorker(worker.id, dialect: worker.dialect, command: 0x06)
+                    workers[worker.id] = nil
+                }
+                service.socket.close()
+                services[name] = nil
+            }
+            return
+        case .request:
+            break
+        }
+        switch header.kind {
         case .command:
             let job = Job(
                 correlationID: header.flags.contains(.replyExpected) ? header.correlationID : 0, command: header.typeName, payload: envelope.payload)
@@ -514,8 +492,7 @@ final class MajordomoBridge: @unchecked Sendable {
             let error = BusError(.boardNotRunning, "board '\(gone.service)' has no MDP worker left")
             _ = try? service.socket.send(Envelope.error(error, correlationID: job.correlationID))
         }
-        if service.registered { _ = try? service.socket.send(Envelope(header: EnvelopeHeader(kind: .unregister))) }
-        service.socket.close()
+        service.board.close()
         services[gone.service] = nil
         logger.info("MDP service left with its last worker", metadata: ["board": "\(service.name)"])
     }
@@ -523,26 +500,19 @@ final class MajordomoBridge: @unchecked Sendable {
     // MARK: - Services as boards
 
     private func addService(_ name: String, now: ContinuousClock.Instant) {
+        let board = Self.boardName(name)
+        guard let id = try? BoardID(validating: board.name) else { return }
         do {
             let socket = try ZMQSocket(context: context, kind: .dealer)
             try socket.set(.linger(.zero), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000))
             try socket.connect(localEndpoint)
-            services[name] = Service(name: Self.boardName(name), socket: socket)
-            register(name, now: now)
+            // pid 0: an MDP worker's process is not known to the motherboard.
+            let registration = Registration(id: id, pid: 0, scope: board.scope, secret: Registration.makeSecret())
+            var service = Service(name: board, board: HelperBoard(socket: socket, registration: registration))
+            service.board.register(now: now, id: makeID())
+            services[name] = service
         } catch {
             logger.error("cannot connect an MDP service to the motherboard", metadata: ["service": "\(name)", "error": "\(error)"])
         }
-    }
-
-    private func register(_ name: String, now: ContinuousClock.Instant) {
-        guard var service = services[name], let id = try? BoardID(validating: service.name.name) else { return }
-        service.lastRegisterAttempt = now
-        service.registerCorrelationID = makeID()
-        services[name] = service
-        // pid 0: an MDP worker's process is not known to the motherboard.
-        let registration = Registration(id: id, pid: 0, scope: service.name.scope, secret: service.secret)
-        var header = EnvelopeHeader(kind: .register, correlationID: service.registerCorrelationID, source: id.rawValue, scope: service.name.scope)
-        header.flags.insert(.replyExpected)
-        _ = try? service.socket.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(registration)))
     }
 }

@@ -52,13 +52,11 @@ public struct UplinkSettings: Sendable, Hashable {
 /// `notRegistered`).
 final class Uplink: @unchecked Sendable {
     private struct RemoteBoard {
-        var registration: Registration
-        let socket: ZMQSocket
-        var registered = false
-        var lastRegisterAttempt: ContinuousClock.Instant?
-        var registerCorrelationID: UInt64 = 0
+        /// Registered with the parent on a connection of its own.
+        var link: HelperBoard
         /// The parent's last refusal, logged once rather than at every retry.
         var lastRefusal: String?
+        var socket: ZMQSocket { link.socket }
     }
 
     /// A request in flight through the uplink: where its answer goes.
@@ -88,8 +86,7 @@ final class Uplink: @unchecked Sendable {
     private var attached = false
     private let heartbeatInterval = Duration.milliseconds(500)
     private let livenessTimeout = Duration.milliseconds(2500)
-    private let running = Atomic<Bool>(true)
-    private let finished = DispatchSemaphore(value: 0)
+    private let thread = HelperThread()
     /// While the link is down, why (a probe of the parent's endpoint, on a thread of its own):
     /// when it was last asked, and the last answer logged.
     private var lastDiagnosis: ContinuousClock.Instant?
@@ -130,17 +127,11 @@ final class Uplink: @unchecked Sendable {
     }
 
     func start() {
-        let thread = Thread { [self] in
-            run()
-            finished.signal()
-        }
-        thread.name = "uplink"
-        thread.start()
+        thread.start(name: "uplink") { [self] in run() }
     }
 
     func stop() {
-        guard running.exchange(false, ordering: .acquiringAndReleasing) else { return }
-        finished.wait()
+        thread.stop()
     }
 
     // MARK: - Loop
@@ -149,7 +140,7 @@ final class Uplink: @unchecked Sendable {
         let clock = ContinuousClock()
         var attachID: UInt64 = 0
         var lastAttach: ContinuousClock.Instant?
-        while running.load(ordering: .acquiring) {
+        while thread.isRunning {
             let now = clock.now
             if !attached, lastAttach.map({ $0.duration(to: now) > .seconds(1) }) ?? true {
                 attachID = makeID()
@@ -162,27 +153,17 @@ final class Uplink: @unchecked Sendable {
             let names = Array(boards.keys)
             let sockets = [local, link] + names.map { boards[$0]!.socket }
             let ready = ZMQSocket.poll(sockets, timeoutMilliseconds: 100)
-            if ready[0] { drain(local) { self.fromLocal($0, attachID: attachID, now: clock.now) } }
-            if ready[1] { drain(link) { self.fromParentLink($0, now: clock.now) } }
+            if ready[0] { local.drainEnvelopes(limits: limits) { self.fromLocal($0, attachID: attachID, now: clock.now) } }
+            if ready[1] { link.drainEnvelopes(limits: limits) { self.fromParentLink($0, now: clock.now) } }
             for (index, name) in names.enumerated() where ready[index + 2] {
                 guard let socket = boards[name]?.socket else { continue }
-                drain(socket) { self.fromParent($0, board: name, now: clock.now) }
+                socket.drainEnvelopes(limits: limits) { self.fromParent($0, board: name, now: clock.now) }
             }
         }
-        for board in boards.values {
-            if board.registered { _ = try? board.socket.send(Envelope(header: EnvelopeHeader(kind: .unregister))) }
-            board.socket.close()
-        }
+        for board in boards.values { board.link.close() }
         local.close()
         link.close()
         context.terminate()
-    }
-
-    private func drain(_ socket: ZMQSocket, _ handle: (Envelope) -> Void) {
-        for _ in 0..<256 {
-            guard let message = try? socket.receiveEnvelope(limits: limits) else { return }
-            if case .success(let envelope) = message.content { handle(envelope) }
-        }
     }
 
     private func makeID() -> UInt64 {
@@ -202,7 +183,7 @@ final class Uplink: @unchecked Sendable {
                 lastDiagnosis = nil
             } else {
                 logger.warning("link to the parent motherboard is down", metadata: ["endpoint": "\(settings.endpoint)"])
-                for name in boards.keys { boards[name]?.registered = false }
+                for name in boards.keys { boards[name]?.link.lose() }
                 failUp(BusError(.unreachable, "the link to the parent motherboard at \(settings.endpoint) is down"))
             }
         }
@@ -211,13 +192,7 @@ final class Uplink: @unchecked Sendable {
             // The parent answers a heartbeat from a connection it does not know with
             // `notRegistered`: that answer is the pong.
             _ = try? link.send(Envelope(header: EnvelopeHeader(kind: .heartbeat)))
-            for (name, board) in boards {
-                if board.registered {
-                    _ = try? board.socket.send(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: name.name)))
-                } else if board.lastRegisterAttempt.map({ $0.duration(to: now) >= .seconds(1) }) ?? true {
-                    register(name, now: now)
-                }
-            }
+            for name in boards.keys { boards[name]?.link.keepAlive(now: now, id: makeID()) }
         }
         // Once the parent has been silent for 3 s (not while the link is first being made), and
         // every 10 s after that while it stays so.
@@ -258,16 +233,6 @@ final class Uplink: @unchecked Sendable {
         thread.start()
     }
 
-    private func register(_ name: ScopedName, now: ContinuousClock.Instant) {
-        guard var board = boards[name] else { return }
-        board.lastRegisterAttempt = now
-        board.registerCorrelationID = makeID()
-        var header = EnvelopeHeader(kind: .register, correlationID: board.registerCorrelationID, source: name.name, scope: name.scope)
-        header.flags.insert(.replyExpected)
-        boards[name] = board
-        _ = try? board.socket.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(board.registration)))
-    }
-
     // MARK: - From the local motherboard
 
     private func fromLocal(_ envelope: Envelope, attachID: UInt64, now: ContinuousClock.Instant) {
@@ -284,9 +249,7 @@ final class Uplink: @unchecked Sendable {
         case .control where header.typeName == ControlOperation.uplinkGone:
             guard let gone = try? PayloadCodec.decode(StatusRequest.self, from: envelope.payload) else { return }
             let name = ScopedName(scope: gone.scope, name: gone.id.rawValue)
-            guard let board = boards.removeValue(forKey: name) else { return }
-            if board.registered { _ = try? board.socket.send(Envelope(header: EnvelopeHeader(kind: .unregister))) }
-            board.socket.close()
+            boards.removeValue(forKey: name)?.link.close()
         case .reply, .error:
             // A local board's answer to the parent's request.
             guard let pending = down.removeValue(forKey: header.correlationID), let name = pending.board,
@@ -306,19 +269,18 @@ final class Uplink: @unchecked Sendable {
         var exported = registration
         // The parent routes requests to it; its actions are delivered here, where it lives.
         exported.actions = []
-        exported.secret = boards[name]?.registration.secret ?? Registration.makeSecret()
-        if var known = boards[name] {
-            known.registration = exported
-            known.registered = false
-            boards[name] = known
+        exported.secret = boards[name]?.link.registration.secret ?? Registration.makeSecret()
+        if boards[name] != nil {
+            boards[name]?.link.registration = exported
         } else {
             do {
-                boards[name] = RemoteBoard(registration: exported, socket: try Self.parentSocket(context: context, settings: settings))
+                let socket = try Self.parentSocket(context: context, settings: settings)
+                boards[name] = RemoteBoard(link: HelperBoard(socket: socket, registration: exported))
             } catch {
                 return logger.error("cannot connect a board to the parent", metadata: ["board": "\(name)", "error": "\(error)"])
             }
         }
-        register(name, now: now)
+        boards[name]?.link.register(now: now, id: makeID())
     }
 
     private func sendUp(_ envelope: Envelope, now: ContinuousClock.Instant) {
@@ -375,24 +337,28 @@ final class Uplink: @unchecked Sendable {
         lastHeard = now
         guard var board = boards[name] else { return }
         let header = envelope.header
-        switch header.kind {
-        case .heartbeat:
+        let wasRegistered = board.link.registered
+        switch board.link.read(envelope) {
+        case .heartbeat, .otherAnswer:
             return
-        case .reply where header.correlationID == board.registerCorrelationID:
-            board.registered = true
+        case .accepted:
             boards[name] = board
             logger.info("board registered with the parent", metadata: ["board": "\(name)"])
-        case .error where header.correlationID == board.registerCorrelationID || header.typeName == BusError.Code.notRegistered.name:
-            let refusal = (try? PayloadCodec.decode(BusError.self, from: envelope.payload))?.description ?? header.typeName
-            if board.registered || refusal != board.lastRefusal {
+            return
+        case .refused(let error):
+            let refusal = error.description
+            if wasRegistered || refusal != board.lastRefusal {
                 logger.warning("the parent does not have this board registered", metadata: ["board": "\(name)", "answer": "\(refusal)"])
             }
             board.lastRefusal = refusal
-            board.registered = false
+            // Not known (a cut link, a restarted parent): again at once; refused: at the next tick.
+            if error.code == .notRegistered { board.link.register(now: now, id: makeID()) }
             boards[name] = board
-            if header.typeName == BusError.Code.notRegistered.name { register(name, now: now) }
-        case .reply, .error:
             return
+        case .request:
+            break
+        }
+        switch header.kind {
         case .command, .activate, .dispatch, .store:
             forwardDown(envelope, board: name, now: now)
         default:

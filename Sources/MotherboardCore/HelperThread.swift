@@ -1,0 +1,118 @@
+import BusCore
+import BusZeroMQ
+import Foundation
+import Synchronization
+
+/// The thread of one of the motherboard's helpers (the uplink, the MDP endpoint): it runs a loop
+/// until ``stop()``, which waits for the loop to end.
+final class HelperThread: Sendable {
+    private let running = Atomic<Bool>(true)
+    private let finished = DispatchSemaphore(value: 0)
+
+    /// Whether the loop should go on.
+    var isRunning: Bool { running.load(ordering: .acquiring) }
+
+    func start(name: String, _ loop: @escaping @Sendable () -> Void) {
+        let thread = Thread { [self] in
+            loop()
+            finished.signal()
+        }
+        thread.name = name
+        thread.start()
+    }
+
+    /// Asks the loop to end and waits until it has (once; later calls return at once).
+    func stop() {
+        guard running.exchange(false, ordering: .acquiringAndReleasing) else { return }
+        finished.wait()
+    }
+}
+
+extension ZMQSocket {
+    /// Hands up to `batch` waiting envelopes to `handle` (frames that are not one are dropped).
+    func drainEnvelopes(limits: BusLimits, batch: Int = 256, _ handle: (Envelope) -> Void) {
+        for _ in 0..<batch {
+            guard let message = try? receiveEnvelope(limits: limits) else { return }
+            if case .success(let envelope) = message.content { handle(envelope) }
+        }
+    }
+}
+
+/// A board a helper keeps registered on a DEALER of its own (the uplink's boards with the parent,
+/// the MDP services with their motherboard): heartbeats while registered, registration again
+/// (every second) while not, and what the broker's answers say about it.
+struct HelperBoard {
+    let socket: ZMQSocket
+    var registration: Registration
+    private(set) var registered = false
+    private var correlationID: UInt64 = 0
+    private var lastAttempt: ContinuousClock.Instant?
+
+    init(socket: ZMQSocket, registration: Registration) {
+        self.socket = socket
+        self.registration = registration
+    }
+
+    /// What a message on the board's socket is.
+    enum Answer {
+        case heartbeat
+        /// The broker accepted the registration.
+        case accepted
+        /// The broker refused it (`error`), or does not know the board (`notRegistered`, e.g. after
+        /// a restart or a cut link): it registers again at the next ``keepAlive(now:id:)``.
+        case refused(BusError)
+        /// Another answer (to nothing the board asked): ignored.
+        case otherAnswer
+        /// A request for the board.
+        case request
+    }
+
+    mutating func read(_ envelope: Envelope) -> Answer {
+        let header = envelope.header
+        switch header.kind {
+        case .heartbeat:
+            return .heartbeat
+        case .reply where correlationID != 0 && header.correlationID == correlationID:
+            registered = true
+            return .accepted
+        case .error where (correlationID != 0 && header.correlationID == correlationID) || header.typeName == BusError.Code.notRegistered.name:
+            registered = false
+            lastAttempt = nil
+            return .refused(
+                (try? PayloadCodec.decode(BusError.self, from: envelope.payload)) ?? BusError(BusError.Code(name: header.typeName), header.typeName))
+        case .reply, .error:
+            return .otherAnswer
+        default:
+            return .request
+        }
+    }
+
+    /// The link or the broker was lost: register again.
+    mutating func lose() {
+        registered = false
+    }
+
+    /// A heartbeat while registered; else the registration, at most once a second (`id` is its
+    /// correlation id).
+    mutating func keepAlive(now: ContinuousClock.Instant, id: UInt64) {
+        if registered {
+            _ = try? socket.send(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: registration.id.rawValue)))
+        } else if lastAttempt.map({ $0.duration(to: now) >= .seconds(1) }) ?? true {
+            register(now: now, id: id)
+        }
+    }
+
+    mutating func register(now: ContinuousClock.Instant, id: UInt64) {
+        lastAttempt = now
+        correlationID = id
+        var header = EnvelopeHeader(kind: .register, correlationID: id, source: registration.id.rawValue, scope: registration.scope)
+        header.flags.insert(.replyExpected)
+        _ = try? socket.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(registration)))
+    }
+
+    /// Unregisters (when registered) and closes the socket.
+    func close() {
+        if registered { _ = try? socket.send(Envelope(header: EnvelopeHeader(kind: .unregister))) }
+        socket.close()
+    }
+}
