@@ -138,4 +138,15 @@ struct MajordomoIntegrationTests {
             #expect(lines.contains("py.tour hello ok"), "\(lines.sorted())")
         }
     }
+
+    @Test func rfc18FramingWorksAsWrittenToo() async throws {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/mdp_rfc.py").path
+        try await TestFleet.with(manifest: Self.manifest) { fleet in
+            let child = try await ChildProcess(
+                executable: "/usr/bin/python3", arguments: [script, endpoint(fleet)], environment: TestFleet.environment(for: fleet.address),
+                directory: fleet.directory, name: "mdp-rfc")
+            let result = try await child.wait(timeout: .seconds(60))
+            #expect(result.exitCode == 0 && result.standardOutput.contains("ok"), "\(result.standardOutput) \(result.standardError)")
+        }
+    }
 }
