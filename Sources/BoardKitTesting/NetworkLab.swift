@@ -172,9 +172,10 @@ public final class NetworkLab: @unchecked Sendable {
 
     /// Host A's motherboard: listens on `parentEndpoint` with CURVE, the lab's `edge-b` and `ops`
     /// keys allowed.
-    public func startParent(manifest: String) async throws -> ChildProcess {
+    public func startParent(manifest: String, arguments: [String] = []) async throws -> ChildProcess {
         try await startBroker(
-            manifest: manifest, named: "a", ["--listen", parentEndpoint, "--allow", "\(directory)/allowed.keys"], in: 0, runtime: runtimeA)
+            manifest: manifest, named: "a", ["--listen", parentEndpoint, "--allow", "\(directory)/allowed.keys"] + arguments, in: 0,
+            runtime: runtimeA)
     }
 
     /// Host B's motherboard, attached to A with the `edge-b` key (or another of the lab's keys):

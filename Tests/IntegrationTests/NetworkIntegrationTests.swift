@@ -199,4 +199,21 @@ struct NetworkIntegrationTests {
             #expect(curve.exitCode == 1 && curve.standardError.contains("unauthorized"), "\(curve.standardError)")
         }
     }
+
+    @Test func theMDPEndpointOnTCPFollowsTheCURVERules() async throws {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/mdp_curve.py").path
+        try await NetworkLab.with { lab in
+            let mdp = "tcp://\(lab.parentAddress):\(lab.port + 3)"
+            _ = try await lab.startParent(manifest: Self.parentManifest, arguments: ["--mdp", mdp])
+            try lab.expectOK(try await lab.busctlA("wait", "--timeout", "30"))
+            func call(key: String) async throws -> String {
+                let result = try await lab.run(
+                    "/usr/bin/python3", [script, mdp, "\(lab.runtimeA)/curve/server.pub", "\(lab.directory)/\(key).key"], in: 1)
+                #expect(result.exitCode == 0, "\(result.standardError)")
+                return result.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)
+            }
+            #expect(try await call(key: "ops") == #"{"message":"Hello, far!"}"#)
+            #expect(try await call(key: "stranger") == "refused")
+        }
+    }
 }
