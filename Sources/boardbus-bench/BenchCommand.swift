@@ -132,26 +132,28 @@ struct BenchCommand: AsyncParsableCommand {
             return
         }
         if let loadBaseline {
-            let baseline = try await BaselineProcesses.start()
-            defer { baseline.stop() }
-            print("zmq-baseline-proxy pid \(baseline.proxy.pid), zmq-baseline-echo pid \(baseline.echo.pid), client pid \(getpid())")
-            fflush(nil)
-            let rate = try BaselineBench(endpoint: baseline.frontEndpoint).throughput(
-                payload: echoPayload(bytes: 100), clients: loadClients, window: loadWindow, seconds: loadBaseline)
-            print("baseline throughput 100 B: \(Int(rate)) msg/s")
+            try await BaselineProcesses.with { baseline in
+                print("zmq-baseline-proxy pid \(baseline.proxy.pid), zmq-baseline-echo pid \(baseline.echo.pid), client pid \(getpid())")
+                fflush(nil)
+                let rate = try BaselineBench(endpoint: baseline.frontEndpoint).throughput(
+                    payload: echoPayload(bytes: 100), clients: loadClients, window: loadWindow, seconds: loadBaseline)
+                print("baseline throughput 100 B: \(Int(rate)) msg/s")
+            }
             return
         }
         if let latencyOnly {
-            let baseline = try await BaselineProcesses.start()
-            defer { baseline.stop() }
-            try await TestFleet.with(manifest: #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}]}"#) { fleet in
-                let (base, echo) = try await alternatedLatency(
-                    label: "100 B", base: BaselineBench(endpoint: baseline.frontEndpoint), bus: BoardBusBench(fleet: fleet),
-                    payload: echoPayload(bytes: 100), requests: latencyOnly, warmup: latencyOnly / 20, commands: [command], traced: traced)
-                let (b, e) = (LatencySummary(base), LatencySummary(echo[0]))
-                print(
-                    String(format: "p50 %.1f / %.1f µs = %.3f×  p99 %.1f / %.1f µs = %.3f×", b.p50, e.p50, e.p50 / b.p50, b.p99, e.p99, e.p99 / b.p99)
-                )
+            try await BaselineProcesses.with { baseline in
+                try await TestFleet.with(manifest: #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}]}"#) { fleet in
+                    let (base, echo) = try await alternatedLatency(
+                        label: "100 B", base: BaselineBench(endpoint: baseline.frontEndpoint), bus: BoardBusBench(fleet: fleet),
+                        payload: echoPayload(bytes: 100), requests: latencyOnly, warmup: latencyOnly / 20, commands: [command], traced: traced)
+                    let (b, e) = (LatencySummary(base), LatencySummary(echo[0]))
+                    print(
+                        String(
+                            format: "p50 %.1f / %.1f µs = %.3f×  p99 %.1f / %.1f µs = %.3f×", b.p50, e.p50, e.p50 / b.p50, b.p99, e.p99, e.p99 / b.p99
+                        )
+                    )
+                }
             }
             return
         }
@@ -168,8 +170,17 @@ struct BenchCommand: AsyncParsableCommand {
         let machine = MachineDescription.current()
         print("boardbus-bench (\(quick ? "quick" : "full")) on \(machine)")
 
-        let baseline = try await BaselineProcesses.start()
-        defer { baseline.stop() }
+        try await BaselineProcesses.with { baseline in
+            try await compare(baseline: baseline, settings: settings, report: report)
+        }
+        try await NetworkBench.run(settings: settings, quick: quick, report: report)
+        try await MajordomoBench.run(quick: quick, report: report)
+        print("")
+        print(report.render())
+    }
+
+    /// The rows against the C baseline: round trips, throughput, costs, memory, churn, start-up.
+    private func compare(baseline: BaselineProcesses, settings: BenchSettings, report: Report) async throws {
         let manifest = #"""
             {"boards": [{"id": "bench.echo", "executable": "bench-echo-board", "start": "always"},
                         {"id": "bench.cold", "executable": "bench-echo-board", "start": "on-demand"}]}
@@ -244,10 +255,6 @@ struct BenchCommand: AsyncParsableCommand {
             let inPlace = try BrokerLogicBench.roundTripInPlace(iterations: quick ? 50_000 : 200_000)
             report.single("broker logic per round trip, no sockets, routed in place (µs)", milliseconds: inPlace / 1000, unit: "")
         }
-        try await NetworkBench.run(settings: settings, quick: quick, report: report)
-        try await MajordomoBench.run(quick: quick, report: report)
-        print("")
-        print(report.render())
     }
 }
 
@@ -331,6 +338,12 @@ struct BaselineProcesses {
     let echo: ChildProcess
     var frontEndpoint: String { "ipc://\(directory)/front.sock" }
 
+    /// Starts the baseline, runs `body`, and stops the baseline (waiting for its processes, then
+    /// removing its directory) whether `body` returns or throws.
+    static func with<T>(_ body: (BaselineProcesses) async throws -> T) async throws -> T {
+        try await using(try await start(), stop: { await $0.stop() }, body)
+    }
+
     static func start() async throws -> BaselineProcesses {
         let binaries = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().path
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-baseline-\(getpid())").path
@@ -347,9 +360,9 @@ struct BaselineProcesses {
         return BaselineProcesses(directory: directory, proxy: proxy, echo: echo)
     }
 
-    func stop() {
-        // Killed, not waited for: both are gone before anything reuses the directory's name.
-        for child in [echo, proxy] where child.isRunning { kill(child.pid, SIGKILL) }
+    func stop() async {
+        // Waited for, so that nothing writes their output files again once the directory is gone.
+        for child in [echo, proxy] { await child.killAndWait() }
         try? FileManager.default.removeItem(atPath: directory)
     }
 }
