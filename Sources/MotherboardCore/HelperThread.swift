@@ -77,7 +77,8 @@ struct HelperBoard {
             return .accepted
         case .error where (correlationID != 0 && header.correlationID == correlationID) || header.typeName == BusError.Code.notRegistered.name:
             registered = false
-            lastAttempt = nil
+            // Not known (a cut link, a restarted broker): again at the next tick; refused: in a second.
+            if header.typeName == BusError.Code.notRegistered.name { lastAttempt = nil }
             return .refused(
                 (try? PayloadCodec.decode(BusError.self, from: envelope.payload)) ?? BusError(BusError.Code(name: header.typeName), header.typeName))
         case .reply, .error:

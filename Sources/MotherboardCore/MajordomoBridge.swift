@@ -237,14 +237,26 @@ final class MajordomoBridge: @unchecked Sendable {
                 error: BusError(.badArgument, "an MDP request to a board has the command name, then an optional JSON payload (2 frames at most)"))
         }
         let target = Self.boardName(name)
+        guard BoardID.isValid(target.name), target.scope.isRoot || BoardID.isValid(target.scope.name) else {
+            return answerClient(
+                peer, dialect: dialect, service: service,
+                error: BusError(.badArgument, "'\(name.escapedForDisplay(limit: 300))' is not a board id (or scope/id)"))
+        }
         let id = makeID()
         clientRequests[id] = ClientRequest(client: peer, dialect: dialect, service: service, kind: .command)
         var header = EnvelopeHeader(kind: .command, correlationID: id, target: target.name, scope: target.scope, typeName: command)
         header.flags.insert(.replyExpected)
         let payload = frames.count > 1 ? frames[1] : Data("{}".utf8)
-        if (try? client.send(Envelope(header: header, payload: payload))) != .sent {
+        do {
+            guard try client.send(Envelope(header: header, payload: payload)) == .sent else {
+                clientRequests[id] = nil
+                return answerClient(peer, dialect: dialect, service: service, error: BusError(.busy, "the motherboard's queue is full"))
+            }
+        } catch {
+            // A field over its limit (a command name over 255 bytes): refused, never cut.
             clientRequests[id] = nil
-            answerClient(peer, dialect: dialect, service: service, error: BusError(.busy, "the motherboard's queue is full"))
+            let refusal = error as? BusError ?? BusError(.badArgument, "\(error)")
+            answerClient(peer, dialect: dialect, service: service, error: BusError(.badArgument, refusal.message))
         }
     }
 

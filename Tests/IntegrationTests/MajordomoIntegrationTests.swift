@@ -46,6 +46,28 @@ struct MajordomoIntegrationTests {
             #expect(unknownService.first == "error" && unknownService[1].contains(#""code":"noSuchBoard""#), "\(unknownService)")
             let noCommand = try await mdpCall(fleet, "demo.greeter")
             #expect(noCommand.first == "error" && noCommand[1].contains("badArgument"))
+            // Fields at and past their limits: a typed error, never a cut. A service is a board id
+            // (255 bytes); a command name is limited by the header (8 KiB).
+            let atLimit = try await mdpCall(fleet, String(repeating: "a", count: 255), "greet")
+            #expect(atLimit.first == "error" && atLimit[1].contains("noSuchBoard"), "\(atLimit)")
+            let pastLimit = try await mdpCall(fleet, String(repeating: "a", count: 254) + "é", "greet")  // 256 bytes, the cut inside é
+            #expect(pastLimit.first == "error" && pastLimit[1].contains("badArgument"), "\(pastLimit)")
+            let longService = try await mdpCall(fleet, String(repeating: "a", count: 300), "greet")
+            #expect(longService.first == "error" && longService[1].contains("badArgument"), "\(longService)")
+            let longCommand = try await mdpCall(fleet, "demo.greeter", String(repeating: "a", count: 9_000))
+            #expect(longCommand.first == "error" && longCommand[1].contains("badArgument"), "\(longCommand.prefix(1))")
+            // Frames that are not MDP are dropped; the endpoint goes on.
+            let junk = try await ChildProcess(
+                executable: "/usr/bin/python3",
+                arguments: [
+                    "-c",
+                    "import sys, zmq; s = zmq.Context().socket(zmq.DEALER); s.connect(sys.argv[1]); "
+                        + "[s.send_multipart(m) for m in ([b'junk'], [b'MDPC02'], [b'MDPC02', b'\\x01'], [b'', b'MDPW02', b'\\x09', b'x'], [b'MDPC02', b'\\x01\\x02', b'demo.greeter'])]; "
+                        + "s.setsockopt(zmq.LINGER, 1000); s.close()",
+                    endpoint(fleet),
+                ], environment: TestFleet.environment(for: fleet.address), directory: fleet.directory, name: "mdp-junk")
+            #expect(try await junk.wait(timeout: .seconds(30)).exitCode == 0)
+            #expect(try await mdpCall(fleet, "demo.greeter", "greet", #"{"name":"Bo"}"#) == [#"{"message":"Hello, Bo!"}"#])
             // MMI (RFC 8).
             #expect(try await mdpCall(fleet, "mmi.service", "demo.greeter") == ["200"])
             #expect(try await mdpCall(fleet, "mmi.service", "nobody.here") == ["404"])
