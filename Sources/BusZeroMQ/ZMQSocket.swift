@@ -311,10 +311,20 @@ package final class ZMQSocket {
 
     /// Receives one whole multipart message without blocking; nil when none is waiting.
     package func receive() throws -> [Data]? {
+        var descriptor: Int32 = -1
+        return try receive(sourceDescriptor: &descriptor)
+    }
+
+    /// Receives one whole multipart message without blocking, and the descriptor of the
+    /// connection it came on (`ZMQ_SRCFD` of its last frame; -1 when there is none, e.g. inproc),
+    /// for a ``ConnectionBacklog``.
+    package func receive(sourceDescriptor: inout Int32) throws -> [Data]? {
         var frames: [Data] = []
         let received = try receiveFrames { _, bytes in
             frames.append(bytes.isEmpty ? Data() : Data(bytes: bytes.baseAddress!, count: bytes.count))
         }
+        // The last frame is still in `message` (frames are copied out above).
+        sourceDescriptor = received ? zmq_msg_get(message, ZMQ_SRCFD) : -1
         return received ? frames : nil
     }
 

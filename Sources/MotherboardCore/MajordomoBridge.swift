@@ -36,6 +36,8 @@ final class MajordomoBridge: @unchecked Sendable {
         /// Requests waiting for a busy service's workers; more are answered `busy`.
         var queueLimit = 1_000
         var limits: BusLimits = .default
+        /// Bytes of answers that may wait unread toward one MDP client (as on the main socket).
+        var maximumUnreadBytesPerPeer = MotherboardSettings().maximumUnreadBytesPerPeer
     }
 
     enum Dialect: Sendable {
@@ -104,6 +106,10 @@ final class MajordomoBridge: @unchecked Sendable {
     private var workerRequests: [UInt64: WorkerRequest] = [:]
     private var nextID: UInt64 = 1
     private var lastServiceHeartbeat: ContinuousClock.Instant?
+    /// Answers waiting unread toward each MDP client: a client that never reads cannot make the
+    /// motherboard hold more than the budget for it.
+    private let backlog: ConnectionBacklog
+    private var lastBacklogTick = ContinuousClock.now
     private let thread = HelperThread()
     /// Counts for tests and logs (read on the bridge's thread).
     private(set) var droppedPartials = 0
@@ -116,6 +122,7 @@ final class MajordomoBridge: @unchecked Sendable {
         self.logger = logger
         self.context = context
         self.localEndpoint = localEndpoint
+        backlog = ConnectionBacklog(budget: settings.maximumUnreadBytesPerPeer)
         router = try ZMQSocket(context: context, kind: .router)
         client = try ZMQSocket(context: context, kind: .dealer)
         do {
@@ -164,7 +171,7 @@ final class MajordomoBridge: @unchecked Sendable {
             let names = Array(services.keys)
             let sockets = [router, client] + names.map { services[$0]!.socket }
             let ready = ZMQSocket.poll(sockets, timeoutMilliseconds: 100)
-            if ready[0] { drainFrames(router) { self.fromPeer($0, now: clock.now) } }
+            if ready[0] { drainPeers(now: clock.now) }
             if ready[1] { client.drainEnvelopes(limits: settings.limits) { self.fromMotherboard($0) } }
             for (index, name) in names.enumerated() where ready[index + 2] {
                 guard let socket = services[name]?.socket else { continue }
@@ -178,15 +185,21 @@ final class MajordomoBridge: @unchecked Sendable {
         if settings.endpoint.hasPrefix("ipc://") { try? FileManager.default.removeItem(atPath: String(settings.endpoint.dropFirst(6))) }
     }
 
-    private func drainFrames(_ socket: ZMQSocket, _ handle: ([Data]) -> Void) {
+    private func drainPeers(now: ContinuousClock.Instant) {
         for _ in 0..<256 {
-            guard let frames = try? socket.receive() else { return }
-            handle(frames)
+            var descriptor: Int32 = -1
+            guard let frames = try? router.receive(sourceDescriptor: &descriptor) else { return }
+            if let peer = frames.first { backlog.noteReceived(from: peer, descriptor: descriptor) }
+            fromPeer(frames, now: now)
         }
     }
 
     /// Heartbeats both ways, silent workers dropped, services (re)registered.
     private func tick(now: ContinuousClock.Instant) {
+        if lastBacklogTick.duration(to: now) >= .milliseconds(100) {
+            lastBacklogTick = now
+            backlog.tick()
+        }
         for worker in workers.values {
             if worker.lastHeard.duration(to: now) > settings.liveness {
                 logger.notice("MDP worker dropped: no heartbeat", metadata: ["service": "\(worker.service)", "after": "\(settings.liveness)"])
@@ -228,6 +241,11 @@ final class MajordomoBridge: @unchecked Sendable {
         guard command == request, let service = body.first else { return }
         let name = String(decoding: service, as: UTF8.self)
         let frames = Array(body.dropFirst())
+        // A client that does not read its answers gets no more work done until it does.
+        if backlog.isStalled(peer) {
+            let error = BusError(.busy, "\(backlog.queuedBytes(to: peer)) bytes of answers to this connection wait unread; read them first")
+            return answerClient(peer, dialect: dialect, service: service, error: error)
+        }
         if name.hasPrefix("mmi.") {
             return mmi(name, frames: frames, client: peer, dialect: dialect, service: service)
         }
@@ -324,8 +342,15 @@ final class MajordomoBridge: @unchecked Sendable {
         answerClient(peer, dialect: dialect, service: service, frames: [Data("error".utf8), PayloadCodec.encodeOrEmpty(error)])
     }
 
-    /// `FINAL` to a client, in its dialect.
+    /// `FINAL` to a client, in its dialect; past the client's backlog budget, a small `busy`
+    /// error in its place.
     private func answerClient(_ peer: Data, dialect: Dialect, service: Data, frames: [Data]) {
+        let bytes = frames.reduce(0) { $0 + $1.count }
+        guard backlog.mayQueue(bytes, to: peer) else {
+            let error = BusError(
+                .busy, "the answer was dropped: \(backlog.queuedBytes(to: peer)) bytes of earlier answers to this connection wait unread")
+            return answerClient(peer, dialect: dialect, service: service, frames: [Data("error".utf8), PayloadCodec.encodeOrEmpty(error)])
+        }
         let message: [Data] =
             switch dialect {
             case .rfc: [peer, Self.clientHeader, Data([0x03]), service] + frames

@@ -171,4 +171,35 @@ struct MajordomoIntegrationTests {
             #expect(result.exitCode == 0 && result.standardOutput.contains("ok"), "\(result.standardOutput) \(result.standardError)")
         }
     }
+
+    /// The promise of the main socket holds on the MDP endpoint too: a client that sends requests
+    /// for large answers and never reads them cannot make the broker hold unbounded memory.
+    @Test func anMDPClientThatNeverReadsCannotMakeTheBrokerHoldUnboundedMemory() async throws {
+        struct Outcome: Decodable {
+            var before: Double
+            var peak: Double
+            var answers: Int
+            var busy: Int
+            var served: Bool
+        }
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/mdp_never_reads.py").path
+        try await TestFleet.with(manifest: Self.manifest) { fleet in
+            let requests = 600
+            _ = try await startWorker(fleet, service: "py.big")
+            #expect(try await eventually(timeout: .seconds(10)) { try await fleet.busctl("status", "py.big").exitCode == 0 })
+            let child = try await ChildProcess(
+                executable: "/usr/bin/python3", arguments: [script, endpoint(fleet), "\(fleet.brokerPID)", "\(requests)", "py.big"],
+                environment: TestFleet.environment(for: fleet.address), directory: fleet.directory, name: "mdp-never-reads")
+            let result = try await child.wait(timeout: .seconds(240))
+            #expect(result.exitCode == 0, "\(result.standardError)")
+            let outcome = try JSONDecoder().decode(Outcome.self, from: Data(result.standardOutput.utf8))
+            let growth = outcome.peak - outcome.before
+            print(
+                "never-reading MDP client: broker \(outcome.before) MiB before, peak \(outcome.peak) MiB; \(outcome.busy) of \(outcome.answers) answers busy"
+            )
+            #expect(growth < 120, "the broker grew by \(growth) MiB for one MDP client that does not read")
+            #expect(outcome.answers == requests && outcome.busy > 0, "\(outcome.answers) answers, \(outcome.busy) busy")
+            #expect(outcome.served)
+        }
+    }
 }
