@@ -188,6 +188,9 @@ public enum ControlOperation {
     public static let monitor = "monitor"
     /// The broker's metrics in the Prometheus text format (``MetricsText``).
     public static let metrics = "metrics"
+    /// Answered with an empty `Delivery`: a liveness probe (an attached motherboard's link pings
+    /// its parent with it).
+    public static let ping = "ping"
     /// From the uplink of a motherboard that serves scopes of a parent motherboard, on its own
     /// motherboard's ipc socket (``UplinkAttach``): its boards are pushed to it from then on.
     public static let uplinkAttach = "uplink.attach"

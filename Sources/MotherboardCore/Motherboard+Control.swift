@@ -45,6 +45,8 @@ extension Motherboard {
                 reply(to: envelope, from: peer, with: MetricsText(text: metrics.exposition()))
             case ControlOperation.monitor:
                 try startMonitor(envelope, from: peer, now: now)
+            case ControlOperation.ping:
+                reply(to: envelope, from: peer, with: Delivery(delivered: 0))
             case ControlOperation.uplinkAttach:
                 try attachUplink(envelope, from: peer)
             default:

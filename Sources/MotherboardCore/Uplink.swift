@@ -46,7 +46,7 @@ public struct UplinkSettings: Sendable, Hashable {
 /// ZMTP heartbeats, and sends only when connected.
 ///
 /// The link is up while the parent was heard from within the liveness timeout (it heartbeats each
-/// registered board; the uplink pings it too). When it goes down, requests waiting on it fail
+/// registered board; the uplink pings it too, `control ping`). When it goes down, requests waiting on it fail
 /// with `unreachable` and new ones are answered so at once; when it returns, every board
 /// registers again by itself (the parent answers a heartbeat it does not know with
 /// `notRegistered`).
@@ -189,9 +189,10 @@ final class Uplink: @unchecked Sendable {
         }
         if lastPing.map({ $0.duration(to: now) >= heartbeatInterval }) ?? true {
             lastPing = now
-            // The parent answers a heartbeat from a connection it does not know with
-            // `notRegistered`: that answer is the pong.
-            _ = try? link.send(Envelope(header: EnvelopeHeader(kind: .heartbeat)))
+            // Any answer from the parent is proof it is there; this one costs it nothing.
+            var ping = EnvelopeHeader(kind: .control, correlationID: makeID(), typeName: ControlOperation.ping)
+            ping.flags.insert(.replyExpected)
+            _ = try? link.send(Envelope(header: ping))
             for name in boards.keys { boards[name]?.link.keepAlive(now: now, id: makeID()) }
         }
         // Once the parent has been silent for 3 s (not while the link is first being made), and
