@@ -129,13 +129,13 @@ final class MajordomoBridge: @unchecked Sendable {
             try router.set(
                 .linger(.zero), .routerMandatory(true), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000),
                 .maximumMessageBytes(Int64(settings.limits.maximumPayloadBytes * 2 + 65_536)))
-            if settings.endpoint.hasPrefix("ipc://") {
+            if ipcPath != nil {
                 try? router.set(.acceptIPCFromUser(getuid()))
             } else if let curveSecretKey {
                 try router.set(.heartbeatInterval(.seconds(1)), .heartbeatTimeout(.seconds(3)))
                 try router.set(.zapDomain("boardbus"), .curveServer(true), .curveSecretKey(curveSecretKey))
             }
-            if let path = settings.endpoint.hasPrefix("ipc://") ? String(settings.endpoint.dropFirst(6)) : nil {
+            if let path = ipcPath {
                 try? FileManager.default.removeItem(atPath: path)  // a stale socket of a killed broker
             }
             try router.bind(settings.endpoint)
@@ -146,6 +146,11 @@ final class MajordomoBridge: @unchecked Sendable {
             client.close()
             throw error
         }
+    }
+
+    /// The socket file of an `ipc://` endpoint.
+    private var ipcPath: String? {
+        BusAddress(runtimeDirectory: "", endpoint: settings.endpoint).ipcPath
     }
 
     func start() {
@@ -182,7 +187,7 @@ final class MajordomoBridge: @unchecked Sendable {
         for service in services.values { service.board.close() }
         router.close()
         client.close()
-        if settings.endpoint.hasPrefix("ipc://") { try? FileManager.default.removeItem(atPath: String(settings.endpoint.dropFirst(6))) }
+        if let path = ipcPath { try? FileManager.default.removeItem(atPath: path) }
     }
 
     private func drainPeers(now: ContinuousClock.Instant) {

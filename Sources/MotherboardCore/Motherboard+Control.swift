@@ -86,7 +86,7 @@ extension Motherboard {
             restarts: supervisor.records[name]?.restarts ?? 0, lastExit: supervisor.records[name]?.lastExit)
     }
 
-    private func info(for board: LiveBoard, now: ContinuousClock.Instant) -> BoardInfo {
+    func info(for board: LiveBoard, now: ContinuousClock.Instant) -> BoardInfo {
         let registration = board.registration
         let uptime = board.registeredAt.duration(to: now)
         return BoardInfo(

@@ -15,7 +15,7 @@ struct UnreachableBoard {
 /// registers again (its board or uplink re-registers by itself when the link returns) or
 /// ``MotherboardSettings/unreachableRetention`` passes.
 ///
-/// On a motherboard with an uplink (`motherboard --attach`), the uplink is a peer on the ipc
+/// On a motherboard with an uplink (`motherboard --attach`), the uplink is a peer on the in-process
 /// socket that proved itself with the motherboard's uplink secret. The boards of the scopes this
 /// motherboard serves (every scope of its manifest but the root) are pushed to it, and it
 /// registers them with the parent. What names a scope this motherboard does not serve goes up to
@@ -23,8 +23,8 @@ struct UnreachableBoard {
 /// through this motherboard's scopes.
 extension Motherboard {
     /// Drops a board whose link failed: a board on another host is kept as unreachable.
-    func lose(_ board: LiveBoard, reason: String) {
-        drop(board.name, reason: reason, unreachableSince: board.host == nil ? nil : .now)
+    func lose(_ board: LiveBoard, reason: String, now: ContinuousClock.Instant = .now) {
+        drop(board.name, reason: reason, unreachableSince: board.origin == nil ? nil : now)
     }
 
     /// Forgets boards unreachable for longer than the retention.
@@ -63,10 +63,10 @@ extension Motherboard {
     }
 
     /// A board left: the uplink unregisters it from the parent.
-    func uplinkBoardGone(_ name: ScopedName) {
-        guard let uplink, !name.scope.isRoot else { return }
-        let header = EnvelopeHeader(kind: .control, target: name.name, scope: name.scope, typeName: ControlOperation.uplinkGone)
-        let gone = StatusRequest(id: lostID(name), scope: name.scope)
+    func uplinkBoardGone(_ board: LiveBoard) {
+        guard let uplink, !board.scope.isRoot else { return }
+        let header = EnvelopeHeader(kind: .control, target: board.id.rawValue, scope: board.scope, typeName: ControlOperation.uplinkGone)
+        let gone = StatusRequest(id: board.id, scope: board.scope)
         send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(gone)), to: uplink)
     }
 
@@ -90,13 +90,9 @@ extension Motherboard {
         var header = envelope.header
         let clientCorrelationID = header.correlationID
         header.scope = name.scope
-        if header.flags.contains(.replyExpected) {
-            header.correlationID = replies.expect(
-                from: peer, clientCorrelationID: clientCorrelationID, board: name, boardPeer: uplink,
-                deadline: now.advanced(by: requestTimeout(milliseconds: header.timeoutMilliseconds)), sentAt: now, clientIsBoard: false)
-        } else {
-            header.correlationID = 0
-        }
+        header.correlationID = forwardingCorrelationID(
+            flags: header.flags, correlationID: clientCorrelationID, timeoutMilliseconds: header.timeoutMilliseconds, to: name, at: uplink,
+            client: peer, clientIsBoard: false, now: now)
         send(Envelope(header: header, payload: envelope.payload), to: uplink, origin: peer, clientCorrelationID: clientCorrelationID)
         return true
     }
@@ -128,18 +124,11 @@ extension Motherboard {
         }
     }
 
-    private func lostID(_ name: ScopedName) -> BoardID {
-        (try? BoardID(validating: name.name)) ?? "invalid"
-    }
-
-    /// What `list` and `tree` show of an unreachable board.
+    /// What `list` and `tree` show of an unreachable board: as it was last seen, not running.
     func unreachableInfo(_ lost: UnreachableBoard) -> BoardInfo {
-        let registration = lost.board.registration
-        return BoardInfo(
-            id: registration.id, scope: registration.scope, pid: registration.pid, state: .unreachable,
-            start: manifest.board(registration.id, scope: registration.scope)?.start.rawValue ?? "external",
-            inputType: registration.inputType, commands: registration.commands, actions: registration.actions, uptimeSeconds: 0,
-            activations: lost.board.activations, commandsHandled: lost.board.commandsHandled, actionsDelivered: lost.board.actionsDelivered,
-            host: lost.board.host)
+        var shown = info(for: lost.board, now: .now)
+        shown.state = .unreachable
+        shown.uptimeSeconds = 0
+        return shown
     }
 }

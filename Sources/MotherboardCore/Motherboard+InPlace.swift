@@ -57,7 +57,7 @@ extension Motherboard {
         target.metrics.sent(.command)
         let correlationID = forwardingCorrelationID(
             flags: layout.flags, correlationID: layout.correlationID, timeoutMilliseconds: layout.timeoutMilliseconds,
-            to: target, client: peer, clientIsBoard: sender != nil, now: now)
+            to: target.name, at: target.peer, client: peer, clientIsBoard: sender != nil, now: now)
         HeaderLayout.setCorrelationID(correlationID, in: header)
         return target.peer
     }

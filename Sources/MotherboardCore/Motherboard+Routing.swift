@@ -98,21 +98,22 @@ extension Motherboard {
         }
         header.correlationID = forwardingCorrelationID(
             flags: header.flags, correlationID: header.correlationID, timeoutMilliseconds: header.timeoutMilliseconds,
-            to: target, client: client, now: now)
+            to: target.name, at: target.peer, client: client, now: now)
         if header.correlationID == 0 { header.flags.remove(.replyExpected) }
         send(Envelope(header: header, payload: envelope.payload), to: target.peer, origin: client, clientCorrelationID: clientCorrelationID)
     }
 
-    /// The correlation id a request travels under to `target`. When its sender (`client`) waits
-    /// for a reply: a new one, under which the broker remembers the request, to relay the board's
-    /// answer, or an error if the board dies or the deadline passes. Else 0.
+    /// The correlation id a request travels under to `board` (on the connection `boardPeer`: the
+    /// board's, or the uplink's for a board of the parent). When its sender (`client`) waits for a
+    /// reply: a new one, under which the broker remembers the request, to relay the answer, or an
+    /// error if the board dies or the deadline passes. Else 0.
     func forwardingCorrelationID(
-        flags: MessageFlags, correlationID: UInt64, timeoutMilliseconds: UInt32, to target: LiveBoard, client: PeerID?,
-        clientIsBoard: Bool? = nil, now: ContinuousClock.Instant
+        flags: MessageFlags, correlationID: UInt64, timeoutMilliseconds: UInt32, to board: ScopedName, at boardPeer: PeerID,
+        client: PeerID?, clientIsBoard: Bool? = nil, now: ContinuousClock.Instant
     ) -> UInt64 {
         guard let client, flags.contains(.replyExpected) else { return 0 }
         return replies.expect(
-            from: client, clientCorrelationID: correlationID, board: target.name, boardPeer: target.peer,
+            from: client, clientCorrelationID: correlationID, board: board, boardPeer: boardPeer,
             deadline: now.advanced(by: requestTimeout(milliseconds: timeoutMilliseconds)), sentAt: now,
             clientIsBoard: clientIsBoard ?? (registry.board(for: client) != nil))
     }

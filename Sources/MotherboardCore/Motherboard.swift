@@ -163,7 +163,7 @@ public final class Motherboard {
     /// Heartbeats boards, drops the silent ones and fails requests and starts past their deadline.
     public func tick(now: ContinuousClock.Instant) {
         for board in registry.boards.values where board.lastSeen.duration(to: now) > settings.livenessTimeout {
-            lose(board, reason: "no heartbeat for \(settings.livenessTimeout)")
+            lose(board, reason: "no heartbeat for \(settings.livenessTimeout)", now: now)
         }
         checkAdoptedProcesses(now: now)
         forgetLongUnreachable(now: now)
@@ -291,13 +291,14 @@ public final class Motherboard {
     /// `unreachable` when `unreachableSince` is set: the board is then kept, shown unreachable).
     func drop(_ name: ScopedName, reason: String, unreachableSince: ContinuousClock.Instant? = nil) {
         guard let board = registry.remove(name) else { return }
-        uplinkBoardGone(name)
+        uplinkBoardGone(board)
+        let failure: BusError
         if let unreachableSince {
             unreachable[name] = UnreachableBoard(board: board, since: unreachableSince)
             logger.warning("board unreachable", metadata: ["board": "\(name)", "host": "\(board.host ?? "")", "reason": "\(reason)"])
-            for request in replies.takeAll(waitingOn: name, peer: board.peer) {
-                finish(request, .failure(BusError(.unreachable, "board '\(name)' at \(board.host ?? "another host") is unreachable (\(reason))")))
-            }
+            failure = BusError(.unreachable, "board '\(name)' at \(board.host ?? "another host") is unreachable (\(reason))")
+        } else {
+            failure = BusError(.boardNotRunning, "board '\(name)' stopped before answering (\(reason))")
         }
         // A manifest board keeps its series across restarts; another board's go with it.
         if manifest.board(named: name.name, scope: name.scope) == nil { metrics.forget(name) }
@@ -305,7 +306,7 @@ public final class Motherboard {
         storesForget(board)
         logger.info("board dropped", metadata: ["board": "\(name)", "pid": "\(board.registration.pid)", "reason": "\(reason)"])
         for request in replies.takeAll(waitingOn: name, peer: board.peer) {
-            finish(request, .failure(BusError(.boardNotRunning, "board '\(name)' stopped before answering (\(reason))")))
+            finish(request, .failure(failure))
         }
     }
 

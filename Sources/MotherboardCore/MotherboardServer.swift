@@ -87,10 +87,11 @@ public final class MotherboardServer: Service {
             }
         }
         try socket.bind(address.endpoint)
-        // The in-process endpoint of the broker's own helpers that share its context (the MDP
-        // bridge): no kernel socket between them and the routing loop.
+        // The in-process endpoint of the broker's own helpers, which share its context (the MDP
+        // endpoint, the uplink): no kernel socket between them and the routing loop.
         try socket.bind(Self.inProcessEndpoint)
-        let security = try listenOnNetwork(socket: socket, context: context, address: address)
+        let mdp = try mdpEndpoint(address)
+        let security = try listenOnNetwork(socket: socket, context: context, address: address, mdpOnTCP: mdp?.hasPrefix("tcp://") == true)
 
         // The launcher reports exits from its own threads; they reach the motherboard on the loop.
         let exits = ExitForwarder()
@@ -138,7 +139,7 @@ public final class MotherboardServer: Service {
         exits.connect(loop: loop, motherboard: motherboard)
         loop.start()
         var majordomo: MajordomoBridge?
-        if let endpoint = try mdpEndpoint(address), startFailure == nil {
+        if let endpoint = mdp, startFailure == nil {
             do {
                 majordomo = try MajordomoBridge(
                     settings: .init(endpoint: endpoint, limits: options.settings.limits), context: context, localEndpoint: Self.inProcessEndpoint,
@@ -153,7 +154,8 @@ public final class MotherboardServer: Service {
         var uplink: Uplink?
         if let attach, let secret = motherboard.uplinkSecret, startFailure == nil {
             uplink = try Uplink(
-                settings: attach, localEndpoint: address.endpoint, secret: secret, limits: options.settings.limits, logger: logger)
+                settings: attach, context: context, localEndpoint: Self.inProcessEndpoint, secret: secret, limits: options.settings.limits,
+                logger: logger)
             uplink?.start()
         }
 
@@ -208,11 +210,10 @@ extension MotherboardServer {
     /// Binds the tcp endpoints (after the ipc one: libzmq takes the security options of an
     /// endpoint when it is bound, so the ipc socket stays as it was). CURVE with the broker's key
     /// pair and a ZAP handler checking the allow-list, unless `--insecure`.
-    func listenOnNetwork(socket: ZMQSocket, context: ZMQContext, address: BusAddress) throws -> NetworkSecurity {
+    /// An MDP endpoint on tcp (`mdpOnTCP`) is guarded as the main one: keys, allow-list, ZAP.
+    func listenOnNetwork(socket: ZMQSocket, context: ZMQContext, address: BusAddress, mdpOnTCP: Bool) throws -> NetworkSecurity {
         let metrics = BrokerMetrics()
         let endpoints = options.listen.isEmpty ? options.manifest.listen : options.listen
-        // An MDP endpoint on tcp is guarded as the main one: keys, allow-list, ZAP.
-        let mdpOnTCP = try mdpEndpoint(address)?.hasPrefix("tcp://") == true
         guard !endpoints.isEmpty || mdpOnTCP else { return NetworkSecurity(zap: nil, metrics: metrics) }
         for endpoint in endpoints where !endpoint.hasPrefix("tcp://") {
             throw BusError(.badArgument, "--listen takes tcp://ADDRESS:PORT endpoints, not '\(endpoint)'")
@@ -407,10 +408,10 @@ final class RouterLoopHandler: SocketLoopHandler {
     /// and the name its key has in the allow-list (`10.0.0.2 (edge-b)`).
     static func origin(of message: ReceivedMessage, on socket: ZMQSocket) -> PeerOrigin? {
         guard case .success(let envelope) = message.content, envelope.header.kind == .register,
+            // Only tcp connections went through the ZAP handler and carry a user id; ipc ones do not.
+            let user = socket.lastReceivedProperty("User-Id"), !user.isEmpty,
             let address = socket.lastReceivedProperty("Peer-Address")
         else { return nil }
-        // Only tcp connections went through the ZAP handler and carry a user id; ipc ones do not.
-        guard let user = socket.lastReceivedProperty("User-Id"), !user.isEmpty else { return nil }
         return PeerOrigin(address: address, keyName: user)
     }
 

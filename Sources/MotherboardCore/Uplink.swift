@@ -38,7 +38,7 @@ public struct UplinkSettings: Sendable, Hashable {
 /// The link of a motherboard that serves scopes of a parent motherboard (on another host).
 ///
 /// It runs on a thread of its own with three kinds of DEALER sockets: one to its own motherboard's
-/// ipc socket (where it attached with the uplink secret; the boards of the served scopes are
+/// in-process endpoint (where it attached with the uplink secret; the boards of the served scopes are
 /// pushed to it), one per served board to the parent (registered there as that board: the
 /// parent routes to it as to any board, and the uplink hands each request to its own motherboard
 /// and the answer back), and one more to the parent for what goes up (clients' requests for the
@@ -93,12 +93,13 @@ final class Uplink: @unchecked Sendable {
     private let startedAt = ContinuousClock.now
     private let diagnosis = Mutex<String?>(nil)
 
-    init(settings: UplinkSettings, localEndpoint: String, secret: String, limits: BusLimits, logger: Logger) throws {
+    /// Sockets in `context` (the motherboard's, whose in-process endpoint `localEndpoint` is).
+    init(settings: UplinkSettings, context: ZMQContext, localEndpoint: String, secret: String, limits: BusLimits, logger: Logger) throws {
         self.settings = settings
         self.secret = secret
         self.limits = limits
         self.logger = logger
-        context = try ZMQContext()
+        self.context = context
         local = try ZMQSocket(context: context, kind: .dealer)
         try local.set(.linger(.zero), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000))
         try local.connect(localEndpoint)
@@ -163,7 +164,6 @@ final class Uplink: @unchecked Sendable {
         for board in boards.values { board.link.close() }
         local.close()
         link.close()
-        context.terminate()
     }
 
     private func makeID() -> UInt64 {
