@@ -64,6 +64,11 @@ struct NetworkIntegrationTests {
             let stranger = try await lab.busctlOverTCP(key: "stranger", "list")
             #expect(stranger.exitCode == 1)
             #expect(stranger.standardError.contains("unauthorized"), "\(stranger.standardError)")
+            // A client that has another server key than A's fails the handshake, and says so.
+            let wrongServer = try await lab.run(
+                lab.binaries + "/busctl",
+                ["list", "--bus", lab.parentEndpoint, "--server-key", "\(lab.directory)/ops.key", "--client-key", "\(lab.directory)/ops.key"], in: 1)
+            #expect(wrongServer.exitCode == 1 && wrongServer.standardError.contains("unauthorized"), "\(wrongServer.standardError)")
             // So is one without CURVE.
             let plaintext = try await lab.run(lab.binaries + "/busctl", ["list", "--bus", lab.parentEndpoint, "--insecure"], in: 1)
             #expect(plaintext.exitCode == 1)
@@ -73,9 +78,9 @@ struct NetworkIntegrationTests {
                 try await eventually(timeout: .seconds(10), checkingEvery: .milliseconds(100)) {
                     exposition = try await lab.busctlA("metrics").standardOutput
                     let lines = Set(exposition.split(separator: "\n").map(String.init))
-                    // Exactly one each: busctl's own probes of the ipc socket are not refusals.
+                    // Exactly: one key refused, two handshakes failed; busctl's own probes of the ipc socket are not refusals.
                     return lines.contains(#"boardbus_refused_connections_total{reason="key"} 1"#)
-                        && lines.contains(#"boardbus_refused_connections_total{reason="handshake"} 1"#)
+                        && lines.contains(#"boardbus_refused_connections_total{reason="handshake"} 2"#)
                 }, "\(exposition.split(separator: "\n").filter { $0.contains("refused_connections") })")
             // The link's liveness probes are answered, not counted as errors.
             #expect(!exposition.contains(#"code="notRegistered""#), "\(exposition.split(separator: "\n").filter { $0.contains("errors_total") })")
