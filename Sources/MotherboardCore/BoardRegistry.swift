@@ -79,10 +79,17 @@ final class LiveBoard {
     var name: ScopedName { ScopedName(scope: registration.scope, name: registration.id.rawValue) }
 }
 
-/// The live boards, by scoped name and by peer.
+/// The live boards, by scoped name and by peer, with the two indexes a message may need: the
+/// boards that own a store and the boards subscribed to an action, both by scoped name. They are
+/// kept as boards come and go, so that routing a store operation or an action looks one entry
+/// up rather than scanning every live board.
 struct BoardRegistry {
     private(set) var boards: [ScopedName: LiveBoard] = [:]
     private var boardsByPeer: [PeerID: LiveBoard] = [:]
+    /// Owners of each store, in registration order (the first is the one that is used).
+    private var storeOwners: [ScopedName: [LiveBoard]] = [:]
+    /// Subscribers of each action name, sorted by id.
+    private var actionSubscribers: [ScopedName: [LiveBoard]] = [:]
 
     /// Looks a board up by the id as written in a header, without validating it first: an
     /// invalid id is simply not found.
@@ -95,22 +102,58 @@ struct BoardRegistry {
     }
 
     mutating func insert(_ board: LiveBoard) {
-        if let previous = boards[board.name] { boardsByPeer[previous.peer] = nil }
-        if let old = boardsByPeer[board.peer], old.name != board.name { boards[old.name] = nil }
+        if let previous = boards[board.name] {
+            boardsByPeer[previous.peer] = nil
+            unindex(previous)
+        }
+        if let old = boardsByPeer[board.peer], old.name != board.name {
+            boards[old.name] = nil
+            unindex(old)
+        }
         boards[board.name] = board
         boardsByPeer[board.peer] = board
+        for store in Set(board.registration.stores) {
+            storeOwners[ScopedName(scope: board.scope, name: store), default: []].append(board)
+        }
+        for action in Set(board.registration.actions) {
+            let key = ScopedName(scope: board.scope, name: action)
+            var list = actionSubscribers[key] ?? []
+            list.insert(board, at: list.firstIndex { board.id < $0.id } ?? list.endIndex)
+            actionSubscribers[key] = list
+        }
     }
 
     @discardableResult
     mutating func remove(_ name: ScopedName) -> LiveBoard? {
         guard let board = boards.removeValue(forKey: name) else { return nil }
         boardsByPeer[board.peer] = nil
+        unindex(board)
         return board
+    }
+
+    private mutating func unindex(_ board: LiveBoard) {
+        for store in Set(board.registration.stores) {
+            Self.drop(board, from: &storeOwners, at: ScopedName(scope: board.scope, name: store))
+        }
+        for action in Set(board.registration.actions) {
+            Self.drop(board, from: &actionSubscribers, at: ScopedName(scope: board.scope, name: action))
+        }
+    }
+
+    private static func drop(_ board: LiveBoard, from index: inout [ScopedName: [LiveBoard]], at key: ScopedName) {
+        guard var list = index[key] else { return }
+        list.removeAll { $0 === board }
+        index[key] = list.isEmpty ? nil : list
     }
 
     /// Live boards of a scope subscribed to an action name, sorted by id for a stable order.
     func subscribers(of action: String, in scope: Scope) -> [LiveBoard] {
-        boards.values.filter { $0.scope == scope && $0.registration.actions.contains(action) }.sorted { $0.id < $1.id }
+        actionSubscribers[ScopedName(scope: scope, name: action)] ?? []
+    }
+
+    /// The live board that owns a store: the first to register of those that declare it.
+    func owner(of store: ScopedName) -> LiveBoard? {
+        storeOwners[store]?.first
     }
 
     /// All live boards, sorted by scope then id.

@@ -7,7 +7,7 @@ import Foundation
 extension Motherboard {
     /// The live board that owns a store.
     func owner(of store: ScopedName) -> LiveBoard? {
-        registry.boards.values.first { $0.scope == store.scope && $0.registration.stores.contains(store.name) }
+        registry.owner(of: store)
     }
 
     /// `dispatch` and the `store` operations that go to the owner.

@@ -1,0 +1,108 @@
+import BusCore
+import Foundation
+import Testing
+
+@testable import MotherboardCore
+
+/// The registry's indexes (store owners, action subscribers) against what a scan of the live
+/// boards finds, as boards register, re-register on another connection, and leave.
+@Suite("Board registry")
+struct BoardRegistryTests {
+    let metrics = BrokerMetrics()
+    let now = ContinuousClock.now
+
+    func board(_ id: String, scope: Scope = .root, peer: UInt8, actions: [String] = [], stores: [String] = []) -> LiveBoard {
+        let registration = Registration(id: try! BoardID(validating: id), pid: 1, scope: scope, actions: actions, stores: stores)
+        return LiveBoard(
+            registration: registration, peer: PeerID(Data([peer])), registeredAt: now, lastSeen: now,
+            metrics: metrics.board(ScopedName(scope: scope, name: id)))
+    }
+
+    /// What the indexes must agree with: a scan over every live board.
+    func scanned(_ registry: BoardRegistry, action: String, in scope: Scope) -> [String] {
+        registry.boards.values.filter { $0.scope == scope && $0.registration.actions.contains(action) }.map(\.id.rawValue).sorted()
+    }
+
+    @Test func subscribersAreTheBoardsOfTheScopeThatDeclareTheActionSortedById() {
+        var registry = BoardRegistry()
+        registry.insert(board("c.sub", peer: 1, actions: ["logout", "login"]))
+        registry.insert(board("a.sub", peer: 2, actions: ["logout"]))
+        registry.insert(board("b.other", peer: 3, actions: ["other"]))
+        registry.insert(board("a.inner", scope: "inner", peer: 4, actions: ["logout"]))
+        #expect(registry.subscribers(of: "logout", in: .root).map(\.id.rawValue) == ["a.sub", "c.sub"])
+        #expect(registry.subscribers(of: "logout", in: "inner").map(\.id.rawValue) == ["a.inner"])
+        #expect(registry.subscribers(of: "nobody", in: .root).isEmpty)
+        for action in ["logout", "login", "other"] {
+            #expect(registry.subscribers(of: action, in: .root).map(\.id.rawValue) == scanned(registry, action: action, in: .root))
+        }
+        registry.remove(ScopedName(scope: .root, name: "a.sub"))
+        #expect(registry.subscribers(of: "logout", in: .root).map(\.id.rawValue) == ["c.sub"])
+    }
+
+    @Test func aBoardThatRegistersAgainIsIndexedOnceWithItsNewRegistration() {
+        var registry = BoardRegistry()
+        registry.insert(board("demo.sub", peer: 1, actions: ["logout"], stores: ["cart"]))
+        // Same id on a new connection, now declaring something else: the old entry goes.
+        registry.insert(board("demo.sub", peer: 2, actions: ["login"]))
+        #expect(registry.subscribers(of: "logout", in: .root).isEmpty)
+        #expect(registry.subscribers(of: "login", in: .root).map(\.peer) == [PeerID(Data([2]))])
+        #expect(registry.owner(of: ScopedName(scope: .root, name: "cart")) == nil)
+        // Another id on the same connection replaces the board of that connection.
+        registry.insert(board("demo.renamed", peer: 2, stores: ["cart"]))
+        #expect(registry.subscribers(of: "login", in: .root).isEmpty)
+        #expect(registry.owner(of: ScopedName(scope: .root, name: "cart"))?.id == "demo.renamed")
+        #expect(registry.boards.count == 1)
+    }
+
+    @Test func aStoreIsOwnedByTheFirstToRegisterAndPassesOnWhenItLeaves() {
+        var registry = BoardRegistry()
+        let cart = ScopedName(scope: .root, name: "cart")
+        registry.insert(board("z.first", peer: 1, stores: ["cart", "cart"]))
+        registry.insert(board("a.second", peer: 2, stores: ["cart"]))
+        registry.insert(board("inner.owner", scope: "inner", peer: 3, stores: ["cart"]))
+        #expect(registry.owner(of: cart)?.id == "z.first")
+        #expect(registry.owner(of: ScopedName(scope: "inner", name: "cart"))?.id == "inner.owner")
+        #expect(registry.owner(of: ScopedName(scope: .root, name: "missing")) == nil)
+        registry.remove(ScopedName(scope: .root, name: "z.first"))
+        #expect(registry.owner(of: cart)?.id == "a.second")
+        registry.remove(ScopedName(scope: .root, name: "a.second"))
+        #expect(registry.owner(of: cart) == nil)
+    }
+}
+
+/// The flow table's indexes against the order and ownership rules a scan gave.
+@Suite("Flow table")
+struct FlowTableTests {
+    @Test func matchingFlowsRunInRegistrationOrderAcrossSourcesAndOwners() throws {
+        var table = FlowTable()
+        table.add(scope: .root, owner: nil, spec: FlowSpec(sources: ["pay"], target: "audit"))  // 1
+        table.add(scope: .root, owner: "x.owner", spec: FlowSpec(sources: ["other", "pay", "pay"], target: "a"))  // 2
+        table.add(scope: "inner", owner: nil, spec: FlowSpec(sources: ["pay"], target: "b"))  // 3
+        table.add(scope: .root, owner: "y.owner", spec: FlowSpec(sources: ["pay"], trigger: .completion, target: "c"))  // 4
+        table.add(scope: .root, owner: "x.owner", spec: FlowSpec(sources: ["pay"], target: "d"))  // 5
+        #expect(table.matching(scope: .root, source: "pay", trigger: .output).map(\.id) == [1, 2, 5])
+        #expect(table.matching(scope: .root, source: "pay", trigger: .completion).map(\.id) == [4])
+        #expect(table.matching(scope: "inner", source: "pay", trigger: .output).map(\.id) == [3])
+        #expect(table.matching(scope: .root, source: "other", trigger: .output).map(\.id) == [2])
+        #expect(table.matching(scope: .root, source: "nobody", trigger: .output).isEmpty)
+
+        table.countRun(2)
+        table.countRun(2)
+        #expect(table.flows.map(\.runs) == [0, 2, 0, 0, 0])
+
+        // Only the owner removes its flow; a tool (no requester) removes any.
+        #expect(throws: BusError.self) { try table.remove(id: 2, requester: "y.owner") }
+        try table.remove(id: 2, requester: "x.owner")
+        #expect(throws: BusError.self) { try table.remove(id: 2, requester: nil) }
+        #expect(table.matching(scope: .root, source: "other", trigger: .output).isEmpty)
+
+        // A board that leaves takes its flows, and only its own, in its scope only.
+        table.add(scope: "inner", owner: "x.owner", spec: FlowSpec(sources: ["pay"], target: "e"))  // 6
+        table.removeFlows(ownedBy: ScopedName(scope: .root, name: "x.owner"))
+        #expect(table.flows.map(\.id) == [1, 3, 4, 6])
+        #expect(table.matching(scope: .root, source: "pay", trigger: .output).map(\.id) == [1])
+        #expect(table.matching(scope: "inner", source: "pay", trigger: .output).map(\.id) == [3, 6])
+        // Ids are never reused.
+        #expect(table.add(scope: .root, owner: nil, spec: FlowSpec(sources: ["pay"])).id == 7)
+    }
+}
