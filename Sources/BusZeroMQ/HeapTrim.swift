@@ -5,7 +5,7 @@ import CZeroMQ
 /// glibc keeps freed memory in its heap for reuse; after a burst (a peer's queue of large
 /// answers freed when it left, 2 000 boards gone) a long-running broker would keep hundreds of MB
 /// it no longer uses. Asked about every tick, this trims the heap when more than `threshold`
-/// bytes lie free in it: a few microseconds to look, and nothing done in the steady state.
+/// bytes lie free in it, looking at most once a second, and doing nothing in the steady state.
 package struct HeapTrim: Sendable {
     package let threshold: Int
     /// How many times the heap was trimmed.
@@ -18,8 +18,14 @@ package struct HeapTrim: Sendable {
     /// Bytes the heap holds free.
     package static var freeBytes: Int { Int(boardbus_heap_free_bytes()) }
 
-    /// Trims the heap when more than the threshold lies free in it.
-    package mutating func trimIfWorthwhile() {
+    /// When the heap was last looked at: at most once a second, since looking walks glibc's free
+    /// lists (hundreds of microseconds in a broker that held 2 000 boards).
+    private var lastLook: ContinuousClock.Instant?
+
+    /// Trims the heap when more than the threshold lies free in it; looks at most once a second.
+    package mutating func trimIfWorthwhile(now: ContinuousClock.Instant = .now) {
+        if let lastLook, lastLook.duration(to: now) < .seconds(1) { return }
+        lastLook = now
         guard Self.freeBytes > threshold else { return }
         _ = boardbus_trim_heap()
         trims += 1

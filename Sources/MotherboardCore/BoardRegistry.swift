@@ -52,6 +52,10 @@ final class LiveBoard {
     let registeredAt: ContinuousClock.Instant
     // Updated on every message, on the broker's loop thread only: no exclusivity checks.
     @exclusivity(unchecked) var lastSeen: ContinuousClock.Instant
+    /// When the broker heartbeats it next. Each board has its own phase within the interval, so
+    /// that a broker with thousands of boards sends a few heartbeats on each tick rather than all
+    /// of them at once (a burst that held the routing loop for milliseconds).
+    var nextHeartbeat: ContinuousClock.Instant
     var activations = 0
     @exclusivity(unchecked) var commandsHandled = 0
     var actionsDelivered = 0
@@ -72,6 +76,24 @@ final class LiveBoard {
         self.peer = peer
         self.registeredAt = registeredAt
         self.lastSeen = lastSeen
+        self.nextHeartbeat = registeredAt
+    }
+
+    /// Sets the first heartbeat somewhere in the first `interval` after registration, by the
+    /// connection's routing id (spread evenly over boards, the same for the same peer).
+    func scheduleHeartbeats(every interval: Duration) {
+        var spread: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in peer.bytes { spread = (spread ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        nextHeartbeat = registeredAt + interval * (Double(spread % 1024) / 1024)
+    }
+
+    /// Whether a heartbeat is due at `now`; if so, the next is scheduled one interval later (or
+    /// one interval from now when ticks ran late).
+    func takeHeartbeat(at now: ContinuousClock.Instant, every interval: Duration) -> Bool {
+        guard nextHeartbeat <= now else { return false }
+        nextHeartbeat = nextHeartbeat + interval
+        if nextHeartbeat <= now { nextHeartbeat = now + interval }
+        return true
     }
 
     var id: BoardID { registration.id }

@@ -12,9 +12,12 @@ import struct Prometheus.PrometheusMetricsFactory
 /// `/metrics`).
 ///
 /// The hot path only adds to plain integers on each board's ``BoardMetrics`` (kept on its
-/// ``LiveBoard``); every tick they are handed to the swift-metrics counters. The request
-/// round-trip histograms are kept in fixed buckets the same way and rendered into the same
-/// exposition, since a swift-metrics `Timer` takes one value at a time, behind a lock.
+/// ``LiveBoard``); every tick a snapshot of what changed is published for the exposition. The
+/// per-board series (messages by kind, request round-trip histograms) are rendered by this type
+/// into the same exposition rather than kept as swift-metrics objects: a swift-metrics `Timer`
+/// takes one value at a time behind a lock, and the Prometheus registry copies its table of a
+/// metric's label sets on every new series, which made thousands of boards registering cost the
+/// broker seconds of CPU (quadratic in the boards).
 public final class BrokerMetrics: @unchecked Sendable {
     public let registry: PrometheusCollectorRegistry
     let factory: PrometheusMetricsFactory
@@ -57,7 +60,7 @@ public final class BrokerMetrics: @unchecked Sendable {
         var factory = PrometheusMetricsFactory(registry: registry)
         factory.defaultDurationHistogramBuckets = Self.durationBuckets
         self.factory = factory
-        clients = BoardMetrics(board: "(client)", scope: MonitorEvent.rootScope, factory: factory)
+        clients = BoardMetrics(key: Self.clientsKey, scope: MonitorEvent.rootScope, changed: changed)
         func gauge(_ name: String) -> Gauge { Gauge(label: name, dimensions: [], factory: factory) }
         func counter(_ name: String) -> Counter { Counter(label: name, dimensions: [], factory: factory) }
         boards = gauge("boardbus_boards")
@@ -79,14 +82,22 @@ public final class BrokerMetrics: @unchecked Sendable {
     /// Every board's counters, by name: live boards', and manifest boards' between their runs.
     // Touched on the loop thread only.
     private var boardMetrics: [ScopedName: BoardMetrics] = [:]
-    /// The round-trip histograms as of the last flush, for the exposition (read from any thread).
-    private let histograms = Mutex<[ScopedName: RoundTripHistogram]>([:])
+    /// The counters that counted since the last flush (loop thread only): a flush looks at these,
+    /// not at every board.
+    private let changed = ChangedBoards()
+
+    // The changed counters and their list refer to each other until a flush.
+    deinit { changed.boards.removeAll() }
+    /// Each board's series as of the last flush, for the exposition (read from any thread).
+    private let series = Mutex<[ScopedName: BoardSeries]>([:])
+    /// The key of the clients' series (no board id has parentheses).
+    private static let clientsKey = ScopedName(scope: .root, name: "(client)")
 
     /// A board's counters: a manifest board's are kept across its restarts, another's go with it
     /// (``forget(_:)``).
     func board(_ name: ScopedName) -> BoardMetrics {
         if let known = boardMetrics[name] { return known }
-        let made = BoardMetrics(board: name.name, scope: Self.scopeLabel(name.scope), factory: factory)
+        let made = BoardMetrics(key: name, scope: Self.scopeLabel(name.scope), changed: changed)
         boardMetrics[name] = made
         return made
     }
@@ -96,25 +107,22 @@ public final class BrokerMetrics: @unchecked Sendable {
         (reason == "key" ? refusedForKey : refusedInHandshake).increment()
     }
 
-    /// A board that is not in the manifest left: its last counts are flushed, then its series go.
+    /// A board that is not in the manifest left: its series go.
     func forget(_ name: ScopedName) {
-        guard let gone = boardMetrics.removeValue(forKey: name) else { return }
-        _ = gone.flush()
-        gone.destroy()
-        _ = histograms.withLock { $0.removeValue(forKey: name) }
+        guard boardMetrics.removeValue(forKey: name) != nil else { return }
+        _ = series.withLock { $0.removeValue(forKey: name) }
     }
 
-    /// Hands every board's counts since the last flush to the metrics (each tick, and before an
-    /// exposition asked for over the bus).
+    /// Publishes every board's counts that changed since the last flush for the exposition (each
+    /// tick, and before an exposition asked for over the bus).
     func flushBoards() {
-        _ = clients.flush()
-        var changed: [(ScopedName, RoundTripHistogram)] = []
-        for (name, metrics) in boardMetrics {
-            if let histogram = metrics.flush() { changed.append((name, histogram)) }
-        }
-        guard !changed.isEmpty else { return }
-        histograms.withLock { histograms in
-            for (name, histogram) in changed { histograms[name] = histogram }
+        guard !changed.boards.isEmpty else { return }
+        // A board forgotten since it counted has no series any more.
+        let snapshots = changed.boards.filter { $0 === clients || boardMetrics[$0.key] === $0 }.map { ($0.key, $0.flush()) }
+        changed.boards.forEach { $0.listed = false }
+        changed.boards.removeAll(keepingCapacity: true)
+        series.withLock { series in
+            for (name, snapshot) in snapshots { series[name] = snapshot }
         }
     }
 
@@ -165,17 +173,23 @@ public final class BrokerMetrics: @unchecked Sendable {
         }
     }
 
-    /// The Prometheus text exposition format (version 0.0.4): the registry's series, and the
-    /// round-trip histograms as of the last flush.
+    /// The Prometheus text exposition format (version 0.0.4): the registry's series, then each
+    /// board's message counts and round-trip histogram as of the last flush.
     public func exposition() -> String {
         var text = registry.emitToString()
-        let histograms = self.histograms.withLock { $0 }
-        guard !histograms.isEmpty else { return text }
+        let series = self.series.withLock { $0 }.values.sorted { ($0.scope, $0.board) < ($1.scope, $1.board) }
+        guard !series.isEmpty else { return text }
+        text += "# HELP boardbus_messages_total Messages from each connection to the broker (in) and from the broker to it (out), by kind.\n"
+        text += "# TYPE boardbus_messages_total counter\n"
+        for board in series {
+            board.renderMessages(name: "boardbus_messages_total", into: &text)
+        }
+        let timed = series.filter { $0.roundTrips != nil }
+        guard !timed.isEmpty else { return text }
         text += "# HELP boardbus_request_duration_seconds Forward to answer of the requests the broker forwarded to a board.\n"
         text += "# TYPE boardbus_request_duration_seconds histogram\n"
-        for (name, histogram) in histograms.sorted(by: { ($0.key.scope.name, $0.key.name) < ($1.key.scope.name, $1.key.name) }) {
-            let labels = "board=\"\(Self.escaped(name.name))\",scope=\"\(Self.escaped(Self.scopeLabel(name.scope)))\""
-            histogram.render(name: "boardbus_request_duration_seconds", labels: labels, into: &text)
+        for board in timed {
+            board.roundTrips?.render(name: "boardbus_request_duration_seconds", labels: board.labels, into: &text)
         }
         return text
     }
@@ -190,25 +204,26 @@ public final class BrokerMetrics: @unchecked Sendable {
 /// One board's message counters (by direction and kind) and its request round-trip histogram.
 ///
 /// The routing loop only adds to plain integers here (no lock, no atomic, no call through the
-/// metrics API: a few nanoseconds a message); every tick, ``flush(into:)`` hands what was added
-/// since to the swift-metrics counters, made on first use.
+/// metrics API: a few nanoseconds a message); every tick, ``flush()`` takes a snapshot of them
+/// when they changed, which the exposition renders.
 final class BoardMetrics {
-    let board: String
+    let key: ScopedName
     let scope: String
-    private let factory: PrometheusMetricsFactory
+    var board: String { key.name }
+    /// Where the counters put themselves on their first count since a flush.
+    private let changed: ChangedBoards
+    /// Whether they are in `changed` now.
+    @exclusivity(unchecked) fileprivate var listed = false
     // Written on the loop thread only, without checks: plain memory, no copy-on-write test.
     private let counts = UnsafeMutablePointer<Int>.allocate(capacity: 2 * BoardMetrics.kindSlots)
     private let buckets = UnsafeMutablePointer<Int>.allocate(capacity: RoundTripHistogram.bounds.count + 1)
     @exclusivity(unchecked) private var roundTripCount = 0
     @exclusivity(unchecked) private var roundTripNanoseconds: Int64 = 0
-    private var exported = [Int](repeating: 0, count: 2 * BoardMetrics.kindSlots)
-    private var counters: [Counter?] = Array(repeating: nil, count: 2 * BoardMetrics.kindSlots)
-    private var flushedRoundTrips = 0
 
-    init(board: String, scope: String, factory: PrometheusMetricsFactory) {
-        self.board = board
+    init(key: ScopedName, scope: String, changed: ChangedBoards) {
+        self.key = key
         self.scope = scope
-        self.factory = factory
+        self.changed = changed
         counts.initialize(repeating: 0, count: 2 * Self.kindSlots)
         buckets.initialize(repeating: 0, count: RoundTripHistogram.bounds.count + 1)
     }
@@ -228,6 +243,12 @@ final class BoardMetrics {
 
     @inline(__always) private func count(slot: Int) {
         if slot < 2 * Self.kindSlots { counts[slot] &+= 1 }
+        if !listed { markChanged() }
+    }
+
+    private func markChanged() {
+        listed = true
+        changed.boards.append(self)
     }
 
     /// A request forwarded to this board was answered after `nanoseconds`.
@@ -235,6 +256,7 @@ final class BoardMetrics {
         buckets[RoundTripHistogram.bucket(of: nanoseconds)] &+= 1
         roundTripCount &+= 1
         roundTripNanoseconds &+= max(0, nanoseconds)
+        if !listed { markChanged() }
     }
 
     /// The round trips so far.
@@ -244,30 +266,39 @@ final class BoardMetrics {
             sumNanoseconds: roundTripNanoseconds)
     }
 
-    /// Hands the counts added since the last flush to the metrics; returns the histogram when it
-    /// changed.
-    func flush() -> RoundTripHistogram? {
-        for slot in 0..<(2 * Self.kindSlots) where counts[slot] != exported[slot] {
-            let counter =
-                counters[slot]
-                ?? Counter(
-                    label: "boardbus_messages_total",
-                    dimensions: [
-                        ("board", board), ("scope", scope), ("direction", slot < Self.kindSlots ? "in" : "out"),
-                        ("kind", MessageKind(rawValue: UInt8(slot % Self.kindSlots)).map { "\($0)" } ?? "\(slot % Self.kindSlots)"),
-                    ], factory: factory)
-            counters[slot] = counter
-            counter.increment(by: counts[slot] - exported[slot])
-            exported[slot] = counts[slot]
-        }
-        guard roundTripCount != flushedRoundTrips else { return nil }
-        flushedRoundTrips = roundTripCount
-        return roundTrips
+    /// A snapshot of the counts.
+    func flush() -> BoardSeries {
+        BoardSeries(
+            board: board, scope: scope, messages: Array(UnsafeBufferPointer(start: counts, count: 2 * Self.kindSlots)),
+            roundTrips: roundTripCount > 0 ? roundTrips : nil)
+    }
+}
+
+/// The board counters that counted since the last flush, each once.
+final class ChangedBoards {
+    var boards: [BoardMetrics] = []
+}
+
+/// What the exposition shows of one board (or of the clients together), as of a flush.
+struct BoardSeries: Sendable {
+    var board: String
+    var scope: String
+    /// Messages by kind: the first ``BoardMetrics/kindSlots`` in (to the broker), then out.
+    var messages: [Int]
+    var roundTrips: RoundTripHistogram?
+
+    var labels: String {
+        "board=\"\(BrokerMetrics.escaped(board))\",scope=\"\(BrokerMetrics.escaped(scope))\""
     }
 
-    /// Removes the board's series (a board that is gone for good; manifest boards keep theirs).
-    func destroy() {
-        for counter in counters { counter?.destroy() }
+    /// A counter line per direction and kind that has counted anything.
+    func renderMessages(name: String, into text: inout String) {
+        let labels = self.labels
+        for (slot, count) in messages.enumerated() where count > 0 {
+            let kind = MessageKind(rawValue: UInt8(slot % BoardMetrics.kindSlots)).map { "\($0)" } ?? "\(slot % BoardMetrics.kindSlots)"
+            let direction = slot < BoardMetrics.kindSlots ? "in" : "out"
+            text += "\(name){\(labels),direction=\"\(direction)\",kind=\"\(kind)\"} \(count)\n"
+        }
     }
 }
 

@@ -78,7 +78,6 @@ public final class Motherboard {
     public var uplinkSecret: String?
     /// `busctl monitor`s attached: while there is none, routing does not look at them.
     @exclusivity(unchecked) var monitors = MonitorTable()
-    private var lastHeartbeat: ContinuousClock.Instant?
     private let transport: any MotherboardTransport
     let producer: (any BoardProducer)?
     let logger: Logger
@@ -162,17 +161,17 @@ public final class Motherboard {
 
     /// Heartbeats boards, drops the silent ones and fails requests and starts past their deadline.
     public func tick(now: ContinuousClock.Instant) {
-        for board in registry.boards.values where board.lastSeen.duration(to: now) > settings.livenessTimeout {
-            lose(board, reason: "no heartbeat for \(settings.livenessTimeout)", now: now)
-        }
-        checkAdoptedProcesses(now: now)
-        forgetLongUnreachable(now: now)
-        if lastHeartbeat.map({ $0.duration(to: now) >= settings.heartbeatInterval }) ?? true {
-            lastHeartbeat = now
-            for board in registry.boards.values {
+        var silent: [LiveBoard] = []
+        for board in registry.boards.values {
+            if board.lastSeen.duration(to: now) > settings.livenessTimeout {
+                silent.append(board)
+            } else if board.takeHeartbeat(at: now, every: settings.heartbeatInterval) {
                 send(Envelope(header: EnvelopeHeader(kind: .heartbeat, target: board.id.rawValue)), to: board.peer)
             }
         }
+        for board in silent { lose(board, reason: "no heartbeat for \(settings.livenessTimeout)", now: now) }
+        checkAdoptedProcesses(now: now)
+        forgetLongUnreachable(now: now)
         for request in replies.takeExpired(now: now) {
             counters.timedOutRequests += 1
             finish(request, .failure(BusError(.timeout, "board '\(request.board)' did not answer in time")))
@@ -220,6 +219,7 @@ public final class Motherboard {
         // Its counters only once it is accepted: a refused name leaves nothing behind.
         let board = LiveBoard(
             registration: registration, peer: peer, registeredAt: now, lastSeen: now, metrics: metrics.board(name), origin: origin)
+        board.scheduleHeartbeats(every: settings.heartbeatInterval)
         registry.insert(board)
         unreachable[name] = nil
         logger.info(

@@ -55,10 +55,20 @@ struct BenchSettings {
     var churnBoards = 2_000
     var coldStarts: Int
     var busctlRuns: Int
+    /// The scale rows: boards (and flows), round trips at each size, rounds.
+    var scaleBoards = 2_000
+    var scaleRequests = 20_000
+    var scaleRounds = 3
+    /// The throughput sweep at 100 B: (connections, requests in flight on each).
+    var windows: [(Int, Int)] = [(1, 100), (4, 16), (4, 100), (1, 1000)]
+    /// Seconds of each round of each window, and rounds.
+    var sweepSeconds = 1.5
+    var sweepRounds = 3
 
     static let quick = BenchSettings(
         latencyRequests: 5_000, warmupRequests: 500, largeLatencyRequests: 1_000, throughputSeconds: 4,
-        clients: 4, window: 16, memorySeconds: 6, coldStarts: 3, busctlRuns: 10)
+        clients: 4, window: 16, memorySeconds: 6, coldStarts: 3, busctlRuns: 10, scaleRequests: 2_000, scaleRounds: 1, sweepSeconds: 0.5,
+        sweepRounds: 1)
     static let full = BenchSettings(
         latencyRequests: 50_000, warmupRequests: 2_000, largeLatencyRequests: 5_000, throughputSeconds: 10,
         clients: 4, window: 16, memorySeconds: 60, coldStarts: 10, busctlRuns: 30)

@@ -20,7 +20,7 @@ final class Report {
     }
 
     /// - Parameter judged: when set, the targets are judged on these figures, named so.
-    func latency(_ label: String, baseline: LatencySummary, boardBus: LatencySummary, judged: String? = nil) {
+    func latency(_ label: String, baseline: LatencySummary, boardBus: LatencySummary, judged: String? = nil, p50Goal: Double = 1.2) {
         let pairs: [(String, Double, Double)] = [
             ("p50", baseline.p50, boardBus.p50), ("p90", baseline.p90, boardBus.p90),
             ("p99", baseline.p99, boardBus.p99), ("p99.9", baseline.p999, boardBus.p999),
@@ -29,16 +29,19 @@ final class Report {
             rows.append(["round trip \(label) \(name) (µs)", format(base), format(bus), ratio(bus, base)])
         }
         if let judged {
-            verdict("round trip p50 ≤ 1.2 × baseline, \(judged)", holds: boardBus.p50 <= 1.2 * baseline.p50, ratio: boardBus.p50 / baseline.p50)
+            verdict(
+                "round trip p50 ≤ \(String(format: "%.2f", p50Goal)) × baseline, \(judged)", holds: boardBus.p50 <= p50Goal * baseline.p50,
+                ratio: boardBus.p50 / baseline.p50)
             verdict("round trip p99 ≤ 2 × baseline, \(judged)", holds: boardBus.p99 <= 2 * baseline.p99, ratio: boardBus.p99 / baseline.p99)
         }
     }
 
     /// - Parameter judged: when set, the target is judged on this figure, named so.
-    func throughput(_ label: String, baseline: Double, boardBus: Double, judged: String? = nil) {
+    func throughput(_ label: String, baseline: Double, boardBus: Double, judged: String? = nil, goal: Double = 0.5) {
         rows.append(["throughput \(label) (msg/s)", format(baseline, decimals: 0), format(boardBus, decimals: 0), ratio(boardBus, baseline)])
         if let judged {
-            verdict("throughput ≥ 50 % of baseline, \(judged)", holds: boardBus >= 0.5 * baseline, ratio: boardBus / baseline)
+            verdict(
+                "throughput ≥ \(Int(goal * 100)) % of baseline, \(label), \(judged)", holds: boardBus >= goal * baseline, ratio: boardBus / baseline)
         }
     }
 
@@ -60,6 +63,32 @@ final class Report {
         verdict(
             "broker gives back the memory of boards that left", holds: result.afterKiB - result.beforeKiB < 8192, ratio: nil,
             detail: "\(result.afterKiB - result.beforeKiB) KiB more than before \(result.boards) boards came and went")
+    }
+
+    /// The scale rows: round trips with `boards` registered boards and as many flows against 10,
+    /// registering them, and the broker's memory per board against a bare ROUTER's per connection.
+    func scale(
+        boards: Int, p50: (few: Double, many: Double), p99: (few: Double, many: Double), registerSeconds: Double, brokerKiBPerBoard: Double,
+        routerKiBPerConnection: Double
+    ) {
+        rows.append([
+            "round trip 100 B p50 with \(boards) boards and \(boards) flows (µs); baseline: with 10 of each", format(p50.few), format(p50.many),
+            ratio(p50.many, p50.few),
+        ])
+        rows.append([
+            "round trip 100 B p99 with \(boards) boards and \(boards) flows (µs); baseline: with 10 of each", format(p99.few), format(p99.many),
+            ratio(p99.many, p99.few),
+        ])
+        verdict("p50 with \(boards) boards and flows ≤ 1.1 × with 10", holds: p50.many <= 1.1 * p50.few, ratio: p50.many / p50.few)
+        rows.append(["registering \(boards) boards, each on its own connection (s, median of rounds)", "", format(registerSeconds, decimals: 2), ""])
+        verdict("registering \(boards) boards ≤ 1 s", holds: registerSeconds <= 1, ratio: nil, detail: String(format: "%.2f s", registerSeconds))
+        rows.append([
+            "memory per connected board (KiB); baseline: bare ROUTER (zmq_proxy) per connection", format(routerKiBPerConnection),
+            format(brokerKiBPerBoard), ratio(brokerKiBPerBoard, routerKiBPerConnection),
+        ])
+        verdict(
+            "broker memory per board ≤ 1.1 × a bare ROUTER's per connection", holds: brokerKiBPerBoard <= 1.1 * routerKiBPerConnection,
+            ratio: brokerKiBPerBoard / routerKiBPerConnection)
     }
 
     /// A cost row: BoardBus without and with a feature (a monitor attached, trace context).

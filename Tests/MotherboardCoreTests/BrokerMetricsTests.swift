@@ -63,4 +63,21 @@ struct BrokerMetricsTests {
         metrics.forget(greeter)
         #expect(!metrics.exposition().contains("demo.greeter"))
     }
+
+    /// Counts made between a flush and the board being forgotten do not bring its series back
+    /// at the next flush, and a flush with nothing counted keeps what was shown.
+    @Test func aBoardForgottenBeforeTheFlushStaysForgotten() {
+        let metrics = BrokerMetrics()
+        let other = ScopedName(scope: "", name: "demo.other")
+        metrics.board(other).sent(.command)
+        metrics.flushBoards()
+        let board = metrics.board(greeter)
+        board.sent(.command)
+        metrics.forget(greeter)
+        metrics.flushBoards()
+        metrics.flushBoards()
+        let text = metrics.exposition()
+        #expect(!text.contains("demo.greeter"))
+        #expect(text.contains(#"boardbus_messages_total{board="demo.other",scope="/",direction="out",kind="command"} 1"#))
+    }
 }
