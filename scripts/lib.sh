@@ -47,6 +47,44 @@ ensure_iproute2() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq iproute2 >&2 || echo "==> iproute2 not installed: the across-hosts test runs over 127.0.0.1" >&2
 }
 
+# The bench's rows against NATS and D-Bus: Debian's nats-server and dbus-broker, and the C
+# harnesses in scripts/bench-peers built on libnats-dev and libdbus-1-dev into .build/bench-peers.
+# Anything missing that apt-get cannot install leaves those rows out (the bench says why).
+ensure_bench_peers() {
+    local root="$1" out="$1/.build/bench-peers"
+    local missing=()
+    [ -x /usr/sbin/nats-server ] || missing+=(nats-server)
+    [ -f /usr/include/nats/nats.h ] || missing+=(libnats-dev)
+    [ -x /usr/bin/dbus-broker-launch ] || missing+=(dbus-broker)
+    pkg-config --exists dbus-1 2>/dev/null || missing+=(libdbus-1-dev)
+    command -v cc >/dev/null 2>&1 || missing+=(gcc)
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "==> installing ${missing[*]} with apt-get (the bench's NATS and D-Bus rows)" >&2
+        local sudo=""
+        if [ "$(id -u)" -ne 0 ]; then
+            if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then sudo="sudo"; else
+                echo "==> not root: the NATS and D-Bus rows are left out unless ${missing[*]} are installed" >&2
+            fi
+        fi
+        if [ "$(id -u)" -eq 0 ] || [ -n "$sudo" ]; then
+            $sudo apt-get update -qq >&2 || true
+            DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" pkg-config >&2 \
+                || echo "==> apt-get could not install ${missing[*]}: those rows are left out" >&2
+        fi
+    fi
+    mkdir -p "$out"
+    local src="$root/scripts/bench-peers"
+    if [ -f /usr/include/nats/nats.h ]; then
+        cc -O2 -Wall -o "$out/nats-echo-bench" "$src/nats-echo-bench.c" -I"$src" -lnats >&2 \
+            || echo "==> the NATS harness did not build: its rows are left out" >&2
+    fi
+    if pkg-config --exists dbus-1 2>/dev/null; then
+        # shellcheck disable=SC2046
+        cc -O2 -Wall -o "$out/dbus-echo-bench" "$src/dbus-echo-bench.c" -I"$src" $(pkg-config --cflags --libs dbus-1) >&2 \
+            || echo "==> the D-Bus harness did not build: its rows are left out" >&2
+    fi
+}
+
 repo_root() {
     cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd
 }

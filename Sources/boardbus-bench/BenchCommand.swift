@@ -78,6 +78,9 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: ArgumentHelp("Only the scale rows (2 000 boards and flows against 10, memory per board).", visibility: .hidden))
     var scaleOnly = false
 
+    @Flag(help: ArgumentHelp("Only the rows against NATS and D-Bus (raw echo, one at a time).", visibility: .hidden))
+    var alternativesOnly = false
+
     @Flag(help: ArgumentHelp("Only the Majordomo rows (BoardBus's MDP endpoint against majortomo's broker).", visibility: .hidden))
     var mdpOnly = false
 
@@ -95,6 +98,14 @@ struct BenchCommand: AsyncParsableCommand {
                     try await ScaleBench(fleet: fleet, bus: BoardBusBench(fleet: fleet), baseline: baseline, settings: quick ? .quick : .full)
                         .run(report: report)
                 }
+            }
+            print(report.render())
+            return
+        }
+        if alternativesOnly {
+            let report = Report()
+            try await TestFleet.with(manifest: #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}]}"#) { fleet in
+                try await AlternativesBench(bus: BoardBusBench(fleet: fleet), quick: quick).run(report: report)
             }
             print(report.render())
             return
@@ -235,6 +246,8 @@ struct BenchCommand: AsyncParsableCommand {
                         judged: judged ? "typed echo" : nil, goal: 0.5)
                 }
             }
+
+            try await AlternativesBench(bus: bus, quick: quick).run(report: report)
 
             try await observabilityCosts(bus: bus, fleet: fleet, settings: settings, report: report)
 

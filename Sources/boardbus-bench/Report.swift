@@ -8,11 +8,17 @@ final class Report {
     private var costs: [[String]] = []
     /// BoardBus against another broker than the C baseline (majortomo's, for MDP).
     private var comparisons: [[String]] = []
+    /// BoardBus's raw echo against what users would pick instead (NATS, D-Bus).
+    private var alternatives: [[String]] = []
     /// Lines said under the tables (rows skipped, and why).
     private var notes: [String] = []
 
     func compare(_ label: String, other: Double, boardBus: Double, decimals: Int = 1) {
         comparisons.append([label, format(other, decimals: decimals), format(boardBus, decimals: decimals), ratio(boardBus, other)])
+    }
+
+    func alternative(_ label: String, other: Double, boardBus: Double, decimals: Int = 1) {
+        alternatives.append([label, format(other, decimals: decimals), format(boardBus, decimals: decimals), ratio(boardBus, other)])
     }
 
     func note(_ text: String) {
@@ -131,6 +137,9 @@ final class Report {
         }
         text += Self.table(
             ["BoardBus against majortomo's MDP broker (same client and worker)", "majortomo broker", "BoardBus", "BoardBus / majortomo"], comparisons)
+        text += Self.table(
+            ["BoardBus raw echo against what users would pick instead (one request at a time)", "that system", "BoardBus", "BoardBus / that"],
+            alternatives)
         text.append("")
         text += verdicts
         text += notes

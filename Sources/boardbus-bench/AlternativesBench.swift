@@ -1,0 +1,113 @@
+import BoardKitTesting
+import BusCore
+import Foundation
+
+/// What users choosing a bus compare with, in the same run: a NATS request/reply through Debian's
+/// `nats-server` (C client on libnats, SendAsap) and a D-Bus method call through `dbus-broker` (a
+/// private bus, libdbus-1 client and service), each against BoardBus's raw echo, one request at a
+/// time, at 100 B and 64 KiB, in alternated rounds.
+///
+/// The C harnesses are in `scripts/bench-peers/`; `scripts/bench` installs their packages with
+/// apt-get and builds them into `.build/bench-peers/`. A system whose harness or server is missing
+/// is skipped with a note saying why.
+struct AlternativesBench {
+    let bus: BoardBusBench
+    let quick: Bool
+
+    struct System {
+        var name: String
+        var harness: String
+        var server: String
+        var packages: String
+        /// The harness's arguments before BYTES REQUESTS WARMUP.
+        var arguments: (_ directory: String) -> [String]
+    }
+
+    static func systems(peers: String) -> [System] {
+        [
+            System(
+                name: "NATS request/reply (nats-server, libnats, tcp 127.0.0.1)", harness: "\(peers)/nats-echo-bench",
+                server: "/usr/sbin/nats-server", packages: "nats-server libnats-dev", arguments: { _ in ["/usr/sbin/nats-server"] }),
+            System(
+                name: "D-Bus method call (dbus-broker, libdbus-1, Unix socket)", harness: "\(peers)/dbus-echo-bench",
+                server: "/usr/bin/dbus-broker-launch", packages: "dbus-broker libdbus-1-dev",
+                arguments: { ["/usr/bin/dbus-broker-launch", $0] }),
+        ]
+    }
+
+    /// `.build/bench-peers`: this executable is in `.build/<triple>/release` (`.build/release`
+    /// links there).
+    static var peersDirectory: String {
+        let binaries = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+        let candidates = ["../../bench-peers", "../bench-peers"].map { binaries.appendingPathComponent($0).standardized.path }
+        return candidates.first { FileManager.default.fileExists(atPath: $0) } ?? candidates[0]
+    }
+
+    struct Figures {
+        var p50: Double
+        var p99: Double
+        var rate: Double
+    }
+
+    func run(report: Report) async throws {
+        let rounds = quick ? 1 : 3
+        for system in Self.systems(peers: Self.peersDirectory) {
+            guard FileManager.default.isExecutableFile(atPath: system.server) else {
+                report.note("\(system.name) rows skipped: \(system.server) is missing (apt-get install \(system.packages); scripts/bench does)")
+                continue
+            }
+            guard FileManager.default.isExecutableFile(atPath: system.harness) else {
+                report.note("\(system.name) rows skipped: its harness is not built (scripts/bench builds it once \(system.packages) are installed)")
+                continue
+            }
+            do {
+                for (label, bytes, requests) in [("100 B", 100, quick ? 2_000 : 10_000), ("64 KiB", 65_536, quick ? 500 : 2_000)] {
+                    var (theirs, ours) = ([Figures](), [Figures]())
+                    for round in 1...rounds {
+                        progress("\(system.name), \(label): round \(round)/\(rounds)")
+                        // Which goes first changes each round: what runs second runs on a warmer machine.
+                        for isOurs in round % 2 == 1 ? [false, true] : [true, false] {
+                            if isOurs {
+                                let histogram = try await bus.latency(
+                                    payload: echoPayload(bytes: bytes), requests: requests, warmup: requests / 10, command: "echo.raw")
+                                let summary = LatencySummary(histogram)
+                                ours.append(Figures(p50: summary.p50, p99: summary.p99, rate: 1e9 / histogram.mean))
+                            } else {
+                                theirs.append(try await harness(system, bytes: bytes, requests: requests))
+                            }
+                        }
+                    }
+                    func mid(_ figures: [Figures], _ value: (Figures) -> Double) -> Double { median(figures.map(value)) }
+                    let row = "\(system.name), \(label)"
+                    report.alternative("\(row): round trip p50 (µs)", other: mid(theirs, \.p50), boardBus: mid(ours, \.p50))
+                    report.alternative("\(row): round trip p99 (µs)", other: mid(theirs, \.p99), boardBus: mid(ours, \.p99))
+                    report.alternative(
+                        "\(row): serial rate (round trips/s)", other: mid(theirs, \.rate), boardBus: mid(ours, \.rate), decimals: 0)
+                }
+            } catch let error as HarnessFailure {
+                report.note("\(system.name) rows skipped: \(error.reason)")
+            }
+        }
+    }
+
+    struct HarnessFailure: Error {
+        var reason: String
+    }
+
+    /// One run of a C harness: it starts its server and responder, measures, stops them.
+    private func harness(_ system: System, bytes: Int, requests: Int) async throws -> Figures {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-bench-peer-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let process = try await ChildProcess(
+            executable: system.harness, arguments: system.arguments(directory) + ["\(bytes)", "\(requests)", "\(requests / 10)"],
+            environment: ProcessInfo.processInfo.environment, directory: directory, name: URL(fileURLWithPath: system.harness).lastPathComponent)
+        let done = try await process.wait(timeout: .seconds(300))
+        let fields = done.standardOutput.split(whereSeparator: \.isWhitespace).compactMap { Double($0) }
+        guard done.exitCode == 0, fields.count == 3 else {
+            let reason = done.standardError.split(separator: "\n").last.map(String.init) ?? "exit status \(done.exitCode)"
+            throw HarnessFailure(reason: reason)
+        }
+        return Figures(p50: fields[0], p99: fields[1], rate: fields[2])
+    }
+}
