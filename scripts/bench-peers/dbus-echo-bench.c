@@ -107,11 +107,8 @@ static int stand_in_journal(void) {
 
 /* dbus-broker-launch on `listener` (socket activation: fd 3, LISTEN_FDS=1). */
 static pid_t spawn_launcher(char *const argv[], int listener, const char *address) {
-    pid_t parent = getpid();
-    pid_t pid = fork();
+    pid_t pid = peer_fork();
     if (pid != 0) return pid;
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(1);
     if (stand_in_journal() != 0) _exit(3);
     /* The launcher connects to the bus it serves as a client: for the user scope, the session
      * bus address. */
@@ -149,11 +146,8 @@ int main(int argc, char **argv) {
     close(listener);
     int ready[2];
     if (broker < 0 || pipe(ready) != 0) return 1;
-    pid_t parent = getpid();
-    pid_t service = fork();
+    pid_t service = peer_fork();
     if (service == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent) _exit(1);
         close(ready[0]);
         serve(address, ready[1]);
     }

@@ -69,11 +69,8 @@ int main(int argc, char **argv) {
     int ready[2];
     if (server < 0 || pipe(ready) != 0) return 1;
 
-    pid_t parent = getpid();
-    pid_t responder = fork();
+    pid_t responder = peer_fork();
     if (responder == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent) _exit(1);
         natsConnection *nc = connect_to(url, 250);
         natsSubscription *sub = NULL;
         if (nc == NULL || natsConnection_Subscribe(&sub, nc, "bench.echo", respond, NULL) != NATS_OK

@@ -59,14 +59,20 @@ static inline void __attribute__((noreturn)) peer_exec_activated(char *const arg
     _exit(127);
 }
 
-/* Starts `argv` (see peer_exec_activated); the child gets SIGTERM if this process dies.
- * Returns its pid, or -1. */
-static inline pid_t peer_spawn(char *const argv[], int listen_fd) {
+/* fork(), the child set to get SIGTERM when this process dies. */
+static inline pid_t peer_fork(void) {
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid != 0) return pid;
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() != parent) _exit(1);
+    return 0;
+}
+
+/* Starts `argv` (see peer_exec_activated) in a peer_fork() child. Returns its pid, or -1. */
+static inline pid_t peer_spawn(char *const argv[], int listen_fd) {
+    pid_t pid = peer_fork();
+    if (pid != 0) return pid;
     peer_exec_activated(argv, listen_fd);
 }
 
