@@ -155,17 +155,11 @@ struct BoardRegistry {
 
     private mutating func unindex(_ board: LiveBoard) {
         for store in Set(board.registration.stores) {
-            Self.drop(board, from: &storeOwners, at: ScopedName(scope: board.scope, name: store))
+            storeOwners.removeFromList(at: ScopedName(scope: board.scope, name: store)) { $0 === board }
         }
         for action in Set(board.registration.actions) {
-            Self.drop(board, from: &actionSubscribers, at: ScopedName(scope: board.scope, name: action))
+            actionSubscribers.removeFromList(at: ScopedName(scope: board.scope, name: action)) { $0 === board }
         }
-    }
-
-    private static func drop(_ board: LiveBoard, from index: inout [ScopedName: [LiveBoard]], at key: ScopedName) {
-        guard var list = index[key] else { return }
-        list.removeAll { $0 === board }
-        index[key] = list.isEmpty ? nil : list
     }
 
     /// Live boards of a scope subscribed to an action name, sorted by id for a stable order.

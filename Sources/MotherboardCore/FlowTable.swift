@@ -42,7 +42,7 @@ struct FlowTable {
             throw BusError(.unauthorized, "flow \(id) belongs to \(flow.owner.map { "'\($0)'" } ?? "the manifest")")
         }
         unindex(flow)
-        if let owner = flow.owner { Self.drop(id, from: &byOwner, at: ScopedName(scope: flow.scope, name: owner.rawValue)) }
+        if let owner = flow.owner { byOwner.removeFromList(at: ScopedName(scope: flow.scope, name: owner.rawValue)) { $0 == id } }
     }
 
     /// Removes every flow a board registered (it completed or died; a new instance registers its own).
@@ -74,16 +74,10 @@ struct FlowTable {
 
     private mutating func unindex(_ flow: FlowInfo) {
         byID[flow.id] = nil
-        for key in Self.sourceKeys(of: flow) { Self.drop(flow.id, from: &bySource, at: key) }
+        for key in Self.sourceKeys(of: flow) { bySource.removeFromList(at: key) { $0 == flow.id } }
     }
 
     private static func sourceKeys(of flow: FlowInfo) -> Set<SourceKey> {
         Set(flow.spec.sources.map { SourceKey(source: ScopedName(scope: flow.scope, name: $0.rawValue), trigger: flow.spec.trigger) })
-    }
-
-    private static func drop<Key: Hashable>(_ id: FlowID, from index: inout [Key: [FlowID]], at key: Key) {
-        guard var ids = index[key] else { return }
-        ids.removeAll { $0 == id }
-        index[key] = ids.isEmpty ? nil : ids
     }
 }

@@ -35,11 +35,10 @@ struct AlternativesBench {
         ]
     }
 
-    /// `.build/bench-peers`: this executable is in `.build/<triple>/release` (`.build/release`
-    /// links there).
+    /// `.build/bench-peers`, two levels above ``benchBinaries`` (one, for a build path without
+    /// the triple).
     static var peersDirectory: String {
-        let binaries = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
-        let candidates = ["../../bench-peers", "../bench-peers"].map { binaries.appendingPathComponent($0).standardized.path }
+        let candidates = ["../../bench-peers", "../bench-peers"].map { benchBinaries.appendingPathComponent($0).standardized.path }
         return candidates.first { FileManager.default.fileExists(atPath: $0) } ?? candidates[0]
     }
 

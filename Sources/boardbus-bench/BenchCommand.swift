@@ -367,6 +367,10 @@ func alternatedLatency(
     return (baseline, boardBus)
 }
 
+/// The directory of this executable (`.build/<triple>/release`; `.build/release` links there),
+/// where the bench's other executables are.
+let benchBinaries = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+
 func progress(_ text: String) {
     FileHandle.standardError.write(Data("… \(text)\n".utf8))
 }
@@ -385,7 +389,7 @@ struct BaselineProcesses {
     }
 
     static func start() async throws -> BaselineProcesses {
-        let binaries = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().path
+        let binaries = benchBinaries.path
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-baseline-\(getpid())").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let environment = ProcessInfo.processInfo.environment

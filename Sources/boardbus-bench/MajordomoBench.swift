@@ -17,8 +17,7 @@ enum MajordomoBench {
     static func scripts() -> String? {
         let candidates = [
             FileManager.default.currentDirectoryPath + "/scripts/mdp",
-            URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
-                .appendingPathComponent("../../../scripts/mdp").standardized.path,
+            benchBinaries.appendingPathComponent("../../../scripts/mdp").standardized.path,
         ]
         return candidates.first { FileManager.default.fileExists(atPath: $0 + "/roundtrip.py") }
     }
