@@ -54,6 +54,22 @@ struct BoardRegistryTests {
         #expect(registry.boards.count == 1)
     }
 
+    /// Boards heartbeat at their own phase within the interval (not all on one tick), once an
+    /// interval, and a tick that ran late does not make a burst of catch-up heartbeats.
+    @Test func heartbeatsAreSpreadOverTheIntervalAndNeverBunchUpAfterALateTick() {
+        let interval = Duration.milliseconds(500)
+        let boards = (0..<64).map { board("spread.b\($0)", peer: UInt8($0)) }
+        boards.forEach { $0.scheduleHeartbeats(every: interval) }
+        let firstTick = boards.filter { $0.takeHeartbeat(at: now + .milliseconds(100), every: interval) }.count
+        #expect(firstTick > 0 && firstTick < boards.count / 2)
+        #expect(boards.allSatisfy { $0.takeHeartbeat(at: now + interval, every: interval) || $0.nextHeartbeat > now + interval })
+        let one = boards[0]
+        let late = now + .seconds(10)
+        #expect(one.takeHeartbeat(at: late, every: interval))
+        #expect(!one.takeHeartbeat(at: late, every: interval))
+        #expect(one.nextHeartbeat == late + interval)
+    }
+
     @Test func aStoreIsOwnedByTheFirstToRegisterAndPassesOnWhenItLeaves() {
         var registry = BoardRegistry()
         let cart = ScopedName(scope: .root, name: "cart")
