@@ -1,17 +1,17 @@
 # Shared by scripts/fleet, scripts/test and scripts/bench: make sure libzmq's headers (and, for the
-# protocol test of a board written in Python, Debian's pyzmq) are installed.
+# protocol tests of boards written in Python, Debian's pyzmq and cbor2) are installed.
 # Sourced, not run.
 
 ensure_libzmq() {
     if [ -f /usr/include/zmq.h ] && pkg-config --exists libzmq 2>/dev/null \
-        && /usr/bin/python3 -c 'import zmq' 2>/dev/null; then
+        && /usr/bin/python3 -c 'import zmq, cbor2' 2>/dev/null; then
         return 0
     fi
-    echo "==> installing libzmq3-dev and python3-zmq with apt-get" >&2
+    echo "==> installing libzmq3-dev, python3-zmq and python3-cbor2 with apt-get" >&2
     local sudo=""
     if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
     $sudo apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libzmq3-dev pkg-config python3 python3-zmq >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libzmq3-dev pkg-config python3 python3-zmq python3-cbor2 >&2
 }
 
 # The metrics tests check the exposition with prometheus_client's own parser, from PyPI, for

@@ -11,22 +11,28 @@ public struct RawMessage: Sendable, Hashable {
     public var typeName: String
     /// The payload, JSON by default.
     public var payload: Data
+    /// The payload's content type from the header (nil: JSON). A command's reply is labelled
+    /// with the same content type, so a raw handler answers in the format it was asked in.
+    public var contentType: String?
 
-    public init(source: String, typeName: String, payload: Data) {
+    public init(source: String, typeName: String, payload: Data, contentType: String? = nil) {
         self.source = source
         self.typeName = typeName
         self.payload = payload
+        self.contentType = contentType
     }
 
     init(_ envelope: Envelope) {
         source = envelope.header.source
         typeName = envelope.header.typeName
         payload = envelope.payload
+        contentType = envelope.header.contentType
     }
 
-    /// The payload decoded as `type`, or `typeMismatch`.
+    /// The payload decoded as `type` in its content type, or `typeMismatch`
+    /// (`unsupportedContentType` for a content type this version does not read).
     public func decode<T: Decodable>(_ type: T.Type) throws -> T {
-        try PayloadCodec.decode(T.self, from: payload)
+        try PayloadCodec.decode(T.self, from: payload, format: PayloadFormat(contentType: contentType))
     }
 }
 
@@ -121,8 +127,10 @@ public struct Board: Sendable {
         immediateCommandHandlers[Command.commandName] = nil
         schemas.commands[Command.commandName] = BoardSchemas.Command(request: .of(Command.self), reply: .of(Command.Reply.self))
         commandHandlers[Command.commandName] = { envelope, context in
-            let reply = try await handler(PayloadCodec.decode(Command.self, from: envelope.payload), context)
-            return try PayloadCodec.encode(reply)
+            // Decoded from, and answered in, the request's content type (JSON unless it names CBOR).
+            let format = try PayloadFormat(contentType: envelope.header.contentType)
+            let reply = try await handler(PayloadCodec.decode(Command.self, from: envelope.payload, format: format), context)
+            return try PayloadCodec.encode(reply, format: format)
         }
     }
 
@@ -136,7 +144,9 @@ public struct Board: Sendable {
         commandHandlers[Command.commandName] = nil
         schemas.commands[Command.commandName] = BoardSchemas.Command(request: .of(Command.self), reply: .of(Command.Reply.self))
         immediateCommandHandlers[Command.commandName] = { envelope, context in
-            try PayloadCodec.encode(handler(PayloadCodec.decode(Command.self, from: envelope.payload), context))
+            let format = try PayloadFormat(contentType: envelope.header.contentType)
+            return try PayloadCodec.encode(
+                handler(PayloadCodec.decode(Command.self, from: envelope.payload, format: format), context), format: format)
         }
     }
 

@@ -189,7 +189,10 @@ final class BoardRuntime: Service, Sendable {
         let answer: Envelope
         switch result {
         case .success(let payload):
-            answer = envelope.reply(payload: payload, source: board.id.rawValue)
+            var reply = envelope.reply(payload: payload, source: board.id.rawValue)
+            // A command is answered in the content type it was asked in.
+            if envelope.header.kind == .command { reply.header.contentType = envelope.header.contentType }
+            answer = reply
         case .failure(let error as BusError):
             logger.warning("refused \(envelope.header.kind)", metadata: ["type": "\(envelope.header.typeName)", "error": "\(error)"])
             answer = envelope.errorReply(error, source: board.id.rawValue)

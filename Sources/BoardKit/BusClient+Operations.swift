@@ -28,12 +28,25 @@ extension BusClient {
     /// Sends an interaction command to a live board and returns its raw reply payload.
     /// With `retries`, a call to a board that is not running (restarting) is tried again until the
     /// timeout: only for commands that are safe to repeat.
+    /// `contentType` labels the payload (nil: JSON; see ``PayloadFormat``).
     public nonisolated(nonsending) func call(
-        _ board: BoardID, command: String, payload: Data, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout,
-        retries: Bool = false
+        _ board: BoardID, command: String, payload: Data, contentType: String? = nil, scope: Scope = .root,
+        timeout: Duration = BusClient.defaultTimeout, retries: Bool = false
     ) async throws -> Data {
-        let envelope = Envelope(header: EnvelopeHeader(kind: .command, target: board.rawValue, scope: scope, typeName: command), payload: payload)
-        return try await request(envelope, timeout: timeout, retryingWhileNotRunning: retries).payload
+        try await callForEnvelope(
+            board, command: command, payload: payload, contentType: contentType, scope: scope, timeout: timeout, retries: retries
+        )
+        .payload
+    }
+
+    /// ``call(_:command:payload:contentType:scope:timeout:retries:)``, returning the whole reply
+    /// (its header says the reply's content type).
+    public nonisolated(nonsending) func callForEnvelope(
+        _ board: BoardID, command: String, payload: Data, contentType: String? = nil, scope: Scope = .root,
+        timeout: Duration = BusClient.defaultTimeout, retries: Bool = false
+    ) async throws -> Envelope {
+        let header = EnvelopeHeader(kind: .command, target: board.rawValue, scope: scope, typeName: command, contentType: contentType)
+        return try await request(Envelope(header: header, payload: payload), timeout: timeout, retryingWhileNotRunning: retries)
     }
 
     /// Activates a live board with an input (`nextToBoard`); returns when the board accepted it.

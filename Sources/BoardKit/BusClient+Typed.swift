@@ -3,14 +3,18 @@ import Foundation
 
 /// Type-safe operations: payloads are `Codable` values, type names come from their types.
 extension BusClient {
-    /// Sends a command to a live board and decodes its reply (`interactWithOtherBoard`).
+    /// Sends a command to a live board and decodes its reply (`interactWithOtherBoard`). The
+    /// command travels in `format` (by default the client's ``payloadFormat``); the reply is
+    /// decoded in the content type it says it has.
     public nonisolated(nonsending) func interact<Command: BoardCommand>(
         with board: BoardID, _ command: Command, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout,
-        retries: Bool = false
+        retries: Bool = false, format: PayloadFormat? = nil
     ) async throws -> Command.Reply {
-        let reply = try await call(
-            board, command: Command.commandName, payload: PayloadCodec.encode(command), scope: scope, timeout: timeout, retries: retries)
-        return try PayloadCodec.decode(Command.Reply.self, from: reply)
+        let format = format ?? payloadFormat
+        let reply = try await callForEnvelope(
+            board, command: Command.commandName, payload: PayloadCodec.encode(command, format: format), contentType: format.contentType,
+            scope: scope, timeout: timeout, retries: retries)
+        return try PayloadCodec.decode(Command.Reply.self, from: reply.payload, format: PayloadFormat(contentType: reply.header.contentType))
     }
 
     /// Activates a board through its typed destination.

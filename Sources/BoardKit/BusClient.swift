@@ -17,6 +17,16 @@ public final class BusClient: Sendable {
     package let clock: BusClock
     private let connection: any BusConnection
     private let state: ClientState
+    private let format = Atomic<UInt8>(0)
+
+    /// The format typed commands (``interact(with:_:scope:timeout:retries:format:)``) travel in:
+    /// JSON by default, which every peer reads; CBOR is compact and much cheaper to code for
+    /// large strings and numbers, and every BoardKit board reads it. Replies come back in the
+    /// format of their request.
+    public var payloadFormat: PayloadFormat {
+        get { PayloadFormat.allCases[Int(format.load(ordering: .relaxed))] }
+        set { format.store(UInt8(PayloadFormat.allCases.firstIndex(of: newValue)!), ordering: .relaxed) }
+    }
 
     /// Connects to the broker at `address`. With `probe`, fails at once with `brokerNotRunning`
     /// when nothing listens on an `ipc://` endpoint, or with `unauthorized` when the broker closes

@@ -13,6 +13,7 @@
 @_exported import protocol BusCore.BusPayload
 @_exported import struct BusCore.Empty
 @_exported import enum BusCore.PayloadCodec
+@_exported import enum BusCore.PayloadFormat
 @_exported import struct BusCore.Delivery
 @_exported import struct BusCore.Completion
 @_exported import struct BusCore.FlowSpec

@@ -58,12 +58,14 @@ public struct BusError: Error, Sendable, Hashable, CustomStringConvertible {
         /// The board is on another host whose link is down (or the link to the parent motherboard
         /// is): it is not gone, and the call may succeed once the link returns.
         public static let unreachable = Code(name: "unreachable")
+        /// The payload's content type (header field 3) is one this peer does not read.
+        public static let unsupportedContentType = Code(name: "unsupportedContentType")
 
         /// Every code this version defines (a peer may send others: keep them as they are).
         public static let defined: Set<String> = [
             noSuchBoard, boardNotRunning, typeMismatch, timeout, malformed, tooLarge, unknownCommand, idInUse, notRegistered, handlerFailed,
             brokerNotRunning, badArgument, transport, noSuchStore, unknownAction, unauthorized, busy, storageFailed, cancelled,
-            unsupportedVersion, unreachable,
+            unsupportedVersion, unreachable, unsupportedContentType,
         ].reduce(into: Set<String>()) { $0.insert($1.name) }
 
         public var description: String { name }

@@ -30,6 +30,9 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
     public var flowID: FlowID?
     /// Optional field 2: the W3C trace context the message belongs to (since version 3).
     public var trace: TraceContext?
+    /// Optional field 3: the payload's media type (``PayloadFormat``), on a command and its
+    /// reply; nil means JSON. 1 to ``HeaderCodec/maximumContentTypeBytes`` bytes of ASCII.
+    public var contentType: String?
     /// Optional fields this version does not know, as received (tag, length, value each); sent on
     /// unchanged, so that peers newer than the broker can use fields it does not know yet.
     public var unknownFields: Data
@@ -47,6 +50,7 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
         dispatchID: String? = nil,
         flowID: FlowID? = nil,
         trace: TraceContext? = nil,
+        contentType: String? = nil,
         unknownFields: Data = Data()
     ) {
         self.version = version
@@ -61,6 +65,7 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
         self.dispatchID = dispatchID
         self.flowID = flowID
         self.trace = trace
+        self.contentType = contentType
         self.unknownFields = unknownFields
     }
 }

@@ -13,8 +13,8 @@ import Foundation
 /// 14     4    timeout in milliseconds (0 = none)
 /// 18     -    source, target, scope, type name: each a u16 length then that many UTF-8 bytes
 ///  -     -    optional fields to the end of the frame: each a u8 tag, a u16 length, the value
-///             (tag 1: dispatch id, UTF-8; tag 2: W3C trace context, 25 bytes; tag 4: flow id, u64;
-///             unknown tags are kept and passed on)
+///             (tag 1: dispatch id, UTF-8; tag 2: W3C trace context, 25 bytes; tag 3: payload
+///             content type, ASCII; tag 4: flow id, u64; unknown tags are kept and passed on)
 /// ```
 /// The fixed part is the same in every version, so a receiver can read a bad header's correlation
 /// id and flags and answer it. Nothing is ever cut: a field over its limit is refused with
@@ -31,6 +31,8 @@ public enum HeaderCodec {
     public static let maximumFieldBytes = 1024
     /// Longest dispatch id, in UTF-8 bytes (and the shortest is 1).
     public static let maximumDispatchIDBytes = 255
+    /// Longest payload content type, in bytes (and the shortest is 1).
+    public static let maximumContentTypeBytes = 255
     /// Longest value of an optional field, in bytes.
     public static let maximumOptionalFieldBytes = 1024
 
@@ -43,9 +45,11 @@ public enum HeaderCodec {
         /// The trace context (``EnvelopeHeader/trace``): trace id (16 bytes), parent span id (8),
         /// flags (1). Since version 3.
         public static let trace: UInt8 = 2
+        /// The payload's content type (``EnvelopeHeader/contentType``): ASCII, 1–255 bytes.
+        public static let contentType: UInt8 = 3
 
         /// Whether this version reads `tag` into a field of its own (else it keeps it as unknown).
-        static func isKnown(_ tag: UInt8) -> Bool { tag == dispatchID || tag == flowID || tag == trace }
+        static func isKnown(_ tag: UInt8) -> Bool { (1...4).contains(tag) }
     }
 
     static let magic: (UInt8, UInt8) = (0x42, 0x42)
@@ -63,7 +67,8 @@ public enum HeaderCodec {
     public static func encodedSize(_ header: EnvelopeHeader) -> Int {
         fixedSize + 8 + header.source.utf8.count + header.target.utf8.count + header.scope.name.utf8.count + header.typeName.utf8.count
             + (header.dispatchID.map { 3 + $0.utf8.count } ?? 0) + (header.flowID == nil ? 0 : 11)
-            + (header.trace == nil ? 0 : 3 + TraceContext.encodedSize) + header.unknownFields.count
+            + (header.trace == nil ? 0 : 3 + TraceContext.encodedSize) + (header.contentType.map { 3 + $0.utf8.count } ?? 0)
+            + header.unknownFields.count
     }
 
     /// Checks every field against its limit; returns the encoded size. A sender calls it before
@@ -74,6 +79,7 @@ public enum HeaderCodec {
         try checkLength(header.scope.name, "scope")
         try checkLength(header.typeName, "type name")
         if let id = header.dispatchID { try checkDispatchID(id) }
+        if let type = header.contentType { try checkContentType(type) }
         if !header.unknownFields.isEmpty {
             let refusal = header.unknownFields.withUnsafeBytes { bytes -> BusError? in
                 var offset = 0
@@ -107,6 +113,14 @@ public enum HeaderCodec {
         }
         guard count <= maximumDispatchIDBytes else {
             throw BusError(.badArgument, "dispatch id of \(count) bytes is over the limit of \(maximumDispatchIDBytes) bytes")
+        }
+    }
+
+    /// Refuses (`badArgument`) a content type that is empty, longer than
+    /// ``maximumContentTypeBytes`` or not printable ASCII (a media type is).
+    public static func checkContentType(_ type: String) throws(BusError) {
+        guard (1...maximumContentTypeBytes).contains(type.utf8.count), type.utf8.allSatisfy({ (0x20...0x7E).contains($0) }) else {
+            throw BusError(.badArgument, "content type must be 1 to \(maximumContentTypeBytes) bytes of printable ASCII")
         }
     }
 
@@ -155,6 +169,10 @@ public enum HeaderCodec {
             writer.writeBigEndian(UInt16(TraceContext.encodedSize))
             for byte in trace.bytes { writer.write(byte) }
         }
+        if let type = header.contentType {
+            writer.write(OptionalField.contentType)
+            writer.write(type)
+        }
         for byte in header.unknownFields { writer.write(byte) }
         return writer.offset
     }
@@ -176,9 +194,18 @@ public enum HeaderCodec {
             if let id = layout.dispatchID { header.dispatchID = try string(buffer, id, field: "dispatch id") }
             if let flow = layout.flowID { header.flowID = FlowID(HeaderLayout.bigEndian(buffer, at: flow.lowerBound, as: UInt64.self)) }
             if let trace = layout.trace { header.trace = TraceContext(bytes: UnsafeRawBufferPointer(rebasing: buffer[trace])) }
+            if let type = layout.contentType { header.contentType = contentType(buffer, type) }
             header.unknownFields = layout.unknownFields(in: buffer)
         }
         return header
+    }
+
+    /// A content type (checked to be printable ASCII by the layout); the one every CBOR message
+    /// carries is the shared constant, so that reading it allocates nothing.
+    private static func contentType(_ buffer: UnsafeRawBufferPointer, _ range: Range<Int>) -> String {
+        let bytes = UnsafeRawBufferPointer(rebasing: buffer[range])
+        if PayloadFormat.cborContentType.utf8.elementsEqual(bytes) { return PayloadFormat.cborContentType }
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     private static func string(_ buffer: UnsafeRawBufferPointer, _ range: Range<Int>, field: String) throws -> String {
@@ -245,6 +272,7 @@ package struct HeaderLayout: Sendable, Hashable {
     package let dispatchID: Range<Int>?
     package let flowID: Range<Int>?
     package let trace: Range<Int>?
+    package let contentType: Range<Int>?
 
     /// Offset of the correlation id in the frame.
     static let correlationOffset = 6
@@ -282,6 +310,7 @@ package struct HeaderLayout: Sendable, Hashable {
         var dispatchID: Range<Int>?
         var flowID: Range<Int>?
         var trace: Range<Int>?
+        var contentType: Range<Int>?
         while offset < buffer.count {
             let (tag, value) = try Self.optionalField(buffer, &offset)
             switch tag {
@@ -304,6 +333,14 @@ package struct HeaderLayout: Sendable, Hashable {
                         .malformed, "trace context of \(value.count) bytes, or with a zero id (it has \(TraceContext.encodedSize), ids not zero)")
                 }
                 trace = value
+            case HeaderCodec.OptionalField.contentType:
+                guard contentType == nil else { throw BusError(.malformed, "header has two content types") }
+                guard (1...HeaderCodec.maximumContentTypeBytes).contains(value.count),
+                    buffer[value].allSatisfy({ (0x20...0x7E).contains($0) })
+                else {
+                    throw BusError(.malformed, "content type must be 1 to \(HeaderCodec.maximumContentTypeBytes) bytes of printable ASCII")
+                }
+                contentType = value
             default:
                 continue
             }
@@ -311,6 +348,7 @@ package struct HeaderLayout: Sendable, Hashable {
         self.dispatchID = dispatchID
         self.flowID = flowID
         self.trace = trace
+        self.contentType = contentType
     }
 
     /// The correlation id to answer a header that is not valid with, when its fixed part can be

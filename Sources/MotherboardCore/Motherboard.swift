@@ -134,6 +134,14 @@ public final class Motherboard {
         if sender == nil, retiredPeers.contains(peer), envelope.header.kind != .control {
             return reply(to: envelope, from: peer, error: BusError(.notRegistered, "this board instance has completed"))
         }
+        // A content type labels a command's payload and its reply's; anything else is JSON, which
+        // flows and actions pass on to boards that could not tell otherwise.
+        if envelope.header.contentType != nil, ![.command, .reply].contains(envelope.header.kind) {
+            return reply(
+                to: envelope, from: peer,
+                error: BusError(
+                    .badArgument, "a content type (header field 3) is for commands and replies only; send \(envelope.header.kind) as JSON"))
+        }
         switch envelope.header.kind {
         case .register: register(envelope, from: peer, now: now, origin: origin)
         case .unregister: unregister(envelope, from: peer)

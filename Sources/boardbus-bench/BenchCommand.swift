@@ -27,6 +27,9 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("With --load, --load-baseline or --latency-only: the echo board's command (echo or echo.raw).", visibility: .hidden))
     var command = "echo"
 
+    @Option(help: ArgumentHelp("With --load or --latency-only and the typed echo: the payload format (json or cbor).", visibility: .hidden))
+    var format: PayloadFormat = .json
+
     @Option(help: ArgumentHelp("Instead of the comparison, only the baseline's throughput load for this many seconds.", visibility: .hidden))
     var loadBaseline: Double?
 
@@ -44,6 +47,9 @@ struct BenchCommand: AsyncParsableCommand {
 
     @Option(help: ArgumentHelp("Instead of the comparison, only the broker's logic without sockets, this many round trips.", visibility: .hidden))
     var brokerLogic: Int?
+
+    @Option(help: ArgumentHelp("Instead of the comparison, only the typed echo's payload decode + encode, this many times.", visibility: .hidden))
+    var codec: Int?
 
     @Option(
         help: ArgumentHelp(
@@ -133,6 +139,10 @@ struct BenchCommand: AsyncParsableCommand {
             }
             return
         }
+        if let codec {
+            try CodecBench.run(iterations: codec)
+            return
+        }
         if let brokerLogic {
             print("broker logic per round trip, no sockets: \(Int(try BrokerLogicBench.roundTrip(iterations: brokerLogic))) ns")
             print("routed in place: \(Int(try BrokerLogicBench.roundTripInPlace(iterations: brokerLogic))) ns")
@@ -149,8 +159,10 @@ struct BenchCommand: AsyncParsableCommand {
                         payload: payload, clients: loadClients, window: loadWindow, seconds: load)
                     print("BoardBus broker and board, raw clients, throughput 100 B: \(Int(rate)) msg/s")
                 } else {
+                    let call = EchoCall(command: command, format: command == "echo.raw" ? nil : format)
                     let rate = try await BoardBusBench(fleet: fleet).throughput(
-                        payload: payload, clients: loadClients, window: loadWindow, seconds: load, command: command, traced: traced)
+                        payload: call.payload(payload), clients: loadClients, window: loadWindow, seconds: load, command: command,
+                        contentType: call.contentType, traced: traced)
                     print("BoardBus throughput 100 B: \(Int(rate)) msg/s")
                 }
             }
@@ -171,7 +183,8 @@ struct BenchCommand: AsyncParsableCommand {
                 try await TestFleet.with(manifest: #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}]}"#) { fleet in
                     let (base, echo) = try await alternatedLatency(
                         label: "100 B", base: BaselineBench(endpoint: baseline.frontEndpoint), bus: BoardBusBench(fleet: fleet),
-                        payload: echoPayload(bytes: 100), requests: latencyOnly, warmup: latencyOnly / 20, commands: [command], traced: traced)
+                        payload: echoPayload(bytes: 100), requests: latencyOnly, warmup: latencyOnly / 20,
+                        calls: [EchoCall(command: command, format: command == "echo.raw" ? nil : format)], traced: traced)
                     let (b, e) = (LatencySummary(base), LatencySummary(echo[0]))
                     print(
                         String(
@@ -216,34 +229,39 @@ struct BenchCommand: AsyncParsableCommand {
             let brokerPID = fleet.brokerPID
 
             // Two handlers on the echo board: `echo.raw` answers with the payload it got, as the
-            // baseline's C echo does (the bus's own cost); `echo` decodes the JSON into a Codable
-            // struct and encodes the reply (what a typed handler adds on top).
-            let typed = "typed Codable echo (JSON decode + encode)"
+            // baseline's C echo does (the bus's own cost); `echo` decodes the payload into a Codable
+            // struct and encodes the reply (what a typed handler adds on top), in JSON (the
+            // default) or in CBOR (the content type a client may ask for).
+            let typed = EchoCall.typed.map { "typed Codable echo (\($0.formatName) decode + encode)" }
             for (label, bytes, requests) in [("100 B", 100, settings.latencyRequests), ("64 KiB", 65_536, settings.largeLatencyRequests)] {
                 let payload = echoPayload(bytes: bytes)
                 let judged = label == "100 B"
                 let (baseHistogram, echoHistograms) = try await alternatedLatency(
                     label: label, base: base, bus: bus, payload: payload, requests: requests, warmup: settings.warmupRequests,
-                    commands: ["echo.raw", "echo"])
+                    calls: [.raw] + EchoCall.typed)
                 report.latency(
                     label, baseline: LatencySummary(baseHistogram), boardBus: LatencySummary(echoHistograms[0]), judged: judged ? "echo" : nil,
                     p50Goal: 1.05)
-                report.latency(
-                    "\(label), \(typed)", baseline: LatencySummary(baseHistogram), boardBus: LatencySummary(echoHistograms[1]),
-                    judged: "typed echo \(label)", p50Goal: judged ? 1.10 : 1.30)
+                for (index, call) in EchoCall.typed.enumerated() {
+                    report.latency(
+                        "\(label), \(typed[index])", baseline: LatencySummary(baseHistogram), boardBus: LatencySummary(echoHistograms[index + 1]),
+                        judged: "typed echo \(label), \(call.formatName)", p50Goal: judged ? 1.10 : 1.30)
+                }
 
                 // The window sweep at 100 B (the C broker's rate grows about threefold from 4×16 to
                 // 4×100, so one window hides where BoardBus stands at scale); 4×16 at 64 KiB.
                 let windows = judged ? settings.windows : [(settings.clients, settings.window)]
                 for (clients, window) in windows {
-                    let (baseRate, rawRate, typedRate) = try await alternatedThroughput(
+                    let (baseRate, rates) = try await alternatedThroughput(
                         label: "\(label), \(clients)×\(window)", base: base, bus: bus, payload: payload, clients: clients, window: window,
                         seconds: settings.sweepSeconds, rounds: settings.sweepRounds)
                     report.throughput(
-                        "\(label), \(clients)×\(window) in flight", baseline: baseRate, boardBus: rawRate, judged: judged ? "echo" : nil, goal: 0.6)
-                    report.throughput(
-                        "\(label), \(clients)×\(window) in flight, \(typed)", baseline: baseRate, boardBus: typedRate,
-                        judged: judged ? "typed echo" : nil, goal: 0.5)
+                        "\(label), \(clients)×\(window) in flight", baseline: baseRate, boardBus: rates[0], judged: judged ? "echo" : nil, goal: 0.6)
+                    for (index, call) in EchoCall.typed.enumerated() {
+                        report.throughput(
+                            "\(label), \(clients)×\(window) in flight, \(typed[index])", baseline: baseRate, boardBus: rates[index + 1],
+                            judged: judged ? "typed echo, \(call.formatName)" : nil, goal: 0.5)
+                    }
                 }
             }
 
@@ -336,32 +354,61 @@ func observabilityCosts(bus: BoardBusBench, fleet: TestFleet, settings: BenchSet
 /// in rounds (runs minutes apart on a virtual machine differ by more than the effects measured).
 func alternatedThroughput(
     label: String, base: BaselineBench, bus: BoardBusBench, payload: Data, clients: Int, window: Int, seconds: Double, rounds: Int
-) async throws -> (baseline: Double, raw: Double, typed: Double) {
-    var (baseRate, rawRate, typedRate) = (0.0, 0.0, 0.0)
+) async throws -> (baseline: Double, boardBus: [Double]) {
+    let calls = [EchoCall.raw] + EchoCall.typed
+    var (baseRate, rates) = (0.0, calls.map { _ in 0.0 })
     for round in 1...rounds {
         progress("throughput \(label): round \(round)/\(rounds)")
         baseRate += try base.throughput(payload: payload, clients: clients, window: window, seconds: seconds) / Double(rounds)
-        rawRate +=
-            try await bus.throughput(payload: payload, clients: clients, window: window, seconds: seconds, command: "echo.raw") / Double(rounds)
-        typedRate += try await bus.throughput(payload: payload, clients: clients, window: window, seconds: seconds, command: "echo") / Double(rounds)
+        for (index, call) in calls.enumerated() {
+            rates[index] +=
+                try await bus.throughput(
+                    payload: call.payload(payload), clients: clients, window: window, seconds: seconds, command: call.command,
+                    contentType: call.contentType) / Double(rounds)
+        }
     }
-    return (baseRate, rawRate, typedRate)
+    return (baseRate, rates)
+}
+
+/// A request the bench sends the echo board: `echo.raw` (the payload back as it came: the bus's
+/// own cost), or the typed `echo` in JSON or in CBOR (the board decodes and encodes it).
+struct EchoCall: Sendable {
+    var command: String
+    /// Nil for the raw echo.
+    var format: PayloadFormat?
+
+    static let raw = EchoCall(command: "echo.raw", format: nil)
+    static let typed = [EchoCall(command: "echo", format: .json), EchoCall(command: "echo", format: .cbor)]
+
+    var contentType: String? { format?.contentType }
+    var formatName: String { format.map { $0.rawValue.uppercased() } ?? "raw" }
+
+    /// The request for a JSON echo payload: as it is, or the same value in CBOR.
+    func payload(_ json: Data) -> Data {
+        guard format == .cbor, let value = try? PayloadCodec.decode(EchoValue.self, from: json) else { return json }
+        return (try? PayloadCodec.encode(value, format: .cbor)) ?? json
+    }
+
+    private struct EchoValue: Codable { var data: String }
 }
 
 /// The baseline's round trips and BoardBus's (one histogram per echo command), alternated in
 /// rounds so that drift in the machine's speed hits all of them alike.
 func alternatedLatency(
-    label: String, base: BaselineBench, bus: BoardBusBench, payload: Data, requests: Int, warmup: Int, commands: [String], rounds: Int = 10,
+    label: String, base: BaselineBench, bus: BoardBusBench, payload: Data, requests: Int, warmup: Int, calls: [EchoCall], rounds: Int = 10,
     traced: Bool = false
 ) async throws -> (baseline: Histogram<UInt64>, boardBus: [Histogram<UInt64>]) {
     var baseline = makeHistogram()
-    var boardBus = commands.map { _ in makeHistogram() }
+    var boardBus = calls.map { _ in makeHistogram() }
     for round in 1...rounds {
         progress("round trip \(label): round \(round)/\(rounds)")
         let (count, warmup) = (requests / rounds, warmup / rounds)
         baseline.add(try base.latency(payload: payload, requests: count, warmup: warmup))
-        for (index, command) in commands.enumerated() {
-            boardBus[index].add(try await bus.latency(payload: payload, requests: count, warmup: warmup, command: command, traced: traced))
+        for (index, call) in calls.enumerated() {
+            boardBus[index].add(
+                try await bus.latency(
+                    payload: call.payload(payload), requests: count, warmup: warmup, command: call.command, contentType: call.contentType,
+                    traced: traced))
         }
     }
     return (baseline, boardBus)
@@ -421,3 +468,5 @@ enum MachineDescription {
         return "\(ProcessInfo.processInfo.activeProcessorCount) cores, \(model), libzmq \(ZMQVersion.string)"
     }
 }
+
+extension PayloadFormat: ExpressibleByArgument {}

@@ -22,7 +22,9 @@ struct BoardBusBench {
     }
 
     /// With `traced`, each request starts a new trace (the header carries a W3C trace context).
-    func latency(payload: Data, requests: Int, warmup: Int, command: String = "echo", traced: Bool = false) async throws -> Histogram<UInt64> {
+    func latency(
+        payload: Data, requests: Int, warmup: Int, command: String = "echo", contentType: String? = nil, traced: Bool = false
+    ) async throws -> Histogram<UInt64> {
         let client = try BusClient(address: address)
         defer { client.close() }
         // The caller runs on the client's socket thread (its task executor), as a board's handlers do.
@@ -32,7 +34,7 @@ struct BoardBusBench {
                 let trace = traced ? TraceContext.newTrace() : nil
                 let start = monotonicNanoseconds()
                 _ = try await BusTrace.$current.withValue(trace) {
-                    try await client.call(Self.board, command: command, payload: payload, timeout: .seconds(5))
+                    try await client.call(Self.board, command: command, payload: payload, contentType: contentType, timeout: .seconds(5))
                 }
                 if index >= warmup { _ = histogram.record(monotonicNanoseconds() - start) }
             }
@@ -42,7 +44,7 @@ struct BoardBusBench {
 
     /// `clients` connections, each with `window` requests in flight, for `seconds`.
     func throughput(
-        payload: Data, clients: Int, window: Int, seconds: Double, command: String = "echo", traced: Bool = false
+        payload: Data, clients: Int, window: Int, seconds: Double, command: String = "echo", contentType: String? = nil, traced: Bool = false
     ) async throws -> Double {
         let connections = try (0..<clients).map { _ in try BusClient(address: address) }
         defer { connections.forEach { $0.close() } }
@@ -55,7 +57,7 @@ struct BoardBusBench {
                         var completed = 0
                         while monotonicNanoseconds() < deadline {
                             _ = try await BusTrace.$current.withValue(traced ? TraceContext.newTrace() : nil) {
-                                try await client.call(Self.board, command: command, payload: payload, timeout: .seconds(10))
+                                try await client.call(Self.board, command: command, payload: payload, contentType: contentType, timeout: .seconds(10))
                             }
                             completed += 1
                         }

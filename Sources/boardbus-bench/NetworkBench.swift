@@ -123,7 +123,7 @@ enum NetworkBench {
         let bus = BoardBusBench(address: address)
         let payload = echoPayload(bytes: 100)
         let (baseHistogram, busHistograms) = try await alternatedLatency(
-            label: "100 B over tcp+CURVE", base: base, bus: bus, payload: payload, requests: requests, warmup: requests / 10, commands: ["echo.raw"])
+            label: "100 B over tcp+CURVE", base: base, bus: bus, payload: payload, requests: requests, warmup: requests / 10, calls: [.raw])
         var (baseRate, busRate) = (0.0, 0.0)
         let rounds = 3
         for round in 1...rounds {

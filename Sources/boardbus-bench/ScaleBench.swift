@@ -22,13 +22,17 @@ struct ScaleBench {
         var perBoard: [Double] = []
         let payload = echoPayload(bytes: 100)
         let (count, warmup) = (settings.scaleRequests / settings.scaleRounds, settings.warmupRequests / settings.scaleRounds)
+        // The broker's settled memory once the last boards left: the next size's starting point.
+        var settled: Int?
         for round in 1...settings.scaleRounds {
             progress("scale: round \(round)/\(settings.scaleRounds)")
             // Which goes first changes each round: what runs second runs on a warmer machine.
             for size in round % 2 == 1 ? [small, large] : [large, small] {
-                let before = try await settledResidentKiB(of: fleet.brokerPID)
+                var before = settled ?? 0
+                if settled == nil { before = try await settledResidentKiB(of: fleet.brokerPID) }
                 try await ManyBoards.with(count: size, prefix: "scale.r\(round)n", flows: true, endpoint: fleet.address.endpoint) { seconds in
-                    let with = try await settledResidentKiB(of: fleet.brokerPID)
+                    // Memory is compared at the large size only.
+                    let with = size == large ? try await settledResidentKiB(of: fleet.brokerPID) : 0
                     let histogram = try await bus.latency(payload: payload, requests: count, warmup: warmup, command: "echo.raw")
                     if size == large {
                         many.add(histogram)
@@ -38,7 +42,7 @@ struct ScaleBench {
                         few.add(histogram)
                     }
                 }
-                _ = try await settledResidentKiB(of: fleet.brokerPID)
+                settled = try await settledResidentKiB(of: fleet.brokerPID)
             }
         }
         let (f, m) = (LatencySummary(few), LatencySummary(many))

@@ -1,0 +1,341 @@
+import Foundation
+
+/// Encodes `Encodable` values as CBOR (RFC 8949), the bus's compact payload format
+/// (docs/PROTOCOL.md, "Payload content types").
+///
+/// The profile is the JSON data model in binary: a keyed container is a map with text-string
+/// keys in the order they were encoded, an unkeyed container an array, integers the shortest
+/// major type 0/1 head, `Double` a float64 and `Float` a float32 (so `nan`, `inf` and `-0` travel
+/// as they are, which JSON cannot carry), `String` a text string, `Data` a byte string, `nil`
+/// null. Lengths are always definite; no tags.
+public struct CBOREncoder: Sendable {
+    public init() {}
+
+    /// Encodes `value`; a value that encodes nothing is an empty map, as `{}` in JSON.
+    public func encode<T: Encodable>(_ value: T) throws -> Data {
+        var output = CBORWriter()
+        try output.write(CBOREncoding.encodeTree(value, parentPath: [], key: nil))
+        return Data(output.bytes)
+    }
+}
+
+/// What an encoder builds before it writes: containers are references, so that a container
+/// handed out earlier can still be filled, as Codable allows.
+enum CBORNode {
+    case value(CBORValue)
+    case array(CBORArrayNode)
+    case map(CBORMapNode)
+    /// A super-encoder's or nested encoder's result, read when the tree is written.
+    case deferred(CBOREncoding)
+}
+
+final class CBORArrayNode {
+    var items: [CBORNode] = []
+}
+
+final class CBORMapNode {
+    private(set) var keys: [String] = []
+    private(set) var values: [CBORNode] = []
+
+    /// Sets `key`, replacing an earlier value of the same key (as JSONEncoder does).
+    func set(_ key: String, _ node: CBORNode) {
+        if let index = keys.firstIndex(of: key) {
+            values[index] = node
+        } else {
+            keys.append(key)
+            values.append(node)
+        }
+    }
+
+    /// The node under `key`, for a container asked for twice.
+    func node(for key: String) -> CBORNode? {
+        keys.firstIndex(of: key).map { values[$0] }
+    }
+
+    var entries: Zip2Sequence<[String], [CBORNode]> { zip(keys, values) }
+    var count: Int { keys.count }
+}
+
+/// The `Encoder` handed to `encode(to:)`.
+final class CBOREncoding: Encoder {
+    let codingPath: [any CodingKey]
+    var userInfo: [CodingUserInfoKey: Any] { [:] }
+    /// What was encoded: nil until a container or a single value is asked for.
+    var root: CBORNode?
+
+    init(codingPath: [any CodingKey]) {
+        self.codingPath = codingPath
+    }
+
+    /// Encodes `value`, under `key` in the container at `parentPath`, into a tree: primitives
+    /// directly (their path is never built), anything else through its `encode(to:)`.
+    static func encodeTree<T: Encodable>(_ value: T, parentPath: [any CodingKey], key: (any CodingKey)?) throws -> CBORNode {
+        if let primitive = primitive(value) { return .value(primitive) }
+        let encoder = CBOREncoding(codingPath: key.map { parentPath + [$0] } ?? parentPath)
+        try value.encode(to: encoder)
+        return encoder.root ?? .map(CBORMapNode())
+    }
+
+    /// The CBOR value of a type the format maps directly (`Data` as a byte string rather than
+    /// an array of numbers).
+    private static func primitive<T: Encodable>(_ value: T) -> CBORValue? {
+        // Metatype comparisons, folded away when the call is specialised (a chain of dynamic
+        // casts would cost every struct field a dozen runtime calls).
+        if T.self == String.self { return .text(value as! String) }
+        if T.self == Int.self { return .integer(value as! Int) }
+        if T.self == Double.self { return .double(value as! Double) }
+        if T.self == Bool.self { return .bool(value as! Bool) }
+        if T.self == Data.self { return .bytes(value as! Data) }
+        if T.self == Float.self { return .float(value as! Float) }
+        if T.self == Int64.self { return .integer(value as! Int64) }
+        if T.self == UInt64.self { return .unsigned(value as! UInt64) }
+        if T.self == Int32.self { return .integer(value as! Int32) }
+        if T.self == UInt32.self { return .unsigned(UInt64(value as! UInt32)) }
+        if T.self == Int16.self { return .integer(value as! Int16) }
+        if T.self == UInt16.self { return .unsigned(UInt64(value as! UInt16)) }
+        if T.self == Int8.self { return .integer(value as! Int8) }
+        if T.self == UInt8.self { return .unsigned(UInt64(value as! UInt8)) }
+        if T.self == UInt.self { return .unsigned(UInt64(value as! UInt)) }
+        return nil
+    }
+
+    func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
+        let map: CBORMapNode
+        if case .map(let existing) = root {
+            map = existing
+        } else {
+            map = CBORMapNode()
+            root = .map(map)
+        }
+        return KeyedEncodingContainer(CBORKeyedEncoding<Key>(map: map, codingPath: codingPath))
+    }
+
+    func unkeyedContainer() -> any UnkeyedEncodingContainer {
+        let array: CBORArrayNode
+        if case .array(let existing) = root {
+            array = existing
+        } else {
+            array = CBORArrayNode()
+            root = .array(array)
+        }
+        return CBORUnkeyedEncoding(array: array, codingPath: codingPath)
+    }
+
+    func singleValueContainer() -> any SingleValueEncodingContainer {
+        CBORSingleValueEncoding(encoder: self)
+    }
+}
+
+private struct CBORKeyedEncoding<Key: CodingKey>: KeyedEncodingContainerProtocol {
+    let map: CBORMapNode
+    let codingPath: [any CodingKey]
+
+    mutating func encodeNil(forKey key: Key) throws { map.set(key.stringValue, .value(.null)) }
+
+    mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
+        map.set(key.stringValue, try CBOREncoding.encodeTree(value, parentPath: codingPath, key: key))
+    }
+
+    // The common field types without the generic path (no metadata lookups or casts).
+    mutating func encode(_ value: String, forKey key: Key) throws { map.set(key.stringValue, .value(.text(value))) }
+    mutating func encode(_ value: Int, forKey key: Key) throws { map.set(key.stringValue, .value(.integer(value))) }
+    mutating func encode(_ value: Double, forKey key: Key) throws { map.set(key.stringValue, .value(.double(value))) }
+    mutating func encode(_ value: Bool, forKey key: Key) throws { map.set(key.stringValue, .value(.bool(value))) }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
+        let nested: CBORMapNode
+        if case .map(let existing) = map.node(for: key.stringValue) {
+            nested = existing
+        } else {
+            nested = CBORMapNode()
+            map.set(key.stringValue, .map(nested))
+        }
+        return KeyedEncodingContainer(CBORKeyedEncoding<NestedKey>(map: nested, codingPath: codingPath + [key]))
+    }
+
+    mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
+        let nested: CBORArrayNode
+        if case .array(let existing) = map.node(for: key.stringValue) {
+            nested = existing
+        } else {
+            nested = CBORArrayNode()
+            map.set(key.stringValue, .array(nested))
+        }
+        return CBORUnkeyedEncoding(array: nested, codingPath: codingPath + [key])
+    }
+
+    mutating func superEncoder() -> any Encoder { superEncoder(named: CBORKey.superKey) }
+
+    mutating func superEncoder(forKey key: Key) -> any Encoder { superEncoder(named: key) }
+
+    private func superEncoder(named key: any CodingKey) -> any Encoder {
+        let encoder = CBOREncoding(codingPath: codingPath + [key])
+        map.set(key.stringValue, .deferred(encoder))
+        return encoder
+    }
+}
+
+private struct CBORUnkeyedEncoding: UnkeyedEncodingContainer {
+    let array: CBORArrayNode
+    let codingPath: [any CodingKey]
+    var count: Int { array.items.count }
+
+    private var nextPath: [any CodingKey] { codingPath + [CBORKey(index: count)] }
+
+    mutating func encodeNil() throws { array.items.append(.value(.null)) }
+
+    mutating func encode<T: Encodable>(_ value: T) throws {
+        array.items.append(try CBOREncoding.encodeTree(value, parentPath: codingPath, key: CBORKey(index: count)))
+    }
+
+    mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type) -> KeyedEncodingContainer<NestedKey> {
+        let nested = CBORMapNode()
+        let path = nextPath
+        array.items.append(.map(nested))
+        return KeyedEncodingContainer(CBORKeyedEncoding<NestedKey>(map: nested, codingPath: path))
+    }
+
+    mutating func nestedUnkeyedContainer() -> any UnkeyedEncodingContainer {
+        let nested = CBORArrayNode()
+        let path = nextPath
+        array.items.append(.array(nested))
+        return CBORUnkeyedEncoding(array: nested, codingPath: path)
+    }
+
+    mutating func superEncoder() -> any Encoder {
+        let encoder = CBOREncoding(codingPath: nextPath)
+        array.items.append(.deferred(encoder))
+        return encoder
+    }
+}
+
+private struct CBORSingleValueEncoding: SingleValueEncodingContainer {
+    let encoder: CBOREncoding
+    var codingPath: [any CodingKey] { encoder.codingPath }
+
+    mutating func encodeNil() throws { encoder.root = .value(.null) }
+
+    mutating func encode<T: Encodable>(_ value: T) throws {
+        encoder.root = try CBOREncoding.encodeTree(value, parentPath: codingPath, key: nil)
+    }
+}
+
+/// A coding key for array indices and `super`.
+struct CBORKey: CodingKey {
+    var stringValue: String
+    var intValue: Int?
+
+    init(stringValue: String) { self.stringValue = stringValue }
+    init(intValue: Int) {
+        stringValue = "\(intValue)"
+        self.intValue = intValue
+    }
+    init(index: Int) {
+        stringValue = "Index \(index)"
+        intValue = index
+    }
+
+    static let superKey = CBORKey(stringValue: "super")
+}
+
+/// One decoded or to-be-written CBOR data item of the profile.
+enum CBORValue {
+    case unsigned(UInt64)
+    /// Major type 1: the value is -1 - n.
+    case negative(UInt64)
+    case bytes(Data)
+    case text(String)
+    case array([CBORValue])
+    /// Text keys, in the order they came; no key twice.
+    case map(keys: [String], values: [CBORValue])
+    case bool(Bool)
+    case null
+    case double(Double)
+    case float(Float)
+
+    static func integer<T: BinaryInteger>(_ value: T) -> CBORValue {
+        value < 0 ? .negative(UInt64(-1 - Int64(value))) : .unsigned(UInt64(value))
+    }
+}
+
+/// Writes CBOR heads and items into a byte array.
+struct CBORWriter {
+    var bytes: [UInt8] = []
+
+    mutating func write(_ node: CBORNode) throws {
+        switch node {
+        case .value(let value): write(value)
+        case .array(let array):
+            head(4, UInt64(array.items.count))
+            for item in array.items { try write(item) }
+        case .map(let map):
+            head(5, UInt64(map.count))
+            for (key, value) in map.entries {
+                text(key)
+                try write(value)
+            }
+        case .deferred(let encoder):
+            try write(encoder.root ?? .map(CBORMapNode()))
+        }
+    }
+
+    mutating func write(_ value: CBORValue) {
+        switch value {
+        case .unsigned(let n): head(0, n)
+        case .negative(let n): head(1, n)
+        case .bytes(let data):
+            head(2, UInt64(data.count))
+            bytes.append(contentsOf: data)
+        case .text(let string): text(string)
+        case .array(let items):
+            head(4, UInt64(items.count))
+            for item in items { write(item) }
+        case .map(let keys, let values):
+            head(5, UInt64(keys.count))
+            for (key, value) in zip(keys, values) {
+                text(key)
+                write(value)
+            }
+        case .bool(let flag): bytes.append(flag ? 0xF5 : 0xF4)
+        case .null: bytes.append(0xF6)
+        case .double(let number):
+            bytes.append(0xFB)
+            bigEndian(number.bitPattern)
+        case .float(let number):
+            bytes.append(0xFA)
+            bigEndian(number.bitPattern)
+        }
+    }
+
+    private mutating func text(_ string: String) {
+        var string = string
+        string.withUTF8 { utf8 in
+            head(3, UInt64(utf8.count))
+            bytes.append(contentsOf: utf8)
+        }
+    }
+
+    /// A head in its shortest form: major type in the top three bits, then the argument.
+    private mutating func head(_ major: UInt8, _ argument: UInt64) {
+        let type = major << 5
+        switch argument {
+        case 0..<24: bytes.append(type | UInt8(argument))
+        case 24...0xFF:
+            bytes.append(type | 24)
+            bytes.append(UInt8(argument))
+        case 0x100...0xFFFF:
+            bytes.append(type | 25)
+            bigEndian(UInt16(argument))
+        case 0x1_0000...0xFFFF_FFFF:
+            bytes.append(type | 26)
+            bigEndian(UInt32(argument))
+        default:
+            bytes.append(type | 27)
+            bigEndian(argument)
+        }
+    }
+
+    private mutating func bigEndian<T: FixedWidthInteger>(_ value: T) {
+        withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
+    }
+}
