@@ -130,6 +130,22 @@ public final class BusClient: Sendable {
         return "\(what) to " + (header.target.isEmpty ? "the motherboard" : "'\(header.target)'")
     }
 
+    /// What a waiting request remembers of its header to say which one timed out: three fields,
+    /// not the whole header (a request in flight is copied into the pending table and out again).
+    struct RequestSummary {
+        let kind: MessageKind
+        let typeName: String
+        let target: String
+
+        init(_ header: EnvelopeHeader) {
+            (kind, typeName, target) = (header.kind, header.typeName, header.target)
+        }
+
+        var description: String {
+            BusClient.describe(EnvelopeHeader(kind: kind, target: target, typeName: typeName))
+        }
+    }
+
     /// Closes the socket (the process's shared context stays). Pending requests fail with `transport`.
     public func close() {
         if connection.isCurrentThread {
@@ -166,8 +182,8 @@ public final class BusClient: Sendable {
 final class ClientState: BusConnectionHandler, @unchecked Sendable {
     private struct Pending {
         var deadline: ContinuousClock.Instant
-        /// The request's header, to say which request timed out (described only then).
-        var header: EnvelopeHeader
+        /// Which request it is, to say so if it times out (described only then).
+        var request: BusClient.RequestSummary
         var continuation: UnsafeContinuation<Envelope, any Error>
     }
 
@@ -209,7 +225,7 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
     func addPending(_ id: UInt64, deadline: ContinuousClock.Instant, header: EnvelopeHeader, continuation: UnsafeContinuation<Envelope, any Error>) {
         let added = guarded.withLock { state in
             guard !state.closed else { return false }
-            state.pending[id] = Pending(deadline: deadline, header: header, continuation: continuation)
+            state.pending[id] = Pending(deadline: deadline, request: BusClient.RequestSummary(header), continuation: continuation)
             return true
         }
         if !added { continuation.resume(throwing: Self.closedError) }
@@ -276,7 +292,7 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
             return ids.compactMap { state.pending.removeValue(forKey: $0) }
         }
         for pending in expired {
-            pending.continuation.resume(throwing: BusError(.timeout, "no answer to \(BusClient.describe(pending.header)) in time"))
+            pending.continuation.resume(throwing: BusError(.timeout, "no answer to \(pending.request.description) in time"))
         }
     }
 
