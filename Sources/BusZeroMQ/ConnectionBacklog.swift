@@ -14,12 +14,13 @@ import Foundation
 /// requests `busy`, until its socket is seen half empty again.
 ///
 /// Small messages are not counted (the per-message limit of the pipe bounds them): the routing
-/// of small messages pays nothing. Used on the router's socket thread only.
-package final class ConnectionBacklog {
+/// of small messages pays nothing. Used on the router's socket thread only. Keyed by the
+/// router's own peer type (the broker's hashes its routing id once per message, not per look-up).
+package final class ConnectionBacklog<Peer: Hashable> {
     /// Messages at least this large are counted.
-    package static let countedMessageBytes = 4096
+    package static var countedMessageBytes: Int { 4096 }
 
-    private struct Peer {
+    private struct PeerState {
         var descriptor: Int32
         var queued = 0
         var lastSeen: UInt64
@@ -27,9 +28,9 @@ package final class ConnectionBacklog {
 
     /// Bytes that may wait toward one peer before it counts as stalled.
     package let budget: Int
-    private var peers: [Data: Peer] = [:]
-    private var descriptors: [Data: Int32] = [:]
-    package private(set) var stalled: Set<Data> = []
+    private var peers: [Peer: PeerState] = [:]
+    private var descriptors: [Peer: Int32] = [:]
+    package private(set) var stalled: Set<Peer> = []
     /// Large messages refused because their peer was stalled.
     package private(set) var refusedMessages = 0
     private var ticks: UInt64 = 0
@@ -39,20 +40,20 @@ package final class ConnectionBacklog {
     }
 
     /// Notes the connection a peer's message came in on (cheap when it did not change).
-    package func noteReceived(from peer: Data, descriptor: Int32) {
+    package func noteReceived(from peer: Peer, descriptor: Int32) {
         guard descriptor >= 0, descriptors[peer] != descriptor else { return }
         descriptors[peer] = descriptor
     }
 
     /// Whether a message of `bytes` may be queued toward `peer`; counts it when it may.
-    package func mayQueue(_ bytes: Int, to peer: Data) -> Bool {
+    package func mayQueue(_ bytes: Int, to peer: Peer) -> Bool {
         guard bytes >= Self.countedMessageBytes else { return true }
         if stalled.contains(peer) {
             refusedMessages += 1
             return false
         }
         guard let descriptor = descriptors[peer] else { return true }
-        var entry = peers[peer] ?? Peer(descriptor: descriptor, lastSeen: ticks)
+        var entry = peers[peer] ?? PeerState(descriptor: descriptor, lastSeen: ticks)
         entry.descriptor = descriptor
         entry.queued += bytes
         entry.lastSeen = ticks
@@ -69,7 +70,7 @@ package final class ConnectionBacklog {
     }
 
     /// Whether the router should refuse `peer`'s new requests (`busy`).
-    package func isStalled(_ peer: Data) -> Bool {
+    package func isStalled(_ peer: Peer) -> Bool {
         !stalled.isEmpty && stalled.contains(peer)
     }
 
@@ -90,14 +91,14 @@ package final class ConnectionBacklog {
     }
 
     /// A peer that is gone.
-    package func forget(_ peer: Data) {
+    package func forget(_ peer: Peer) {
         peers[peer] = nil
         descriptors[peer] = nil
         stalled.remove(peer)
     }
 
     /// Bytes counted toward `peer` since its socket was last seen half empty.
-    package func queuedBytes(to peer: Data) -> Int {
+    package func queuedBytes(to peer: Peer) -> Int {
         peers[peer]?.queued ?? 0
     }
 

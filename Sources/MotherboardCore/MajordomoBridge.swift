@@ -108,7 +108,7 @@ final class MajordomoBridge: @unchecked Sendable {
     private var lastServiceHeartbeat: ContinuousClock.Instant?
     /// Answers waiting unread toward each MDP client: a client that never reads cannot make the
     /// motherboard hold more than the budget for it.
-    private let backlog: ConnectionBacklog
+    private let backlog: ConnectionBacklog<Data>
     private var lastBacklogTick = ContinuousClock.now
     private let thread = HelperThread()
     /// Counts for tests and logs (read on the bridge's thread).

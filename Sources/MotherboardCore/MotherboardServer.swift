@@ -305,7 +305,7 @@ extension MotherboardServer {
 /// queue were full.
 final class RouterTransport: MotherboardTransport {
     private let socket: ZMQSocket
-    let backlog: ConnectionBacklog
+    let backlog: ConnectionBacklog<PeerID>
 
     init(socket: ZMQSocket, backlogBudget: Int = MotherboardSettings().maximumUnreadBytesPerPeer) {
         self.socket = socket
@@ -316,7 +316,7 @@ final class RouterTransport: MotherboardTransport {
     private var lastGone: PeerID?
 
     func send(_ envelope: Envelope, to peer: PeerID) -> Bool {
-        guard backlog.mayQueue(envelope.payload.count, to: peer.bytes) else {
+        guard backlog.mayQueue(envelope.payload.count, to: peer) else {
             answerInstead(kind: envelope.header.kind, correlationID: envelope.header.correlationID, to: peer)
             return false
         }
@@ -326,7 +326,7 @@ final class RouterTransport: MotherboardTransport {
     /// Sends the frames of the message being handled on to `peer`, as they are (`header` is its
     /// header frame, as routed).
     func forwardReceived(to peer: PeerID, payloadBytes: Int, kind: MessageKind, header: UnsafeRawBufferPointer) -> Bool {
-        guard backlog.mayQueue(payloadBytes, to: peer.bytes) else {
+        guard backlog.mayQueue(payloadBytes, to: peer) else {
             answerInstead(kind: kind, correlationID: HeaderLayout.correlationID(in: header), to: peer)
             return false
         }
@@ -338,14 +338,14 @@ final class RouterTransport: MotherboardTransport {
     private func answerInstead(kind: MessageKind, correlationID: UInt64, to peer: PeerID) {
         guard kind == .reply || kind == .error, correlationID != 0 else { return }
         let error = BusError(
-            .busy, "the answer was dropped: \(backlog.queuedBytes(to: peer.bytes)) bytes of earlier answers to this connection wait unread")
+            .busy, "the answer was dropped: \(backlog.queuedBytes(to: peer)) bytes of earlier answers to this connection wait unread")
         _ = sent(try? socket.send(Envelope.error(error, correlationID: correlationID), routingID: peer.bytes), to: peer)
     }
 
     private func sent(_ result: ZMQSocket.SendResult?, to peer: PeerID) -> Bool {
         if result == .peerUnreachable {
             lastGone = peer
-            backlog.forget(peer.bytes)
+            backlog.forget(peer)
         }
         return result == .sent
     }
@@ -355,7 +355,7 @@ final class RouterTransport: MotherboardTransport {
     }
 
     func isBacklogged(_ peer: PeerID) -> Bool {
-        backlog.isStalled(peer.bytes)
+        backlog.isStalled(peer)
     }
 }
 
@@ -376,9 +376,10 @@ final class RouterLoopHandler: SocketLoopHandler {
     /// Commands and replies that need only a new correlation id go on in the frames they came in.
     func intercept(from routingID: Data?, header: UnsafeMutableRawBufferPointer, payloadBytes: Int, on socket: ZMQSocket) -> Bool {
         guard let routingID else { return false }
-        transport.backlog.noteReceived(from: routingID, descriptor: socket.lastSourceDescriptor)
-        if transport.backlog.isStalled(routingID) { return refuseStalled(routingID, header: UnsafeRawBufferPointer(header)) }
-        guard let route = motherboard.routeInPlace(header, from: PeerID(routingID), now: clock.now) else { return false }
+        let peer = PeerID(routingID)
+        transport.backlog.noteReceived(from: peer, descriptor: socket.lastSourceDescriptor)
+        if transport.backlog.isStalled(peer) { return refuseStalled(peer, header: UnsafeRawBufferPointer(header)) }
+        guard let route = motherboard.routeInPlace(header, from: peer, now: clock.now) else { return false }
         if !transport.forwardReceived(to: route.peer, payloadBytes: payloadBytes, kind: route.kind, header: UnsafeRawBufferPointer(header)) {
             motherboard.undeliverable(route.kind, to: route.peer, correlationID: HeaderLayout.correlationID(in: UnsafeRawBufferPointer(header)))
         }
@@ -388,20 +389,21 @@ final class RouterLoopHandler: SocketLoopHandler {
     /// A peer that does not read what it asked for: its requests are answered `busy` (a small
     /// answer, which the backlog lets through) and go no further. Other messages (heartbeats,
     /// answers it gives as a board) are handled as usual.
-    private func refuseStalled(_ routingID: Data, header: UnsafeRawBufferPointer) -> Bool {
+    private func refuseStalled(_ peer: PeerID, header: UnsafeRawBufferPointer) -> Bool {
         guard let correlationID = HeaderLayout.answerableCorrelationID(header) else { return false }
         motherboard.counters.refusedWhileStalled += 1
         let error = BusError(
-            .busy, "\(transport.backlog.queuedBytes(to: routingID)) bytes of answers to this connection wait unread; read them before asking for more"
+            .busy, "\(transport.backlog.queuedBytes(to: peer)) bytes of answers to this connection wait unread; read them before asking for more"
         )
-        _ = transport.send(Envelope.error(error, correlationID: correlationID), to: PeerID(routingID))
+        _ = transport.send(Envelope.error(error, correlationID: correlationID), to: peer)
         return true
     }
 
     func received(_ message: ReceivedMessage, on socket: ZMQSocket) {
         guard let routingID = message.routingID else { return }
-        transport.backlog.noteReceived(from: routingID, descriptor: socket.lastSourceDescriptor)
-        motherboard.receive(message.content, from: PeerID(routingID), now: clock.now, origin: Self.origin(of: message, on: socket))
+        let peer = PeerID(routingID)
+        transport.backlog.noteReceived(from: peer, descriptor: socket.lastSourceDescriptor)
+        motherboard.receive(message.content, from: peer, now: clock.now, origin: Self.origin(of: message, on: socket))
     }
 
     /// Where a registration's connection comes from, when it is a tcp one: the peer's address

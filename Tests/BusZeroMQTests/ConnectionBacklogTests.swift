@@ -35,14 +35,14 @@ struct ConnectionBacklogTests {
             close(reader)
         }
         let peer = Data([0, 1, 2, 3, 4])
-        let backlog = ConnectionBacklog(budget: 1 << 20)
+        let backlog = ConnectionBacklog<Data>(budget: 1 << 20)
         backlog.noteReceived(from: peer, descriptor: writer)
         // Small messages are never counted.
         for _ in 0..<10_000 { #expect(backlog.mayQueue(100, to: peer)) }
         #expect(backlog.queuedBytes(to: peer) == 0)
 
         fill(writer)
-        #expect(!ConnectionBacklog.isHalfEmpty(writer))
+        #expect(!ConnectionBacklog<Data>.isHalfEmpty(writer))
         var accepted = 0
         while backlog.mayQueue(64 << 10, to: peer), accepted < 100 { accepted += 1 }
         #expect(accepted == 17)  // 1 MiB of 64 KiB messages and the one that crosses the budget, then refused
@@ -64,7 +64,7 @@ struct ConnectionBacklogTests {
             close(reader)
         }
         let peer = Data([9])
-        let backlog = ConnectionBacklog(budget: 1 << 20)
+        let backlog = ConnectionBacklog<Data>(budget: 1 << 20)
         backlog.noteReceived(from: peer, descriptor: writer)
         for _ in 0..<1_000 { #expect(backlog.mayQueue(64 << 10, to: peer)) }  // 64 MiB; the socket stays empty
         #expect(!backlog.isStalled(peer))
