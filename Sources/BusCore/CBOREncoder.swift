@@ -13,9 +13,7 @@ public struct CBOREncoder: Sendable {
 
     /// Encodes `value`; a value that encodes nothing is an empty map, as `{}` in JSON.
     public func encode<T: Encodable>(_ value: T) throws -> Data {
-        var output = CBORWriter()
-        try output.write(CBOREncoding.encodeTree(value, parentPath: [], key: nil))
-        return Data(output.bytes)
+        CBORWriter.encode(try CBOREncoding.encodeTree(value, parentPath: [], key: nil))
     }
 }
 
@@ -258,34 +256,87 @@ enum CBORValue {
     }
 }
 
-/// Writes CBOR heads and items into a byte array.
+/// Writes CBOR heads and items: first the exact size is summed, then every byte is written once
+/// into one buffer that becomes the payload's `Data` without a copy (a 64 KiB string is copied
+/// once, not into a growing array and again into a `Data`).
 struct CBORWriter {
-    var bytes: [UInt8] = []
+    /// The encoding of `node` as a `Data`.
+    static func encode(_ node: CBORNode) -> Data {
+        let count = size(node)
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: max(count, 1), alignment: 1)
+        var writer = CBORWriter(buffer: buffer)
+        writer.write(node)
+        precondition(writer.offset == count, "CBOR size and encoding disagree")
+        return Data(bytesNoCopy: buffer, count: count, deallocator: .custom { pointer, _ in pointer.deallocate() })
+    }
 
-    mutating func write(_ node: CBORNode) throws {
+    private let buffer: UnsafeMutableRawPointer
+    private var offset = 0
+
+    private init(buffer: UnsafeMutableRawPointer) { self.buffer = buffer }
+
+    static func size(_ node: CBORNode) -> Int {
+        switch node {
+        case .value(let value): return size(value)
+        case .array(let array): return headSize(UInt64(array.items.count)) + array.items.reduce(0) { $0 + size($1) }
+        case .map(let map): return headSize(UInt64(map.count)) + map.entries.reduce(0) { $0 + textSize($1.0) + size($1.1) }
+        case .deferred(let encoder): return size(encoder.root ?? .map(CBORMapNode()))
+        }
+    }
+
+    static func size(_ value: CBORValue) -> Int {
+        switch value {
+        case .unsigned(let n), .negative(let n): return headSize(n)
+        case .bytes(let data): return headSize(UInt64(data.count)) + data.count
+        case .text(let string): return textSize(string)
+        case .array(let items): return headSize(UInt64(items.count)) + items.reduce(0) { $0 + size($1) }
+        case .map(let keys, let values):
+            return headSize(UInt64(keys.count)) + keys.reduce(0) { $0 + textSize($1) } + values.reduce(0) { $0 + size($1) }
+        case .bool, .null: return 1
+        case .double: return 9
+        case .float: return 5
+        }
+    }
+
+    private static func textSize(_ string: String) -> Int {
+        let count = string.utf8.count
+        return headSize(UInt64(count)) + count
+    }
+
+    private static func headSize(_ argument: UInt64) -> Int {
+        switch argument {
+        case 0..<24: 1
+        case 24...0xFF: 2
+        case 0x100...0xFFFF: 3
+        case 0x1_0000...0xFFFF_FFFF: 5
+        default: 9
+        }
+    }
+
+    private mutating func write(_ node: CBORNode) {
         switch node {
         case .value(let value): write(value)
         case .array(let array):
             head(4, UInt64(array.items.count))
-            for item in array.items { try write(item) }
+            for item in array.items { write(item) }
         case .map(let map):
             head(5, UInt64(map.count))
             for (key, value) in map.entries {
                 text(key)
-                try write(value)
+                write(value)
             }
         case .deferred(let encoder):
-            try write(encoder.root ?? .map(CBORMapNode()))
+            write(encoder.root ?? .map(CBORMapNode()))
         }
     }
 
-    mutating func write(_ value: CBORValue) {
+    private mutating func write(_ value: CBORValue) {
         switch value {
         case .unsigned(let n): head(0, n)
         case .negative(let n): head(1, n)
         case .bytes(let data):
             head(2, UInt64(data.count))
-            bytes.append(contentsOf: data)
+            data.withUnsafeBytes { copy($0) }
         case .text(let string): text(string)
         case .array(let items):
             head(4, UInt64(items.count))
@@ -296,13 +347,13 @@ struct CBORWriter {
                 text(key)
                 write(value)
             }
-        case .bool(let flag): bytes.append(flag ? 0xF5 : 0xF4)
-        case .null: bytes.append(0xF6)
+        case .bool(let flag): byte(flag ? 0xF5 : 0xF4)
+        case .null: byte(0xF6)
         case .double(let number):
-            bytes.append(0xFB)
+            byte(0xFB)
             bigEndian(number.bitPattern)
         case .float(let number):
-            bytes.append(0xFA)
+            byte(0xFA)
             bigEndian(number.bitPattern)
         }
     }
@@ -311,31 +362,43 @@ struct CBORWriter {
         var string = string
         string.withUTF8 { utf8 in
             head(3, UInt64(utf8.count))
-            bytes.append(contentsOf: utf8)
+            copy(UnsafeRawBufferPointer(utf8))
         }
+    }
+
+    private mutating func byte(_ value: UInt8) {
+        buffer.storeBytes(of: value, toByteOffset: offset, as: UInt8.self)
+        offset += 1
+    }
+
+    private mutating func copy(_ bytes: UnsafeRawBufferPointer) {
+        guard let base = bytes.baseAddress, !bytes.isEmpty else { return }
+        (buffer + offset).copyMemory(from: base, byteCount: bytes.count)
+        offset += bytes.count
     }
 
     /// A head in its shortest form: major type in the top three bits, then the argument.
     private mutating func head(_ major: UInt8, _ argument: UInt64) {
         let type = major << 5
         switch argument {
-        case 0..<24: bytes.append(type | UInt8(argument))
+        case 0..<24: byte(type | UInt8(argument))
         case 24...0xFF:
-            bytes.append(type | 24)
-            bytes.append(UInt8(argument))
+            byte(type | 24)
+            byte(UInt8(argument))
         case 0x100...0xFFFF:
-            bytes.append(type | 25)
+            byte(type | 25)
             bigEndian(UInt16(argument))
         case 0x1_0000...0xFFFF_FFFF:
-            bytes.append(type | 26)
+            byte(type | 26)
             bigEndian(UInt32(argument))
         default:
-            bytes.append(type | 27)
+            byte(type | 27)
             bigEndian(argument)
         }
     }
 
     private mutating func bigEndian<T: FixedWidthInteger>(_ value: T) {
-        withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
+        buffer.storeBytes(of: value.bigEndian, toByteOffset: offset, as: T.self)
+        offset += MemoryLayout<T>.size
     }
 }

@@ -30,6 +30,9 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("With --load or --latency-only and the typed echo: the payload format (json or cbor).", visibility: .hidden))
     var format: PayloadFormat = .json
 
+    @Option(help: ArgumentHelp("With --load or --latency-only: the payload's size in bytes.", visibility: .hidden))
+    var bytes = 100
+
     @Option(help: ArgumentHelp("Instead of the comparison, only the baseline's throughput load for this many seconds.", visibility: .hidden))
     var loadBaseline: Double?
 
@@ -53,7 +56,7 @@ struct BenchCommand: AsyncParsableCommand {
 
     @Option(
         help: ArgumentHelp(
-            "Instead of the comparison, only the 100 B round trips of the baseline and BoardBus's echo, this many of each, alternated in rounds.",
+            "Instead of the comparison, only the round trips (100 B, or --bytes) of the baseline and BoardBus's echo, this many of each, alternated in rounds.",
             visibility: .hidden))
     var latencyOnly: Int?
 
@@ -153,17 +156,17 @@ struct BenchCommand: AsyncParsableCommand {
             try await TestFleet.with(manifest: manifest) { fleet in
                 print("motherboard pid \(fleet.brokerPID), bench-echo-board pid \(fleet.pid(of: BoardBusBench.board) ?? 0), client pid \(getpid())")
                 fflush(nil)
-                let payload = echoPayload(bytes: 100)
+                let payload = echoPayload(bytes: bytes)
                 if rawClients {
                     let rate = try BaselineBench(endpoint: fleet.address.endpoint, command: command).throughput(
                         payload: payload, clients: loadClients, window: loadWindow, seconds: load)
-                    print("BoardBus broker and board, raw clients, throughput 100 B: \(Int(rate)) msg/s")
+                    print("BoardBus broker and board, raw clients, throughput \(bytes) B: \(Int(rate)) msg/s")
                 } else {
                     let call = EchoCall(command: command, format: command == "echo.raw" ? nil : format)
                     let rate = try await BoardBusBench(fleet: fleet).throughput(
                         payload: call.payload(payload), clients: loadClients, window: loadWindow, seconds: load, command: command,
                         contentType: call.contentType, traced: traced)
-                    print("BoardBus throughput 100 B: \(Int(rate)) msg/s")
+                    print("BoardBus throughput \(bytes) B: \(Int(rate)) msg/s")
                 }
             }
             return
@@ -182,8 +185,8 @@ struct BenchCommand: AsyncParsableCommand {
             try await BaselineProcesses.with { baseline in
                 try await TestFleet.with(manifest: #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}]}"#) { fleet in
                     let (base, echo) = try await alternatedLatency(
-                        label: "100 B", base: BaselineBench(endpoint: baseline.frontEndpoint), bus: BoardBusBench(fleet: fleet),
-                        payload: echoPayload(bytes: 100), requests: latencyOnly, warmup: latencyOnly / 20,
+                        label: "\(bytes) B", base: BaselineBench(endpoint: baseline.frontEndpoint), bus: BoardBusBench(fleet: fleet),
+                        payload: echoPayload(bytes: bytes), requests: latencyOnly, warmup: latencyOnly / 20,
                         calls: [EchoCall(command: command, format: command == "echo.raw" ? nil : format)], traced: traced)
                     let (b, e) = (LatencySummary(base), LatencySummary(echo[0]))
                     print(
