@@ -216,7 +216,9 @@ final class BoardMetrics {
     @exclusivity(unchecked) fileprivate var listed = false
     // Written on the loop thread only, without checks: plain memory, no copy-on-write test.
     private let counts = UnsafeMutablePointer<Int>.allocate(capacity: 2 * BoardMetrics.kindSlots)
-    private let buckets = UnsafeMutablePointer<Int>.allocate(capacity: RoundTripHistogram.bounds.count + 1)
+    /// Allocated at the first round trip: most boards never answer a request (about 140 bytes
+    /// a board of 2 000).
+    @exclusivity(unchecked) private var buckets: UnsafeMutablePointer<Int>?
     @exclusivity(unchecked) private var roundTripCount = 0
     @exclusivity(unchecked) private var roundTripNanoseconds: Int64 = 0
 
@@ -225,12 +227,11 @@ final class BoardMetrics {
         self.scope = scope
         self.changed = changed
         counts.initialize(repeating: 0, count: 2 * Self.kindSlots)
-        buckets.initialize(repeating: 0, count: RoundTripHistogram.bounds.count + 1)
     }
 
     deinit {
         counts.deallocate()
-        buckets.deallocate()
+        buckets?.deallocate()
     }
 
     static let kindSlots = 18
@@ -253,24 +254,33 @@ final class BoardMetrics {
 
     /// A request forwarded to this board was answered after `nanoseconds`.
     @inline(__always) func recordRoundTrip(_ nanoseconds: Int64) {
+        let buckets = self.buckets ?? makeBuckets()
         buckets[RoundTripHistogram.bucket(of: nanoseconds)] &+= 1
         roundTripCount &+= 1
         roundTripNanoseconds &+= max(0, nanoseconds)
         if !listed { markChanged() }
     }
 
+    private func makeBuckets() -> UnsafeMutablePointer<Int> {
+        let made = UnsafeMutablePointer<Int>.allocate(capacity: RoundTripHistogram.bounds.count + 1)
+        made.initialize(repeating: 0, count: RoundTripHistogram.bounds.count + 1)
+        buckets = made
+        return made
+    }
+
     /// The round trips so far.
     var roundTrips: RoundTripHistogram {
-        RoundTripHistogram(
+        guard let buckets else { return RoundTripHistogram() }
+        return RoundTripHistogram(
             buckets: Array(UnsafeBufferPointer(start: buckets, count: RoundTripHistogram.bounds.count + 1)), count: roundTripCount,
             sumNanoseconds: roundTripNanoseconds)
     }
 
-    /// A snapshot of the counts.
+    /// A snapshot of the counts: only the kinds that counted (a board uses a few of them).
     func flush() -> BoardSeries {
-        BoardSeries(
-            board: board, scope: scope, messages: Array(UnsafeBufferPointer(start: counts, count: 2 * Self.kindSlots)),
-            roundTrips: roundTripCount > 0 ? roundTrips : nil)
+        var messages: [BoardSeries.Count] = []
+        for slot in 0..<2 * Self.kindSlots where counts[slot] > 0 { messages.append(BoardSeries.Count(slot: UInt8(slot), count: counts[slot])) }
+        return BoardSeries(board: board, scope: scope, messages: messages, roundTrips: roundTripCount > 0 ? roundTrips : nil)
     }
 }
 
@@ -283,8 +293,15 @@ final class ChangedBoards {
 struct BoardSeries: Sendable {
     var board: String
     var scope: String
-    /// Messages by kind: the first ``BoardMetrics/kindSlots`` in (to the broker), then out.
-    var messages: [Int]
+    /// A message counter that counted: its slot (the first ``BoardMetrics/kindSlots`` in, to the
+    /// broker, then out) and count.
+    struct Count: Sendable {
+        var slot: UInt8
+        var count: Int
+    }
+
+    /// The counters that counted, by slot.
+    var messages: [Count]
     var roundTrips: RoundTripHistogram?
 
     var labels: String {
@@ -294,7 +311,7 @@ struct BoardSeries: Sendable {
     /// A counter line per direction and kind that has counted anything.
     func renderMessages(name: String, into text: inout String) {
         let labels = self.labels
-        for (slot, count) in messages.enumerated() where count > 0 {
+        for (slot, count) in messages.map({ (Int($0.slot), $0.count) }) {
             let kind = MessageKind(rawValue: UInt8(slot % BoardMetrics.kindSlots)).map { "\($0)" } ?? "\(slot % BoardMetrics.kindSlots)"
             let direction = slot < BoardMetrics.kindSlots ? "in" : "out"
             text += "\(name){\(labels),direction=\"\(direction)\",kind=\"\(kind)\"} \(count)\n"

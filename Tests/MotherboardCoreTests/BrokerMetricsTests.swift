@@ -25,6 +25,24 @@ struct BrokerMetricsTests {
         #expect(metrics.exposition().contains(#"direction="out",kind="command"} 4"#))
     }
 
+    /// Only what counted is kept and shown: a board that never answered a request has no
+    /// histogram, and a kind it never sent or received has no line (the snapshot is sparse).
+    @Test func aQuietBoardShowsOnlyWhatItCounted() {
+        let metrics = BrokerMetrics()
+        let board = metrics.board(greeter)
+        board.received(.heartbeat)
+        board.sent(.heartbeat)
+        board.received(.error)
+        metrics.flushBoards()
+        let lines = metrics.exposition().split(separator: "\n").filter { $0.contains(#"board="demo.greeter""#) }
+        #expect(lines.filter { $0.hasPrefix("boardbus_messages_total") }.count == 3)
+        #expect(lines.contains(#"boardbus_messages_total{board="demo.greeter",scope="/",direction="in",kind="error"} 1"#))
+        #expect(!lines.contains { $0.hasPrefix("boardbus_request_duration_seconds") })
+        board.recordRoundTrip(1_000)
+        metrics.flushBoards()
+        #expect(metrics.exposition().contains(#"boardbus_request_duration_seconds_count{board="demo.greeter",scope="/"} 1"#))
+    }
+
     @Test func theRoundTripHistogramIsCumulativeWithSumAndCount() {
         let metrics = BrokerMetrics()
         let board = metrics.board(greeter)
