@@ -1,5 +1,6 @@
 """A BoardBus board written from docs/PROTOCOL.md alone, with pyzmq: it registers as
-$BOARDBUS_BOARD_ID, answers the command `echo` with its payload, heartbeats, and exits on SIGTERM."""
+$BOARDBUS_BOARD_ID, answers the command `echo` with its payload, heartbeats, and exits on SIGTERM.
+Its header codec and loop (`serve`) are shared by the other Python peers of the tests."""
 import json
 import os
 import signal
@@ -40,21 +41,24 @@ def decode_header(buf):
                 source=fields[0], target=fields[1], scope=fields[2], type_name=fields[3], optional=optional)
 
 
-def main():
-    board_id = os.environ.get("BOARDBUS_BOARD_ID", "py.echo")
+def serve(commands, answer):
+    """Registers as $BOARDBUS_BOARD_ID with `commands`, prints READY, heartbeats, and answers each
+    command that waits for an answer with `answer(message, payload)`: a (kind, type_name,
+    optional fields, payload) tuple. Unregisters and returns on SIGTERM."""
+    board_id = os.environ.get("BOARDBUS_BOARD_ID", "py.board")
     running = [True]
     signal.signal(signal.SIGTERM, lambda *_: running.__setitem__(0, False))
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(os.environ["BOARDBUS_ADDRESS"])
-    registration = {"id": board_id, "pid": os.getpid(), "scope": "", "commands": ["echo"], "actions": []}
+    registration = {"id": board_id, "pid": os.getpid(), "scope": "", "commands": commands, "actions": []}
     sock.send_multipart([encode_header(REGISTER, corr=1, flags=REPLY_EXPECTED, timeout_ms=5000, source=board_id),
                          json.dumps(registration).encode()])
     if not sock.poll(10_000):
         sys.exit("no answer to register")
     header, payload = sock.recv_multipart()
-    answer = decode_header(header)
-    if answer["kind"] != REPLY or answer["corr"] != 1:
+    answer_header = decode_header(header)
+    if answer_header["kind"] != REPLY or answer_header["corr"] != 1:
         sys.exit("registration refused: " + payload.decode())
     interval = json.loads(payload)["heartbeatIntervalMilliseconds"]
     print("READY", board_id, flush=True)
@@ -63,17 +67,25 @@ def main():
             header, payload = sock.recv_multipart()
             message = decode_header(header)
             if message["kind"] == COMMAND and message["flags"] & REPLY_EXPECTED:
-                if message["type_name"] == "echo":
-                    sock.send_multipart([encode_header(REPLY, corr=message["corr"], source=board_id), payload])
-                else:
-                    error = {"code": "unknownCommand", "message": "py board has only 'echo'"}
-                    sock.send_multipart([encode_header(ERROR, corr=message["corr"], source=board_id,
-                                                       type_name="unknownCommand"), json.dumps(error).encode()])
+                kind, type_name, optional, body = answer(message, payload)
+                sock.send_multipart([encode_header(kind, corr=message["corr"], source=board_id, type_name=type_name,
+                                                   optional=optional), body])
         sock.send_multipart([encode_header(HEARTBEAT, source=board_id), b""])
     sock.send_multipart([encode_header(UNREGISTER, source=board_id), b""])
     sock.close()
     zmq.Context.instance().term()
 
 
+def error(code, text):
+    """An `error` answer for serve(): the code in the type name, {"code", "message"} as payload."""
+    return ERROR, code, (), json.dumps({"code": code, "message": text}).encode()
+
+
+def echo(message, payload):
+    if message["type_name"] == "echo":
+        return REPLY, "", (), payload
+    return error("unknownCommand", "py board has only 'echo'")
+
+
 if __name__ == "__main__":
-    main()
+    serve(["echo"], echo)
