@@ -36,11 +36,12 @@ public struct BoardContext: Sendable {
         try await client.send(action: action, timeout: timeout)
     }
 
-    /// `interactWithOtherBoard`: a command to a live board, answered with its reply.
-    public func interact<Command: BoardCommand>(with board: BoardID, _ command: Command, timeout: Duration = BusClient.defaultTimeout) async throws
-        -> Command.Reply
-    {
-        try await client.interact(with: board, command, timeout: timeout)
+    /// `interactWithOtherBoard`: a command to a live board, answered with its reply; in `format`
+    /// (by default the client's ``BusClient/payloadFormat``, JSON unless set).
+    public func interact<Command: BoardCommand>(
+        with board: BoardID, _ command: Command, timeout: Duration = BusClient.defaultTimeout, format: PayloadFormat? = nil
+    ) async throws -> Command.Reply {
+        try await client.interact(with: board, command, timeout: timeout, format: format)
     }
 
     /// `complete(isDone)`: leaves the motherboard, which fires the completion flows of this

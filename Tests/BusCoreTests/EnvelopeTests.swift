@@ -11,6 +11,34 @@ struct EnvelopeTests {
         #expect(try Envelope(frames: try envelope.frames()) == envelope)
     }
 
+    /// The optional fields live in a shared box: a copy that changes them never changes the
+    /// original, equal headers hash alike however they were built, and a header whose optional
+    /// fields were all cleared equals one that never had any.
+    @Test func optionalFieldsAreValuesThroughCopies() throws {
+        let trace = try #require(TraceContext(traceIDHigh: 1, traceIDLow: 2, spanID: 3))
+        let original = EnvelopeHeader(
+            kind: .dispatch, target: "comments", typeName: "add", dispatchID: "d-1", flowID: FlowID(7), trace: trace,
+            contentType: "application/cbor", unknownFields: Data([9, 0, 1, 0x61]))
+        var copy = original
+        copy.dispatchID = "d-2"
+        copy.trace = nil
+        copy.unknownFields = Data()
+        #expect(original.dispatchID == "d-1" && original.trace == trace && original.unknownFields == Data([9, 0, 1, 0x61]))
+        #expect(copy.dispatchID == "d-2" && copy.flowID == FlowID(7) && copy.contentType == "application/cbor")
+        copy.dispatchID = nil
+        copy.flowID = nil
+        copy.contentType = nil
+        let plain = EnvelopeHeader(kind: .dispatch, target: "comments", typeName: "add")
+        #expect(copy == plain && copy.hashValue == plain.hashValue)
+        var rebuilt = plain
+        (rebuilt.dispatchID, rebuilt.flowID, rebuilt.trace) = ("d-1", FlowID(7), trace)
+        (rebuilt.contentType, rebuilt.unknownFields) = ("application/cbor", Data([9, 0, 1, 0x61]))
+        #expect(rebuilt == original && rebuilt.hashValue == original.hashValue && rebuilt != plain)
+        // On the wire and as JSON, every field survives.
+        #expect(try HeaderCodec.decode(Data(HeaderCodec.encode(original))) == original)
+        #expect(try JSONDecoder().decode(EnvelopeHeader.self, from: JSONEncoder().encode(original)) == original)
+    }
+
     @Test func refusesWrongFrameCounts() throws {
         let header = Data(try HeaderCodec.encode(EnvelopeHeader(kind: .heartbeat)))
         for frames in [[], [header], [header, Data(), Data()]] {
