@@ -145,8 +145,9 @@ let package = Package(
             path: "Services/AnnotationFilter"),
 
         // Benchmark: the C baseline (zmq_proxy + echo peer), the echo board, the driver.
-        .executableTarget(name: "zmq-baseline-proxy", linkerSettings: [.linkedLibrary("zmq")]),
-        .executableTarget(name: "zmq-baseline-echo", linkerSettings: [.linkedLibrary("zmq")]),
+        .target(name: "BaselineSupport"),
+        .executableTarget(name: "zmq-baseline-proxy", dependencies: ["BaselineSupport"], linkerSettings: [.linkedLibrary("zmq")]),
+        .executableTarget(name: "zmq-baseline-echo", dependencies: ["BaselineSupport"], linkerSettings: [.linkedLibrary("zmq")]),
         .executableTarget(name: "bench-echo-board", dependencies: ["BoardKit"]),
         .executableTarget(
             name: "boardbus-bench",

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <zmq.h>
 
+#include "parent_watch.h"
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s BACK_ENDPOINT\n", argv[0]);
@@ -19,6 +21,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "connect failed: %s\n", zmq_strerror(zmq_errno()));
         return 1;
     }
+    exit_with_parent();
     printf("READY\n");
     fflush(stdout);
     zmq_msg_t message;

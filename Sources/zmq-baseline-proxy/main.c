@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <zmq.h>
 
+#include "parent_watch.h"
+
 int main(int argc, char **argv) {
     if (argc != 3 && argc != 4) {
         fprintf(stderr, "usage: %s FRONT_ENDPOINT BACK_ENDPOINT [CURVE_SECRET_KEY]\n", argv[0]);
@@ -32,6 +34,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bind failed: %s\n", zmq_strerror(zmq_errno()));
         return 1;
     }
+    exit_with_parent();
     printf("READY\n");
     fflush(stdout);
     zmq_proxy(front, back, NULL);  // returns when the process is terminated
