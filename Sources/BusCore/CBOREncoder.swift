@@ -61,6 +61,9 @@ final class CBOREncoding: Encoder {
     /// What was encoded: nil until a container or a single value is asked for.
     var root: CBORNode?
 
+    /// What it encoded; a value that encoded nothing is an empty map, as `{}` in JSON.
+    var result: CBORNode { root ?? .map(CBORMapNode()) }
+
     init(codingPath: [any CodingKey]) {
         self.codingPath = codingPath
     }
@@ -71,7 +74,7 @@ final class CBOREncoding: Encoder {
         if let primitive = primitive(value) { return .value(primitive) }
         let encoder = CBOREncoding(codingPath: key.map { parentPath + [$0] } ?? parentPath)
         try value.encode(to: encoder)
-        return encoder.root ?? .map(CBORMapNode())
+        return encoder.result
     }
 
     /// The CBOR value of a type the format maps directly (`Data` as a byte string rather than
@@ -280,7 +283,7 @@ struct CBORWriter {
         case .value(let value): return size(value)
         case .array(let array): return headSize(UInt64(array.items.count)) + array.items.reduce(0) { $0 + size($1) }
         case .map(let map): return headSize(UInt64(map.count)) + map.entries.reduce(0) { $0 + textSize($1.0) + size($1.1) }
-        case .deferred(let encoder): return size(encoder.root ?? .map(CBORMapNode()))
+        case .deferred(let encoder): return size(encoder.result)
         }
     }
 
@@ -326,7 +329,7 @@ struct CBORWriter {
                 write(value)
             }
         case .deferred(let encoder):
-            write(encoder.root ?? .map(CBORMapNode()))
+            write(encoder.result)
         }
     }
 

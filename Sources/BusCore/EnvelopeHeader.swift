@@ -45,9 +45,11 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
         var isEmpty: Bool { dispatchID == nil && flowID == nil && trace == nil && contentType == nil && unknownFields.isEmpty }
     }
 
-    /// Changes the optional fields, copying the box first when another header shares it.
-    private mutating func setOptional(_ change: (OptionalFields) -> Void) {
+    /// Changes the optional fields, copying the box first when another header shares it. Clearing
+    /// a field of a header that has none is nothing to do (no box is made).
+    private mutating func setOptional(clearing: Bool, _ change: (OptionalFields) -> Void) {
         if optional == nil {
+            if clearing { return }
             optional = OptionalFields()
         } else if !isKnownUniquelyReferenced(&optional) {
             optional = OptionalFields(copying: optional!)
@@ -60,29 +62,29 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
     /// once); 1 to ``HeaderCodec/maximumDispatchIDBytes`` bytes of UTF-8.
     public var dispatchID: String? {
         get { optional?.dispatchID }
-        set { if newValue != nil || optional != nil { setOptional { $0.dispatchID = newValue } } }
+        set { setOptional(clearing: newValue == nil) { $0.dispatchID = newValue } }
     }
     /// Optional field 4: on a `flowEvent`, the flow that delivered it.
     public var flowID: FlowID? {
         get { optional?.flowID }
-        set { if newValue != nil || optional != nil { setOptional { $0.flowID = newValue } } }
+        set { setOptional(clearing: newValue == nil) { $0.flowID = newValue } }
     }
     /// Optional field 2: the W3C trace context the message belongs to (since version 3).
     public var trace: TraceContext? {
         get { optional?.trace }
-        set { if newValue != nil || optional != nil { setOptional { $0.trace = newValue } } }
+        set { setOptional(clearing: newValue == nil) { $0.trace = newValue } }
     }
     /// Optional field 3: the payload's media type (``PayloadFormat``), on a command and its
     /// reply; nil means JSON. 1 to ``HeaderCodec/maximumContentTypeBytes`` bytes of ASCII.
     public var contentType: String? {
         get { optional?.contentType }
-        set { if newValue != nil || optional != nil { setOptional { $0.contentType = newValue } } }
+        set { setOptional(clearing: newValue == nil) { $0.contentType = newValue } }
     }
     /// Optional fields this version does not know, as received (tag, length, value each); sent on
     /// unchanged, so that peers newer than the broker can use fields it does not know yet.
     public var unknownFields: Data {
         get { optional?.unknownFields ?? Data() }
-        set { if !newValue.isEmpty || optional != nil { setOptional { $0.unknownFields = newValue } } }
+        set { setOptional(clearing: newValue.isEmpty) { $0.unknownFields = newValue } }
     }
 
     public init(

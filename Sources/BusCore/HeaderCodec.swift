@@ -119,10 +119,15 @@ public enum HeaderCodec {
     /// Refuses (`badArgument`) a content type that is empty, longer than
     /// ``maximumContentTypeBytes`` or not printable ASCII (a media type is).
     public static func checkContentType(_ type: String) throws(BusError) {
-        guard (1...maximumContentTypeBytes).contains(type.utf8.count), type.utf8.allSatisfy({ (0x20...0x7E).contains($0) }) else {
-            throw BusError(.badArgument, "content type must be 1 to \(maximumContentTypeBytes) bytes of printable ASCII")
-        }
+        guard isValidContentType(type.utf8) else { throw BusError(.badArgument, contentTypeRule) }
     }
+
+    /// The content type's rule, for a sender's value and a received field alike.
+    static func isValidContentType(_ bytes: some Collection<UInt8>) -> Bool {
+        (1...maximumContentTypeBytes).contains(bytes.count) && bytes.allSatisfy { (0x20...0x7E).contains($0) }
+    }
+
+    static let contentTypeRule = "content type must be 1 to \(maximumContentTypeBytes) bytes of printable ASCII"
 
     private static func checkLength(_ text: String, _ field: String) throws(BusError) {
         let count = text.utf8.count
@@ -335,11 +340,7 @@ package struct HeaderLayout: Sendable, Hashable {
                 trace = value
             case HeaderCodec.OptionalField.contentType:
                 guard contentType == nil else { throw BusError(.malformed, "header has two content types") }
-                guard (1...HeaderCodec.maximumContentTypeBytes).contains(value.count),
-                    buffer[value].allSatisfy({ (0x20...0x7E).contains($0) })
-                else {
-                    throw BusError(.malformed, "content type must be 1 to \(HeaderCodec.maximumContentTypeBytes) bytes of printable ASCII")
-                }
+                guard HeaderCodec.isValidContentType(buffer[value]) else { throw BusError(.malformed, HeaderCodec.contentTypeRule) }
                 contentType = value
             default:
                 continue

@@ -311,7 +311,8 @@ struct BoardSeries: Sendable {
     /// A counter line per direction and kind that has counted anything.
     func renderMessages(name: String, into text: inout String) {
         let labels = self.labels
-        for (slot, count) in messages.map({ (Int($0.slot), $0.count) }) {
+        for message in messages {
+            let (slot, count) = (Int(message.slot), message.count)
             let kind = MessageKind(rawValue: UInt8(slot % BoardMetrics.kindSlots)).map { "\($0)" } ?? "\(slot % BoardMetrics.kindSlots)"
             let direction = slot < BoardMetrics.kindSlots ? "in" : "out"
             text += "\(name){\(labels),direction=\"\(direction)\",kind=\"\(kind)\"} \(count)\n"
