@@ -172,13 +172,17 @@ public enum HeaderCodec {
         if let trace = header.trace {
             writer.write(OptionalField.trace)
             writer.writeBigEndian(UInt16(TraceContext.encodedSize))
-            for byte in trace.bytes { writer.write(byte) }
+            writer.writeBigEndian(trace.traceIDHigh)
+            writer.writeBigEndian(trace.traceIDLow)
+            writer.writeBigEndian(trace.spanID)
+            writer.write(trace.flags)
         }
         if let type = header.contentType {
             writer.write(OptionalField.contentType)
             writer.write(type)
         }
-        for byte in header.unknownFields { writer.write(byte) }
+        // Not `for byte in`: a `Data`'s iterator costs more to make than most headers to write.
+        if !header.unknownFields.isEmpty { header.unknownFields.withUnsafeBytes { writer.write($0) } }
         return writer.offset
     }
 
@@ -232,6 +236,12 @@ public enum HeaderCodec {
         mutating func write(_ byte: UInt8) {
             buffer[offset] = byte
             offset += 1
+        }
+
+        mutating func write(_ bytes: UnsafeRawBufferPointer) {
+            guard let source = bytes.baseAddress, !bytes.isEmpty else { return }
+            (buffer.baseAddress! + offset).copyMemory(from: source, byteCount: bytes.count)
+            offset += bytes.count
         }
 
         mutating func writeBigEndian<T: FixedWidthInteger>(_ value: T) {

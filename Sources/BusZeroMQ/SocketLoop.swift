@@ -64,6 +64,13 @@ package final class SocketLoop: TaskExecutor, @unchecked Sendable {
     /// The queue's second buffer: each drain swaps it with the queue, so that neither is
     /// reallocated. Touched only on the loop thread.
     @exclusivity(unchecked) private var draining: [Work] = []
+    /// Jobs the loop thread itself queued (a task its reply resumed, the usual case): no lock,
+    /// and no look at the shared queue after every message. Touched only on the loop thread.
+    @exclusivity(unchecked) private var localJobs: [UnownedJob] = []
+    @exclusivity(unchecked) private var runningJobs: [UnownedJob] = []
+    /// Whether the shared queue may hold work, read without its lock after every message (set
+    /// under the lock by whoever queues; a stale false only defers the work to the next turn).
+    private let sharedQueued = Atomic<Bool>(false)
 
     /// - Parameters:
     ///   - socket: a socket configured by the caller; the loop owns it from `start` on.
@@ -134,6 +141,11 @@ package final class SocketLoop: TaskExecutor, @unchecked Sendable {
     /// stopped, jobs go to the global concurrent executor so that no task is stranded.
     package func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
+        // On the loop thread while it runs (the phase is read there, so it cannot change under it).
+        if isOnLoopThread && phase.load(ordering: .relaxed) == Phase.running.rawValue {
+            localJobs.append(job)
+            return
+        }
         if !enqueue(.job(job)) {
             globalConcurrentExecutor.enqueue(job)
         }
@@ -162,6 +174,7 @@ package final class SocketLoop: TaskExecutor, @unchecked Sendable {
         let (accepted, wasEmpty) = queue.withLock { queue -> (Bool, Bool) in
             guard phase.load(ordering: .acquiring) != Phase.finished.rawValue else { return (false, false) }
             queue.append(work)
+            sharedQueued.store(true, ordering: .releasing)
             return (true, queue.count == 1)
         }
         // The loop drains its queue before it polls again, so work queued from the loop thread
@@ -210,7 +223,7 @@ package final class SocketLoop: TaskExecutor, @unchecked Sendable {
                 readSocket = true
                 continue
             }
-            if queue.withLock({ !$0.isEmpty }) {
+            if !localJobs.isEmpty || queue.withLock({ !$0.isEmpty }) {
                 readSocket = false
                 continue
             }
@@ -233,6 +246,8 @@ package final class SocketLoop: TaskExecutor, @unchecked Sendable {
         drainQueue()
         handler.stopping(on: socket)
         socket.close()
+        let strandedLocal = localJobs
+        localJobs = []
         // From here on, enqueue refuses work; jobs still queued go to the global executor.
         let stranded = queue.withLock { queue -> [Work] in
             phase.store(Phase.finished.rawValue, ordering: .releasing)
@@ -240,6 +255,7 @@ package final class SocketLoop: TaskExecutor, @unchecked Sendable {
             return queue
         }
         loopThread.store(0, ordering: .releasing)
+        for job in strandedLocal { globalConcurrentExecutor.enqueue(job) }
         for case .job(let job) in stranded { globalConcurrentExecutor.enqueue(job) }
     }
 
@@ -255,14 +271,20 @@ package final class SocketLoop: TaskExecutor, @unchecked Sendable {
     @discardableResult
     private func drainQueue() -> Bool {
         for round in 0..<64 {
+            let ranJobs = runLocalJobs()
             var work = draining
             draining = []
-            queue.withLock { swap(&$0, &work) }
+            if sharedQueued.load(ordering: .acquiring) {
+                queue.withLock {
+                    swap(&$0, &work)
+                    sharedQueued.store(false, ordering: .relaxed)
+                }
+            }
             defer {
                 work.removeAll(keepingCapacity: true)
                 draining = work
             }
-            if work.isEmpty { return round > 0 }
+            if work.isEmpty && !ranJobs { return round > 0 }
             for item in work {
                 switch item {
                 case .send(let envelope): _ = try? socket.send(envelope)
@@ -271,6 +293,18 @@ package final class SocketLoop: TaskExecutor, @unchecked Sendable {
                 }
             }
         }
+        return true
+    }
+
+    /// Runs the jobs the loop thread queued so far (not those they queue: the next round's).
+    private func runLocalJobs() -> Bool {
+        guard !localJobs.isEmpty else { return false }
+        var jobs = runningJobs
+        runningJobs = []
+        swap(&jobs, &localJobs)
+        for job in jobs { job.runSynchronously(on: asUnownedTaskExecutor()) }
+        jobs.removeAll(keepingCapacity: true)
+        runningJobs = jobs
         return true
     }
 
@@ -293,7 +327,7 @@ package final class SocketLoop: TaskExecutor, @unchecked Sendable {
             case .nothing, nil: return true
             }
             socket.releaseReceivedFrames()
-            if queue.withLock({ !$0.isEmpty }) { drainQueue() }
+            if !localJobs.isEmpty || sharedQueued.load(ordering: .acquiring) { drainQueue() }
         }
         return false
     }

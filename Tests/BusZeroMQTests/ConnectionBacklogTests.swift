@@ -69,4 +69,24 @@ struct ConnectionBacklogTests {
         for _ in 0..<1_000 { #expect(backlog.mayQueue(64 << 10, to: peer)) }  // 64 MiB; the socket stays empty
         #expect(!backlog.isStalled(peer))
     }
+
+    @Test func aPeersConnectionIsAskedForOnceNotOnEveryMessage() {
+        let backlog = ConnectionBacklog<Data>(budget: 1 << 20)
+        var asked = 0
+        func descriptor(_ value: Int32) -> Int32 {
+            asked += 1
+            return value
+        }
+        // A message without a connection (inproc: -1) notes nothing, so the next one asks again.
+        backlog.noteReceived(from: Data([1]), descriptor: descriptor(-1))
+        backlog.noteReceived(from: Data([1]), descriptor: descriptor(7))
+        for _ in 0..<100 { backlog.noteReceived(from: Data([1]), descriptor: descriptor(7)) }
+        #expect(asked == 2)
+        backlog.noteReceived(from: Data([2]), descriptor: descriptor(8))
+        #expect(asked == 3)
+        // A forgotten peer is asked again.
+        backlog.forget(Data([1]))
+        backlog.noteReceived(from: Data([1]), descriptor: descriptor(7))
+        #expect(asked == 4)
+    }
 }
