@@ -33,10 +33,16 @@ extension BusClient {
         _ board: BoardID, command: String, payload: Data, contentType: String? = nil, scope: Scope = .root,
         timeout: Duration = BusClient.defaultTimeout, retries: Bool = false
     ) async throws -> Data {
-        try await callForEnvelope(
-            board, command: command, payload: payload, contentType: contentType, scope: scope, timeout: timeout, retries: retries
-        )
-        .payload
+        // Straight to `request` (not through callForEnvelope and the retrying request): every
+        // async layer is a frame allocated and resumed on each call.
+        let envelope = Self.command(board, command, payload: payload, contentType: contentType, scope: scope)
+        if retries { return try await request(envelope, timeout: timeout, retryingWhileNotRunning: true).payload }
+        return try await request(envelope, timeout: timeout).payload
+    }
+
+    private static func command(_ board: BoardID, _ command: String, payload: Data, contentType: String?, scope: Scope) -> Envelope {
+        Envelope(
+            header: EnvelopeHeader(kind: .command, target: board.rawValue, scope: scope, typeName: command, contentType: contentType), payload: payload)
     }
 
     /// ``call(_:command:payload:contentType:scope:timeout:retries:)``, returning the whole reply
@@ -45,8 +51,9 @@ extension BusClient {
         _ board: BoardID, command: String, payload: Data, contentType: String? = nil, scope: Scope = .root,
         timeout: Duration = BusClient.defaultTimeout, retries: Bool = false
     ) async throws -> Envelope {
-        let header = EnvelopeHeader(kind: .command, target: board.rawValue, scope: scope, typeName: command, contentType: contentType)
-        return try await request(Envelope(header: header, payload: payload), timeout: timeout, retryingWhileNotRunning: retries)
+        let envelope = Self.command(board, command, payload: payload, contentType: contentType, scope: scope)
+        if retries { return try await request(envelope, timeout: timeout, retryingWhileNotRunning: true) }
+        return try await request(envelope, timeout: timeout)
     }
 
     /// Activates a live board with an input (`nextToBoard`); returns when the board accepted it.
