@@ -60,7 +60,7 @@ public final class BrokerMetrics: @unchecked Sendable {
         var factory = PrometheusMetricsFactory(registry: registry)
         factory.defaultDurationHistogramBuckets = Self.durationBuckets
         self.factory = factory
-        clients = BoardMetrics(key: Self.clientsKey, scope: MonitorEvent.rootScope, changed: changed)
+        clients = BoardMetrics(key: Self.clientsKey, changed: changed)
         func gauge(_ name: String) -> Gauge { Gauge(label: name, dimensions: [], factory: factory) }
         func counter(_ name: String) -> Counter { Counter(label: name, dimensions: [], factory: factory) }
         boards = gauge("boardbus_boards")
@@ -97,7 +97,7 @@ public final class BrokerMetrics: @unchecked Sendable {
     /// (``forget(_:)``).
     func board(_ name: ScopedName) -> BoardMetrics {
         if let known = boardMetrics[name] { return known }
-        let made = BoardMetrics(key: name, scope: Self.scopeLabel(name.scope), changed: changed)
+        let made = BoardMetrics(key: name, changed: changed)
         boardMetrics[name] = made
         return made
     }
@@ -177,19 +177,21 @@ public final class BrokerMetrics: @unchecked Sendable {
     /// board's message counts and round-trip histogram as of the last flush.
     public func exposition() -> String {
         var text = registry.emitToString()
-        let series = self.series.withLock { $0 }.values.sorted { ($0.scope, $0.board) < ($1.scope, $1.board) }
+        // Named by their keys here, not in each snapshot (2 000 boards' snapshots are kept).
+        let series = self.series.withLock { $0 }.map { BoardSeries.Named(board: $0.key.name, scope: Self.scopeLabel($0.key.scope), series: $0.value) }
+            .sorted { ($0.scope, $0.board) < ($1.scope, $1.board) }
         guard !series.isEmpty else { return text }
         text += "# HELP boardbus_messages_total Messages from each connection to the broker (in) and from the broker to it (out), by kind.\n"
         text += "# TYPE boardbus_messages_total counter\n"
         for board in series {
-            board.renderMessages(name: "boardbus_messages_total", into: &text)
+            board.series.renderMessages(name: "boardbus_messages_total", labels: board.labels, into: &text)
         }
-        let timed = series.filter { $0.roundTrips != nil }
+        let timed = series.filter { $0.series.roundTrips != nil }
         guard !timed.isEmpty else { return text }
         text += "# HELP boardbus_request_duration_seconds Forward to answer of the requests the broker forwarded to a board.\n"
         text += "# TYPE boardbus_request_duration_seconds histogram\n"
         for board in timed {
-            board.roundTrips?.render(name: "boardbus_request_duration_seconds", labels: board.labels, into: &text)
+            board.series.roundTrips?.render(name: "boardbus_request_duration_seconds", labels: board.labels, into: &text)
         }
         return text
     }
@@ -208,8 +210,6 @@ public final class BrokerMetrics: @unchecked Sendable {
 /// when they changed, which the exposition renders.
 final class BoardMetrics {
     let key: ScopedName
-    let scope: String
-    var board: String { key.name }
     /// Where the counters put themselves on their first count since a flush.
     private let changed: ChangedBoards
     /// Whether they are in `changed` now.
@@ -222,9 +222,8 @@ final class BoardMetrics {
     @exclusivity(unchecked) private var roundTripCount = 0
     @exclusivity(unchecked) private var roundTripNanoseconds: Int64 = 0
 
-    init(key: ScopedName, scope: String, changed: ChangedBoards) {
+    init(key: ScopedName, changed: ChangedBoards) {
         self.key = key
-        self.scope = scope
         self.changed = changed
         counts.initialize(repeating: 0, count: 2 * Self.kindSlots)
     }
@@ -278,9 +277,12 @@ final class BoardMetrics {
 
     /// A snapshot of the counts: only the kinds that counted (a board uses a few of them).
     func flush() -> BoardSeries {
+        let slots = 0..<2 * Self.kindSlots
+        // Sized exactly: one allocation per flush, none left over from growing.
         var messages: [BoardSeries.Count] = []
-        for slot in 0..<2 * Self.kindSlots where counts[slot] > 0 { messages.append(BoardSeries.Count(slot: UInt8(slot), count: counts[slot])) }
-        return BoardSeries(board: board, scope: scope, messages: messages, roundTrips: roundTripCount > 0 ? roundTrips : nil)
+        messages.reserveCapacity(slots.count { counts[$0] > 0 })
+        for slot in slots where counts[slot] > 0 { messages.append(BoardSeries.Count(slot: slot, count: counts[slot])) }
+        return BoardSeries(messages: messages, roundTrips: roundTripCount > 0 ? roundTrips : nil)
     }
 }
 
@@ -289,28 +291,40 @@ final class ChangedBoards {
     var boards: [BoardMetrics] = []
 }
 
-/// What the exposition shows of one board (or of the clients together), as of a flush.
+/// What the exposition shows of one board (or of the clients together), as of a flush; its name
+/// is its key in the snapshot table.
 struct BoardSeries: Sendable {
-    var board: String
-    var scope: String
     /// A message counter that counted: its slot (the first ``BoardMetrics/kindSlots`` in, to the
-    /// broker, then out) and count.
+    /// broker, then out) and count, in one word (the slot in the top byte: a count does not reach
+    /// 2^56).
     struct Count: Sendable {
-        var slot: UInt8
-        var count: Int
+        private let word: UInt64
+
+        init(slot: Int, count: Int) {
+            word = UInt64(slot) << 56 | UInt64(count) & (1 << 56 - 1)
+        }
+
+        var slot: UInt8 { UInt8(word >> 56) }
+        var count: Int { Int(word & (1 << 56 - 1)) }
     }
 
     /// The counters that counted, by slot.
     var messages: [Count]
     var roundTrips: RoundTripHistogram?
 
-    var labels: String {
-        "board=\"\(BrokerMetrics.escaped(board))\",scope=\"\(BrokerMetrics.escaped(scope))\""
+    /// A board's series with its name, for the exposition.
+    struct Named {
+        var board: String
+        var scope: String
+        var series: BoardSeries
+
+        var labels: String {
+            "board=\"\(BrokerMetrics.escaped(board))\",scope=\"\(BrokerMetrics.escaped(scope))\""
+        }
     }
 
     /// A counter line per direction and kind that has counted anything.
-    func renderMessages(name: String, into text: inout String) {
-        let labels = self.labels
+    func renderMessages(name: String, labels: String, into text: inout String) {
         for message in messages {
             let (slot, count) = (Int(message.slot), message.count)
             let kind = MessageKind(rawValue: UInt8(slot % BoardMetrics.kindSlots)).map { "\($0)" } ?? "\(slot % BoardMetrics.kindSlots)"

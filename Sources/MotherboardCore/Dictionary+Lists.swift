@@ -1,5 +1,4 @@
-/// The indexes the broker keeps as lists by key (store owners, action subscribers, flows by
-/// source and by owner).
+/// The indexes the broker keeps as lists by key (store owners, action subscribers).
 extension Dictionary {
     /// Removes the elements matching `predicate` from the list at `key`, and the key once its
     /// list is empty.
