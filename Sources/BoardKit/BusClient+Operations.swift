@@ -42,7 +42,8 @@ extension BusClient {
 
     private static func command(_ board: BoardID, _ command: String, payload: Data, contentType: String?, scope: Scope) -> Envelope {
         Envelope(
-            header: EnvelopeHeader(kind: .command, target: board.rawValue, scope: scope, typeName: command, contentType: contentType), payload: payload)
+            header: EnvelopeHeader(kind: .command, target: board.rawValue, scope: scope, typeName: command, contentType: contentType),
+            payload: payload)
     }
 
     /// ``call(_:command:payload:contentType:scope:timeout:retries:)``, returning the whole reply

@@ -77,29 +77,33 @@ public final class BrokerMetrics: @unchecked Sendable {
         onDemandStarts = counter("boardbus_on_demand_starts_total")
         refusedForKey = Counter(label: "boardbus_refused_connections_total", dimensions: [("reason", "key")], factory: factory)
         refusedInHandshake = Counter(label: "boardbus_refused_connections_total", dimensions: [("reason", "handshake")], factory: factory)
+        boardMetrics.withLock { $0[Self.clientsKey] = clients }
     }
 
-    /// Every board's counters, by name: live boards', and manifest boards' between their runs.
-    // Touched on the loop thread only.
-    private var boardMetrics: [ScopedName: BoardMetrics] = [:]
+    /// Every board's counters, by name: live boards', and manifest boards' between their runs,
+    /// each with its snapshot as of the last flush (and the clients' under ``clientsKey``). The
+    /// loop thread adds, removes and flushes; the exposition reads from any thread: under a lock
+    /// taken at registration, leave, flush and exposition, never per message. One table for
+    /// both, not a second one of snapshots (about 110 bytes a board).
+    private let boardMetrics = Mutex<[ScopedName: BoardMetrics]>([:])
     /// The counters that counted since the last flush (loop thread only): a flush looks at these,
     /// not at every board.
     private let changed = ChangedBoards()
 
     // The changed counters and their list refer to each other until a flush.
     deinit { changed.boards.removeAll() }
-    /// Each board's series as of the last flush, for the exposition (read from any thread).
-    private let series = Mutex<[ScopedName: BoardSeries]>([:])
     /// The key of the clients' series (no board id has parentheses).
     private static let clientsKey = ScopedName(scope: .root, name: "(client)")
 
     /// A board's counters: a manifest board's are kept across its restarts, another's go with it
     /// (``forget(_:)``).
     func board(_ name: ScopedName) -> BoardMetrics {
-        if let known = boardMetrics[name] { return known }
-        let made = BoardMetrics(key: name, changed: changed)
-        boardMetrics[name] = made
-        return made
+        boardMetrics.withLock { boards in
+            if let known = boards[name] { return known }
+            let made = BoardMetrics(key: name, changed: changed)
+            boards[name] = made
+            return made
+        }
     }
 
     /// A tcp connection refused by the ZAP handler (any thread: swift-metrics counters are).
@@ -109,20 +113,20 @@ public final class BrokerMetrics: @unchecked Sendable {
 
     /// A board that is not in the manifest left: its series go.
     func forget(_ name: ScopedName) {
-        guard boardMetrics.removeValue(forKey: name) != nil else { return }
-        _ = series.withLock { $0.removeValue(forKey: name) }
+        _ = boardMetrics.withLock { $0.removeValue(forKey: name) }
     }
 
     /// Publishes every board's counts that changed since the last flush for the exposition (each
     /// tick, and before an exposition asked for over the bus).
     func flushBoards() {
         guard !changed.boards.isEmpty else { return }
-        // A board forgotten since it counted has no series any more.
-        let snapshots = changed.boards.filter { $0 === clients || boardMetrics[$0.key] === $0 }.map { ($0.key, $0.flush()) }
+        // Counted here; published under the lock. (A board forgotten since it counted is in the
+        // table no more: its snapshot goes with it.)
+        let snapshots = changed.boards.map { ($0, $0.flush()) }
         changed.boards.forEach { $0.listed = false }
         changed.boards.removeAll(keepingCapacity: true)
-        series.withLock { series in
-            for (name, snapshot) in snapshots { series[name] = snapshot }
+        boardMetrics.withLock { _ in
+            for (board, snapshot) in snapshots { board.snapshot = snapshot }
         }
     }
 
@@ -178,8 +182,11 @@ public final class BrokerMetrics: @unchecked Sendable {
     public func exposition() -> String {
         var text = registry.emitToString()
         // Named by their keys here, not in each snapshot (2 000 boards' snapshots are kept).
-        let series = self.series.withLock { $0 }.map { BoardSeries.Named(board: $0.key.name, scope: Self.scopeLabel($0.key.scope), series: $0.value) }
-            .sorted { ($0.scope, $0.board) < ($1.scope, $1.board) }
+        let series = boardMetrics.withLock { boards in
+            boards.compactMap { key, board in board.snapshot.map { BoardSeries.Named(board: key.name, scope: Self.scopeLabel(key.scope), series: $0) }
+            }
+        }
+        .sorted { ($0.scope, $0.board) < ($1.scope, $1.board) }
         guard !series.isEmpty else { return text }
         text += "# HELP boardbus_messages_total Messages from each connection to the broker (in) and from the broker to it (out), by kind.\n"
         text += "# TYPE boardbus_messages_total counter\n"
@@ -214,8 +221,16 @@ final class BoardMetrics {
     private let changed: ChangedBoards
     /// Whether they are in `changed` now.
     @exclusivity(unchecked) fileprivate var listed = false
+    /// The counts as of the last flush, for the exposition: read and written under the lock of
+    /// the metrics' table only; nil until the first.
+    fileprivate var snapshot: BoardSeries?
     // Written on the loop thread only, without checks: plain memory, no copy-on-write test.
-    private let counts = UnsafeMutablePointer<Int>.allocate(capacity: 2 * BoardMetrics.kindSlots)
+    /// The counts since the last flush, in 32 bits (half the memory of a board's counters): a
+    /// flush comes every tick, and no connection sends or gets 2^32 messages between two.
+    private let counts = UnsafeMutablePointer<UInt32>.allocate(capacity: 2 * BoardMetrics.kindSlots)
+    /// The totals as of the last flush, only the slots that counted; the snapshot the exposition
+    /// reads shares this array's storage.
+    @exclusivity(unchecked) private var totals: [BoardSeries.Count] = []
     /// Allocated at the first round trip: most boards never answer a request (about 140 bytes
     /// a board of 2 000).
     @exclusivity(unchecked) private var buckets: UnsafeMutablePointer<Int>?
@@ -278,11 +293,27 @@ final class BoardMetrics {
     /// A snapshot of the counts: only the kinds that counted (a board uses a few of them).
     func flush() -> BoardSeries {
         let slots = 0..<2 * Self.kindSlots
-        // Sized exactly: one allocation per flush, none left over from growing.
-        var messages: [BoardSeries.Count] = []
-        messages.reserveCapacity(slots.count { counts[$0] > 0 })
-        for slot in slots where counts[slot] > 0 { messages.append(BoardSeries.Count(slot: slot, count: counts[slot])) }
-        return BoardSeries(messages: messages, roundTrips: roundTripCount > 0 ? roundTrips : nil)
+        // The totals plus the counts since, slot by slot (both in slot order), into an array
+        // sized exactly: one allocation per flush, none left over from growing.
+        func merge(_ each: (_ slot: Int, _ total: Int) -> Void) {
+            var index = 0
+            for slot in slots {
+                var total = Int(counts[slot])
+                if index < totals.count, Int(totals[index].slot) == slot {
+                    total += totals[index].count
+                    index += 1
+                }
+                if total > 0 { each(slot, total) }
+            }
+        }
+        var size = 0
+        merge { _, _ in size += 1 }
+        var merged: [BoardSeries.Count] = []
+        merged.reserveCapacity(size)
+        merge { slot, total in merged.append(BoardSeries.Count(slot: slot, count: total)) }
+        counts.update(repeating: 0, count: slots.count)
+        totals = merged
+        return BoardSeries(messages: merged, roundTrips: roundTripCount > 0 ? roundTrips : nil)
     }
 }
 

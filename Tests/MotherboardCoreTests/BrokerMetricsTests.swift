@@ -25,6 +25,33 @@ struct BrokerMetricsTests {
         #expect(metrics.exposition().contains(#"direction="out",kind="command"} 4"#))
     }
 
+    /// The counters keep only what counted since the last flush; the totals add up across
+    /// flushes, with kinds that start counting later falling in among those that counted before.
+    @Test func totalsAddUpAcrossFlushesAsNewKindsAppear() {
+        let metrics = BrokerMetrics()
+        let board = metrics.board(greeter)
+        func line(_ direction: String, _ kind: String) -> String? {
+            metrics.exposition().split(separator: "\n").first {
+                $0.contains(#"board="demo.greeter""#) && $0.contains(#"direction="\#(direction)",kind="\#(kind)""#)
+            }
+            .map(String.init)
+        }
+        board.received(.error)
+        board.sent(.heartbeat)
+        metrics.flushBoards()
+        for round in 1...5 {
+            board.received(.command)  // a slot before the ones that counted first
+            if round == 3 { board.sent(.reply) }  // and one between them, once
+            metrics.flushBoards()
+        }
+        metrics.flushBoards()  // nothing counted since: the totals stay
+        #expect(line("in", "command")?.hasSuffix(" 5") == true, "\(line("in", "command") ?? "none")")
+        #expect(line("in", "error")?.hasSuffix(" 1") == true)
+        #expect(line("out", "heartbeat")?.hasSuffix(" 1") == true)
+        #expect(line("out", "reply")?.hasSuffix(" 1") == true)
+        #expect(metrics.exposition().split(separator: "\n").filter { $0.hasPrefix("boardbus_messages_total{board=\"demo.greeter\"") }.count == 4)
+    }
+
     /// Only what counted is kept and shown: a board that never answered a request has no
     /// histogram, and a kind it never sent or received has no line (the snapshot is sparse).
     @Test func aQuietBoardShowsOnlyWhatItCounted() {
