@@ -77,7 +77,7 @@ struct CBORReader {
     private mutating func text(_ info: UInt8) throws -> String {
         let count = try length(info, minimumBytesEach: 1)
         let slice = UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + count])
-        guard let text = String(validating: slice.assumingMemoryBound(to: UInt8.self), as: UTF8.self) else {
+        guard let text = String(validUTF8: slice) else {
             throw corrupted("text string is not valid UTF-8")
         }
         offset += count

@@ -119,12 +119,21 @@ public enum HeaderCodec {
     /// Refuses (`badArgument`) a content type that is empty, longer than
     /// ``maximumContentTypeBytes`` or not printable ASCII (a media type is).
     public static func checkContentType(_ type: String) throws(BusError) {
-        guard isValidContentType(type.utf8) else { throw BusError(.badArgument, contentTypeRule) }
+        guard isValidContentType(type) else { throw BusError(.badArgument, contentTypeRule) }
     }
 
     /// The content type's rule, for a sender's value and a received field alike.
-    static func isValidContentType(_ bytes: some Collection<UInt8>) -> Bool {
-        (1...maximumContentTypeBytes).contains(bytes.count) && bytes.allSatisfy { (0x20...0x7E).contains($0) }
+    static func isValidContentType(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard (1...maximumContentTypeBytes).contains(bytes.count) else { return false }
+        for byte in bytes where byte < 0x20 || byte > 0x7E { return false }
+        return true
+    }
+
+    /// The same for a sender's value; the content type BoardKit labels CBOR with passes at once.
+    static func isValidContentType(_ type: String) -> Bool {
+        if type == PayloadFormat.cborContentType { return true }
+        var type = type
+        return type.withUTF8 { isValidContentType(UnsafeRawBufferPointer($0)) }
     }
 
     static let contentTypeRule = "content type must be 1 to \(maximumContentTypeBytes) bytes of printable ASCII"
@@ -211,18 +220,20 @@ public enum HeaderCodec {
 
     /// A content type (checked to be printable ASCII by the layout); the one every CBOR message
     /// carries is the shared constant, so that reading it allocates nothing.
+    private static let cborContentTypeBytes = Array(PayloadFormat.cborContentType.utf8)
+
     private static func contentType(_ buffer: UnsafeRawBufferPointer, _ range: Range<Int>) -> String {
         let bytes = UnsafeRawBufferPointer(rebasing: buffer[range])
-        if PayloadFormat.cborContentType.utf8.elementsEqual(bytes) { return PayloadFormat.cborContentType }
+        if bytes.count == cborContentTypeBytes.count,
+            cborContentTypeBytes.withUnsafeBytes({ memcmp($0.baseAddress!, bytes.baseAddress!, bytes.count) == 0 })
+        {
+            return PayloadFormat.cborContentType
+        }
         return String(decoding: bytes, as: UTF8.self)
     }
 
     private static func string(_ buffer: UnsafeRawBufferPointer, _ range: Range<Int>, field: String) throws -> String {
-        let bytes = UnsafeRawBufferPointer(rebasing: buffer[range]).assumingMemoryBound(to: UInt8.self)
-        // `String(decoding:)` is the fast path (no generic validation); it replaces invalid
-        // sequences, so the text is valid UTF-8 exactly when it re-encodes to the same bytes.
-        let text = String(decoding: bytes, as: UTF8.self)
-        guard bytes.allSatisfy({ $0 < 0x80 }) || text.utf8.elementsEqual(bytes) else {
+        guard let text = String(validUTF8: UnsafeRawBufferPointer(rebasing: buffer[range])) else {
             throw BusError(.malformed, "\(field) field is not valid UTF-8")
         }
         return text
@@ -350,7 +361,9 @@ package struct HeaderLayout: Sendable, Hashable {
                 trace = value
             case HeaderCodec.OptionalField.contentType:
                 guard contentType == nil else { throw BusError(.malformed, "header has two content types") }
-                guard HeaderCodec.isValidContentType(buffer[value]) else { throw BusError(.malformed, HeaderCodec.contentTypeRule) }
+                guard HeaderCodec.isValidContentType(UnsafeRawBufferPointer(rebasing: buffer[value])) else {
+                    throw BusError(.malformed, HeaderCodec.contentTypeRule)
+                }
                 contentType = value
             default:
                 continue
@@ -422,18 +435,20 @@ package struct HeaderLayout: Sendable, Hashable {
 
     /// A u16 length and that many bytes (at most `limit`), starting at `offset`, which moves past them.
     private static func field(
-        _ buffer: UnsafeRawBufferPointer, _ offset: inout Int, _ name: String, limit: Int = HeaderCodec.maximumFieldBytes
+        _ buffer: UnsafeRawBufferPointer, _ offset: inout Int, _ name: @autoclosure () -> String, limit: Int = HeaderCodec.maximumFieldBytes
     ) throws(BusError) -> Range<Int> {
+        // The name is made only for an error: an optional field's ("optional field 3") would
+        // otherwise be built on every message that has one.
         guard buffer.count - offset >= 2 else {
-            throw BusError(.malformed, "header truncated before the \(name) length")
+            throw BusError(.malformed, "header truncated before the \(name()) length")
         }
         let length = Int(bigEndian(buffer, at: offset, as: UInt16.self))
         offset += 2
         guard length <= limit else {
-            throw BusError(.malformed, "\(name) field of \(length) bytes is over the limit of \(limit)")
+            throw BusError(.malformed, "\(name()) field of \(length) bytes is over the limit of \(limit)")
         }
         guard buffer.count - offset >= length else {
-            throw BusError(.malformed, "header truncated inside the \(name) field")
+            throw BusError(.malformed, "header truncated inside the \(name()) field")
         }
         defer { offset += length }
         return offset..<(offset + length)
