@@ -198,4 +198,55 @@ struct SocketLoopIntegrationTests {
             #expect(recorder.events.withLock { $0 } == expected)
         }
     }
+
+    /// The same for tasks on the loop's executor: a task a message resumes is queued by the loop
+    /// thread itself (without the shared queue's lock) and runs before the next message is
+    /// received; and a task that prefers a loop that has stopped still runs, elsewhere.
+    @Test func tasksAMessageResumesRunBeforeTheNextIsReceived() async throws {
+        final class Resumer: SocketLoopHandler, @unchecked Sendable {
+            let events = Mutex<[String]>([])
+            let waiting = Mutex<[UInt64: CheckedContinuation<Void, Never>]>([:])
+            func received(_ message: ReceivedMessage, on socket: ZMQSocket) {
+                guard case .success(let envelope) = message.content else { return }
+                let id = envelope.header.correlationID
+                events.withLock { $0.append("received \(id)") }
+                waiting.withLock { $0.removeValue(forKey: id) }?.resume()
+            }
+            func tick(on socket: ZMQSocket) {}
+            func stopping(on socket: ZMQSocket) {}
+        }
+        try await withTemporaryEndpoint("tasks") { endpoint in
+            let context = try ZMQContext()
+            defer { context.terminate() }
+            let count = 50
+            let router = try ZMQSocket(context: context, kind: .router)
+            try router.bind(endpoint)
+            let resumer = Resumer()
+            let loop = try SocketLoop(name: "test-tasks", socket: router, handler: resumer, tickInterval: .seconds(3600))
+            loop.start()
+            // One task per message, each waiting on the loop's executor for its message.
+            let tasks = (1...count).map { index in
+                Task(executorPreference: loop) {
+                    await withCheckedContinuation { continuation in
+                        resumer.waiting.withLock { $0[UInt64(index)] = continuation }
+                    }
+                    resumer.events.withLock { $0.append("task \(index)") }
+                }
+            }
+            _ = await eventually(timeout: .seconds(20)) { resumer.waiting.withLock { $0.count } == count }
+            let dealer = try ZMQSocket(context: context, kind: .dealer)
+            defer { dealer.close() }
+            try dealer.connect(endpoint)
+            for index in 1...count {
+                _ = try dealer.send(Envelope(header: EnvelopeHeader(kind: .command, correlationID: UInt64(index))))
+            }
+            for task in tasks { await task.value }
+            let expected = (1...count).flatMap { ["received \($0)", "task \($0)"] }
+            #expect(resumer.events.withLock { $0 } == expected)
+            loop.stop()
+            // After the loop stopped, a task that prefers it runs all the same.
+            let late = await Task(executorPreference: loop) { 42 }.value
+            #expect(late == 42)
+        }
+    }
 }
