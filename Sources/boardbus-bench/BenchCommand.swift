@@ -157,17 +157,23 @@ struct BenchCommand: AsyncParsableCommand {
                 print("motherboard pid \(fleet.brokerPID), bench-echo-board pid \(fleet.pid(of: BoardBusBench.board) ?? 0), client pid \(getpid())")
                 fflush(nil)
                 let payload = echoPayload(bytes: bytes)
+                let processes = [
+                    ("motherboard", fleet.brokerPID), ("bench-echo-board", fleet.pid(of: BoardBusBench.board) ?? 0), ("client", getpid()),
+                ]
+                let (before, start) = (ThreadCPU(processes), monotonicNanoseconds())
+                let rate: Double
                 if rawClients {
-                    let rate = try BaselineBench(endpoint: fleet.address.endpoint, command: command).throughput(
+                    rate = try BaselineBench(endpoint: fleet.address.endpoint, command: command).throughput(
                         payload: payload, clients: loadClients, window: loadWindow, seconds: load)
                     print("BoardBus broker and board, raw clients, throughput \(bytes) B: \(Int(rate)) msg/s")
                 } else {
                     let call = EchoCall(command: command, format: command == "echo.raw" ? nil : format)
-                    let rate = try await BoardBusBench(fleet: fleet).throughput(
+                    rate = try await BoardBusBench(fleet: fleet).throughput(
                         payload: call.payload(payload), clients: loadClients, window: loadWindow, seconds: load, command: command,
                         contentType: call.contentType, traced: traced)
                     print("BoardBus throughput \(bytes) B: \(Int(rate)) msg/s")
                 }
+                printCPU(since: before, start: start, processes: processes, rate: rate)
             }
             return
         }
@@ -175,9 +181,12 @@ struct BenchCommand: AsyncParsableCommand {
             try await BaselineProcesses.with { baseline in
                 print("zmq-baseline-proxy pid \(baseline.proxy.pid), zmq-baseline-echo pid \(baseline.echo.pid), client pid \(getpid())")
                 fflush(nil)
+                let processes = [("zmq-baseline-proxy", baseline.proxy.pid), ("zmq-baseline-echo", baseline.echo.pid), ("client", getpid())]
+                let (before, start) = (ThreadCPU(processes), monotonicNanoseconds())
                 let rate = try BaselineBench(endpoint: baseline.frontEndpoint).throughput(
                     payload: echoPayload(bytes: 100), clients: loadClients, window: loadWindow, seconds: loadBaseline)
                 print("baseline throughput 100 B: \(Int(rate)) msg/s")
+                printCPU(since: before, start: start, processes: processes, rate: rate)
             }
             return
         }
@@ -473,3 +482,10 @@ enum MachineDescription {
 }
 
 extension PayloadFormat: ExpressibleByArgument {}
+
+/// After a `--load`: the CPU each process and thread used per round trip since `before`.
+func printCPU(since before: ThreadCPU, start: UInt64, processes: [(String, Int32)], rate: Double) {
+    let roundTrips = rate * Double(monotonicNanoseconds() - start) / 1e9
+    print("CPU per round trip (µs), by process (by thread):")
+    print(ThreadCPU.perRoundTrip(from: before, to: ThreadCPU(processes), roundTrips: roundTrips, connections: ["client"]))
+}
