@@ -130,36 +130,60 @@ extension Optional where Wrapped == FlowIDs {
 
 /// The flows by id, in one array in ascending id order (ids are handed out ascending, so a new
 /// flow goes at the end): half the memory of a dictionary, whose table is at most three quarters
-/// full (about 110 bytes a flow at 2 000 flows); looked up by binary search.
+/// full (about 110 bytes a flow at 2 000 flows); looked up by binary search over a parallel array
+/// of ids. A removed flow leaves a hole, and the holes are squeezed out once they are half of the
+/// array: a board leaving costs a look-up, not a shift of every later flow (2 000 boards leaving
+/// in registration order would otherwise move the table n²/2 times).
 struct FlowsByID {
-    private(set) var all: [FlowInfo] = []
+    private var ids: [FlowID] = []
+    private var flows: [FlowInfo?] = []
+    private var holes = 0
 
-    var count: Int { all.count }
+    var count: Int { ids.count - holes }
+
+    /// Every flow, in ascending id order.
+    var all: [FlowInfo] { flows.compactMap { $0 } }
 
     subscript(id: FlowID) -> FlowInfo? {
         get {
             let index = self.index(of: id)
-            return index < all.count && all[index].id == id ? all[index] : nil
+            return index < ids.count && ids[index] == id ? flows[index] : nil
         }
         set {
             let index = self.index(of: id)
-            let found = index < all.count && all[index].id == id
-            switch (newValue, found) {
-            case (let flow?, true): all[index] = flow
-            case (let flow?, false): all.insert(flow, at: index)
-            case (nil, true): all.remove(at: index)
-            case (nil, false): break
+            let present = index < ids.count && ids[index] == id
+            switch (newValue, present) {
+            case (let flow?, true):
+                if flows[index] == nil { holes -= 1 }
+                flows[index] = flow
+            case (let flow?, false):
+                ids.insert(id, at: index)
+                flows.insert(flow, at: index)
+            case (nil, true):
+                guard flows[index] != nil else { return }
+                flows[index] = nil
+                holes += 1
+                if holes > 32 && holes * 2 > ids.count { squeeze() }
+            case (nil, false):
+                break
             }
         }
     }
 
     /// Where `id` is or would go.
     private func index(of id: FlowID) -> Int {
-        var (low, high) = (0, all.count)
+        var (low, high) = (0, ids.count)
         while low < high {
             let middle = (low + high) / 2
-            if all[middle].id < id { low = middle + 1 } else { high = middle }
+            if ids[middle] < id { low = middle + 1 } else { high = middle }
         }
         return low
+    }
+
+    private mutating func squeeze() {
+        let kept = flows.compactMap { $0 }
+        ids = kept.map(\.id)
+        flows = kept
+        holes = 0
     }
 }

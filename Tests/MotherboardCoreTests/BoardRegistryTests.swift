@@ -121,4 +121,37 @@ struct FlowTableTests {
         // Ids are never reused.
         #expect(table.add(scope: .root, owner: nil, spec: FlowSpec(sources: ["pay"])).id == 7)
     }
+
+    /// Flows are kept by id with holes where removed ones were, squeezed out now and then: every
+    /// look-up, listing and count stays right through many removals, in order and out of it.
+    @Test func manyBoardsLeavingInAnyOrderLeaveTheRestIntact() throws {
+        var table = FlowTable()
+        let boards = try (0..<300).map { try BoardID(validating: "b\($0)") }
+        for board in boards { table.add(scope: .root, owner: board, spec: FlowSpec(sources: [board, "hub"], target: "sink")) }
+        var live = Array(1...300)  // flow n belongs to board n - 1
+        // The first half leave in registration order, then the rest in a scrambled one.
+        var order = Array(0..<150)
+        var rest = Array(150..<300)
+        var seed: UInt64 = 42
+        while !rest.isEmpty {
+            seed = seed &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            order.append(rest.remove(at: Int(seed >> 33) % rest.count))
+        }
+        for (step, index) in order.enumerated() {
+            table.removeFlows(ownedBy: ScopedName(scope: .root, name: boards[index].rawValue))
+            live.removeAll { $0 == index + 1 }
+            if step % 37 == 0 || live.count < 3 {
+                #expect(table.count == live.count)
+                #expect(table.flows.map(\.id.rawValue) == live.map(UInt64.init))
+                #expect(table.matching(scope: .root, source: "hub", trigger: .output).map(\.id.rawValue) == live.map(UInt64.init))
+                if let first = live.first {
+                    #expect(table.matching(scope: .root, source: boards[first - 1].rawValue, trigger: .output).map(\.id.rawValue) == [UInt64(first)])
+                }
+                #expect(table.matching(scope: .root, source: boards[index].rawValue, trigger: .output).isEmpty)
+            }
+        }
+        #expect(table.count == 0 && table.flows.isEmpty)
+        #expect(table.add(scope: .root, owner: nil, spec: FlowSpec(sources: ["hub"])).id == 301)
+        #expect(table.matching(scope: .root, source: "hub", trigger: .output).map(\.id) == [301])
+    }
 }
