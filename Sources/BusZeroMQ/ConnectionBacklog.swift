@@ -39,14 +39,12 @@ package final class ConnectionBacklog<Peer: Hashable> {
         self.budget = budget
     }
 
-    /// Notes the connection a peer's message came in on. `descriptor` is asked only for a peer
-    /// not noted yet: a router's peer id stands for one connection (libzmq makes a new id for
-    /// every connection, and no BoardBus peer sets its own), and asking libzmq costs a
-    /// metadata look-up and a number parsed from text (`ZMQ_SRCFD`) on every message.
-    package func noteReceived(from peer: Peer, descriptor: @autoclosure () -> Int32) {
-        guard descriptors[peer] == nil else { return }
-        let descriptor = descriptor()
-        guard descriptor >= 0 else { return }
+    /// Notes the connection a peer's message came in on (cheap when it did not change). Asked on
+    /// every message, not once per peer: a peer that sets its own routing id (libzmq 4.3 takes any,
+    /// even one shaped like those it makes) can leave and come back under the same id on a new
+    /// connection, and a stale descriptor would watch a closed or another peer's socket.
+    package func noteReceived(from peer: Peer, descriptor: Int32) {
+        guard descriptor >= 0, descriptors[peer] != descriptor else { return }
         descriptors[peer] = descriptor
     }
 
