@@ -220,15 +220,9 @@ public enum HeaderCodec {
 
     /// A content type (checked to be printable ASCII by the layout); the one every CBOR message
     /// carries is the shared constant, so that reading it allocates nothing.
-    private static let cborContentTypeBytes = Array(PayloadFormat.cborContentType.utf8)
-
     private static func contentType(_ buffer: UnsafeRawBufferPointer, _ range: Range<Int>) -> String {
         let bytes = UnsafeRawBufferPointer(rebasing: buffer[range])
-        if bytes.count == cborContentTypeBytes.count,
-            cborContentTypeBytes.withUnsafeBytes({ memcmp($0.baseAddress!, bytes.baseAddress!, bytes.count) == 0 })
-        {
-            return PayloadFormat.cborContentType
-        }
+        if PayloadFormat.cborContentType.hasUTF8(bytes) { return PayloadFormat.cborContentType }
         return String(decoding: bytes, as: UTF8.self)
     }
 

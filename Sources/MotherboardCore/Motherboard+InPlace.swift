@@ -91,6 +91,6 @@ extension Motherboard {
     }
 
     private static func bytes(_ bytes: UnsafeRawBufferPointer, _ range: Range<Int>, equal text: String) -> Bool {
-        text.utf8.elementsEqual(UnsafeRawBufferPointer(rebasing: bytes[range]))
+        text.hasUTF8(UnsafeRawBufferPointer(rebasing: bytes[range]))
     }
 }

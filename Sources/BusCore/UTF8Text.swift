@@ -1,0 +1,30 @@
+import Foundation
+
+extension String {
+    /// The text of `bytes` when they are valid UTF-8, else nil: for the header's fields and CBOR's
+    /// text strings, read on every message. Not `String(validating:as:)`, which is generic over
+    /// the encoding and looks up type metadata on every call: `String(decoding:)` is the fast
+    /// path, and replaces each invalid sequence (never by the bytes it replaced), so the text is
+    /// valid exactly when it encodes to the same bytes.
+    init?(validUTF8 bytes: UnsafeRawBufferPointer) {
+        // Long text: one pass that validates and copies beats decoding and comparing, and the
+        // look-up is paid once for many bytes.
+        if bytes.count > 256 {
+            guard let text = String(validating: bytes.assumingMemoryBound(to: UInt8.self), as: UTF8.self) else { return nil }
+            self = text
+            return
+        }
+        let text = String(decoding: bytes, as: UTF8.self)
+        guard text.hasUTF8(bytes) else { return nil }
+        self = text
+    }
+
+    /// Whether the text's UTF-8 is exactly `bytes`: one `memcmp`, where `utf8.elementsEqual`
+    /// walks the view a byte at a time (for header fields compared on every message).
+    package func hasUTF8(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var text = self
+        return text.withUTF8 { utf8 in
+            utf8.count == bytes.count && (bytes.isEmpty || memcmp(utf8.baseAddress!, bytes.baseAddress!, bytes.count) == 0)
+        }
+    }
+}
