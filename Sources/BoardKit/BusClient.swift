@@ -188,7 +188,7 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
     }
 
     private struct Guarded {
-        var pending: [UInt64: Pending] = [:]
+        var pending = CorrelationTable<Pending>()
         var messageHandler: (@Sendable (Envelope) -> Void)?
         var tickHandler: (@Sendable () -> Void)?
         var subscriptions: [UUID: any BusSubscription] = [:]
@@ -225,7 +225,7 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
     func addPending(_ id: UInt64, deadline: ContinuousClock.Instant, header: EnvelopeHeader, continuation: UnsafeContinuation<Envelope, any Error>) {
         let added = guarded.withLock { state in
             guard !state.closed else { return false }
-            state.pending[id] = Pending(deadline: deadline, request: BusClient.RequestSummary(header), continuation: continuation)
+            state.pending.insert(Pending(deadline: deadline, request: BusClient.RequestSummary(header), continuation: continuation), for: id)
             return true
         }
         if !added { continuation.resume(throwing: Self.closedError) }
@@ -243,8 +243,7 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
     func close() {
         let all = guarded.withLock { state in
             state.closed = true
-            defer { state.pending.removeAll() }
-            return Array(state.pending.values)
+            return state.pending.removeAll()
         }
         for pending in all { pending.continuation.resume(throwing: Self.closedError) }
     }
@@ -287,11 +286,8 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
 
     /// Fails with `timeout` every request whose deadline is `now` or earlier.
     func expireRequests(now: ContinuousClock.Instant) {
-        let expired = guarded.withLock { state -> [Pending] in
-            let ids = state.pending.filter { $0.value.deadline <= now }.map(\.key)
-            return ids.compactMap { state.pending.removeValue(forKey: $0) }
-        }
-        for pending in expired {
+        let expired = guarded.withLock { state in state.pending.removeAll { $0.deadline <= now } }
+        for (_, pending) in expired {
             pending.continuation.resume(throwing: BusError(.timeout, "no answer to \(pending.request.description) in time"))
         }
     }

@@ -42,7 +42,7 @@ struct ReplyRegistry {
         var acknowledged: Int
     }
 
-    private var requests: [UInt64: Request] = [:]
+    private var requests = CorrelationTable<Request>()
     private var actions: [UInt64: ActionDelivery] = [:]
     private var nextID: UInt64 = 1
 
@@ -66,9 +66,10 @@ struct ReplyRegistry {
         sentAt: ContinuousClock.Instant? = nil, clientIsBoard: Bool = true
     ) -> UInt64 {
         let id = makeCorrelationID()
-        requests[id] = Request(
-            client: client, clientCorrelationID: clientCorrelationID, board: board, boardPeer: boardPeer, deadline: deadline, sentAt: sentAt,
-            clientIsBoard: clientIsBoard)
+        requests.insert(
+            Request(
+                client: client, clientCorrelationID: clientCorrelationID, board: board, boardPeer: boardPeer, deadline: deadline, sentAt: sentAt,
+                clientIsBoard: clientIsBoard), for: id)
         return id
     }
 
@@ -85,8 +86,8 @@ struct ReplyRegistry {
     mutating func expectActionPart(_ action: UInt64, board: ScopedName, boardPeer: PeerID, deadline: ContinuousClock.Instant) -> UInt64 {
         guard let delivery = actions[action] else { preconditionFailure("no action delivery \(action)") }
         let id = makeCorrelationID()
-        requests[id] = Request(
-            client: delivery.client, clientCorrelationID: 0, board: board, boardPeer: boardPeer, deadline: deadline, action: action)
+        requests.insert(
+            Request(client: delivery.client, clientCorrelationID: 0, board: board, boardPeer: boardPeer, deadline: deadline, action: action), for: id)
         return id
     }
 
@@ -101,7 +102,7 @@ struct ReplyRegistry {
     ) -> Request? {
         guard let request = requests.removeValue(forKey: correlationID) else { return nil }
         guard request.boardPeer == peer, accept(request) else {
-            requests[correlationID] = request
+            requests.insert(request, for: correlationID)
             return nil
         }
         return request
@@ -145,7 +146,6 @@ struct ReplyRegistry {
     }
 
     private mutating func take(where matches: (Request) -> Bool) -> [Request] {
-        let ids = requests.compactMap { matches($0.value) ? $0.key : nil }.sorted()
-        return ids.compactMap { requests.removeValue(forKey: $0) }
+        requests.removeAll(where: matches).map(\.value)
     }
 }
