@@ -43,7 +43,9 @@ public struct UplinkSettings: Sendable, Hashable {
 /// parent routes to it as to any board, and the uplink hands each request to its own motherboard
 /// and the answer back), and one more to the parent for what goes up (clients' requests for the
 /// parent's scopes, actions bubbling on). Every connection to the parent is CURVE, pings with
-/// ZMTP heartbeats, and sends only when connected.
+/// ZMTP heartbeats, and sends only when connected. The parent may be heard on the boards'
+/// connections before the link's own one is made: what goes up meanwhile waits for it, in order,
+/// within its deadline (``HeldMessages``).
 ///
 /// The link is up while the parent was heard from within the liveness timeout (it heartbeats each
 /// registered board; the uplink pings it too, `control ping`). When it goes down, requests waiting on it fail
@@ -79,6 +81,9 @@ final class Uplink: @unchecked Sendable {
     private var down: [UInt64: Pending] = [:]
     /// Requests sent up, by the correlation id they travel under to the parent.
     private var up: [UInt64: Pending] = [:]
+    /// What goes up while the link's connection is not made yet (the parent heard on the boards'
+    /// connections already), by the correlation id it will travel under.
+    private var held = HeldMessages(capacity: 10_000)
     private var nextID: UInt64 = 1
     private var lastHeard: ContinuousClock.Instant?
     private var lastPing: ContinuousClock.Instant?
@@ -153,7 +158,8 @@ final class Uplink: @unchecked Sendable {
             tick(now: now)
             let names = Array(boards.keys)
             let sockets = [local, link] + names.map { boards[$0]!.socket }
-            let ready = ZMQSocket.poll(sockets, timeoutMilliseconds: 100)
+            // While messages wait for the link's connection, look again soon.
+            let ready = ZMQSocket.poll(sockets, timeoutMilliseconds: held.isEmpty ? 100 : 5)
             if ready[0] { local.drainEnvelopes(limits: limits) { self.fromLocal($0, attachID: attachID, now: clock.now) } }
             if ready[1] { link.drainEnvelopes(limits: limits) { self.fromParentLink($0, now: clock.now) } }
             for (index, name) in names.enumerated() where ready[index + 2] {
@@ -184,6 +190,7 @@ final class Uplink: @unchecked Sendable {
             } else {
                 logger.warning("link to the parent motherboard is down", metadata: ["endpoint": "\(settings.endpoint)"])
                 for name in boards.keys { boards[name]?.link.lose() }
+                _ = held.removeAll()
                 failUp(BusError(.unreachable, "the link to the parent motherboard at \(settings.endpoint) is down"))
             }
         }
@@ -202,6 +209,7 @@ final class Uplink: @unchecked Sendable {
             lastDiagnosis = now
             diagnose()
         }
+        sendHeld(now: now)
         for (id, pending) in up where pending.deadline <= now {
             up[id] = nil
             answerLocal(Envelope.error(BusError(.timeout, "the parent motherboard did not answer in time"), correlationID: pending.correlationID))
@@ -296,19 +304,39 @@ final class Uplink: @unchecked Sendable {
             return
         }
         var request = envelope
+        let timeout = envelope.header.timeoutMilliseconds > 0 ? Duration.milliseconds(Int64(envelope.header.timeoutMilliseconds)) : .seconds(25)
         if waits {
             let id = makeID()
-            let timeout = envelope.header.timeoutMilliseconds > 0 ? Duration.milliseconds(Int64(envelope.header.timeoutMilliseconds)) : .seconds(25)
             up[id] = Pending(board: nil, correlationID: envelope.header.correlationID, deadline: now.advanced(by: timeout))
             request.header.correlationID = id
         }
-        if (try? link.send(request)) != .sent, waits {
-            up[request.header.correlationID] = nil
-            answerLocal(
-                Envelope.error(
-                    BusError(.unreachable, "the parent motherboard at \(settings.endpoint) is not connected"),
-                    correlationID: envelope.header.correlationID))
+        // Behind what is held already, in order; else straight to the socket, which refuses it
+        // while its connection is not made (ZMQ_IMMEDIATE): then it is held until it is.
+        if !held.isEmpty || (try? link.send(request)) != .sent {
+            guard held.hold(request, until: now.advanced(by: timeout)) else {
+                return notSent(request, waits: waits, BusError(.unreachable, "the parent motherboard at \(settings.endpoint) is not connected"))
+            }
+            sendHeld(now: now)
         }
+    }
+
+    /// Sends what the link's connection takes now; answers `unreachable` for what could not
+    /// leave before its deadline.
+    private func sendHeld(now: ContinuousClock.Instant) {
+        guard !held.isEmpty else { return }
+        let expired = held.flush(now: now) { envelope in (try? link.send(envelope)) == .sent }
+        for message in expired {
+            let waits = message.envelope.header.flags.contains(.replyExpected) && message.envelope.header.correlationID != 0
+            notSent(
+                message.envelope, waits: waits,
+                BusError(.unreachable, "the parent motherboard at \(settings.endpoint) did not connect before the deadline"))
+        }
+    }
+
+    /// A message that never left: its sender, if it waits, is answered with `error`.
+    private func notSent(_ request: Envelope, waits: Bool, _ error: BusError) {
+        guard waits, let pending = up.removeValue(forKey: request.header.correlationID) else { return }
+        answerLocal(Envelope.error(error, correlationID: pending.correlationID))
     }
 
     private func answerLocal(_ envelope: Envelope) {
