@@ -409,7 +409,7 @@ package struct HeaderLayout: Sendable, Hashable {
 
     /// Whether every string is ASCII (then it is valid UTF-8 without further checks).
     package func stringsAreASCII(in buffer: UnsafeRawBufferPointer) -> Bool {
-        func ascii(_ range: Range<Int>) -> Bool { UnsafeRawBufferPointer(rebasing: buffer[range]).allSatisfy { $0 < 0x80 } }
+        func ascii(_ range: Range<Int>) -> Bool { UnsafeRawBufferPointer(rebasing: buffer[range]).isASCII }
         return ascii(source) && ascii(target) && ascii(scope) && ascii(typeName) && dispatchID.map(ascii) ?? true
     }
 

@@ -15,10 +15,30 @@ extension String {
             return
         }
         let text = String(decoding: bytes, as: UTF8.self)
-        guard text.hasUTF8(bytes) else { return nil }
+        // ASCII (nearly every header field) is valid as it is; other text must come back unchanged.
+        guard bytes.isASCII || text.hasUTF8(bytes) else { return nil }
         self = text
     }
+}
 
+extension UnsafeRawBufferPointer {
+    /// Whether every byte is below 0x80, eight at a time.
+    package var isASCII: Bool {
+        var offset = 0
+        var high: UInt64 = 0
+        while offset + 8 <= count {
+            high |= loadUnaligned(fromByteOffset: offset, as: UInt64.self)
+            offset += 8
+        }
+        while offset < count {
+            high |= UInt64(self[offset])
+            offset += 1
+        }
+        return high & 0x8080_8080_8080_8080 == 0
+    }
+}
+
+extension String {
     /// Whether the text's UTF-8 is exactly `bytes`: one `memcmp`, where `utf8.elementsEqual`
     /// walks the view a byte at a time (for header fields compared on every message).
     package func hasUTF8(_ bytes: UnsafeRawBufferPointer) -> Bool {

@@ -25,4 +25,29 @@ struct UTF8TextTests {
             #expect(got == expected, "\(sample) with \(padding) bytes before")
         }
     }
+
+    /// The ASCII check reads eight bytes at a time and the rest one by one: a byte with its high
+    /// bit set is found at every position, in every length around the word size, at any alignment.
+    @Test
+    func aNonASCIIByteIsFoundWhereverItIs() {
+        let storage = Array(repeating: UInt8(ascii: "a"), count: 40)
+        for start in 0..<8 {
+            for count in 0..<25 {
+                var bytes = storage
+                let plain = bytes.withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[start..<start + count]).isASCII }
+                #expect(plain, "\(count) ASCII bytes at \(start)")
+                for position in 0..<count {
+                    bytes[start + position] = 0x80
+                    let found = bytes.withUnsafeBytes { !UnsafeRawBufferPointer(rebasing: $0[start..<start + count]).isASCII }
+                    #expect(found, "0x80 at \(position) of \(count), from \(start)")
+                    bytes[start + position] = UInt8(ascii: "a")
+                }
+                // A high byte just outside is not counted.
+                if start > 0 { bytes[start - 1] = 0xFF }
+                bytes[start + count] = 0xFF
+                let outside = bytes.withUnsafeBytes { UnsafeRawBufferPointer(rebasing: $0[start..<start + count]).isASCII }
+                #expect(outside, "high bytes around \(count) at \(start)")
+            }
+        }
+    }
 }
