@@ -102,11 +102,8 @@ struct BenchCommand: AsyncParsableCommand {
         }
         if scaleOnly {
             let report = Report()
-            try await BaselineProcesses.with { baseline in
-                try await TestFleet.with(manifest: #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}]}"#) { fleet in
-                    try await ScaleBench(fleet: fleet, bus: BoardBusBench(fleet: fleet), baseline: baseline, settings: quick ? .quick : .full)
-                        .run(report: report)
-                }
+            try await TestFleet.with(manifest: #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}]}"#) { fleet in
+                try await ScaleBench(fleet: fleet, bus: BoardBusBench(fleet: fleet), settings: quick ? .quick : .full).run(report: report)
             }
             print(report.render())
             return
@@ -290,7 +287,7 @@ struct BenchCommand: AsyncParsableCommand {
             let memoryEnd = residentKiB(of: brokerPID) ?? 0
             report.memory(startKiB: memoryStart, endKiB: memoryEnd, messages: Int(messages), seconds: settings.memorySeconds)
 
-            try await ScaleBench(fleet: fleet, bus: bus, baseline: baseline, settings: settings).run(report: report)
+            try await ScaleBench(fleet: fleet, bus: bus, settings: settings).run(report: report)
 
             progress("\(settings.churnBoards) boards registering and leaving")
             let churn = try await ChurnBench(endpoint: fleet.address.endpoint, brokerPID: brokerPID).run(boards: settings.churnBoards)
@@ -443,13 +440,13 @@ struct BaselineProcesses {
 
     /// Starts the baseline, runs `body`, and stops the baseline (waiting for its processes, then
     /// removing its directory) whether `body` returns or throws.
-    static func with<T>(_ body: (BaselineProcesses) async throws -> T) async throws -> T {
-        try await using(try await start(), stop: { await $0.stop() }, body)
+    static func with<T>(label: String = "baseline", _ body: (BaselineProcesses) async throws -> T) async throws -> T {
+        try await using(try await start(label: label), stop: { await $0.stop() }, body)
     }
 
-    static func start() async throws -> BaselineProcesses {
+    static func start(label: String = "baseline") async throws -> BaselineProcesses {
         let binaries = benchBinaries.path
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-baseline-\(getpid())").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-\(label)-\(getpid())").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let environment = ProcessInfo.processInfo.environment
         let proxy = try await ChildProcess(

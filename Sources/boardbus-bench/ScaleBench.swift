@@ -12,7 +12,6 @@ import Histogram
 struct ScaleBench {
     let fleet: TestFleet
     let bus: BoardBusBench
-    let baseline: BaselineProcesses
     let settings: BenchSettings
 
     func run(report: Report) async throws {
@@ -51,9 +50,18 @@ struct ScaleBench {
             brokerKiBPerBoard: median(perBoard), routerKiBPerConnection: try await routerKiBPerConnection(connections: large))
     }
 
-    /// What a bare ROUTER holds per connection: the baseline proxy's resident memory before and
-    /// with `connections` DEALERs that each sent one message through it and got it back.
+    /// What a bare ROUTER holds per connection: the resident memory of a baseline proxy started
+    /// for this, before and with `connections` DEALERs that each sent one message through it and
+    /// got it back. Not the run's own proxy: after the throughput rounds its heap has free room
+    /// that new connections reuse, which made its figure depend on what ran before (26.9–27.2 KiB
+    /// after a full run's load, 28.0–28.1 on its own), while the broker's does not move.
     private func routerKiBPerConnection(connections: Int) async throws -> Double {
+        try await BaselineProcesses.with(label: "router-memory") { fresh in
+            try await routerKiBPerConnection(of: fresh, connections: connections)
+        }
+    }
+
+    private func routerKiBPerConnection(of baseline: BaselineProcesses, connections: Int) async throws -> Double {
         let pid = baseline.proxy.pid
         let before = try await settledResidentKiB(of: pid)
         let frames = try BaselineBench.frames(payload: echoPayload(bytes: 100))
