@@ -3,12 +3,13 @@
 ///
 /// An id lives in the slot its low bits name in a ring, so a look-up is an index and a compare,
 /// with no hashing and nothing moved on removal (a dictionary removal shifts the entries after it
-/// in their cluster). An id whose slot a live id holds goes to the ring while the ring is at
-/// least half full and may still grow (doubling keeps live ids apart: ids apart in the small
-/// ring are apart in the big one); otherwise the older occupant moves to an overflow dictionary
-/// (a request answered long after those after it), where it is found the slower way. Any ids
-/// are correct, in any order; increasing ones are fast. The ring never shrinks and stops at
-/// ``maximumSlots``.
+/// in their cluster). When an id's slot is held by a live id, the ring doubles if it is at least
+/// half full (doubling keeps live ids apart: ids apart in the small ring are apart in the big
+/// one); otherwise the occupant — a request answered long after those after it — moves to an
+/// overflow dictionary, where it is found the slower way. Any ids are correct, in any order;
+/// increasing ones are fast. The ring never shrinks and stops at ``maximumSlots``: after a burst
+/// of thousands in flight it keeps that size (for the broker's requests about 600 KiB, scanned
+/// on each expiry pass).
 public struct CorrelationTable<Value> {
     /// The most slots the ring grows to; more ids in flight at once go to the overflow.
     @inlinable
@@ -87,6 +88,22 @@ public struct CorrelationTable<Value> {
         return overflow.isEmpty ? nil : overflow.removeValue(forKey: id)
     }
 
+    /// Removes and returns the value of `id` if `accept` takes it; otherwise leaves it where it
+    /// is (a reply from the wrong peer must not move a request around).
+    @inlinable
+    public mutating func removeValue(forKey id: UInt64, if accept: (Value) -> Bool) -> Value? {
+        let index = slot(id)
+        if ids[index] == id, let value = values[index] {
+            guard accept(value) else { return nil }
+            values[index] = nil
+            inRing -= 1
+            return value
+        }
+        guard !overflow.isEmpty, let value = overflow[id], accept(value) else { return nil }
+        overflow[id] = nil
+        return value
+    }
+
     /// Removes every value `matches` picks; returns them with their ids, oldest (smallest) id first.
     @inlinable
     public mutating func removeAll(where matches: (Value) -> Bool) -> [(id: UInt64, value: Value)] {
@@ -100,7 +117,9 @@ public struct CorrelationTable<Value> {
             }
         }
         if !overflow.isEmpty {
-            for (id, value) in overflow where matches(value) {
+            // Picked first, then removed: removing while iterating would copy the dictionary.
+            let picked = overflow.filter { matches($0.value) }
+            for (id, value) in picked {
                 taken.append((id, value))
                 overflow[id] = nil
             }

@@ -95,17 +95,12 @@ struct ReplyRegistry {
 
     /// Takes the request a reply from `peer` answers, if `peer` is the connection the request
     /// went to and `accept` agrees; otherwise nothing changes (a late reply, one that another
-    /// connection forged, or one the caller routes another way) and nil is returned. One
-    /// dictionary operation on the common path.
+    /// connection forged, or one the caller routes another way: the request stays where it is)
+    /// and nil is returned.
     mutating func takeReply(
         _ correlationID: UInt64, from peer: PeerID, accept: (Request) -> Bool = { _ in true }
     ) -> Request? {
-        guard let request = requests.removeValue(forKey: correlationID) else { return nil }
-        guard request.boardPeer == peer, accept(request) else {
-            requests.insert(request, for: correlationID)
-            return nil
-        }
-        return request
+        requests.removeValue(forKey: correlationID) { $0.boardPeer == peer && accept($0) }
     }
 
     /// Takes a request by id, whoever answers it (the broker failing it).

@@ -82,8 +82,11 @@ final class Uplink: @unchecked Sendable {
     /// Requests sent up, by the correlation id they travel under to the parent.
     private var up: [UInt64: Pending] = [:]
     /// What goes up while the link's connection is not made yet (the parent heard on the boards'
-    /// connections already), by the correlation id it will travel under.
-    private var held = HeldMessages(capacity: 10_000)
+    /// connections already) or the parent pushes back, in order.
+    private var held = HeldMessages(capacity: 10_000, byteCapacity: 64 << 20)
+    /// The longest a message waits for the link's connection: a handshake that has not finished by
+    /// then is not about to (and a shorter deadline keeps three quarters of its own).
+    private let longestHold = Duration.seconds(5)
     private var nextID: UInt64 = 1
     private var lastHeard: ContinuousClock.Instant?
     private var lastPing: ContinuousClock.Instant?
@@ -158,7 +161,8 @@ final class Uplink: @unchecked Sendable {
             tick(now: now)
             let names = Array(boards.keys)
             let sockets = [local, link] + names.map { boards[$0]!.socket }
-            // While messages wait for the link's connection, look again soon.
+            // While messages wait for the link's connection (or for the parent to take more), look
+            // again soon.
             let ready = ZMQSocket.poll(sockets, timeoutMilliseconds: held.isEmpty ? 100 : 5)
             if ready[0] { local.drainEnvelopes(limits: limits) { self.fromLocal($0, attachID: attachID, now: clock.now) } }
             if ready[1] { link.drainEnvelopes(limits: limits) { self.fromParentLink($0, now: clock.now) } }
@@ -293,7 +297,7 @@ final class Uplink: @unchecked Sendable {
     }
 
     private func sendUp(_ envelope: Envelope, now: ContinuousClock.Instant) {
-        let waits = envelope.header.flags.contains(.replyExpected) && envelope.header.correlationID != 0
+        let waits = Self.waits(envelope)
         guard linkUp else {
             if waits {
                 answerLocal(
@@ -310,27 +314,56 @@ final class Uplink: @unchecked Sendable {
             up[id] = Pending(board: nil, correlationID: envelope.header.correlationID, deadline: now.advanced(by: timeout))
             request.header.correlationID = id
         }
-        // Behind what is held already, in order; else straight to the socket, which refuses it
-        // while its connection is not made (ZMQ_IMMEDIATE): then it is held until it is.
-        if !held.isEmpty || (try? link.send(request)) != .sent {
-            guard held.hold(request, until: now.advanced(by: timeout)) else {
-                return notSent(request, waits: waits, BusError(.unreachable, "the parent motherboard at \(settings.endpoint) is not connected"))
+        // Behind what is held already, in order (the loop's tick offers it to the connection);
+        // else straight to the socket, which refuses it while its connection is not made
+        // (ZMQ_IMMEDIATE) or the parent's queue is full: then it is held. It waits at most three
+        // quarters of its timeout, so that the sender, and the motherboard it asked, hear why
+        // before their own deadline.
+        if held.isEmpty {
+            do {
+                if try link.send(request) == .sent { return }
+            } catch {
+                return notSent(
+                    request, waits: waits, BusError(.unreachable, "could not send to the parent motherboard at \(settings.endpoint): \(error)"))
             }
-            sendHeld(now: now)
+        }
+        guard held.hold(request, now: now, until: now.advanced(by: min(timeout * 3 / 4, longestHold))) else {
+            return notSent(request, waits: waits, BusError(.unreachable, "the parent motherboard at \(settings.endpoint) is not connected"))
         }
     }
 
-    /// Sends what the link's connection takes now; answers `unreachable` for what could not
-    /// leave before its deadline.
+    /// Offers what is held to the link's connection; answers `unreachable` for what could not
+    /// leave before its deadline or failed to send.
     private func sendHeld(now: ContinuousClock.Instant) {
         guard !held.isEmpty else { return }
-        let expired = held.flush(now: now) { envelope in (try? link.send(envelope)) == .sent }
-        for message in expired {
-            let waits = message.envelope.header.flags.contains(.replyExpected) && message.envelope.header.correlationID != 0
-            notSent(
-                message.envelope, waits: waits,
-                BusError(.unreachable, "the parent motherboard at \(settings.endpoint) did not connect before the deadline"))
+        let expired = held.flush(now: now) { message in
+            var envelope = message.envelope
+            // The parent gets what is left of the deadline, not the whole of it again.
+            if envelope.header.timeoutMilliseconds > 0 {
+                let waited = message.since.duration(to: now).wholeMilliseconds
+                envelope.header.timeoutMilliseconds = UInt32(max(1, Int(envelope.header.timeoutMilliseconds) - waited))
+            }
+            do {
+                return try link.send(envelope) == .sent ? .left : .refused
+            } catch {
+                notSent(
+                    envelope, waits: Self.waits(envelope),
+                    BusError(.unreachable, "could not send to the parent motherboard at \(settings.endpoint): \(error)"))
+                return .left
+            }
         }
+        for message in expired {
+            notSent(
+                message.envelope, waits: Self.waits(message.envelope),
+                BusError(
+                    .unreachable,
+                    "the parent motherboard at \(settings.endpoint) did not take the request in time (the link's connection is not made, or is full)")
+            )
+        }
+    }
+
+    private static func waits(_ envelope: Envelope) -> Bool {
+        envelope.header.flags.contains(.replyExpected) && envelope.header.correlationID != 0
     }
 
     /// A message that never left: its sender, if it waits, is answered with `error`.

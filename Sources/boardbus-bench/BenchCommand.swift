@@ -446,7 +446,8 @@ struct BaselineProcesses {
 
     static func start(label: String = "baseline") async throws -> BaselineProcesses {
         let binaries = benchBinaries.path
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-\(label)-\(getpid())").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-\(label)-\(getpid())-\(UUID().uuidString.prefix(8))")
+            .path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let environment = ProcessInfo.processInfo.environment
         let proxy = try await ChildProcess(

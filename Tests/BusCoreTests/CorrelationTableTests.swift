@@ -19,7 +19,7 @@ struct CorrelationTableTests {
         }
     }
 
-    /// Checks every id the model has or had, and the count, after each step.
+    /// Checks every id the model has or had, and the count.
     static func expectSame(_ table: CorrelationTable<Int>, _ model: [UInt64: Int], probing ids: some Sequence<UInt64>, _ step: String) {
         #expect(table.count == model.count, "\(step): count")
         for id in ids where table[id] != model[id] {
@@ -56,9 +56,15 @@ struct CorrelationTableTests {
                 let answered = late.remove(at: Int(random.next() % UInt64(late.count)))
                 #expect(table.removeValue(forKey: answered) == model.removeValue(forKey: answered), "late answer to \(answered)")
             }
-            // A reply from the wrong peer: taken, found wrong, put back.
-            if random.next() % 97 == 0, let back = inFlight.last, let value = table.removeValue(forKey: back) {
-                table[back] = value
+            // A reply from the wrong peer, to a recent request or to a late one: refused, and the
+            // request stays.
+            if random.next() % 97 == 0, let wrong = (random.next() % 2 == 0 ? inFlight.last : late.first) {
+                #expect(table.removeValue(forKey: wrong) { _ in false } == nil, "refused answer to \(wrong)")
+                #expect(table[wrong] == model[wrong], "\(wrong) after a refused answer")
+            }
+            // The right one, checked first.
+            if random.next() % 101 == 0, let right = late.popLast() {
+                #expect(table.removeValue(forKey: right) { $0 == model[right] } == model.removeValue(forKey: right), "checked answer to \(right)")
             }
             // A second answer to the same id finds nothing.
             if random.next() % 89 == 0, let gone = seen.randomElement(using: &random), model[gone] == nil {

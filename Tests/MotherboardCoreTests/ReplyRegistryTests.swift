@@ -54,6 +54,30 @@ struct ReplyRegistryTests {
         #expect(registry.takeReply(late, from: board)?.clientCorrelationID == 3)
     }
 
+    /// A request answered long after thousands of others (moved out of the pending table's ring):
+    /// still matched only from its own connection, still expired in order with the rest.
+    @Test func aRequestLeftBehindByThousandsOfOthersKeepsTheRules() {
+        var registry = ReplyRegistry()
+        let slow = registry.expect(from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: start + .seconds(3))
+        var last: UInt64 = 0
+        for index in 0..<10_000 {
+            let id = registry.expect(
+                from: client, clientCorrelationID: UInt64(index + 2), board: greeter, boardPeer: board, deadline: start + .seconds(1))
+            if index < 9_990 { #expect(registry.takeReply(id, from: board) != nil) }
+            last = id
+        }
+        #expect(registry.count == 11)
+        #expect(registry.takeReply(slow, from: other) == nil)
+        #expect(registry.takeReply(slow, from: board, accept: { _ in false }) == nil)
+        #expect(registry.count == 11)
+        // The ten recent ones expire first, oldest id first; then the slow one.
+        let expired = registry.takeExpired(now: start + .seconds(2))
+        #expect(expired.map(\.clientCorrelationID) == Array(UInt64(9_992)...10_001))
+        #expect(registry.takeReply(last, from: board) == nil)
+        #expect(registry.takeExpired(now: start + .seconds(3)).map(\.clientCorrelationID) == [1])
+        #expect(registry.isEmpty)
+    }
+
     @Test func aBoardThatGoesAwayTakesOnlyItsOwnRequests() {
         var registry = ReplyRegistry()
         let payment = ScopedName(scope: "checkout", name: "demo.payment")
