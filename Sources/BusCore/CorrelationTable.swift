@@ -92,15 +92,21 @@ public struct CorrelationTable<Value> {
     /// is (a reply from the wrong peer must not move a request around).
     @inlinable
     public mutating func removeValue(forKey id: UInt64, if accept: (Value) -> Bool) -> Value? {
+        // Taken out and, when refused, put back in the same place: moved, never copied.
         let index = slot(id)
-        if ids[index] == id, let value = values[index] {
-            guard accept(value) else { return nil }
-            values[index] = nil
+        if ids[index] == id, let value = values[index].take() {
+            guard accept(value) else {
+                values[index] = consume value
+                return nil
+            }
             inRing -= 1
             return value
         }
-        guard !overflow.isEmpty, let value = overflow[id], accept(value) else { return nil }
-        overflow[id] = nil
+        guard !overflow.isEmpty, let value = overflow.removeValue(forKey: id) else { return nil }
+        guard accept(value) else {
+            overflow[id] = consume value
+            return nil
+        }
         return value
     }
 
