@@ -66,7 +66,7 @@ struct BenchSettings {
     var sweepRounds = 3
 
     static let quick = BenchSettings(
-        latencyRequests: 5_000, warmupRequests: 500, largeLatencyRequests: 1_000, throughputSeconds: 3,
+        latencyRequests: 5_000, warmupRequests: 500, largeLatencyRequests: 1_000, throughputSeconds: 2,
         clients: 4, window: 16, memorySeconds: 4, coldStarts: 3, busctlRuns: 10, scaleRequests: 2_000, scaleRounds: 1, sweepSeconds: 0.4,
         sweepRounds: 1)
     static let full = BenchSettings(
