@@ -80,12 +80,7 @@ public struct CorrelationTable<Value> {
     /// Removes and returns the value of `id`, if it has one.
     @inlinable @discardableResult
     public mutating func removeValue(forKey id: UInt64) -> Value? {
-        let index = slot(id)
-        if ids[index] == id, let value = values[index].take() {
-            inRing -= 1
-            return value
-        }
-        return overflow.isEmpty ? nil : overflow.removeValue(forKey: id)
+        removeValue(forKey: id) { _ in true }
     }
 
     /// Removes and returns the value of `id` if `accept` takes it; otherwise leaves it where it

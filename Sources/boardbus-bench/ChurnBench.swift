@@ -132,12 +132,13 @@ struct ChurnBench {
 }
 
 /// A process's resident memory once it stops changing (the broker trims its heap on its tick
-/// once boards are gone, looking once a second): within 256 KiB for 1.5 s, at most 8 s.
-func settledResidentKiB(of pid: Int32, steadyFor steadyTicks: Int = 15) async throws -> Int {
+/// once boards are gone, looking once a second): within 256 KiB for `window` (1.5 s by default,
+/// for the broker's once-a-second look), read every 100 ms, at most 8 s.
+func settledResidentKiB(of pid: Int32, steadyFor window: Duration = .milliseconds(1500)) async throws -> Int {
     var last = residentKiB(of: pid) ?? 0
+    let steadyReadings = Int(window / .milliseconds(100))
     var steady = 0
-    // Steady for 1.5 s by default: the broker looks at its heap once a second.
-    for _ in 0..<80 where steady < steadyTicks {
+    for _ in 0..<80 where steady < steadyReadings {
         try await Task.sleep(for: .milliseconds(100))
         let now = residentKiB(of: pid) ?? 0
         steady = abs(now - last) < 256 ? steady + 1 : 0

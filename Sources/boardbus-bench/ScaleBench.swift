@@ -64,7 +64,7 @@ struct ScaleBench {
     private func routerKiBPerConnection(of baseline: BaselineProcesses, connections: Int) async throws -> Double {
         let pid = baseline.proxy.pid
         // Steady for half a second: the C proxy has no heap check of its own to wait for.
-        let before = try await settledResidentKiB(of: pid, steadyFor: 5)
+        let before = try await settledResidentKiB(of: pid, steadyFor: .milliseconds(500))
         let frames = try BaselineBench.frames(payload: echoPayload(bytes: 100))
         let endpoint = baseline.frontEndpoint
         let connected = StopFlag()
@@ -90,7 +90,7 @@ struct ScaleBench {
             while !done.isRaised { usleep(10_000) }
         }
         while !connected.isRaised { try await Task.sleep(for: .milliseconds(10)) }
-        let with = try await settledResidentKiB(of: pid, steadyFor: 5)
+        let with = try await settledResidentKiB(of: pid, steadyFor: .milliseconds(500))
         done.raise()
         try holder.wait()
         return Double(with - before) / Double(connections)
