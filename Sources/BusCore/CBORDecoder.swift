@@ -9,6 +9,11 @@ import Foundation
 /// text that is not UTF-8, a map with a key twice or a key that is not text, nesting deeper than
 /// ``maximumDepth``, and bytes after the item. A number is read into an integer type only when
 /// it is an integer that fits (`1e20`, `nan`, `inf` and `1.5` do not; `-0.0` is 0).
+///
+/// The whole input is checked first, in one pass that allocates nothing (so a malformed field
+/// is refused even when the type never reads it); then values are read where they lie, without
+/// building a tree of the items first. Text longer than 256 bytes is checked as UTF-8 once:
+/// while it is read, or after decoding when the type did not read it.
 public struct CBORDecoder: Sendable {
     /// Deepest nesting of arrays and maps accepted (as Foundation's JSON decoder).
     public static let maximumDepth = 512
@@ -16,19 +21,76 @@ public struct CBORDecoder: Sendable {
     public init() {}
 
     public func decode<T: Decodable>(_ type: T.Type, from data: Data) throws -> T {
-        let value = try data.withUnsafeBytes { bytes in
+        try data.withUnsafeBytes { bytes in
             var reader = CBORReader(bytes: bytes)
-            let value = try reader.item(depth: 0)
+            var longText: [Int] = []
+            try reader.check(depth: 0, longText: &longText)
             guard reader.offset == bytes.count else {
                 throw reader.corrupted("\(bytes.count - reader.offset) bytes after the CBOR item")
             }
+            let input = CBORInput(bytes, longText: longText)
+            // The bytes are valid only during this call: a decoder a type kept reads nothing after it.
+            defer { input.close() }
+            let decoder = CBORDecoding(input: input, offset: 0, path: nil)
+            // Returned straight from the decode when there is no long text (a generic value kept
+            // in a local costs value-witness calls on every payload).
+            guard !longText.isEmpty else { return try decoder.decodeValue(T.self, errorPath: [], nestedPath: nil) }
+            let value = try decoder.decodeValue(T.self, errorPath: [], nestedPath: nil)
+            try input.checkUnreadLongText()
             return value
         }
-        return try CBORDecoding(value: value, parentPath: [], key: nil).decodeValue(T.self)
     }
 }
 
-/// Reads one data item, checking every length against what is left before it allocates.
+/// The head of a data item: its major type, the low five bits, and their argument (a count, a
+/// length, an integer, or a float's bits).
+struct CBORHead {
+    let major: UInt8
+    let info: UInt8
+    let argument: UInt64
+
+    var isNull: Bool { major == 7 && (info == 22 || info == 23) }
+
+    /// What the item is, for errors.
+    var kindName: String {
+        switch major {
+        case 0, 1: "an integer"
+        case 2: "a byte string"
+        case 3: "a text string"
+        case 4: "an array"
+        case 5: "a map"
+        default:
+            switch info {
+            case 20, 21: "a boolean"
+            case 22, 23: "null"
+            default: "a float"
+            }
+        }
+    }
+
+    /// The item as a `Double` when it is a number (floats as they are, integers rounded).
+    var number: Double? {
+        switch (major, info) {
+        case (0, _): Double(argument)
+        case (1, _): -1 - Double(argument)
+        case (7, 25): Double(Float16(bitPattern: UInt16(truncatingIfNeeded: argument)))
+        case (7, 26): Double(Float(bitPattern: UInt32(truncatingIfNeeded: argument)))
+        case (7, 27): Double(bitPattern: argument)
+        default: nil
+        }
+    }
+
+    /// A number as text, for errors.
+    var numberText: String {
+        switch major {
+        case 0: "\(argument)"
+        case 1: "-\(argument)-1"
+        default: number.map { "\($0)" } ?? kindName
+        }
+    }
+}
+
+/// Reads data items, checking every length against what is left before it allocates.
 struct CBORReader {
     let bytes: UnsafeRawBufferPointer
     var offset = 0
@@ -43,330 +105,561 @@ struct CBORReader {
         return bytes[offset]
     }
 
-    private mutating func bigEndian<T: FixedWidthInteger>(_: T.Type) throws -> T {
-        let size = MemoryLayout<T>.size
+    private mutating func bigEndian(size: Int) throws -> UInt64 {
         guard bytes.count - offset >= size else { throw corrupted("truncated") }
-        var value: T = 0
-        for index in 0..<size { value = value << 8 | T(bytes[offset + index]) }
+        var value: UInt64 = 0
+        for index in 0..<size { value = value << 8 | UInt64(bytes[offset + index]) }
         offset += size
         return value
     }
 
-    /// The argument of a head whose low five bits are `info`.
-    private mutating func argument(_ info: UInt8) throws -> UInt64 {
+    /// The next head. Indefinite lengths and reserved additional information are refused here.
+    mutating func head() throws -> CBORHead {
+        let initial = try byte()
+        let info = initial & 0x1F
+        let argument: UInt64
         switch info {
-        case 0..<24: return UInt64(info)
-        case 24: return UInt64(try byte())
-        case 25: return UInt64(try bigEndian(UInt16.self))
-        case 26: return UInt64(try bigEndian(UInt32.self))
-        case 27: return try bigEndian(UInt64.self)
+        case 0..<24: argument = UInt64(info)
+        case 24: argument = UInt64(try byte())
+        case 25: argument = try bigEndian(size: 2)
+        case 26: argument = try bigEndian(size: 4)
+        case 27: argument = try bigEndian(size: 8)
+        case 31 where initial == 0xFF: throw corrupted("a break outside an indefinite-length item")
         case 31: throw corrupted("indefinite lengths are not used (send definite lengths)")
         default: throw corrupted("reserved additional information \(info)")
         }
+        return CBORHead(major: initial >> 5, info: info, argument: argument)
     }
 
-    /// A length that at least `minimumBytesEach` bytes per element must still follow.
-    private mutating func length(_ info: UInt8, minimumBytesEach: Int) throws -> Int {
-        let length = try argument(info)
-        guard length <= UInt64(bytes.count - offset) / UInt64(minimumBytesEach) else {
-            throw corrupted("a length of \(length) runs past the end of the input")
+    /// The count of a head's array or map, or the length of its string, when at least
+    /// `minimumBytesEach` bytes per element still follow.
+    func length(_ head: CBORHead, minimumBytesEach: Int = 1) throws -> Int {
+        guard head.argument <= UInt64(bytes.count - offset) / UInt64(minimumBytesEach) else {
+            throw corrupted("a length of \(head.argument) runs past the end of the input")
         }
-        return Int(length)
+        return Int(head.argument)
     }
 
-    private mutating func text(_ info: UInt8) throws -> String {
-        let count = try length(info, minimumBytesEach: 1)
-        let slice = UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + count])
-        guard let text = String(validUTF8: slice) else {
-            throw corrupted("text string is not valid UTF-8")
-        }
-        offset += count
-        return text
+    /// The bytes of a string whose head was just read.
+    mutating func content(_ head: CBORHead) throws -> UnsafeRawBufferPointer {
+        let count = try length(head)
+        defer { offset += count }
+        return UnsafeRawBufferPointer(rebasing: bytes[offset..<offset + count])
     }
 
-    mutating func item(depth: Int) throws -> CBORValue {
-        let initial = try byte()
-        let info = initial & 0x1F
-        switch initial >> 5 {
-        case 0: return .unsigned(try argument(info))
-        case 1: return .negative(try argument(info))
-        case 2:
-            let count = try length(info, minimumBytesEach: 1)
-            defer { offset += count }
-            return .bytes(Data(bytes[offset..<offset + count]))
-        case 3: return .text(try text(info))
+    /// Text values longer than this are checked as UTF-8 when read (see ``CBORDecoder``).
+    static let longText = 256
+
+    /// Checks one whole item and moves past it: the profile's major types and simple values,
+    /// lengths within the input, UTF-8 text, text keys each once, nesting within the limit.
+    /// The offsets of text values longer than ``longText`` are added to `longText` unchecked.
+    mutating func check(depth: Int, longText: inout [Int]) throws {
+        let start = offset
+        let head = try head()
+        switch head.major {
+        case 0, 1: return
+        case 2: _ = try content(head)
+        case 3:
+            let text = try content(head)
+            if text.count > Self.longText {
+                longText.append(start)
+            } else {
+                guard text.isASCII || String(validUTF8: text) != nil else { throw corrupted("text string is not valid UTF-8") }
+            }
         case 4:
             guard depth < CBORDecoder.maximumDepth else { throw corrupted("nested deeper than \(CBORDecoder.maximumDepth)") }
-            let count = try length(info, minimumBytesEach: 1)
-            var items: [CBORValue] = []
-            items.reserveCapacity(count)
-            for _ in 0..<count { items.append(try item(depth: depth + 1)) }
-            return .array(items)
+            for _ in 0..<(try length(head)) { try check(depth: depth + 1, longText: &longText) }
         case 5:
             guard depth < CBORDecoder.maximumDepth else { throw corrupted("nested deeper than \(CBORDecoder.maximumDepth)") }
-            let count = try length(info, minimumBytesEach: 2)
-            var keys: [String] = []
-            var values: [CBORValue] = []
-            keys.reserveCapacity(count)
-            values.reserveCapacity(count)
-            var seen = count > 8 ? Set<String>(minimumCapacity: count) : nil
-            for _ in 0..<count {
-                let head = try byte()
-                guard head >> 5 == 3 else { throw corrupted("map key of major type \(head >> 5) (keys are text strings)") }
-                let key = try text(head & 0x1F)
-                let repeated = seen == nil ? keys.contains(key) : !seen!.insert(key).inserted
-                guard !repeated else { throw corrupted("map has the key '\(key)' twice") }
-                keys.append(key)
-                values.append(try item(depth: depth + 1))
-            }
-            return .map(keys: keys, values: values)
-        case 6: throw corrupted("tags are not used (tag \(try argument(info)))")
+            try checkMap(count: try length(head, minimumBytesEach: 2), depth: depth, longText: &longText)
+        case 6: throw corrupted("tags are not used (tag \(head.argument))")
         default:
-            switch info {
-            case 20: return .bool(false)
-            case 21: return .bool(true)
-            case 22, 23: return .null
-            case 25: return .double(Double(Float16(bitPattern: try bigEndian(UInt16.self))))
-            case 26: return .float(Float(bitPattern: try bigEndian(UInt32.self)))
-            case 27: return .double(Double(bitPattern: try bigEndian(UInt64.self)))
-            case 31: throw corrupted("a break outside an indefinite-length item")
-            default: throw corrupted("simple value \(info) is not used")
+            switch head.info {
+            case 20...23, 25...27: return
+            default: throw corrupted("simple value \(head.info) is not used")
             }
+        }
+    }
+
+    /// A map's entries: each key text, and no key twice (compared as bytes; a set past 16 keys).
+    private mutating func checkMap(count: Int, depth: Int, longText: inout [Int]) throws {
+        var seen = count > 16 ? Set<String>(minimumCapacity: count) : nil
+        try withUnsafeTemporaryAllocation(of: UnsafeRawBufferPointer.self, capacity: seen == nil ? count : 0) { earlier in
+            for index in 0..<count {
+                let head = try head()
+                guard head.major == 3 else { throw corrupted("map key of major type \(head.major) (keys are text strings)") }
+                let key = try content(head)
+                let text = key.isASCII ? nil : String(validUTF8: key)
+                guard key.isASCII || text != nil else { throw corrupted("text string is not valid UTF-8") }
+                let repeated: Bool
+                if seen != nil {
+                    repeated = !seen!.insert(text ?? String(decoding: key, as: UTF8.self)).inserted
+                } else {
+                    repeated = earlier.prefix(index).contains {
+                        $0.count == key.count && ($0.isEmpty || memcmp($0.baseAddress!, key.baseAddress!, key.count) == 0)
+                    }
+                    earlier.initializeElement(at: index, to: key)
+                }
+                guard !repeated else { throw corrupted("map has the key '\(String(decoding: key, as: UTF8.self))' twice") }
+                try check(depth: depth + 1, longText: &longText)
+            }
+        }
+    }
+
+    /// Moves past one item that ``check(depth:)`` accepted.
+    mutating func skip() throws {
+        let head = try head()
+        switch head.major {
+        case 2, 3: _ = try content(head)
+        case 4: for _ in 0..<(try length(head)) { try skip() }
+        case 5: for _ in 0..<(try length(head, minimumBytesEach: 2)) * 2 { try skip() }
+        default: return
         }
     }
 }
 
-/// The `Decoder` handed to `init(from:)`.
-struct CBORDecoding: Decoder {
-    let value: CBORValue
-    /// The path to the container this value is in, and its key there: the value's own path is
-    /// built only when asked for (an error, a nested container), not for every field.
-    let parentPath: [any CodingKey]
-    let key: (any CodingKey)?
+/// The input of one `decode` call, shared by its decoders and containers. Its bytes live only
+/// during the call; ``close()`` empties them, so a decoder kept past it (which `Decodable` does
+/// not forbid) finds nothing to read — every read is bounds-checked — rather than freed memory.
+final class CBORInput {
+    /// Read on every item; one `decode` call on one thread uses it, so without run-time
+    /// exclusivity checks.
+    @exclusivity(unchecked) private(set) var bytes: UnsafeRawBufferPointer
+    /// Bytes the input allocated itself (``null()``), freed with it.
+    private let owned: UnsafeMutableRawBufferPointer?
+    /// The long text values not checked as UTF-8 yet; nil when there are none (the usual case).
+    private let longText: LongText?
 
-    var codingPath: [any CodingKey] { key.map { parentPath + [$0] } ?? parentPath }
+    /// The offsets of long text values, in order, and which of them have been read (and checked).
+    private final class LongText {
+        let offsets: [Int]
+        @exclusivity(unchecked) var read: [Bool]
+
+        init(_ offsets: [Int]) {
+            self.offsets = offsets
+            read = Array(repeating: false, count: offsets.count)
+        }
+    }
+
+    init(_ bytes: UnsafeRawBufferPointer, longText: [Int] = []) {
+        self.bytes = bytes
+        owned = nil
+        self.longText = longText.isEmpty ? nil : LongText(longText)
+    }
+
+    /// One null item, for a super decoder whose key is absent.
+    static func null() -> CBORInput {
+        let byte = UnsafeMutableRawBufferPointer.allocate(byteCount: 1, alignment: 1)
+        byte[0] = 0xF6
+        return CBORInput(owning: byte)
+    }
+
+    private init(owning bytes: UnsafeMutableRawBufferPointer) {
+        self.bytes = UnsafeRawBufferPointer(bytes)
+        owned = bytes
+        longText = nil
+    }
+
+    /// The text of the long text value at `offset`, `content` its bytes: checked as UTF-8 here.
+    func readLongText(_ content: UnsafeRawBufferPointer, at offset: Int) throws -> String {
+        guard let text = String(validUTF8: content) else {
+            throw CBORReader(bytes: bytes, offset: offset).corrupted("text string is not valid UTF-8")
+        }
+        guard let longText else { return text }
+        var low = 0
+        var high = longText.offsets.count
+        while low < high {
+            let middle = (low + high) / 2
+            if longText.offsets[middle] < offset { low = middle + 1 } else { high = middle }
+        }
+        if low < longText.offsets.count && longText.offsets[low] == offset { longText.read[low] = true }
+        return text
+    }
+
+    /// Checks the long text values decoding did not read.
+    func checkUnreadLongText() throws {
+        guard let longText else { return }
+        for (index, offset) in longText.offsets.enumerated() where !longText.read[index] {
+            var reader = reader(at: offset)
+            let text = try reader.content(try reader.head())
+            guard text.isASCII || String(validUTF8: text) != nil else {
+                throw CBORReader(bytes: bytes, offset: offset).corrupted("text string is not valid UTF-8")
+            }
+        }
+    }
+
+    deinit { owned?.deallocate() }
+
+    func close() { bytes = UnsafeRawBufferPointer(start: nil, count: 0) }
+
+    func reader(at offset: Int) -> CBORReader { CBORReader(bytes: bytes, offset: offset) }
+
+    /// The head of the item at `offset`, and the offset just past that head.
+    func head(at offset: Int) throws -> (CBORHead, Int) {
+        var reader = reader(at: offset)
+        let head = try reader.head()
+        return (head, reader.offset)
+    }
+}
+
+/// A coding path as a chain from the innermost key outwards: a field's path is built only when
+/// asked for (an error, `codingPath`), and a nested value adds one link, not a copy of the array.
+/// An array index is kept as a number and named only when the path is built.
+final class CBORPath {
+    let parent: CBORPath?
+    private let key: (any CodingKey)?
+    private let index: Int
+
+    init(_ parent: CBORPath?, _ key: any CodingKey) {
+        self.parent = parent
+        self.key = key
+        index = 0
+    }
+
+    init(_ parent: CBORPath?, index: Int) {
+        self.parent = parent
+        key = nil
+        self.index = index
+    }
+
+    static func keys(_ path: CBORPath?) -> [any CodingKey] {
+        var keys: [any CodingKey] = []
+        var link = path
+        while let current = link {
+            keys.append(current.key ?? CBORKey(index: current.index))
+            link = current.parent
+        }
+        return keys.reversed()
+    }
+}
+
+/// The `Decoder` handed to `init(from:)`: the item at `offset`. Three words, so that passing it
+/// as `any Decoder` boxes nothing.
+struct CBORDecoding: Decoder {
+    let input: CBORInput
+    let offset: Int
+    let path: CBORPath?
+
+    var codingPath: [any CodingKey] { CBORPath.keys(path) }
     var userInfo: [CodingUserInfoKey: Any] { [:] }
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
-        guard case .map(let keys, let values) = value else { throw mismatch([String: Int].self, value, codingPath) }
-        return KeyedDecodingContainer(CBORKeyedDecoding<Key>(keys: keys, values: values, codingPath: codingPath))
+        let (head, entries) = try input.head(at: offset)
+        guard head.major == 5 else { throw mismatch([String: Int].self, head, codingPath) }
+        return KeyedDecodingContainer(try CBORKeyedDecoding<Key>(input: input, entries: entries, count: Int(head.argument), path: path))
     }
 
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
-        guard case .array(let items) = value else { throw mismatch([Int].self, value, codingPath) }
-        return CBORUnkeyedDecoding(items: items, codingPath: codingPath)
+        let (head, items) = try input.head(at: offset)
+        guard head.major == 4 else { throw mismatch([Int].self, head, codingPath) }
+        return CBORUnkeyedDecoding(input: input, path: path, count: Int(head.argument), offset: items)
     }
 
     func singleValueContainer() throws -> any SingleValueDecodingContainer { self }
 
-    /// Decodes `T` from this value: primitives directly, anything else through its `init(from:)`.
-    func decodeValue<T: Decodable>(_: T.Type) throws -> T {
+    /// Decodes `T` from this item: primitives directly, anything else through its `init(from:)`
+    /// with a decoder whose path is `nestedPath` (built only then); errors name `errorPath`
+    /// (built only for an error).
+    func decodeValue<T: Decodable>(
+        _: T.Type, errorPath: @autoclosure () -> [any CodingKey], nestedPath: @autoclosure () -> CBORPath?
+    ) throws -> T {
         // Metatype comparisons, folded away when specialised (see CBOREncoding.primitive).
-        if T.self == String.self { return try decode(String.self) as! T }
-        if T.self == Int.self { return try integer(Int.self) as! T }
-        if T.self == Double.self { return try decode(Double.self) as! T }
-        if T.self == Bool.self { return try decode(Bool.self) as! T }
+        if T.self == String.self { return try text(errorPath()) as! T }
+        if T.self == Int.self { return try integer(Int.self, errorPath()) as! T }
+        if T.self == Double.self { return try double(errorPath()) as! T }
+        if T.self == Bool.self { return try bool(errorPath()) as! T }
         if T.self == Data.self {
-            guard case .bytes(let data) = value else { throw mismatch(Data.self, value, codingPath) }
-            return data as! T
+            let (head, start) = try input.head(at: offset)
+            guard head.major == 2 else { throw mismatch(Data.self, head, errorPath()) }
+            var reader = input.reader(at: start)
+            return Data(try reader.content(head)) as! T
         }
-        if T.self == Float.self { return try decode(Float.self) as! T }
-        if T.self == Int64.self { return try integer(Int64.self) as! T }
-        if T.self == UInt64.self { return try integer(UInt64.self) as! T }
-        if T.self == Int32.self { return try integer(Int32.self) as! T }
-        if T.self == UInt32.self { return try integer(UInt32.self) as! T }
-        if T.self == Int16.self { return try integer(Int16.self) as! T }
-        if T.self == UInt16.self { return try integer(UInt16.self) as! T }
-        if T.self == Int8.self { return try integer(Int8.self) as! T }
-        if T.self == UInt8.self { return try integer(UInt8.self) as! T }
-        if T.self == UInt.self { return try integer(UInt.self) as! T }
-        return try T(from: self)
+        if T.self == Float.self { return try float(errorPath()) as! T }
+        if T.self == Int64.self { return try integer(Int64.self, errorPath()) as! T }
+        if T.self == UInt64.self { return try integer(UInt64.self, errorPath()) as! T }
+        if T.self == Int32.self { return try integer(Int32.self, errorPath()) as! T }
+        if T.self == UInt32.self { return try integer(UInt32.self, errorPath()) as! T }
+        if T.self == Int16.self { return try integer(Int16.self, errorPath()) as! T }
+        if T.self == UInt16.self { return try integer(UInt16.self, errorPath()) as! T }
+        if T.self == Int8.self { return try integer(Int8.self, errorPath()) as! T }
+        if T.self == UInt8.self { return try integer(UInt8.self, errorPath()) as! T }
+        if T.self == UInt.self { return try integer(UInt.self, errorPath()) as! T }
+        return try T(from: CBORDecoding(input: input, offset: offset, path: nestedPath()))
+    }
+
+    func isNull() throws -> Bool { try input.head(at: offset).0.isNull }
+
+    func bool(_ errorPath: @autoclosure () -> [any CodingKey]) throws -> Bool {
+        let (head, _) = try input.head(at: offset)
+        guard head.major == 7, head.info == 20 || head.info == 21 else { throw mismatch(Bool.self, head, errorPath()) }
+        return head.info == 21
+    }
+
+    func text(_ errorPath: @autoclosure () -> [any CodingKey]) throws -> String {
+        let (head, start) = try input.head(at: offset)
+        guard head.major == 3 else { throw mismatch(String.self, head, errorPath()) }
+        var reader = input.reader(at: start)
+        let content = try reader.content(head)
+        if content.count > CBORReader.longText { return try input.readLongText(content, at: offset) }
+        // Checked as UTF-8 before decoding began.
+        return String(decoding: content, as: UTF8.self)
+    }
+
+    func double(_ errorPath: @autoclosure () -> [any CodingKey]) throws -> Double {
+        let (head, _) = try input.head(at: offset)
+        guard let number = head.number else { throw mismatch(Double.self, head, errorPath()) }
+        return number
+    }
+
+    func float(_ errorPath: @autoclosure () -> [any CodingKey]) throws -> Float {
+        let (head, _) = try input.head(at: offset)
+        if head.major == 7 && head.info == 26 { return Float(bitPattern: UInt32(truncatingIfNeeded: head.argument)) }
+        guard let number = head.number else { throw mismatch(Float.self, head, errorPath()) }
+        let narrowed = Float(number)
+        guard narrowed.isFinite || !number.isFinite else {
+            throw DecodingError.dataCorrupted(.init(codingPath: errorPath(), debugDescription: "\(number) does not fit in Float"))
+        }
+        return narrowed
     }
 
     /// An integer that fits `T`: from an integer item, or from a float that is a whole number
     /// in range (never by trapping on `nan`, `inf` or `1e20`).
-    func integer<T: FixedWidthInteger>(_: T.Type) throws -> T {
+    func integer<T: FixedWidthInteger>(_: T.Type, _ errorPath: @autoclosure () -> [any CodingKey]) throws -> T {
+        let (head, _) = try input.head(at: offset)
         let result: T?
-        switch value {
-        case .unsigned(let n): result = T(exactly: n)
-        case .negative(let n): result = n <= UInt64(Int64.max) ? T(exactly: -1 - Int64(n)) : nil
-        case .double(let number): result = T(exactly: number)
-        case .float(let number): result = T(exactly: number)
-        default: throw mismatch(T.self, value, codingPath)
+        switch head.major {
+        case 0: result = T(exactly: head.argument)
+        case 1: result = head.argument <= UInt64(Int64.max) ? T(exactly: -1 - Int64(head.argument)) : nil
+        default:
+            guard head.major == 7, let number = head.number else { throw mismatch(T.self, head, errorPath()) }
+            result = T(exactly: number)
         }
         guard let result else {
-            throw DecodingError.dataCorrupted(.init(codingPath: codingPath, debugDescription: "\(value.numberText) does not fit in \(T.self)"))
+            throw DecodingError.dataCorrupted(.init(codingPath: errorPath(), debugDescription: "\(head.numberText) does not fit in \(T.self)"))
         }
         return result
     }
 }
 
 extension CBORDecoding: SingleValueDecodingContainer {
-    func decodeNil() -> Bool {
-        if case .null = value { return true }
-        return false
-    }
-
-    func decode(_ type: Bool.Type) throws -> Bool {
-        guard case .bool(let flag) = value else { throw mismatch(Bool.self, value, codingPath) }
-        return flag
-    }
-
-    func decode(_ type: String.Type) throws -> String {
-        guard case .text(let text) = value else { throw mismatch(String.self, value, codingPath) }
-        return text
-    }
-
-    func decode(_ type: Double.Type) throws -> Double {
-        switch value {
-        case .double(let number): return number
-        case .float(let number): return Double(number)
-        case .unsigned(let n): return Double(n)
-        case .negative(let n): return -1 - Double(n)
-        default: throw mismatch(Double.self, value, codingPath)
-        }
-    }
-
-    func decode(_ type: Float.Type) throws -> Float {
-        if case .float(let number) = value { return number }
-        let number = try decode(Double.self)
-        let narrowed = Float(number)
-        guard narrowed.isFinite || !number.isFinite else {
-            throw DecodingError.dataCorrupted(.init(codingPath: codingPath, debugDescription: "\(number) does not fit in Float"))
-        }
-        return narrowed
-    }
-
-    func decode(_ type: Int.Type) throws -> Int { try integer(Int.self) }
-    func decode(_ type: Int8.Type) throws -> Int8 { try integer(Int8.self) }
-    func decode(_ type: Int16.Type) throws -> Int16 { try integer(Int16.self) }
-    func decode(_ type: Int32.Type) throws -> Int32 { try integer(Int32.self) }
-    func decode(_ type: Int64.Type) throws -> Int64 { try integer(Int64.self) }
-    func decode(_ type: UInt.Type) throws -> UInt { try integer(UInt.self) }
-    func decode(_ type: UInt8.Type) throws -> UInt8 { try integer(UInt8.self) }
-    func decode(_ type: UInt16.Type) throws -> UInt16 { try integer(UInt16.self) }
-    func decode(_ type: UInt32.Type) throws -> UInt32 { try integer(UInt32.self) }
-    func decode(_ type: UInt64.Type) throws -> UInt64 { try integer(UInt64.self) }
-
-    func decode<T: Decodable>(_ type: T.Type) throws -> T { try decodeValue(T.self) }
+    func decodeNil() -> Bool { (try? isNull()) ?? false }
+    func decode(_ type: Bool.Type) throws -> Bool { try bool(codingPath) }
+    func decode(_ type: String.Type) throws -> String { try text(codingPath) }
+    func decode(_ type: Double.Type) throws -> Double { try double(codingPath) }
+    func decode(_ type: Float.Type) throws -> Float { try float(codingPath) }
+    func decode(_ type: Int.Type) throws -> Int { try integer(Int.self, codingPath) }
+    func decode(_ type: Int8.Type) throws -> Int8 { try integer(Int8.self, codingPath) }
+    func decode(_ type: Int16.Type) throws -> Int16 { try integer(Int16.self, codingPath) }
+    func decode(_ type: Int32.Type) throws -> Int32 { try integer(Int32.self, codingPath) }
+    func decode(_ type: Int64.Type) throws -> Int64 { try integer(Int64.self, codingPath) }
+    func decode(_ type: UInt.Type) throws -> UInt { try integer(UInt.self, codingPath) }
+    func decode(_ type: UInt8.Type) throws -> UInt8 { try integer(UInt8.self, codingPath) }
+    func decode(_ type: UInt16.Type) throws -> UInt16 { try integer(UInt16.self, codingPath) }
+    func decode(_ type: UInt32.Type) throws -> UInt32 { try integer(UInt32.self, codingPath) }
+    func decode(_ type: UInt64.Type) throws -> UInt64 { try integer(UInt64.self, codingPath) }
+    func decode<T: Decodable>(_ type: T.Type) throws -> T { try decodeValue(T.self, errorPath: codingPath, nestedPath: path) }
 }
 
-private func mismatch(_ type: Any.Type, _ value: CBORValue, _ path: [any CodingKey]) -> DecodingError {
-    DecodingError.typeMismatch(type, .init(codingPath: path, debugDescription: "expected \(type), found \(value.kindName)"))
+private func mismatch(_ type: Any.Type, _ head: CBORHead, _ path: [any CodingKey]) -> DecodingError {
+    DecodingError.typeMismatch(type, .init(codingPath: path, debugDescription: "expected \(type), found \(head.kindName)"))
 }
 
-extension CBORValue {
-    /// A number as text, for errors.
-    var numberText: String {
-        switch self {
-        case .unsigned(let n): "\(n)"
-        case .negative(let n): "-\(n)-1"
-        case .double(let number): "\(number)"
-        case .float(let number): "\(number)"
-        default: kindName
-        }
-    }
-
-    /// What the item is, for errors.
-    var kindName: String {
-        switch self {
-        case .unsigned, .negative: "an integer"
-        case .bytes: "a byte string"
-        case .text: "a text string"
-        case .array: "an array"
-        case .map: "a map"
-        case .bool: "a boolean"
-        case .null: "null"
-        case .double, .float: "a float"
-        }
-    }
-}
-
+/// A map's entries, read where they lie. A field is found by comparing its key's UTF-8 with the
+/// keys' bytes, scanning from the first entry; maps of more than 12 entries are indexed once.
 private struct CBORKeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol {
-    let keys: [String]
-    let values: [CBORValue]
-    let codingPath: [any CodingKey]
+    let input: CBORInput
+    /// The offset of the first key.
+    let entries: Int
+    let count: Int
+    let path: CBORPath?
+    /// The offset of each value by its key, for larger maps.
+    private let index: [String: Int]?
 
-    var allKeys: [Key] { keys.compactMap { Key(stringValue: $0) } }
-
-    func contains(_ key: Key) -> Bool { keys.contains(key.stringValue) }
-
-    private func value(_ key: Key) throws -> CBORValue {
-        guard let index = keys.firstIndex(of: key.stringValue) else {
-            throw DecodingError.keyNotFound(key, .init(codingPath: codingPath, debugDescription: "no value for '\(key.stringValue)'"))
+    init(input: CBORInput, entries: Int, count: Int, path: CBORPath?) throws {
+        self.input = input
+        self.entries = entries
+        self.count = count
+        self.path = path
+        guard count > 12 else {
+            index = nil
+            return
         }
-        return values[index]
+        var index: [String: Int] = .init(minimumCapacity: count)
+        try Self.forEachEntry(input: input, entries: entries, count: count) { key, value in
+            index[String(decoding: key, as: UTF8.self)] = value
+            return false
+        }
+        self.index = index
+    }
+
+    var codingPath: [any CodingKey] { CBORPath.keys(path) }
+
+    /// Calls `body` with each key's bytes and its value's offset until it returns true.
+    private static func forEachEntry(
+        input: CBORInput, entries: Int, count: Int, _ body: (UnsafeRawBufferPointer, Int) throws -> Bool
+    ) throws {
+        var reader = input.reader(at: entries)
+        for _ in 0..<count {
+            let key = try reader.content(try reader.head())
+            if try body(key, reader.offset) { return }
+            try reader.skip()
+        }
+    }
+
+    /// The offset of `key`'s value, or nil.
+    private func offset(of key: Key) throws -> Int? {
+        var name = key.stringValue
+        if let index { return index[name] }
+        var found: Int?
+        try name.withUTF8 { utf8 in
+            let wanted = UnsafeRawBufferPointer(utf8)
+            try Self.forEachEntry(input: input, entries: entries, count: count) { key, value in
+                guard key.count == wanted.count, key.isEmpty || memcmp(key.baseAddress!, wanted.baseAddress!, key.count) == 0 else { return false }
+                found = value
+                return true
+            }
+        }
+        return found
     }
 
     private func decoder(_ key: Key) throws -> CBORDecoding {
-        CBORDecoding(value: try value(key), parentPath: codingPath, key: key)
+        guard let offset = try offset(of: key) else {
+            throw DecodingError.keyNotFound(key, .init(codingPath: codingPath, debugDescription: "no value for '\(key.stringValue)'"))
+        }
+        return CBORDecoding(input: input, offset: offset, path: path)
     }
 
-    func decodeNil(forKey key: Key) throws -> Bool { try decoder(key).decodeNil() }
+    /// A decoder for a nested value, whose own path ends with `key`.
+    private func nested(_ key: Key) throws -> CBORDecoding {
+        let decoder = try decoder(key)
+        return CBORDecoding(input: input, offset: decoder.offset, path: CBORPath(path, key))
+    }
 
-    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T { try decoder(key).decodeValue(T.self) }
+    var allKeys: [Key] {
+        var keys: [Key] = []
+        try? Self.forEachEntry(input: input, entries: entries, count: count) { key, _ in
+            if let key = Key(stringValue: String(decoding: key, as: UTF8.self)) { keys.append(key) }
+            return false
+        }
+        return keys
+    }
+
+    func contains(_ key: Key) -> Bool { ((try? offset(of: key)) ?? nil) != nil }
+
+    func decodeNil(forKey key: Key) throws -> Bool { try decoder(key).isNull() }
+
+    func decode<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T {
+        try decoder(key).decodeValue(T.self, errorPath: codingPath + [key], nestedPath: CBORPath(path, key))
+    }
 
     // The common field types without the generic path (no metadata lookups or casts).
-    func decode(_ type: String.Type, forKey key: Key) throws -> String { try decoder(key).decode(String.self) }
-    func decode(_ type: Int.Type, forKey key: Key) throws -> Int { try decoder(key).integer(Int.self) }
-    func decode(_ type: Double.Type, forKey key: Key) throws -> Double { try decoder(key).decode(Double.self) }
-    func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool { try decoder(key).decode(Bool.self) }
+    func decode(_ type: String.Type, forKey key: Key) throws -> String { try decoder(key).text(codingPath + [key]) }
+    func decode(_ type: Int.Type, forKey key: Key) throws -> Int { try decoder(key).integer(Int.self, codingPath + [key]) }
+    func decode(_ type: Double.Type, forKey key: Key) throws -> Double { try decoder(key).double(codingPath + [key]) }
+    func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool { try decoder(key).bool(codingPath + [key]) }
 
     func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
-        guard let index = keys.firstIndex(of: key.stringValue) else { return nil }
-        let decoder = CBORDecoding(value: values[index], parentPath: codingPath, key: key)
-        return decoder.decodeNil() ? nil : try decoder.decodeValue(T.self)
+        guard let offset = try offset(of: key) else { return nil }
+        let decoder = CBORDecoding(input: input, offset: offset, path: path)
+        return try decoder.isNull() ? nil : try decoder.decodeValue(T.self, errorPath: codingPath + [key], nestedPath: CBORPath(path, key))
     }
 
     func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type, forKey key: Key) throws -> KeyedDecodingContainer<NestedKey> {
-        try decoder(key).container(keyedBy: NestedKey.self)
+        try nested(key).container(keyedBy: NestedKey.self)
     }
 
     func nestedUnkeyedContainer(forKey key: Key) throws -> any UnkeyedDecodingContainer {
-        try decoder(key).unkeyedContainer()
+        try nested(key).unkeyedContainer()
     }
 
-    func superDecoder() throws -> any Decoder {
-        CBORDecoding(value: keys.firstIndex(of: "super").map { values[$0] } ?? .null, parentPath: codingPath, key: CBORKey.superKey)
-    }
+    func superDecoder() throws -> any Decoder { try superDecoder(named: CBORKey.superKey) }
 
-    func superDecoder(forKey key: Key) throws -> any Decoder {
-        CBORDecoding(value: keys.firstIndex(of: key.stringValue).map { values[$0] } ?? .null, parentPath: codingPath, key: key)
+    func superDecoder(forKey key: Key) throws -> any Decoder { try superDecoder(named: key) }
+
+    /// The value under `key`, or null when there is none (as Foundation's JSON decoder).
+    private func superDecoder(named key: any CodingKey) throws -> any Decoder {
+        var found: Int?
+        try Self.forEachEntry(input: input, entries: entries, count: count) { name, value in
+            guard String(decoding: name, as: UTF8.self) == key.stringValue else { return false }
+            found = value
+            return true
+        }
+        guard let found else { return CBORDecoding(input: .null(), offset: 0, path: CBORPath(path, key)) }
+        return CBORDecoding(input: input, offset: found, path: CBORPath(path, key))
     }
 }
 
 private struct CBORUnkeyedDecoding: UnkeyedDecodingContainer {
-    let items: [CBORValue]
-    let codingPath: [any CodingKey]
+    let input: CBORInput
+    let path: CBORPath?
+    let itemCount: Int
     var currentIndex = 0
+    /// The offset of the next item.
+    var offset: Int
 
-    var count: Int? { items.count }
-    var isAtEnd: Bool { currentIndex >= items.count }
+    init(input: CBORInput, path: CBORPath?, count: Int, offset: Int) {
+        self.input = input
+        self.path = path
+        self.itemCount = count
+        self.offset = offset
+    }
 
-    private mutating func next<T>(_ type: T.Type) throws -> CBORDecoding {
+    var codingPath: [any CodingKey] { CBORPath.keys(path) }
+    var count: Int? { itemCount }
+    var isAtEnd: Bool { currentIndex >= itemCount }
+
+    /// The next item, and the index it had.
+    private mutating func next<T>(_ type: T.Type) throws -> (CBORDecoding, Int) {
         guard !isAtEnd else {
             throw DecodingError.valueNotFound(
                 T.self, .init(codingPath: codingPath + [CBORKey(index: currentIndex)], debugDescription: "the array has no more items"))
         }
-        defer { currentIndex += 1 }
-        return CBORDecoding(value: items[currentIndex], parentPath: codingPath, key: CBORKey(index: currentIndex))
+        let item = CBORDecoding(input: input, offset: offset, path: path)
+        var reader = input.reader(at: offset)
+        try reader.skip()
+        offset = reader.offset
+        currentIndex += 1
+        return (item, currentIndex - 1)
     }
 
     mutating func decodeNil() throws -> Bool {
-        guard !isAtEnd, case .null = items[currentIndex] else { return false }
-        currentIndex += 1
+        guard !isAtEnd, try CBORDecoding(input: input, offset: offset, path: path).isNull() else { return false }
+        _ = try next(Never.self)
         return true
     }
 
-    mutating func decode<T: Decodable>(_ type: T.Type) throws -> T { try next(T.self).decodeValue(T.self) }
+    mutating func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        let (item, index) = try next(T.self)
+        return try item.decodeValue(T.self, errorPath: codingPath + [CBORKey(index: index)], nestedPath: CBORPath(path, index: index))
+    }
+
+    mutating func decode(_ type: String.Type) throws -> String {
+        let (item, index) = try next(String.self)
+        return try item.text(codingPath + [CBORKey(index: index)])
+    }
+
+    mutating func decode(_ type: Int.Type) throws -> Int {
+        let (item, index) = try next(Int.self)
+        return try item.integer(Int.self, codingPath + [CBORKey(index: index)])
+    }
+
+    mutating func decode(_ type: Double.Type) throws -> Double {
+        let (item, index) = try next(Double.self)
+        return try item.double(codingPath + [CBORKey(index: index)])
+    }
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws -> KeyedDecodingContainer<NestedKey> {
-        try next([String: Int].self).container(keyedBy: NestedKey.self)
+        let (item, index) = try next([String: Int].self)
+        return try CBORDecoding(input: input, offset: item.offset, path: CBORPath(path, index: index)).container(keyedBy: NestedKey.self)
     }
 
     mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer {
-        try next([Int].self).unkeyedContainer()
+        let (item, index) = try next([Int].self)
+        return try CBORDecoding(input: input, offset: item.offset, path: CBORPath(path, index: index)).unkeyedContainer()
     }
 
-    mutating func superDecoder() throws -> any Decoder { try next(Any.self) }
+    mutating func superDecoder() throws -> any Decoder {
+        let (item, index) = try next(Any.self)
+        return CBORDecoding(input: input, offset: item.offset, path: CBORPath(path, index: index))
+    }
 }

@@ -12,13 +12,21 @@ public struct CBOREncoder: Sendable {
     public init() {}
 
     /// Encodes `value`; a value that encodes nothing is an empty map, as `{}` in JSON.
+    ///
+    /// One pass writes the bytes as the value encodes itself (``CBORStream``). A value that uses
+    /// its containers in an order one pass cannot follow — writing to a container after a later
+    /// sibling's, setting a key twice, a super encoder — is encoded again into a tree first
+    /// (``CBOREncoding``), which allows all of Codable; both write the same bytes.
     public func encode<T: Encodable>(_ value: T) throws -> Data {
-        CBORWriter.encode(try CBOREncoding.encodeTree(value, parentPath: [], key: nil))
+        let stream = CBORStream()
+        try stream.encodeRoot(value)
+        if let data = stream.finish() { return data }
+        return CBORWriter.encode(try CBOREncoding.encodeTree(value, parentPath: [], key: nil))
     }
 }
 
-/// What an encoder builds before it writes: containers are references, so that a container
-/// handed out earlier can still be filled, as Codable allows.
+/// What the tree encoder builds before it writes: containers are references, so that a
+/// container handed out earlier can still be filled, as Codable allows.
 enum CBORNode {
     case value(CBORValue)
     case array(CBORArrayNode)
@@ -79,7 +87,7 @@ final class CBOREncoding: Encoder {
 
     /// The CBOR value of a type the format maps directly (`Data` as a byte string rather than
     /// an array of numbers).
-    private static func primitive<T: Encodable>(_ value: T) -> CBORValue? {
+    static func primitive<T: Encodable>(_ value: T) -> CBORValue? {
         // Metatype comparisons, folded away when the call is specialised (a chain of dynamic
         // casts would cost every struct field a dozen runtime calls).
         if T.self == String.self { return .text(value as! String) }
@@ -259,24 +267,45 @@ enum CBORValue {
     }
 }
 
-/// Writes CBOR heads and items: first the exact size is summed, then every byte is written once
-/// into one buffer that becomes the payload's `Data` without a copy (a 64 KiB string is copied
-/// once, not into a growing array and again into a `Data`).
+/// Writes CBOR heads and items into one growing `malloc` buffer that becomes the payload's
+/// `Data` without a copy. The tree encoder sums the exact size first, so a 64 KiB string is
+/// copied once, not into a growing array and again into a `Data`; the stream reserves before
+/// each item.
 struct CBORWriter {
     /// The encoding of `node` as a `Data`.
     static func encode(_ node: CBORNode) -> Data {
         let count = size(node)
-        let buffer = UnsafeMutableRawPointer.allocate(byteCount: max(count, 1), alignment: 1)
-        var writer = CBORWriter(buffer: buffer)
+        var writer = CBORWriter(capacity: count)
         writer.write(node)
         precondition(writer.offset == count, "CBOR size and encoding disagree")
-        return Data(bytesNoCopy: buffer, count: count, deallocator: .custom { pointer, _ in pointer.deallocate() })
+        return writer.take()
     }
 
-    private let buffer: UnsafeMutableRawPointer
-    private var offset = 0
+    private(set) var buffer: UnsafeMutableRawPointer
+    private var capacity: Int
+    var offset = 0
 
-    private init(buffer: UnsafeMutableRawPointer) { self.buffer = buffer }
+    init(capacity: Int) {
+        self.capacity = max(capacity, 1)
+        guard let buffer = malloc(self.capacity) else { fatalError("out of memory for \(capacity) bytes of CBOR") }
+        self.buffer = buffer
+    }
+
+    /// Room for `count` more bytes.
+    mutating func reserve(_ count: Int) {
+        guard offset + count > capacity else { return }
+        capacity = max(capacity * 2, offset + count)
+        guard let grown = realloc(buffer, capacity) else { fatalError("out of memory for \(capacity) bytes of CBOR") }
+        buffer = grown
+    }
+
+    /// The bytes written, as a `Data` that frees the buffer; the writer must not be used after.
+    func take() -> Data {
+        Data(bytesNoCopy: buffer, count: offset, deallocator: .free)
+    }
+
+    /// Frees the buffer of a writer whose bytes are not taken.
+    func discard() { free(buffer) }
 
     static func size(_ node: CBORNode) -> Int {
         switch node {
@@ -306,7 +335,7 @@ struct CBORWriter {
         return headSize(UInt64(count)) + count
     }
 
-    private static func headSize(_ argument: UInt64) -> Int {
+    static func headSize(_ argument: UInt64) -> Int {
         switch argument {
         case 0..<24: 1
         case 24...0xFF: 2
@@ -316,7 +345,7 @@ struct CBORWriter {
         }
     }
 
-    private mutating func write(_ node: CBORNode) {
+    mutating func write(_ node: CBORNode) {
         switch node {
         case .value(let value): write(value)
         case .array(let array):
@@ -333,7 +362,7 @@ struct CBORWriter {
         }
     }
 
-    private mutating func write(_ value: CBORValue) {
+    mutating func write(_ value: CBORValue) {
         switch value {
         case .unsigned(let n): head(0, n)
         case .negative(let n): head(1, n)
@@ -361,7 +390,7 @@ struct CBORWriter {
         }
     }
 
-    private mutating func text(_ string: String) {
+    mutating func text(_ string: String) {
         var string = string
         string.withUTF8 { utf8 in
             head(3, UInt64(utf8.count))
@@ -369,7 +398,7 @@ struct CBORWriter {
         }
     }
 
-    private mutating func byte(_ value: UInt8) {
+    mutating func byte(_ value: UInt8) {
         buffer.storeBytes(of: value, toByteOffset: offset, as: UInt8.self)
         offset += 1
     }
@@ -381,7 +410,7 @@ struct CBORWriter {
     }
 
     /// A head in its shortest form: major type in the top three bits, then the argument.
-    private mutating func head(_ major: UInt8, _ argument: UInt64) {
+    mutating func head(_ major: UInt8, _ argument: UInt64) {
         let type = major << 5
         switch argument {
         case 0..<24: byte(type | UInt8(argument))
