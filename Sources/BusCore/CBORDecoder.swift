@@ -13,7 +13,10 @@ import Foundation
 /// The whole input is checked first, in one pass that allocates nothing (so a malformed field
 /// is refused even when the type never reads it); then values are read where they lie, without
 /// building a tree of the items first. Text longer than 256 bytes is checked as UTF-8 once:
-/// while it is read, or after decoding when the type did not read it.
+/// while it is read, or after decoding when the type did not read it. Where each array or map
+/// of more than 64 bytes ends is noted while checking, so that moving past a value never walks
+/// it again (else a deep input would be walked once per level). Map keys are compared as bytes,
+/// as RFC 8949 compares them (two spellings of "é" are two keys).
 public struct CBORDecoder: Sendable {
     /// Deepest nesting of arrays and maps accepted (as Foundation's JSON decoder).
     public static let maximumDepth = 512
@@ -23,18 +26,18 @@ public struct CBORDecoder: Sendable {
     public func decode<T: Decodable>(_ type: T.Type, from data: Data) throws -> T {
         try data.withUnsafeBytes { bytes in
             var reader = CBORReader(bytes: bytes)
-            var longText: [Int] = []
-            try reader.check(depth: 0, longText: &longText)
+            var found = CBORReader.Found()
+            try reader.check(depth: 0, found: &found)
             guard reader.offset == bytes.count else {
                 throw reader.corrupted("\(bytes.count - reader.offset) bytes after the CBOR item")
             }
-            let input = CBORInput(bytes, longText: longText)
+            let input = CBORInput(bytes, found: found)
             // The bytes are valid only during this call: a decoder a type kept reads nothing after it.
             defer { input.close() }
             let decoder = CBORDecoding(input: input, offset: 0, path: nil)
             // Returned straight from the decode when there is no long text (a generic value kept
             // in a local costs value-witness calls on every payload).
-            guard !longText.isEmpty else { return try decoder.decodeValue(T.self, errorPath: [], nestedPath: nil) }
+            guard !found.longText.isEmpty else { return try decoder.decodeValue(T.self, errorPath: [], nestedPath: nil) }
             let value = try decoder.decodeValue(T.self, errorPath: [], nestedPath: nil)
             try input.checkUnreadLongText()
             return value
@@ -149,11 +152,21 @@ struct CBORReader {
 
     /// Text values longer than this are checked as UTF-8 when read (see ``CBORDecoder``).
     static let longText = 256
+    /// Arrays and maps longer than this (in bytes) have their end noted while checking.
+    static let notedContainer = 64
+
+    /// What checking found besides errors (both empty for the usual small payload, so nothing
+    /// is allocated for it).
+    struct Found {
+        /// The offsets of text values longer than ``longText``, not checked as UTF-8 yet.
+        var longText: [Int] = []
+        /// Where each array or map longer than ``notedContainer`` starts and ends, innermost first.
+        var containers: [(start: Int, end: Int)] = []
+    }
 
     /// Checks one whole item and moves past it: the profile's major types and simple values,
     /// lengths within the input, UTF-8 text, text keys each once, nesting within the limit.
-    /// The offsets of text values longer than ``longText`` are added to `longText` unchecked.
-    mutating func check(depth: Int, longText: inout [Int]) throws {
+    mutating func check(depth: Int, found: inout Found) throws {
         let start = offset
         let head = try head()
         switch head.major {
@@ -162,16 +175,19 @@ struct CBORReader {
         case 3:
             let text = try content(head)
             if text.count > Self.longText {
-                longText.append(start)
+                found.longText.append(start)
             } else {
                 guard text.isASCII || String(validUTF8: text) != nil else { throw corrupted("text string is not valid UTF-8") }
             }
         case 4:
             guard depth < CBORDecoder.maximumDepth else { throw corrupted("nested deeper than \(CBORDecoder.maximumDepth)") }
-            for _ in 0..<(try length(head)) { try check(depth: depth + 1, longText: &longText) }
+            for _ in 0..<(try length(head)) { try check(depth: depth + 1, found: &found) }
+            // The outermost item is never moved past.
+            if depth > 0 && offset - start > Self.notedContainer { found.containers.append((start, offset)) }
         case 5:
             guard depth < CBORDecoder.maximumDepth else { throw corrupted("nested deeper than \(CBORDecoder.maximumDepth)") }
-            try checkMap(count: try length(head, minimumBytesEach: 2), depth: depth, longText: &longText)
+            try checkMap(count: try length(head, minimumBytesEach: 2), depth: depth, found: &found)
+            if depth > 0 && offset - start > Self.notedContainer { found.containers.append((start, offset)) }
         case 6: throw corrupted("tags are not used (tag \(head.argument))")
         default:
             switch head.info {
@@ -182,31 +198,34 @@ struct CBORReader {
     }
 
     /// A map's entries: each key text, and no key twice (compared as bytes; a set past 16 keys).
-    private mutating func checkMap(count: Int, depth: Int, longText: inout [Int]) throws {
-        var seen = count > 16 ? Set<String>(minimumCapacity: count) : nil
-        try withUnsafeTemporaryAllocation(of: UnsafeRawBufferPointer.self, capacity: seen == nil ? count : 0) { earlier in
-            for index in 0..<count {
-                let head = try head()
-                guard head.major == 3 else { throw corrupted("map key of major type \(head.major) (keys are text strings)") }
-                let key = try content(head)
-                let text = key.isASCII ? nil : String(validUTF8: key)
-                guard key.isASCII || text != nil else { throw corrupted("text string is not valid UTF-8") }
-                let repeated: Bool
-                if seen != nil {
-                    repeated = !seen!.insert(text ?? String(decoding: key, as: UTF8.self)).inserted
-                } else {
-                    repeated = earlier.prefix(index).contains {
-                        $0.count == key.count && ($0.isEmpty || memcmp($0.baseAddress!, key.baseAddress!, key.count) == 0)
-                    }
-                    earlier.initializeElement(at: index, to: key)
+    private mutating func checkMap(count: Int, depth: Int, found: inout Found) throws {
+        // Not sized by the count the input claims (up to half its bytes, at every level).
+        var seen = count > 16 ? Set<Data>(minimumCapacity: Swift.min(count, 1024)) : nil
+        // Up to 16 keys: where each is, to compare the next ones with.
+        var earlier = InlineArray<16, (start: Int, count: Int)>(repeating: (0, 0))
+        for index in 0..<count {
+            let head = try head()
+            guard head.major == 3 else { throw corrupted("map key of major type \(head.major) (keys are text strings)") }
+            let key = try content(head)
+            guard key.isASCII || String(validUTF8: key) != nil else { throw corrupted("text string is not valid UTF-8") }
+            let repeated: Bool
+            if seen != nil {
+                repeated = !seen!.insert(Data(key)).inserted
+            } else {
+                let start = key.baseAddress.map { $0 - bytes.baseAddress! } ?? 0
+                repeated = (0..<index).contains { other in
+                    earlier[other].count == key.count
+                        && (key.isEmpty || memcmp(bytes.baseAddress! + earlier[other].start, key.baseAddress!, key.count) == 0)
                 }
-                guard !repeated else { throw corrupted("map has the key '\(String(decoding: key, as: UTF8.self))' twice") }
-                try check(depth: depth + 1, longText: &longText)
+                earlier[index] = (start, key.count)
             }
+            guard !repeated else { throw corrupted("map has the key '\(String(decoding: key, as: UTF8.self))' twice") }
+            try check(depth: depth + 1, found: &found)
         }
     }
 
-    /// Moves past one item that ``check(depth:)`` accepted.
+    /// Moves past one item that ``check(depth:found:)`` accepted, walking it (see
+    /// ``CBORInput/end(of:)``, which does not walk long ones).
     mutating func skip() throws {
         let head = try head()
         switch head.major {
@@ -227,24 +246,29 @@ final class CBORInput {
     @exclusivity(unchecked) private(set) var bytes: UnsafeRawBufferPointer
     /// Bytes the input allocated itself (``null()``), freed with it.
     private let owned: UnsafeMutableRawBufferPointer?
-    /// The long text values not checked as UTF-8 yet; nil when there are none (the usual case).
-    private let longText: LongText?
+    /// What checking found, or nil when it found nothing (the usual case).
+    private let found: Found?
 
-    /// The offsets of long text values, in order, and which of them have been read (and checked).
-    private final class LongText {
-        let offsets: [Int]
+    /// Long text values and long containers (see ``CBORReader/Found``), and which of the long
+    /// text values have been read (and checked).
+    private final class Found {
+        let longText: [Int]
         @exclusivity(unchecked) var read: [Bool]
+        /// Sorted by start.
+        let containers: [(start: Int, end: Int)]
 
-        init(_ offsets: [Int]) {
-            self.offsets = offsets
-            read = Array(repeating: false, count: offsets.count)
+        init(_ found: CBORReader.Found) {
+            longText = found.longText
+            read = Array(repeating: false, count: found.longText.count)
+            // Noted innermost first; starts in order are what a look-up needs.
+            containers = found.containers.sorted { $0.start < $1.start }
         }
     }
 
-    init(_ bytes: UnsafeRawBufferPointer, longText: [Int] = []) {
+    init(_ bytes: UnsafeRawBufferPointer, found: CBORReader.Found = .init()) {
         self.bytes = bytes
         owned = nil
-        self.longText = longText.isEmpty ? nil : LongText(longText)
+        self.found = found.longText.isEmpty && found.containers.isEmpty ? nil : Found(found)
     }
 
     /// One null item, for a super decoder whose key is absent.
@@ -257,7 +281,30 @@ final class CBORInput {
     private init(owning bytes: UnsafeMutableRawBufferPointer) {
         self.bytes = UnsafeRawBufferPointer(bytes)
         owned = bytes
-        longText = nil
+        found = nil
+    }
+
+    /// The offset just past the item at `offset`: a long array or map from the ends noted while
+    /// checking, anything else by walking it (at most ``CBORReader/notedContainer`` bytes).
+    func end(of offset: Int) throws -> Int {
+        if let containers = found?.containers, !containers.isEmpty {
+            let index = Self.firstIndex(in: containers.count) { containers[$0].start >= offset }
+            if index < containers.count && containers[index].start == offset { return containers[index].end }
+        }
+        var reader = reader(at: offset)
+        try reader.skip()
+        return reader.offset
+    }
+
+    /// The first index below `count` for which `isAtOrPast` holds (it holds for all after it).
+    private static func firstIndex(in count: Int, where isAtOrPast: (Int) -> Bool) -> Int {
+        var low = 0
+        var high = count
+        while low < high {
+            let middle = (low + high) / 2
+            if isAtOrPast(middle) { high = middle } else { low = middle + 1 }
+        }
+        return low
     }
 
     /// The text of the long text value at `offset`, `content` its bytes: checked as UTF-8 here.
@@ -265,21 +312,16 @@ final class CBORInput {
         guard let text = String(validUTF8: content) else {
             throw CBORReader(bytes: bytes, offset: offset).corrupted("text string is not valid UTF-8")
         }
-        guard let longText else { return text }
-        var low = 0
-        var high = longText.offsets.count
-        while low < high {
-            let middle = (low + high) / 2
-            if longText.offsets[middle] < offset { low = middle + 1 } else { high = middle }
-        }
-        if low < longText.offsets.count && longText.offsets[low] == offset { longText.read[low] = true }
+        guard let found else { return text }
+        let index = Self.firstIndex(in: found.longText.count) { found.longText[$0] >= offset }
+        if index < found.longText.count && found.longText[index] == offset { found.read[index] = true }
         return text
     }
 
     /// Checks the long text values decoding did not read.
     func checkUnreadLongText() throws {
-        guard let longText else { return }
-        for (index, offset) in longText.offsets.enumerated() where !longText.read[index] {
+        guard let found else { return }
+        for (index, offset) in found.longText.enumerated() where !found.read[index] {
             var reader = reader(at: offset)
             let text = try reader.content(try reader.head())
             guard text.isASCII || String(validUTF8: text) != nil else {
@@ -472,8 +514,8 @@ private struct CBORKeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol
     let entries: Int
     let count: Int
     let path: CBORPath?
-    /// The offset of each value by its key, for larger maps.
-    private let index: [String: Int]?
+    /// The offset of each value by its key's bytes, for larger maps.
+    private let index: [Data: Int]?
 
     init(input: CBORInput, entries: Int, count: Int, path: CBORPath?) throws {
         self.input = input
@@ -484,9 +526,10 @@ private struct CBORKeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol
             index = nil
             return
         }
-        var index: [String: Int] = .init(minimumCapacity: count)
+        // Not sized by the count the input claims (checking bounded it by bytes, not by memory).
+        var index: [Data: Int] = .init(minimumCapacity: Swift.min(count, 1024))
         try Self.forEachEntry(input: input, entries: entries, count: count) { key, value in
-            index[String(decoding: key, as: UTF8.self)] = value
+            index[Data(key)] = value
             return false
         }
         self.index = index
@@ -502,14 +545,14 @@ private struct CBORKeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol
         for _ in 0..<count {
             let key = try reader.content(try reader.head())
             if try body(key, reader.offset) { return }
-            try reader.skip()
+            reader.offset = try input.end(of: reader.offset)
         }
     }
 
-    /// The offset of `key`'s value, or nil.
-    private func offset(of key: Key) throws -> Int? {
+    /// The offset of `key`'s value, or nil: the key whose UTF-8 is the same bytes.
+    private func offset<Named: CodingKey>(of key: Named) throws -> Int? {
         var name = key.stringValue
-        if let index { return index[name] }
+        if let index { return index[Data(name.utf8)] }
         var found: Int?
         try name.withUTF8 { utf8 in
             let wanted = UnsafeRawBufferPointer(utf8)
@@ -577,14 +620,8 @@ private struct CBORKeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol
     func superDecoder(forKey key: Key) throws -> any Decoder { try superDecoder(named: key) }
 
     /// The value under `key`, or null when there is none (as Foundation's JSON decoder).
-    private func superDecoder(named key: any CodingKey) throws -> any Decoder {
-        var found: Int?
-        try Self.forEachEntry(input: input, entries: entries, count: count) { name, value in
-            guard String(decoding: name, as: UTF8.self) == key.stringValue else { return false }
-            found = value
-            return true
-        }
-        guard let found else { return CBORDecoding(input: .null(), offset: 0, path: CBORPath(path, key)) }
+    private func superDecoder<Named: CodingKey>(named key: Named) throws -> any Decoder {
+        guard let found = try offset(of: key) else { return CBORDecoding(input: .null(), offset: 0, path: CBORPath(path, key)) }
         return CBORDecoding(input: input, offset: found, path: CBORPath(path, key))
     }
 }
@@ -615,9 +652,7 @@ private struct CBORUnkeyedDecoding: UnkeyedDecodingContainer {
                 T.self, .init(codingPath: codingPath + [CBORKey(index: currentIndex)], debugDescription: "the array has no more items"))
         }
         let item = CBORDecoding(input: input, offset: offset, path: path)
-        var reader = input.reader(at: offset)
-        try reader.skip()
-        offset = reader.offset
+        offset = try input.end(of: offset)
         currentIndex += 1
         return (item, currentIndex - 1)
     }

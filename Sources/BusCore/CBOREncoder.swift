@@ -16,7 +16,9 @@ public struct CBOREncoder: Sendable {
     /// One pass writes the bytes as the value encodes itself (``CBORStream``). A value that uses
     /// its containers in an order one pass cannot follow — writing to a container after a later
     /// sibling's, setting a key twice, a super encoder — is encoded again into a tree first
-    /// (``CBOREncoding``), which allows all of Codable; both write the same bytes.
+    /// (``CBOREncoding``), which allows all of Codable; both write the same bytes. Such a value's
+    /// `encode(to:)` runs twice, so it must give the same result both times (as one reading a
+    /// single-pass sequence would not).
     public func encode<T: Encodable>(_ value: T) throws -> Data {
         let stream = CBORStream()
         try stream.encodeRoot(value)
@@ -43,9 +45,11 @@ final class CBORMapNode {
     private(set) var keys: [String] = []
     private(set) var values: [CBORNode] = []
 
-    /// Sets `key`, replacing an earlier value of the same key (as JSONEncoder does).
+    /// Sets `key`, replacing an earlier value of the same key (as JSONEncoder does). Keys are
+    /// the same when their UTF-8 is (as CBOR compares them; `String`'s `==` would take two
+    /// spellings of "é" for one key).
     func set(_ key: String, _ node: CBORNode) {
-        if let index = keys.firstIndex(of: key) {
+        if let index = index(of: key) {
             values[index] = node
         } else {
             keys.append(key)
@@ -55,7 +59,11 @@ final class CBORMapNode {
 
     /// The node under `key`, for a container asked for twice.
     func node(for key: String) -> CBORNode? {
-        keys.firstIndex(of: key).map { values[$0] }
+        index(of: key).map { values[$0] }
+    }
+
+    private func index(of key: String) -> Int? {
+        keys.firstIndex { $0.utf8.elementsEqual(key.utf8) }
     }
 
     var entries: Zip2Sequence<[String], [CBORNode]> { zip(keys, values) }
@@ -300,8 +308,13 @@ struct CBORWriter {
     }
 
     /// The bytes written, as a `Data` that frees the buffer; the writer must not be used after.
+    /// A buffer more than twice as large as its bytes, by more than a page, is shrunk first:
+    /// payloads wait in queues.
     func take() -> Data {
-        Data(bytesNoCopy: buffer, count: offset, deallocator: .free)
+        if capacity - offset > 4096 && capacity > 2 * offset, let shrunk = realloc(buffer, max(offset, 1)) {
+            return Data(bytesNoCopy: shrunk, count: offset, deallocator: .free)
+        }
+        return Data(bytesNoCopy: buffer, count: offset, deallocator: .free)
     }
 
     /// Frees the buffer of a writer whose bytes are not taken.

@@ -9,9 +9,12 @@ import Foundation
 /// close innermost first: writing to a container closes every container opened after it.
 ///
 /// Codable also allows what one pass cannot write: writing to a container after a later
-/// sibling's was written to, a key set twice (the later value wins), super encoders. Any of
-/// these marks the stream failed; every later operation is then ignored, ``finish()`` returns
-/// nil, and the encoder encodes the value again through the tree (``CBOREncoding``).
+/// sibling's was written to, a value writing into a container of its parents', a key set twice
+/// (the later value wins), a super encoder written to after later keys, a value that throws
+/// after writing part of itself (a caller may catch that and go on). Any of these marks the
+/// stream failed; every later operation is then ignored, ``finish()`` returns nil, and the
+/// encoder encodes the value again through the tree (``CBOREncoding``). Keys are compared as
+/// bytes, as the tree compares them.
 ///
 /// A stream belongs to one `encode` call on one thread: its state is exempt from the run-time
 /// exclusivity checks that would otherwise cost every field of every value several calls.
@@ -23,6 +26,8 @@ final class CBORStream {
     /// The slot whose value must come next (the root, or a key or element just written), or 0.
     /// While one is pending, only that slot may write.
     @exclusivity(unchecked) private var pending = 0
+    /// The index in `open` below which the value being encoded may not write (its parents').
+    @exclusivity(unchecked) private var floor = 0
     @exclusivity(unchecked) private(set) var failed = false
     @exclusivity(unchecked) private var taken = false
 
@@ -34,10 +39,13 @@ final class CBORStream {
         let head: Int
         let isMap: Bool
         var count = 0
-        /// For maps: a bit per key's hash, so that most keys need no scan for a duplicate.
+        /// For maps: a bit per key's hash, so that most keys need no comparison with the others.
         var keyBits: UInt64 = 0
+        /// For maps: the offsets of the keys after the first (which is at `head + 1`), to compare
+        /// a key with without walking the values between them.
+        var laterKeys: [Int] = []
         /// For maps past 16 keys: the keys.
-        var keys: Set<String>?
+        var keys: Set<Data>?
     }
 
     deinit {
@@ -51,8 +59,8 @@ final class CBORStream {
 
     /// The encoding, or nil when the value did something one pass cannot write.
     func finish() -> Data? {
-        while let container = open.popLast() { close(container) }
         guard !failed, pending == 0 else { return nil }
+        while let container = open.popLast() { close(container) }
         taken = true
         return writer.take()
     }
@@ -72,26 +80,36 @@ final class CBORStream {
             write(primitive, slot: slot)
             return
         }
-        try value.encode(to: CBORStreamEncoding(stream: self, slot: slot, path: path()))
+        // What the value opens is above its parents' containers, which it may not write to.
+        let parentFloor = floor
+        floor = open.count
+        defer { floor = parentFloor }
+        do {
+            try value.encode(to: CBORStreamEncoding(stream: self, slot: slot, path: path()))
+        } catch {
+            // Part of it may be written; a caller that catches this and goes on would leave it.
+            fail()
+            throw error
+        }
         if pending == slot { write(.map(keys: [], values: []), slot: slot) }
     }
 
     /// Writes a scalar as the pending `slot`'s value.
     func write(_ value: CBORValue, slot: Int) {
-        guard !failed, pending == slot else { return fail() }
+        guard !failed, slot != 0, pending == slot else { return fail() }
         pending = 0
         writer.reserve(CBORWriter.size(value))
         writer.write(value)
     }
 
     /// Whether `slot`'s value is the one that must come next.
-    func isPending(_ slot: Int) -> Bool { !failed && pending == slot }
+    func isPending(_ slot: Int) -> Bool { !failed && slot != 0 && pending == slot }
 
     /// Opens `slot`'s container (a map or an array), or goes back to it when that slot asks for
     /// it again while it is still open (as Codable allows); false when it cannot.
     @discardableResult
     func begin(_ slot: Int, isMap: Bool) -> Bool {
-        guard !failed else { return false }
+        guard !failed, slot != 0 else { return false }
         if pending == slot {
             pending = 0
             writer.reserve(1)
@@ -108,7 +126,7 @@ final class CBORStream {
 
     /// Makes `slot`'s container the innermost one, closing those opened after it.
     private func reopen(_ slot: Int) -> Bool {
-        guard !failed, pending == 0, let index = open.lastIndex(where: { $0.slot == slot }) else {
+        guard !failed, pending == 0, let index = open.lastIndex(where: { $0.slot == slot }), index >= floor else {
             fail()
             return false
         }
@@ -124,9 +142,11 @@ final class CBORStream {
         return pending
     }
 
-    /// The number of elements the array `slot` has so far.
-    func count(of slot: Int) -> Int {
-        open.last(where: { $0.slot == slot })?.count ?? 0
+    /// The number of elements the array `slot` has so far, or nil when it is not open (closed,
+    /// or the stream failed).
+    func count(of slot: Int) -> Int? {
+        guard !failed else { return nil }
+        return open.last(where: { $0.slot == slot })?.count
     }
 
     /// Writes a key of the map `slot`: returns the slot of its value, pending, or nil (the key
@@ -140,6 +160,7 @@ final class CBORStream {
             fail()
             return nil
         }
+        if open[index].count > 0 { open[index].laterKeys.append(writer.offset) }
         writer.reserve(CBORWriter.size(.text(key)))
         writer.text(key)
         open[index].count += 1
@@ -150,12 +171,13 @@ final class CBORStream {
     /// Whether the map at `index` in `open` lacks `key`; notes it if so.
     private func isNewKey(_ key: UnsafeRawBufferPointer, at index: Int) -> Bool {
         if open[index].keys != nil {
-            return open[index].keys!.insert(String(decoding: key, as: UTF8.self)).inserted
+            return open[index].keys!.insert(Data(key)).inserted
         }
-        // FNV-1a: a key whose bit is clear is new without a look at the others.
+        // FNV-1a: a key whose bit is clear is new without a look at the others. The bit comes from
+        // the top of the hash, which every byte's every bit reaches.
         var hash: UInt64 = 0xCBF2_9CE4_8422_2325
         for byte in key { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01B3 }
-        let bit: UInt64 = 1 << (hash & 63)
+        let bit: UInt64 = 1 << (hash >> 58)
         if open[index].keyBits & bit != 0 {
             var found = false
             forEachKey(of: open[index]) { earlier in
@@ -166,26 +188,27 @@ final class CBORStream {
         }
         open[index].keyBits |= bit
         if open[index].count == 16 {
-            var keys = Set<String>(minimumCapacity: 32)
+            var keys = Set<Data>(minimumCapacity: 32)
             forEachKey(of: open[index]) { earlier in
-                keys.insert(String(decoding: earlier, as: UTF8.self))
+                keys.insert(Data(earlier))
                 return false
             }
-            keys.insert(String(decoding: key, as: UTF8.self))
+            keys.insert(Data(key))
             open[index].keys = keys
         }
         return true
     }
 
     /// Calls `body` with the bytes of each key the open map has written, until it returns true.
-    /// Its values are whole items already: every container in them has closed.
+    /// The keys' offsets hold: only bytes after a closing container's head move, and every
+    /// container inside this map's values closed before its next key was written.
     private func forEachKey(of map: OpenContainer, _ body: (UnsafeRawBufferPointer) -> Bool) {
-        var reader = CBORReader(bytes: UnsafeRawBufferPointer(start: writer.buffer, count: writer.offset), offset: map.head + 1)
-        for _ in 0..<map.count {
+        let bytes = UnsafeRawBufferPointer(start: writer.buffer, count: writer.offset)
+        for offset in CollectionOfOne(map.head + 1).lazy.filter({ _ in map.count > 0 }) + map.laterKeys {
+            var reader = CBORReader(bytes: bytes, offset: offset)
             // Bytes this encoder wrote: they parse.
             guard let head = try? reader.head(), let key = try? reader.content(head) else { return }
             if body(key) { return }
-            guard (try? reader.skip()) != nil else { return }
         }
     }
 
@@ -273,48 +296,73 @@ private struct CBORStreamKeyed<Key: CodingKey>: KeyedEncodingContainerProtocol {
         return CBORStreamUnkeyed(stream: stream, slot: nested, path: CBORPath(path, key))
     }
 
-    // A super encoder may be written to after later keys: the tree encoder's.
-    mutating func superEncoder() -> any Encoder {
-        stream.fail()
-        return CBORStreamEncoding(stream: stream, slot: 0, path: path)
-    }
+    mutating func superEncoder() -> any Encoder { superEncoder(named: CBORKey.superKey) }
 
-    mutating func superEncoder(forKey key: Key) -> any Encoder { superEncoder() }
+    mutating func superEncoder(forKey key: Key) -> any Encoder { superEncoder(named: key) }
+
+    /// An encoder for the value under `key`, which must be written before anything else (as
+    /// `super.encode(to: container.superEncoder())` does); else the stream fails.
+    private func superEncoder<Named: CodingKey>(named key: Named) -> any Encoder {
+        CBORStreamEncoding(stream: stream, slot: stream.key(key.stringValue, in: slot) ?? 0, path: CBORPath(path, key))
+    }
 }
 
 private struct CBORStreamUnkeyed: UnkeyedEncodingContainer {
     let stream: CBORStream
     let slot: Int
     let path: CBORPath?
+    /// Elements this container value was given: its count once the stream no longer knows it
+    /// (so that a loop on `count` ends even after the stream failed).
+    private var given = 0
+
+    init(stream: CBORStream, slot: Int, path: CBORPath?) {
+        self.stream = stream
+        self.slot = slot
+        self.path = path
+    }
 
     var codingPath: [any CodingKey] { CBORPath.keys(path) }
-    var count: Int { stream.count(of: slot) }
+
+    /// The elements so far. Asked of a closed container, whose count one pass no longer keeps,
+    /// it fails the stream (the tree answers for it: the value may act on the answer).
+    var count: Int {
+        if let count = stream.count(of: slot) { return count }
+        stream.fail()
+        return given
+    }
+
+    /// The next element's slot, pending, and its index.
+    private mutating func element() -> (slot: Int, index: Int) {
+        given += 1
+        guard let element = stream.element(in: slot) else { return (0, given - 1) }
+        return (element, (stream.count(of: slot) ?? given) - 1)
+    }
 
     mutating func encodeNil() throws {
-        if let element = stream.element(in: slot) { stream.write(.null, slot: element) }
+        let (element, _) = element()
+        stream.write(.null, slot: element)
     }
 
     mutating func encode<T: Encodable>(_ value: T) throws {
-        guard let element = stream.element(in: slot) else { return }
-        let index = count - 1
+        let (element, index) = element()
         try stream.encodeValue(value, slot: element, path: CBORPath(path, index: index))
     }
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type) -> KeyedEncodingContainer<NestedKey> {
-        let nested = stream.element(in: slot) ?? 0
+        let (nested, index) = element()
         stream.begin(nested, isMap: true)
-        return KeyedEncodingContainer(CBORStreamKeyed<NestedKey>(stream: stream, slot: nested, path: CBORPath(path, index: count - 1)))
+        return KeyedEncodingContainer(CBORStreamKeyed<NestedKey>(stream: stream, slot: nested, path: CBORPath(path, index: index)))
     }
 
     mutating func nestedUnkeyedContainer() -> any UnkeyedEncodingContainer {
-        let nested = stream.element(in: slot) ?? 0
+        let (nested, index) = element()
         stream.begin(nested, isMap: false)
-        return CBORStreamUnkeyed(stream: stream, slot: nested, path: CBORPath(path, index: count - 1))
+        return CBORStreamUnkeyed(stream: stream, slot: nested, path: CBORPath(path, index: index))
     }
 
     mutating func superEncoder() -> any Encoder {
-        stream.fail()
-        return CBORStreamEncoding(stream: stream, slot: 0, path: path)
+        let (element, index) = element()
+        return CBORStreamEncoding(stream: stream, slot: element, path: CBORPath(path, index: index))
     }
 }
 
