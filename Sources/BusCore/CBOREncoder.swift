@@ -15,10 +15,10 @@ public struct CBOREncoder: Sendable {
     ///
     /// One pass writes the bytes as the value encodes itself (``CBORStream``). A value that uses
     /// its containers in an order one pass cannot follow — writing to a container after a later
-    /// sibling's, setting a key twice, a super encoder — is encoded again into a tree first
-    /// (``CBOREncoding``), which allows all of Codable; both write the same bytes. Such a value's
-    /// `encode(to:)` runs twice, so it must give the same result both times (as one reading a
-    /// single-pass sequence would not).
+    /// sibling's, setting a key twice, a super encoder written after later keys — is encoded
+    /// again into a tree first (``CBOREncoding``), which allows all of Codable; both write the
+    /// same bytes. Such a value's `encode(to:)` runs twice, so it must give the same result both
+    /// times (as one reading a single-pass sequence would not).
     public func encode<T: Encodable>(_ value: T) throws -> Data {
         let stream = CBORStream()
         try stream.encodeRoot(value)
