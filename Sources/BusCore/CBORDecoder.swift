@@ -160,8 +160,25 @@ struct CBORReader {
     struct Found {
         /// The offsets of text values longer than ``longText``, not checked as UTF-8 yet.
         var longText: [Int] = []
-        /// Where each array or map longer than ``notedContainer`` starts and ends, innermost first.
+        /// Where each nested array or map longer than ``notedContainer`` starts and ends, in
+        /// order of their starts.
         var containers: [(start: Int, end: Int)] = []
+
+        /// Notes a nested container's start, before its items are checked; its index.
+        mutating func begin(_ start: Int) -> Int {
+            containers.append((start, start))
+            return containers.count - 1
+        }
+
+        /// Notes where the container `begin` returned `index` for ends, or forgets it when it is
+        /// short (then so is everything in it, already forgotten: it is the last noted).
+        mutating func end(_ index: Int, at end: Int) {
+            if end - containers[index].start > CBORReader.notedContainer {
+                containers[index].end = end
+            } else {
+                containers.removeLast()
+            }
+        }
     }
 
     /// Checks one whole item and moves past it: the profile's major types and simple values,
@@ -181,13 +198,15 @@ struct CBORReader {
             }
         case 4:
             guard depth < CBORDecoder.maximumDepth else { throw corrupted("nested deeper than \(CBORDecoder.maximumDepth)") }
-            for _ in 0..<(try length(head)) { try check(depth: depth + 1, found: &found) }
             // The outermost item is never moved past.
-            if depth > 0 && offset - start > Self.notedContainer { found.containers.append((start, offset)) }
+            let noted = depth > 0 ? found.begin(start) : nil
+            for _ in 0..<(try length(head)) { try check(depth: depth + 1, found: &found) }
+            if let noted { found.end(noted, at: offset) }
         case 5:
             guard depth < CBORDecoder.maximumDepth else { throw corrupted("nested deeper than \(CBORDecoder.maximumDepth)") }
+            let noted = depth > 0 ? found.begin(start) : nil
             try checkMap(count: try length(head, minimumBytesEach: 2), depth: depth, found: &found)
-            if depth > 0 && offset - start > Self.notedContainer { found.containers.append((start, offset)) }
+            if let noted { found.end(noted, at: offset) }
         case 6: throw corrupted("tags are not used (tag \(head.argument))")
         default:
             switch head.info {
@@ -199,8 +218,8 @@ struct CBORReader {
 
     /// A map's entries: each key text, and no key twice (compared as bytes; a set past 16 keys).
     private mutating func checkMap(count: Int, depth: Int, found: inout Found) throws {
-        // Not sized by the count the input claims (up to half its bytes, at every level).
-        var seen = count > 16 ? Set<Data>(minimumCapacity: Swift.min(count, 1024)) : nil
+        // Not sized by the count the input claims (at every level of nesting).
+        var seen = count > 16 ? Set<CBORKeyBytes>(minimumCapacity: 32) : nil
         // Up to 16 keys: where each is, to compare the next ones with.
         var earlier = InlineArray<16, (start: Int, count: Int)>(repeating: (0, 0))
         for index in 0..<count {
@@ -210,7 +229,7 @@ struct CBORReader {
             guard key.isASCII || String(validUTF8: key) != nil else { throw corrupted("text string is not valid UTF-8") }
             let repeated: Bool
             if seen != nil {
-                repeated = !seen!.insert(Data(key)).inserted
+                repeated = !seen!.insert(CBORKeyBytes(key)).inserted
             } else {
                 let start = key.baseAddress.map { $0 - bytes.baseAddress! } ?? 0
                 repeated = (0..<index).contains { other in
@@ -260,8 +279,7 @@ final class CBORInput {
         init(_ found: CBORReader.Found) {
             longText = found.longText
             read = Array(repeating: false, count: found.longText.count)
-            // Noted innermost first; starts in order are what a look-up needs.
-            containers = found.containers.sorted { $0.start < $1.start }
+            containers = found.containers
         }
     }
 
@@ -515,7 +533,7 @@ private struct CBORKeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol
     let count: Int
     let path: CBORPath?
     /// The offset of each value by its key's bytes, for larger maps.
-    private let index: [Data: Int]?
+    private let index: [CBORKeyBytes: Int]?
 
     init(input: CBORInput, entries: Int, count: Int, path: CBORPath?) throws {
         self.input = input
@@ -527,9 +545,9 @@ private struct CBORKeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol
             return
         }
         // Not sized by the count the input claims (checking bounded it by bytes, not by memory).
-        var index: [Data: Int] = .init(minimumCapacity: Swift.min(count, 1024))
+        var index: [CBORKeyBytes: Int] = .init(minimumCapacity: Swift.min(count, 1024))
         try Self.forEachEntry(input: input, entries: entries, count: count) { key, value in
-            index[Data(key)] = value
+            index[CBORKeyBytes(key)] = value
             return false
         }
         self.index = index
@@ -552,7 +570,7 @@ private struct CBORKeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol
     /// The offset of `key`'s value, or nil: the key whose UTF-8 is the same bytes.
     private func offset<Named: CodingKey>(of key: Named) throws -> Int? {
         var name = key.stringValue
-        if let index { return index[Data(name.utf8)] }
+        if let index { return name.withUTF8 { index[CBORKeyBytes(UnsafeRawBufferPointer($0))] } }
         var found: Int?
         try name.withUTF8 { utf8 in
             let wanted = UnsafeRawBufferPointer(utf8)
@@ -696,5 +714,18 @@ private struct CBORUnkeyedDecoding: UnkeyedDecodingContainer {
     mutating func superDecoder() throws -> any Decoder {
         let (item, index) = try next(Any.self)
         return CBORDecoding(input: input, offset: item.offset, path: CBORPath(path, index: index))
+    }
+}
+
+/// A map key as its UTF-8 bytes, for sets and indexes: equal when the bytes are, hashed over all
+/// of them (`Data` hashes only its first 80 bytes, so keys sharing a long prefix would all
+/// collide).
+struct CBORKeyBytes: Hashable {
+    let bytes: [UInt8]
+
+    init(_ bytes: UnsafeRawBufferPointer) { self.bytes = Array(bytes) }
+
+    func hash(into hasher: inout Hasher) {
+        bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
     }
 }

@@ -308,10 +308,10 @@ struct CBORWriter {
     }
 
     /// The bytes written, as a `Data` that frees the buffer; the writer must not be used after.
-    /// A buffer more than twice as large as its bytes, by more than a page, is shrunk first:
-    /// payloads wait in queues.
+    /// A buffer larger than its bytes by more than a page is shrunk first: payloads wait in
+    /// queues.
     func take() -> Data {
-        if capacity - offset > 4096 && capacity > 2 * offset, let shrunk = realloc(buffer, max(offset, 1)) {
+        if capacity - offset > 4096, let shrunk = realloc(buffer, max(offset, 1)) {
             return Data(bytesNoCopy: shrunk, count: offset, deallocator: .free)
         }
         return Data(bytesNoCopy: buffer, count: offset, deallocator: .free)

@@ -5,8 +5,9 @@ import Foundation
 ///
 /// A CBOR array or map starts with its count, which Codable does not say in advance: a
 /// container's head is written as one byte and set when the container closes; a count of 24 or
-/// more (rare) moves the container's bytes along to make room for a longer head. Containers
-/// close innermost first: writing to a container closes every container opened after it.
+/// more needs a longer head, and the bytes after such heads are moved along once, at the end.
+/// Containers close innermost first: writing to a container closes every container opened
+/// after it.
 ///
 /// Codable also allows what one pass cannot write: writing to a container after a later
 /// sibling's was written to, a value writing into a container of its parents', a key set twice
@@ -30,6 +31,8 @@ final class CBORStream {
     @exclusivity(unchecked) private var floor = 0
     @exclusivity(unchecked) private(set) var failed = false
     @exclusivity(unchecked) private var taken = false
+    /// Closed containers whose head must grow (see ``close(_:)``).
+    @exclusivity(unchecked) private var widened: [(head: Int, major: UInt8, count: UInt64)] = []
 
     /// A slot is one place a value goes (the root, a map's value, an array's element): the
     /// encoder for it and the container it opens share its number.
@@ -45,7 +48,7 @@ final class CBORStream {
         /// a key with without walking the values between them.
         var laterKeys: [Int] = []
         /// For maps past 16 keys: the keys.
-        var keys: Set<Data>?
+        var keys: Set<CBORKeyBytes>?
     }
 
     deinit {
@@ -61,6 +64,7 @@ final class CBORStream {
     func finish() -> Data? {
         guard !failed, pending == 0 else { return nil }
         while let container = open.popLast() { close(container) }
+        widen()
         taken = true
         return writer.take()
     }
@@ -102,8 +106,12 @@ final class CBORStream {
         writer.write(value)
     }
 
-    /// Whether `slot`'s value is the one that must come next.
-    func isPending(_ slot: Int) -> Bool { !failed && slot != 0 && pending == slot }
+    /// When `slot`'s value is the one that must come next: a new slot that takes its place.
+    func handOver(_ slot: Int) -> Int? {
+        guard !failed, slot != 0, pending == slot else { return nil }
+        pending = newSlot()
+        return pending
+    }
 
     /// Opens `slot`'s container (a map or an array), or goes back to it when that slot asks for
     /// it again while it is still open (as Codable allows); false when it cannot.
@@ -171,13 +179,13 @@ final class CBORStream {
     /// Whether the map at `index` in `open` lacks `key`; notes it if so.
     private func isNewKey(_ key: UnsafeRawBufferPointer, at index: Int) -> Bool {
         if open[index].keys != nil {
-            return open[index].keys!.insert(Data(key)).inserted
+            return open[index].keys!.insert(CBORKeyBytes(key)).inserted
         }
-        // FNV-1a: a key whose bit is clear is new without a look at the others. The bit comes from
-        // the top of the hash, which every byte's every bit reaches.
+        // FNV-1a, then mixed (its top bits barely depend on the last byte): a key whose bit is
+        // clear is new without a look at the others.
         var hash: UInt64 = 0xCBF2_9CE4_8422_2325
         for byte in key { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01B3 }
-        let bit: UInt64 = 1 << (hash >> 58)
+        let bit: UInt64 = 1 << ((hash &* 0x9E37_79B9_7F4A_7C15) >> 58)
         if open[index].keyBits & bit != 0 {
             var found = false
             forEachKey(of: open[index]) { earlier in
@@ -188,44 +196,64 @@ final class CBORStream {
         }
         open[index].keyBits |= bit
         if open[index].count == 16 {
-            var keys = Set<Data>(minimumCapacity: 32)
+            var keys = Set<CBORKeyBytes>(minimumCapacity: 32)
             forEachKey(of: open[index]) { earlier in
-                keys.insert(Data(earlier))
+                keys.insert(CBORKeyBytes(earlier))
                 return false
             }
-            keys.insert(Data(key))
+            keys.insert(CBORKeyBytes(key))
             open[index].keys = keys
         }
         return true
     }
 
     /// Calls `body` with the bytes of each key the open map has written, until it returns true.
-    /// The keys' offsets hold: only bytes after a closing container's head move, and every
-    /// container inside this map's values closed before its next key was written.
+    /// The keys' offsets hold: no byte moves before ``finish()``.
     private func forEachKey(of map: OpenContainer, _ body: (UnsafeRawBufferPointer) -> Bool) {
         let bytes = UnsafeRawBufferPointer(start: writer.buffer, count: writer.offset)
-        for offset in CollectionOfOne(map.head + 1).lazy.filter({ _ in map.count > 0 }) + map.laterKeys {
+        func visit(_ offset: Int) -> Bool {
             var reader = CBORReader(bytes: bytes, offset: offset)
             // Bytes this encoder wrote: they parse.
-            guard let head = try? reader.head(), let key = try? reader.content(head) else { return }
-            if body(key) { return }
+            guard let head = try? reader.head(), let key = try? reader.content(head) else { return true }
+            return body(key)
+        }
+        guard map.count > 0, !visit(map.head + 1) else { return }
+        for offset in map.laterKeys where visit(offset) { return }
+    }
+
+    /// Sets a closed container's head to its count. A count of 24 or more needs a longer head
+    /// than the byte reserved: that waits for ``widen()``, so that no byte moves once per level.
+    private func close(_ container: OpenContainer) {
+        let major: UInt8 = container.isMap ? 5 : 4
+        if container.count < 24 {
+            writer.buffer.storeBytes(of: major << 5 | UInt8(container.count), toByteOffset: container.head, as: UInt8.self)
+        } else {
+            widened.append((container.head, major, UInt64(container.count)))
         }
     }
 
-    /// Sets a closed container's head to its count, moving its items along when the count needs
-    /// more than the one byte reserved.
-    private func close(_ container: OpenContainer) {
-        let count = UInt64(container.count)
-        let extra = CBORWriter.headSize(count) - 1
+    /// Gives every container noted by ``close(_:)`` its full head, from the last to the first:
+    /// the bytes after each head move once, by the room all the heads before them need.
+    private func widen() {
+        guard !widened.isEmpty else { return }
+        // Closed innermost first; the moves need them in order.
+        widened.sort { $0.head < $1.head }
+        let extras = widened.map { CBORWriter.headSize($0.count) - 1 }
+        let total = extras.reduce(0, +)
         let end = writer.offset
-        if extra > 0 {
-            writer.reserve(extra)
-            let items = writer.buffer + container.head + 1
-            memmove(items + extra, items, end - container.head - 1)
+        writer.reserve(total)
+        var shift = total
+        var segmentEnd = end
+        for index in widened.indices.reversed() {
+            let (head, major, count) = widened[index]
+            memmove(writer.buffer + head + 1 + shift, writer.buffer + head + 1, segmentEnd - head - 1)
+            shift -= extras[index]
+            writer.offset = head + shift
+            writer.head(major, count)
+            segmentEnd = head
         }
-        writer.offset = container.head
-        writer.head(container.isMap ? 5 : 4, count)
-        writer.offset = end + extra
+        writer.offset = end + total
+        widened = []
     }
 }
 
@@ -376,8 +404,10 @@ private struct CBORStreamSingle: SingleValueEncodingContainer {
     mutating func encodeNil() throws { stream.write(.null, slot: slot) }
 
     /// A single value is written once; a second (the tree encoder keeps the last) fails the pass.
+    /// The value gets a slot of its own: the encoder whose container this is cannot write in its
+    /// place (the tree would drop what it wrote).
     mutating func encode<T: Encodable>(_ value: T) throws {
-        guard stream.isPending(slot) else { return stream.fail() }
-        try stream.encodeValue(value, slot: slot, path: path)
+        guard let inner = stream.handOver(slot) else { return stream.fail() }
+        try stream.encodeValue(value, slot: inner, path: path)
     }
 }

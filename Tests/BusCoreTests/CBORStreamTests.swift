@@ -382,6 +382,21 @@ extension CBORStreamTests {
         }
     }
 
+    /// Hands its own encoder, inside a single value, to the value it encodes.
+    struct HandsItsEncoderOn: Encodable {
+        struct Child: Encodable {
+            let outer: any Encoder
+            func encode(to encoder: any Encoder) throws {
+                var container = outer.container(keyedBy: Field.self)
+                try container.encode(1, forKey: .x)
+            }
+        }
+        func encode(to encoder: any Encoder) throws {
+            var single = encoder.singleValueContainer()
+            try single.encode(Child(outer: encoder))
+        }
+    }
+
     /// Where one pass would write other bytes than the tree, it leaves the value to the tree:
     /// a value writing into its parent's container, a caught error after part of a value, a
     /// closed array's count, and a loop on `count` after the pass failed ends.
@@ -394,6 +409,9 @@ extension CBORStreamTests {
         #expect(try hex(CBOREncoder().encode(CountsAClosedArray())) == "838101026" + "36f6e65")
         #expect(try !onePass(LoopsOnCount()))
         #expect(try hex(CBOREncoder().encode(LoopsOnCount())) == "a2616102616283000000")
+        // The tree keeps what the single value's own encoder wrote (nothing: an empty map).
+        #expect(try !onePass(HandsItsEncoderOn()))
+        #expect(try hex(CBOREncoder().encode(HandsItsEncoderOn())) == "a0")
     }
 
     /// Keys are bytes: two spellings of "é" are two keys when encoding (both encoders) and
@@ -411,6 +429,14 @@ extension CBORStreamTests {
             enum CodingKeys: String, CodingKey { case value = "\u{E9}" }
         }
         #expect(try CBORDecoder().decode(Composed.self, from: encoded).value == 1)
+        struct BySuper: Decodable {
+            var value: Int
+            init(from decoder: any Decoder) throws {
+                let container = try decoder.container(keyedBy: CBORKey.self)
+                value = try container.superDecoder(forKey: CBORKey(stringValue: "e\u{301}")).singleValueContainer().decode(Int.self)
+            }
+        }
+        #expect(try CBORDecoder().decode(BySuper.self, from: encoded).value == 2)
         for filler in [0, 11, 20] {
             let keys = pair.keys + (0..<filler).map { ("f\($0)", $0) }
             let many = try CBOREncoder().encode(Keys(keys: keys))
@@ -422,24 +448,65 @@ extension CBORStreamTests {
     /// moved to make room for its count.
     @Test func collidingKeysAreComparedAfterMovedValues() throws {
         struct Colliding: Encodable {
-            var repeatFirst: Bool
+            var repeated: String?
             func encode(to encoder: any Encoder) throws {
                 var container = encoder.container(keyedBy: CBORKey.self)
                 try container.encode(Array(0..<30), forKey: CBORKey(stringValue: "k0"))
                 try container.encode(["x": Array(0..<300)], forKey: CBORKey(stringValue: "k1"))
-                if repeatFirst { try container.encode(7, forKey: CBORKey(stringValue: "k0")) }
+                try container.encode(5, forKey: CBORKey(stringValue: "k2"))
+                if let repeated { try container.encode(7, forKey: CBORKey(stringValue: repeated)) }
             }
         }
-        #expect(try onePass(Colliding(repeatFirst: false)))
-        #expect(try CBOREncoder().encode(Colliding(repeatFirst: false)) == tree(Colliding(repeatFirst: false)))
-        #expect(try !onePass(Colliding(repeatFirst: true)))
-        struct Decoded: Decodable {
-            var k0: Int
-            var k1: [String: [Int]]
+        #expect(try onePass(Colliding(repeated: nil)))
+        #expect(try CBOREncoder().encode(Colliding(repeated: nil)) == tree(Colliding(repeated: nil)))
+        for repeated in ["k0", "k1", "k2"] {
+            #expect(try !onePass(Colliding(repeated: repeated)), "\(repeated)")
+            let encoded = try CBOREncoder().encode(Colliding(repeated: repeated))
+            #expect(encoded.first == 0xA3)
+            let decoded = try CBORDecoder().decode([String: Shape].self, from: encoded)
+            #expect(decoded[repeated] == .int(7))
         }
-        let decoded = try CBORDecoder().decode(Decoded.self, from: CBOREncoder().encode(Colliding(repeatFirst: true)))
-        #expect(decoded.k0 == 7)
-        #expect(decoded.k1["x"]?.count == 300)
+    }
+
+    /// Moving past an item by its noted end lands where walking it does, at every item of a
+    /// deep and wide input.
+    @Test func notedEndsAgreeWithWalking() throws {
+        var random = SeededRandom(seed: 64)
+        for _ in 0..<20 {
+            var budget = 800
+            let shape = Shape.list([Shape.random(depth: 6, budget: &budget, using: &random), .text(String(repeating: "y", count: 70))])
+            let encoded = try CBOREncoder().encode(shape)
+            try encoded.withUnsafeBytes { bytes in
+                var checker = CBORReader(bytes: bytes)
+                var found = CBORReader.Found()
+                try checker.check(depth: 0, found: &found)
+                let input = CBORInput(bytes, found: found)
+                defer { input.close() }
+                // Every item's offset, by walking heads.
+                var offsets: [Int] = []
+                var reader = CBORReader(bytes: bytes)
+                func visit() throws {
+                    offsets.append(reader.offset)
+                    let head = try reader.head()
+                    switch head.major {
+                    case 2, 3: _ = try reader.content(head)
+                    case 4: for _ in 0..<head.argument { try visit() }
+                    case 5:
+                        for _ in 0..<head.argument {
+                            _ = try reader.content(try reader.head())
+                            try visit()
+                        }
+                    default: break
+                    }
+                }
+                try visit()
+                for offset in offsets.dropFirst() {
+                    var walker = CBORReader(bytes: bytes, offset: offset)
+                    try walker.skip()
+                    #expect(try input.end(of: offset) == walker.offset)
+                }
+            }
+        }
     }
 
     /// Random shapes (arrays and maps of every count boundary up to 300, nested four deep,
