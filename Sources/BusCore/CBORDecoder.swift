@@ -194,7 +194,7 @@ struct CBORReader {
             if text.count > Self.longText {
                 found.longText.append(start)
             } else {
-                guard text.isASCII || String(validUTF8: text) != nil else { throw corrupted("text string is not valid UTF-8") }
+                guard text.isValidUTF8 else { throw corrupted("text string is not valid UTF-8") }
             }
         case 4:
             guard depth < CBORDecoder.maximumDepth else { throw corrupted("nested deeper than \(CBORDecoder.maximumDepth)") }
@@ -226,15 +226,14 @@ struct CBORReader {
             let head = try head()
             guard head.major == 3 else { throw corrupted("map key of major type \(head.major) (keys are text strings)") }
             let key = try content(head)
-            guard key.isASCII || String(validUTF8: key) != nil else { throw corrupted("text string is not valid UTF-8") }
+            guard key.isValidUTF8 else { throw corrupted("text string is not valid UTF-8") }
             let repeated: Bool
             if seen != nil {
                 repeated = !seen!.insert(CBORKeyBytes(key)).inserted
             } else {
                 let start = key.baseAddress.map { $0 - bytes.baseAddress! } ?? 0
                 repeated = (0..<index).contains { other in
-                    earlier[other].count == key.count
-                        && (key.isEmpty || memcmp(bytes.baseAddress! + earlier[other].start, key.baseAddress!, key.count) == 0)
+                    UnsafeRawBufferPointer(rebasing: bytes[earlier[other].start..<earlier[other].start + earlier[other].count]).hasSameBytes(as: key)
                 }
                 earlier[index] = (start, key.count)
             }
@@ -342,7 +341,7 @@ final class CBORInput {
         for (index, offset) in found.longText.enumerated() where !found.read[index] {
             var reader = reader(at: offset)
             let text = try reader.content(try reader.head())
-            guard text.isASCII || String(validUTF8: text) != nil else {
+            guard text.isValidUTF8 else {
                 throw CBORReader(bytes: bytes, offset: offset).corrupted("text string is not valid UTF-8")
             }
         }
@@ -575,7 +574,7 @@ private struct CBORKeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol
         try name.withUTF8 { utf8 in
             let wanted = UnsafeRawBufferPointer(utf8)
             try Self.forEachEntry(input: input, entries: entries, count: count) { key, value in
-                guard key.count == wanted.count, key.isEmpty || memcmp(key.baseAddress!, wanted.baseAddress!, key.count) == 0 else { return false }
+                guard key.hasSameBytes(as: wanted) else { return false }
                 found = value
                 return true
             }

@@ -142,12 +142,13 @@ final class CBORStream {
         return true
     }
 
-    /// Starts an element of the array `slot`: returns the slot of its value, pending, or nil.
-    func element(in slot: Int) -> Int? {
+    /// Starts an element of the array `slot`: returns the slot of its value, pending, and its
+    /// index in the array, or nil.
+    func element(in slot: Int) -> (slot: Int, index: Int)? {
         guard reopen(slot) else { return nil }
         open[open.count - 1].count += 1
         pending = newSlot()
-        return pending
+        return (pending, open[open.count - 1].count - 1)
     }
 
     /// The number of elements the array `slot` has so far, or nil when it is not open (closed,
@@ -189,7 +190,7 @@ final class CBORStream {
         if open[index].keyBits & bit != 0 {
             var found = false
             forEachKey(of: open[index]) { earlier in
-                found = earlier.count == key.count && (key.isEmpty || memcmp(earlier.baseAddress!, key.baseAddress!, key.count) == 0)
+                found = earlier.hasSameBytes(as: key)
                 return found
             }
             if found { return false }
@@ -362,8 +363,7 @@ private struct CBORStreamUnkeyed: UnkeyedEncodingContainer {
     /// The next element's slot, pending, and its index.
     private mutating func element() -> (slot: Int, index: Int) {
         given += 1
-        guard let element = stream.element(in: slot) else { return (0, given - 1) }
-        return (element, (stream.count(of: slot) ?? given) - 1)
+        return stream.element(in: slot) ?? (0, given - 1)
     }
 
     mutating func encodeNil() throws {

@@ -45,13 +45,21 @@ extension UnsafeRawBufferPointer {
     }
 }
 
+extension UnsafeRawBufferPointer {
+    /// Whether these are the same bytes as `other`: one `memcmp`.
+    package func hasSameBytes(as other: UnsafeRawBufferPointer) -> Bool {
+        count == other.count && (isEmpty || memcmp(baseAddress!, other.baseAddress!, count) == 0)
+    }
+
+    /// Whether the bytes are valid UTF-8 (ASCII without decoding them).
+    var isValidUTF8: Bool { isASCII || String(validUTF8: self) != nil }
+}
+
 extension String {
     /// Whether the text's UTF-8 is exactly `bytes`: one `memcmp`, where `utf8.elementsEqual`
     /// walks the view a byte at a time (for header fields compared on every message).
     package func hasUTF8(_ bytes: UnsafeRawBufferPointer) -> Bool {
         var text = self
-        return text.withUTF8 { utf8 in
-            utf8.count == bytes.count && (bytes.isEmpty || memcmp(utf8.baseAddress!, bytes.baseAddress!, bytes.count) == 0)
-        }
+        return text.withUTF8 { UnsafeRawBufferPointer($0).hasSameBytes(as: bytes) }
     }
 }
