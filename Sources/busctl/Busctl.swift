@@ -18,7 +18,7 @@ struct Busctl: AsyncParsableCommand {
 
 extension Busctl {
     struct List: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "List the live boards.")
+        static let configuration = CommandConfiguration(commandName: "list", abstract: "List the live boards.")
         @OptionGroup var options: GlobalOptions
 
         func run() async throws {
@@ -42,7 +42,7 @@ extension Busctl {
     }
 
     struct Status: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Show one board.")
+        static let configuration = CommandConfiguration(commandName: "status", abstract: "Show one board.")
         @OptionGroup var options: GlobalOptions
         @Argument(help: "The board id.") var id: String
 
@@ -72,7 +72,7 @@ extension Busctl {
     }
 
     struct Introspect: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Show a board's interface and the flows that touch it.")
+        static let configuration = CommandConfiguration(commandName: "introspect", abstract: "Show a board's interface and the flows that touch it.")
         @OptionGroup var options: GlobalOptions
         @Argument(help: "The board id.") var id: String
 
@@ -103,7 +103,7 @@ extension Busctl {
     }
 
     struct Tree: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Show the motherboard scopes and their boards.")
+        static let configuration = CommandConfiguration(commandName: "tree", abstract: "Show the motherboard scopes and their boards.")
         @OptionGroup var options: GlobalOptions
 
         func run() async throws {
@@ -127,7 +127,7 @@ extension Busctl {
     }
 
     struct Flows: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "List the flows, in the order they run.")
+        static let configuration = CommandConfiguration(commandName: "flows", abstract: "List the flows, in the order they run.")
         @OptionGroup var options: GlobalOptions
 
         func run() async throws {
@@ -144,7 +144,7 @@ extension Busctl {
     }
 
     struct Call: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Send a command to a live board and print its reply.")
+        static let configuration = CommandConfiguration(commandName: "call", abstract: "Send a command to a live board and print its reply.")
         @OptionGroup var options: GlobalOptions
         @OptionGroup var tracing: TraceOption
         @Argument(help: "The board id.") var id: String
@@ -175,7 +175,7 @@ extension Busctl {
     }
 
     struct Activate: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Activate a live board with an input (nextToBoard).")
+        static let configuration = CommandConfiguration(commandName: "activate", abstract: "Activate a live board with an input (nextToBoard).")
         @OptionGroup var options: GlobalOptions
         @OptionGroup var tracing: TraceOption
         @Argument(help: "The board id.") var id: String
@@ -199,7 +199,8 @@ extension Busctl {
     }
 
     struct Emit: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Emit an output on a board's behalf (sendToMotherboard), to test flows.")
+        static let configuration = CommandConfiguration(
+            commandName: "emit", abstract: "Emit an output on a board's behalf (sendToMotherboard), to test flows.")
         @OptionGroup var options: GlobalOptions
         @OptionGroup var tracing: TraceOption
         @Argument(help: "The source board id.") var id: String
@@ -222,7 +223,8 @@ extension Busctl {
     }
 
     struct Action: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Send an action to every board subscribed to its name (sendAction).")
+        static let configuration = CommandConfiguration(
+            commandName: "action", abstract: "Send an action to every board subscribed to its name (sendAction).")
         @OptionGroup var options: GlobalOptions
         @OptionGroup var tracing: TraceOption
         @Argument(help: "The action name.") var name: String
@@ -243,7 +245,8 @@ extension Busctl {
     }
 
     struct Dispatch: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Dispatch a Flux action to a store; prints its sequence number once applied.")
+        static let configuration = CommandConfiguration(
+            commandName: "dispatch", abstract: "Dispatch a Flux action to a store; prints its sequence number once applied.")
         @OptionGroup var options: GlobalOptions
         @OptionGroup var tracing: TraceOption
         @Argument(help: "The store name.") var store: String
@@ -274,6 +277,7 @@ extension Busctl {
 
     struct State: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "state",
             abstract: "Print a store's state as JSON; with --watch, a snapshot and then every change, one JSON line each.")
         @OptionGroup var options: GlobalOptions
         @Argument(help: "The store name.") var store: String
@@ -300,6 +304,7 @@ extension Busctl {
 
     struct Metrics: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "metrics",
             abstract: "Print the motherboard's metrics in the Prometheus text format (what `--metrics-listen` serves at /metrics).")
         @OptionGroup var options: GlobalOptions
 
@@ -313,7 +318,8 @@ extension Busctl {
     }
 
     struct Wait: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Wait until a board is live, or with no id until every always-on board is.")
+        static let configuration = CommandConfiguration(
+            commandName: "wait", abstract: "Wait until a board is live, or with no id until every always-on board is.")
         @OptionGroup var options: GlobalOptions
         @Argument(help: "The board id.") var id: String?
 

@@ -7,11 +7,13 @@ extension Busctl {
     /// CURVE keys for tcp endpoints: the motherboard's public key, and client key pairs.
     struct Keys: ParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "keys",
             abstract: "CURVE keys for tcp: print the motherboard's public key, make a client key pair.",
             subcommands: [Server.self, New.self, Show.self])
 
         struct Server: ParsableCommand {
             static let configuration = CommandConfiguration(
+                commandName: "server",
                 abstract: "Print the public key of the motherboard of this runtime directory (made on its first start with --listen).")
             @Option(help: "The runtime directory (default: $BOARDBUS_RUNTIME_DIR, $XDG_RUNTIME_DIR/boardbus or /tmp/boardbus-$UID).")
             var runtimeDir: String?
@@ -26,6 +28,7 @@ extension Busctl {
 
         struct New: ParsableCommand {
             static let configuration = CommandConfiguration(
+                commandName: "new",
                 abstract: "Make a client key pair: writes the secret file (mode 0600) and prints the line for the motherboard's allow-list.")
             @Argument(help: "The key's name in the allow-list (a board-id-like name, e.g. edge-b).") var name: String
             @Option(help: "Where to write the key pair (default: ./NAME.key); never overwritten.") var out: String?
@@ -46,7 +49,8 @@ extension Busctl {
         }
 
         struct Show: ParsableCommand {
-            static let configuration = CommandConfiguration(abstract: "Print the allow-list line (name and public key) of a key file.")
+            static let configuration = CommandConfiguration(
+                commandName: "show", abstract: "Print the allow-list line (name and public key) of a key file.")
             @Argument(help: "A key file.") var file: String
 
             func run() throws {

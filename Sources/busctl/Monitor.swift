@@ -6,6 +6,7 @@ import Foundation
 extension Busctl {
     struct Monitor: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "monitor",
             abstract: "Show the messages the motherboard routes, as it routes them (or read them back from a file).",
             discussion: """
                 Filters combine: --board (either end; repeatable), --scope ("/" for the root), --kind (\
