@@ -45,7 +45,10 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: ArgumentHelp("With --latency-only or --load: every request starts a new trace.", visibility: .hidden))
     var traced = false
 
-    @Flag(help: ArgumentHelp("With --load: load the broker with the baseline's blocking raw clients instead of BusClient.", visibility: .hidden))
+    @Flag(
+        help: ArgumentHelp(
+            "With --load: load the broker with the baseline's blocking raw clients instead of BusClient; with --latency-only: also time them against it.",
+            visibility: .hidden))
     var rawClients = false
 
     @Option(help: ArgumentHelp("Instead of the comparison, only the broker's logic without sockets, this many round trips.", visibility: .hidden))
@@ -193,13 +196,21 @@ struct BenchCommand: AsyncParsableCommand {
                     let (base, echo) = try await alternatedLatency(
                         label: "\(bytes) B", base: BaselineBench(endpoint: baseline.frontEndpoint), bus: BoardBusBench(fleet: fleet),
                         payload: echoPayload(bytes: bytes), requests: latencyOnly, warmup: latencyOnly / 20,
-                        calls: [EchoCall(command: command, format: command == "echo.raw" ? nil : format)], traced: traced)
+                        calls: [EchoCall(command: command, format: command == "echo.raw" ? nil : format)], traced: traced,
+                        rawClient: rawClients ? BaselineBench(endpoint: fleet.address.endpoint, command: command) : nil)
                     let (b, e) = (LatencySummary(base), LatencySummary(echo[0]))
                     print(
                         String(
                             format: "p50 %.1f / %.1f µs = %.3f×  p99 %.1f / %.1f µs = %.3f×", b.p50, e.p50, e.p50 / b.p50, b.p99, e.p99, e.p99 / b.p99
                         )
                     )
+                    if rawClients {
+                        let r = LatencySummary(echo[1])
+                        print(
+                            String(
+                                format: "the baseline's client → BoardBus: p50 %.1f µs = %.3f×  p99 %.1f µs = %.3f×", r.p50, r.p50 / b.p50, r.p99,
+                                r.p99 / b.p99))
+                    }
                 }
             }
             return
@@ -402,13 +413,15 @@ struct EchoCall: Sendable {
 }
 
 /// The baseline's round trips and BoardBus's (one histogram per echo command), alternated in
-/// rounds so that drift in the machine's speed hits all of them alike.
+/// rounds so that drift in the machine's speed hits all of them alike. With `rawClient` (the
+/// baseline's blocking client pointed at the BoardBus broker), one more histogram, last: the same
+/// broker and board without the SDK's client.
 func alternatedLatency(
     label: String, base: BaselineBench, bus: BoardBusBench, payload: Data, requests: Int, warmup: Int, calls: [EchoCall], rounds: Int = 10,
-    traced: Bool = false
+    traced: Bool = false, rawClient: BaselineBench? = nil
 ) async throws -> (baseline: Histogram<UInt64>, boardBus: [Histogram<UInt64>]) {
     var baseline = makeHistogram()
-    var boardBus = calls.map { _ in makeHistogram() }
+    var boardBus = (0..<(calls.count + (rawClient == nil ? 0 : 1))).map { _ in makeHistogram() }
     for round in 1...rounds {
         progress("round trip \(label): round \(round)/\(rounds)")
         let (count, warmup) = (requests / rounds, warmup / rounds)
@@ -419,6 +432,7 @@ func alternatedLatency(
                     payload: call.payload(payload), requests: count, warmup: warmup, command: call.command, contentType: call.contentType,
                     traced: traced))
         }
+        if let rawClient { boardBus[calls.count].add(try rawClient.latency(payload: payload, requests: count, warmup: warmup)) }
     }
     return (baseline, boardBus)
 }
