@@ -164,4 +164,34 @@ struct FleetIntegrationTests {
             #expect(timedOut.standardError.hasPrefix("busctl: timeout:"))
         }
     }
+
+    /// Each subcommand names itself (not derived from its type's name at run time): the names are
+    /// the ones README and PROTOCOL.md use, and each one runs.
+    @Test func busctlSubcommandsAnswerToTheirDocumentedNames() async throws {
+        try await TestFleet.with(manifest: #"{"boards": []}"#) { fleet in
+            let names = [
+                "list", "status", "introspect", "tree", "flows", "call", "activate", "emit", "action", "dispatch", "state", "wait", "monitor",
+                "metrics", "keys",
+            ]
+            let help = try await fleet.busctl("--help")
+            #expect(help.exitCode == 0, "\(help.standardError)")
+            #expect(Self.subcommands(inHelp: help.standardOutput) == names)
+            let keysHelp = try await fleet.busctl("keys", "--help")
+            #expect(keysHelp.exitCode == 0, "\(keysHelp.standardError)")
+            #expect(Self.subcommands(inHelp: keysHelp.standardOutput) == ["server", "new", "show"])
+            for name in names {
+                let result = try await fleet.busctl(name, "--help")
+                #expect(result.exitCode == 0, "\(name): \(result.standardError)")
+            }
+            let show = try await fleet.busctl("keys", "show", "--help")
+            #expect(show.exitCode == 0, "\(show.standardError)")
+        }
+    }
+
+    /// The names listed under SUBCOMMANDS: in a help text (an entry's line starts with two spaces
+    /// and the name; its wrapped abstract continues further in).
+    static func subcommands(inHelp help: String) -> [String] {
+        let lines = help.components(separatedBy: "\n").drop { $0 != "SUBCOMMANDS:" }.dropFirst().prefix { !$0.isEmpty }
+        return lines.filter { $0.hasPrefix("  ") && !$0.hasPrefix("   ") }.compactMap { $0.split(separator: " ").first.map(String.init) }
+    }
 }
