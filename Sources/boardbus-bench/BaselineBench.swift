@@ -79,8 +79,12 @@ struct BaselineBench: Sendable {
         return socket
     }
 
+    /// Sends, waiting while the socket's queue is full, for 5 s at most (a broker that stopped
+    /// reading must not hang the bench).
     private func send(_ socket: ZMQSocket, _ frames: [Data]) throws {
+        let deadline = monotonicNanoseconds() + 5_000_000_000
         while try socket.send(frames) == .wouldBlock {
+            guard monotonicNanoseconds() < deadline else { throw BusError(.timeout, "baseline request not taken in 5 s") }
             _ = socket.waitReadable(timeoutMilliseconds: 1)
         }
     }

@@ -191,6 +191,10 @@ struct BenchCommand: AsyncParsableCommand {
             return
         }
         if let latencyOnly {
+            // The baseline's client sends the plain payload, untraced: what BusClient sends only then.
+            if rawClients && (traced || (command != "echo.raw" && format != .json)) {
+                throw ValidationError("--raw-clients times plain untraced payloads: use it without --traced, with JSON or echo.raw")
+            }
             try await BaselineProcesses.with { baseline in
                 try await TestFleet.with(manifest: #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}]}"#) { fleet in
                     let (base, echo) = try await alternatedLatency(
@@ -205,7 +209,7 @@ struct BenchCommand: AsyncParsableCommand {
                         )
                     )
                     if rawClients {
-                        let r = LatencySummary(echo[1])
+                        let r = LatencySummary(echo[echo.count - 1])
                         print(
                             String(
                                 format: "the baseline's client → BoardBus: p50 %.1f µs = %.3f×  p99 %.1f µs = %.3f×", r.p50, r.p50 / b.p50, r.p99,

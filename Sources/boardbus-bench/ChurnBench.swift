@@ -68,12 +68,15 @@ enum ManyBoards {
             ready(.failure(error))
             throw error
         }
-        // Every 20 ms, a 25th of the boards heartbeat and read what waits for them: each board
-        // every 500 ms, in small steps rather than bursts that would compete with what is measured.
+        // Every 2 ms, a 250th of the boards heartbeat and read what waits for them: each board
+        // every 500 ms, in small steps, as boards that are processes of their own heartbeat at
+        // their own moments. Steps of a 25th every 20 ms (80 boards at once at 2 000) were bursts
+        // that the round trips measured meanwhile waited behind: the p99 with 2 000 boards read
+        // 2.4–4.4 × the p99 with 10, and 1.1–1.35 × with these steps.
         var turn = 0
         while !stop.isRaised {
-            usleep(20_000)
-            for index in stride(from: turn % 25, to: sockets.count, by: 25) {
+            usleep(2_000)
+            for index in stride(from: turn % 250, to: sockets.count, by: 250) {
                 let (socket, id) = sockets[index]
                 while (try? socket.receive()) ?? nil != nil {}
                 _ = try? socket.send(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: id.rawValue)).frames())
