@@ -96,6 +96,13 @@ struct BenchCommand: AsyncParsableCommand {
     @Flag(help: ArgumentHelp("Only the Majordomo rows (BoardBus's MDP endpoint against majortomo's broker).", visibility: .hidden))
     var mdpOnly = false
 
+    func validate() throws {
+        // The baseline's clients send the plain payload, untraced: the same work as BusClient's only then.
+        if rawClients && (traced || (command != "echo.raw" && format != .json)) {
+            throw ValidationError("--raw-clients sends plain untraced payloads: use it without --traced, with JSON or echo.raw")
+        }
+    }
+
     func run() async throws {
         if let tcpClient {
             try await NetworkBench.client(
@@ -191,10 +198,6 @@ struct BenchCommand: AsyncParsableCommand {
             return
         }
         if let latencyOnly {
-            // The baseline's client sends the plain payload, untraced: what BusClient sends only then.
-            if rawClients && (traced || (command != "echo.raw" && format != .json)) {
-                throw ValidationError("--raw-clients times plain untraced payloads: use it without --traced, with JSON or echo.raw")
-            }
             try await BaselineProcesses.with { baseline in
                 try await TestFleet.with(manifest: #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}]}"#) { fleet in
                     let (base, echo) = try await alternatedLatency(

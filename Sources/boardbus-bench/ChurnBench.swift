@@ -68,15 +68,21 @@ enum ManyBoards {
             ready(.failure(error))
             throw error
         }
-        // Every 2 ms, a 250th of the boards heartbeat and read what waits for them: each board
-        // every 500 ms, in small steps, as boards that are processes of their own heartbeat at
-        // their own moments. Steps of a 25th every 20 ms (80 boards at once at 2 000) were bursts
-        // that the round trips measured meanwhile waited behind: the p99 with 2 000 boards read
-        // 2.4–4.4 × the p99 with 10, and 1.1–1.35 × with these steps.
-        var turn = 0
+        // Each board heartbeats (and reads what waits for it) every 500 ms, in steps of at most
+        // 250 a cycle (every 2 ms at 2 000 boards, 8 of them; every 50 ms at 10, one), at steps
+        // paced by the clock so that late wake-ups do not stretch the cycle: as boards that are
+        // processes of their own heartbeat at their own moments. Steps of a 25th every 20 ms
+        // (80 boards at once at 2 000) were bursts that the round trips measured meanwhile waited
+        // behind: the p99 with 2 000 boards read about 3–4.5 × the p99 with 10 (docs/BENCHMARKS.md,
+        // "2 000 boards: p99").
+        let steps = max(1, min(250, sockets.count))
+        let stepNanoseconds = UInt64(500_000_000 / steps)
+        var (turn, next) = (0, monotonicNanoseconds())
         while !stop.isRaised {
-            usleep(2_000)
-            for index in stride(from: turn % 250, to: sockets.count, by: 250) {
+            next += stepNanoseconds
+            let now = monotonicNanoseconds()
+            if next > now { usleep(UInt32((next - now) / 1_000)) } else { next = now }
+            for index in stride(from: turn % steps, to: sockets.count, by: steps) {
                 let (socket, id) = sockets[index]
                 while (try? socket.receive()) ?? nil != nil {}
                 _ = try? socket.send(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: id.rawValue)).frames())
