@@ -24,24 +24,27 @@ public struct CBORDecoder: Sendable {
     public init() {}
 
     public func decode<T: Decodable>(_ type: T.Type, from data: Data) throws -> T {
-        try data.withUnsafeBytes { bytes in
-            var reader = CBORReader(bytes: bytes)
-            var found = CBORReader.Found()
-            try reader.check(depth: 0, found: &found)
-            guard reader.offset == bytes.count else {
-                throw reader.corrupted("\(bytes.count - reader.offset) bytes after the CBOR item")
-            }
-            let input = CBORInput(bytes, found: found)
-            // The bytes are valid only during this call: a decoder a type kept reads nothing after it.
-            defer { input.close() }
-            let decoder = CBORDecoding(input: input, offset: 0, path: nil)
-            // Returned straight from the decode when there is no long text (a generic value kept
-            // in a local costs value-witness calls on every payload).
-            guard !found.longText.isEmpty else { return try decoder.decodeValue(T.self, errorPath: [], nestedPath: nil) }
-            let value = try decoder.decodeValue(T.self, errorPath: [], nestedPath: nil)
-            try input.checkUnreadLongText()
-            return value
+        try data.withUnsafeBytes { bytes in try Self.decode(T.self, from: bytes, json: false) }
+    }
+
+    /// Decodes `bytes`; `json` when they were transcoded from JSON text (see ``CBORInput/json``).
+    static func decode<T: Decodable>(_: T.Type, from bytes: UnsafeRawBufferPointer, json: Bool) throws -> T {
+        var reader = CBORReader(bytes: bytes)
+        var found = CBORReader.Found()
+        try reader.check(depth: 0, found: &found)
+        guard reader.offset == bytes.count else {
+            throw reader.corrupted("\(bytes.count - reader.offset) bytes after the CBOR item")
         }
+        let input = CBORInput(bytes, found: found, json: json)
+        // The bytes are valid only during this call: a decoder a type kept reads nothing after it.
+        defer { input.close() }
+        let decoder = CBORDecoding(input: input, offset: 0, path: nil)
+        // Returned straight from the decode when there is no long text (a generic value kept
+        // in a local costs value-witness calls on every payload).
+        guard !found.longText.isEmpty else { return try decoder.decodeValue(T.self, errorPath: [], nestedPath: nil) }
+        let value = try decoder.decodeValue(T.self, errorPath: [], nestedPath: nil)
+        try input.checkUnreadLongText()
+        return value
     }
 }
 
@@ -75,7 +78,8 @@ struct CBORHead {
     var number: Double? {
         switch (major, info) {
         case (0, _): Double(argument)
-        case (1, _): -1 - Double(argument)
+        // Through Int64 when it fits, so that the result is rounded once (as text is).
+        case (1, _): argument <= UInt64(Int64.max) ? Double(-1 - Int64(argument)) : -1 - Double(argument)
         case (7, 25): Double(Float16(bitPattern: UInt16(truncatingIfNeeded: argument)))
         case (7, 26): Double(Float(bitPattern: UInt32(truncatingIfNeeded: argument)))
         case (7, 27): Double(bitPattern: argument)
@@ -266,6 +270,13 @@ final class CBORInput {
     private let owned: UnsafeMutableRawBufferPointer?
     /// What checking found, or nil when it found nothing (the usual case).
     private let found: Found?
+    /// Whether the bytes were transcoded from JSON text (``JSONPayload``). Decoding then
+    /// refuses, with ``JSONPayload/FoundationNeeded``, what Foundation's JSONDecoder would read
+    /// differently from the number or text it was given: `URL` and `Decimal` (which it reads
+    /// from a string and a number), an integer type from a float of 2^53 or more (which it reads
+    /// from the text as a `Decimal`), and a `Float` whose text a double rounding could move
+    /// (which it reads with `strtof`).
+    let json: Bool
 
     /// Long text values and long containers (see ``CBORReader/Found``), and which of the long
     /// text values have been read (and checked).
@@ -282,8 +293,9 @@ final class CBORInput {
         }
     }
 
-    init(_ bytes: UnsafeRawBufferPointer, found: CBORReader.Found = .init()) {
+    init(_ bytes: UnsafeRawBufferPointer, found: CBORReader.Found = .init(), json: Bool = false) {
         self.bytes = bytes
+        self.json = json
         owned = nil
         self.found = found.longText.isEmpty && found.containers.isEmpty ? nil : Found(found)
     }
@@ -297,6 +309,7 @@ final class CBORInput {
 
     private init(owning bytes: UnsafeMutableRawBufferPointer) {
         self.bytes = UnsafeRawBufferPointer(bytes)
+        json = false
         owned = bytes
         found = nil
     }
@@ -443,6 +456,7 @@ struct CBORDecoding: Decoder {
         if T.self == Int8.self { return try integer(Int8.self, errorPath()) as! T }
         if T.self == UInt8.self { return try integer(UInt8.self, errorPath()) as! T }
         if T.self == UInt.self { return try integer(UInt.self, errorPath()) as! T }
+        if input.json, T.self == URL.self || T.self == Decimal.self { throw JSONPayload.FoundationNeeded() }
         return try T(from: CBORDecoding(input: input, offset: offset, path: nestedPath()))
     }
 
@@ -472,9 +486,16 @@ struct CBORDecoding: Decoder {
 
     func float(_ errorPath: @autoclosure () -> [any CodingKey]) throws -> Float {
         let (head, _) = try input.head(at: offset)
-        if head.major == 7 && head.info == 26 { return Float(bitPattern: UInt32(truncatingIfNeeded: head.argument)) }
+        switch (head.major, head.info) {
+        case (7, 26): return Float(bitPattern: UInt32(truncatingIfNeeded: head.argument))
+        // Integers rounded once, straight to Float.
+        case (0, _): return Float(head.argument)
+        case (1, _) where head.argument <= UInt64(Int64.max): return Float(-1 - Int64(head.argument))
+        default: break
+        }
         guard let number = head.number else { throw mismatch(Float.self, head, errorPath()) }
         let narrowed = Float(number)
+        if input.json { try JSONPayload.checkNarrowing(number, to: narrowed) }
         guard narrowed.isFinite || !number.isFinite else {
             throw DecodingError.dataCorrupted(.init(codingPath: errorPath(), debugDescription: "\(number) does not fit in Float"))
         }
@@ -491,6 +512,7 @@ struct CBORDecoding: Decoder {
         case 1: result = head.argument <= UInt64(Int64.max) ? T(exactly: -1 - Int64(head.argument)) : nil
         default:
             guard head.major == 7, let number = head.number else { throw mismatch(T.self, head, errorPath()) }
+            if input.json, !(number.magnitude < 0x1p53) { throw JSONPayload.FoundationNeeded() }
             result = T(exactly: number)
         }
         guard let result else {

@@ -23,7 +23,7 @@ public struct CBOREncoder: Sendable {
         let stream = CBORStream()
         try stream.encodeRoot(value)
         if let data = stream.finish() { return data }
-        return CBORWriter.encode(try CBOREncoding.encodeTree(value, parentPath: [], key: nil))
+        return CBORWriter.encode(try CBOREncoding.encodeTree(value, parentPath: [], key: nil, json: false))
     }
 }
 
@@ -73,6 +73,10 @@ final class CBORMapNode {
 /// The `Encoder` handed to `encode(to:)`.
 final class CBOREncoding: Encoder {
     let codingPath: [any CodingKey]
+    /// Whether the tree is for JSON text (``JSONPayload``): then `URL` and `Decimal`, which
+    /// Foundation's JSONEncoder writes as a string and a number rather than through their
+    /// `encode(to:)`, are left to Foundation (``JSONPayload/FoundationNeeded``).
+    let json: Bool
     var userInfo: [CodingUserInfoKey: Any] { [:] }
     /// What was encoded: nil until a container or a single value is asked for.
     var root: CBORNode?
@@ -80,15 +84,17 @@ final class CBOREncoding: Encoder {
     /// What it encoded; a value that encoded nothing is an empty map, as `{}` in JSON.
     var result: CBORNode { root ?? .map(CBORMapNode()) }
 
-    init(codingPath: [any CodingKey]) {
+    init(codingPath: [any CodingKey], json: Bool) {
         self.codingPath = codingPath
+        self.json = json
     }
 
     /// Encodes `value`, under `key` in the container at `parentPath`, into a tree: primitives
     /// directly (their path is never built), anything else through its `encode(to:)`.
-    static func encodeTree<T: Encodable>(_ value: T, parentPath: [any CodingKey], key: (any CodingKey)?) throws -> CBORNode {
+    static func encodeTree<T: Encodable>(_ value: T, parentPath: [any CodingKey], key: (any CodingKey)?, json: Bool) throws -> CBORNode {
         if let primitive = primitive(value) { return .value(primitive) }
-        let encoder = CBOREncoding(codingPath: key.map { parentPath + [$0] } ?? parentPath)
+        if json, T.self == URL.self || T.self == Decimal.self { throw JSONPayload.FoundationNeeded() }
+        let encoder = CBOREncoding(codingPath: key.map { parentPath + [$0] } ?? parentPath, json: json)
         try value.encode(to: encoder)
         return encoder.result
     }
@@ -124,7 +130,7 @@ final class CBOREncoding: Encoder {
             map = CBORMapNode()
             root = .map(map)
         }
-        return KeyedEncodingContainer(CBORKeyedEncoding<Key>(map: map, codingPath: codingPath))
+        return KeyedEncodingContainer(CBORKeyedEncoding<Key>(map: map, codingPath: codingPath, json: json))
     }
 
     func unkeyedContainer() -> any UnkeyedEncodingContainer {
@@ -135,7 +141,7 @@ final class CBOREncoding: Encoder {
             array = CBORArrayNode()
             root = .array(array)
         }
-        return CBORUnkeyedEncoding(array: array, codingPath: codingPath)
+        return CBORUnkeyedEncoding(array: array, codingPath: codingPath, json: json)
     }
 
     func singleValueContainer() -> any SingleValueEncodingContainer {
@@ -146,11 +152,12 @@ final class CBOREncoding: Encoder {
 private struct CBORKeyedEncoding<Key: CodingKey>: KeyedEncodingContainerProtocol {
     let map: CBORMapNode
     let codingPath: [any CodingKey]
+    let json: Bool
 
     mutating func encodeNil(forKey key: Key) throws { map.set(key.stringValue, .value(.null)) }
 
     mutating func encode<T: Encodable>(_ value: T, forKey key: Key) throws {
-        map.set(key.stringValue, try CBOREncoding.encodeTree(value, parentPath: codingPath, key: key))
+        map.set(key.stringValue, try CBOREncoding.encodeTree(value, parentPath: codingPath, key: key, json: json))
     }
 
     // The common field types without the generic path (no metadata lookups or casts).
@@ -167,7 +174,7 @@ private struct CBORKeyedEncoding<Key: CodingKey>: KeyedEncodingContainerProtocol
             nested = CBORMapNode()
             map.set(key.stringValue, .map(nested))
         }
-        return KeyedEncodingContainer(CBORKeyedEncoding<NestedKey>(map: nested, codingPath: codingPath + [key]))
+        return KeyedEncodingContainer(CBORKeyedEncoding<NestedKey>(map: nested, codingPath: codingPath + [key], json: json))
     }
 
     mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
@@ -178,7 +185,7 @@ private struct CBORKeyedEncoding<Key: CodingKey>: KeyedEncodingContainerProtocol
             nested = CBORArrayNode()
             map.set(key.stringValue, .array(nested))
         }
-        return CBORUnkeyedEncoding(array: nested, codingPath: codingPath + [key])
+        return CBORUnkeyedEncoding(array: nested, codingPath: codingPath + [key], json: json)
     }
 
     mutating func superEncoder() -> any Encoder { superEncoder(named: CBORKey.superKey) }
@@ -186,7 +193,7 @@ private struct CBORKeyedEncoding<Key: CodingKey>: KeyedEncodingContainerProtocol
     mutating func superEncoder(forKey key: Key) -> any Encoder { superEncoder(named: key) }
 
     private func superEncoder(named key: any CodingKey) -> any Encoder {
-        let encoder = CBOREncoding(codingPath: codingPath + [key])
+        let encoder = CBOREncoding(codingPath: codingPath + [key], json: json)
         map.set(key.stringValue, .deferred(encoder))
         return encoder
     }
@@ -195,6 +202,7 @@ private struct CBORKeyedEncoding<Key: CodingKey>: KeyedEncodingContainerProtocol
 private struct CBORUnkeyedEncoding: UnkeyedEncodingContainer {
     let array: CBORArrayNode
     let codingPath: [any CodingKey]
+    let json: Bool
     var count: Int { array.items.count }
 
     private var nextPath: [any CodingKey] { codingPath + [CBORKey(index: count)] }
@@ -202,25 +210,25 @@ private struct CBORUnkeyedEncoding: UnkeyedEncodingContainer {
     mutating func encodeNil() throws { array.items.append(.value(.null)) }
 
     mutating func encode<T: Encodable>(_ value: T) throws {
-        array.items.append(try CBOREncoding.encodeTree(value, parentPath: codingPath, key: CBORKey(index: count)))
+        array.items.append(try CBOREncoding.encodeTree(value, parentPath: codingPath, key: CBORKey(index: count), json: json))
     }
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type) -> KeyedEncodingContainer<NestedKey> {
         let nested = CBORMapNode()
         let path = nextPath
         array.items.append(.map(nested))
-        return KeyedEncodingContainer(CBORKeyedEncoding<NestedKey>(map: nested, codingPath: path))
+        return KeyedEncodingContainer(CBORKeyedEncoding<NestedKey>(map: nested, codingPath: path, json: json))
     }
 
     mutating func nestedUnkeyedContainer() -> any UnkeyedEncodingContainer {
         let nested = CBORArrayNode()
         let path = nextPath
         array.items.append(.array(nested))
-        return CBORUnkeyedEncoding(array: nested, codingPath: path)
+        return CBORUnkeyedEncoding(array: nested, codingPath: path, json: json)
     }
 
     mutating func superEncoder() -> any Encoder {
-        let encoder = CBOREncoding(codingPath: nextPath)
+        let encoder = CBOREncoding(codingPath: nextPath, json: json)
         array.items.append(.deferred(encoder))
         return encoder
     }
@@ -233,7 +241,7 @@ private struct CBORSingleValueEncoding: SingleValueEncodingContainer {
     mutating func encodeNil() throws { encoder.root = .value(.null) }
 
     mutating func encode<T: Encodable>(_ value: T) throws {
-        encoder.root = try CBOREncoding.encodeTree(value, parentPath: codingPath, key: nil)
+        encoder.root = try CBOREncoding.encodeTree(value, parentPath: codingPath, key: nil, json: encoder.json)
     }
 }
 
@@ -416,7 +424,7 @@ struct CBORWriter {
         offset += 1
     }
 
-    private mutating func copy(_ bytes: UnsafeRawBufferPointer) {
+    mutating func copy(_ bytes: UnsafeRawBufferPointer) {
         guard let base = bytes.baseAddress, !bytes.isEmpty else { return }
         (buffer + offset).copyMemory(from: base, byteCount: bytes.count)
         offset += bytes.count

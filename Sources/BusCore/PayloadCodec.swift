@@ -63,9 +63,11 @@ public enum PayloadCodec {
     }()
     @usableFromInline static let decoder = JSONDecoder()
 
-    /// Encodes a payload as JSON with sorted keys (stable output for tools and tests).
+    /// Encodes a payload as JSON with sorted keys (stable output for tools and tests): the bytes
+    /// Foundation's `JSONEncoder` writes, through ``JSONPayload``'s fast path where it can.
     @inlinable
     public static func encode<T: Encodable>(_ value: T) throws -> Data {
+        if let data = JSONPayload.encode(value) { return data }
         do {
             return try encoder.encode(value)
         } catch {
@@ -109,10 +111,13 @@ public enum PayloadCodec {
         (try? encode(value)) ?? Data()
     }
 
-    /// Decodes a JSON payload; a payload that does not fit the type is a `typeMismatch`.
+    /// Decodes a JSON payload; a payload that does not fit the type is a `typeMismatch`. The
+    /// value Foundation's `JSONDecoder` reads, through ``JSONPayload``'s fast path where it can;
+    /// errors are always Foundation's.
     @inlinable
     public static func decode<T: Decodable>(_ type: T.Type, from data: Data) throws -> T {
         let payload = data.isEmpty ? Data("{}".utf8) : data
+        if let value = JSONPayload.decode(T.self, from: payload) { return value }
         do {
             return try decoder.decode(T.self, from: payload)
         } catch let error as DecodingError {
