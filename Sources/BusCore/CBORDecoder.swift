@@ -41,9 +41,11 @@ public struct CBORDecoder: Sendable {
         let decoder = CBORDecoding(input: input, offset: 0, path: nil)
         // Returned straight from the decode when there is no long text (a generic value kept
         // in a local costs value-witness calls on every payload).
-        guard !found.longText.isEmpty else { return try decoder.decodeValue(T.self, errorPath: [], nestedPath: nil) }
+        guard !found.longText.isEmpty || json else { return try decoder.decodeValue(T.self, errorPath: [], nestedPath: nil) }
         let value = try decoder.decodeValue(T.self, errorPath: [], nestedPath: nil)
         try input.checkUnreadLongText()
+        // An error the value's own code caught (`try?`) may have hidden what Foundation reads.
+        if json && input.failed { throw JSONPayload.FoundationNeeded() }
         return value
     }
 }
@@ -78,8 +80,8 @@ struct CBORHead {
     var number: Double? {
         switch (major, info) {
         case (0, _): Double(argument)
-        // Through Int64 when it fits, so that the result is rounded once (as text is).
-        case (1, _): argument <= UInt64(Int64.max) ? Double(-1 - Int64(argument)) : -1 - Double(argument)
+        // -1 - n rounded once (as text is): n + 1 rounded, then negated.
+        case (1, _): argument == .max ? -0x1p64 : -Double(argument + 1)
         case (7, 25): Double(Float16(bitPattern: UInt16(truncatingIfNeeded: argument)))
         case (7, 26): Double(Float(bitPattern: UInt32(truncatingIfNeeded: argument)))
         case (7, 27): Double(bitPattern: argument)
@@ -272,11 +274,15 @@ final class CBORInput {
     private let found: Found?
     /// Whether the bytes were transcoded from JSON text (``JSONPayload``). Decoding then
     /// refuses, with ``JSONPayload/FoundationNeeded``, what Foundation's JSONDecoder would read
-    /// differently from the number or text it was given: `URL` and `Decimal` (which it reads
-    /// from a string and a number), an integer type from a float of 2^53 or more (which it reads
-    /// from the text as a `Decimal`), and a `Float` whose text a double rounding could move
-    /// (which it reads with `strtof`).
+    /// differently from the number or text it was given: `URL`, `Decimal` and `Data` (which it
+    /// reads from a string, a number and base64 text), 128-bit integers, an integer type from a
+    /// float of 2^53 or more (which it reads through the text's double, then as a `Decimal`), a
+    /// `Float` whose text a double rounding could move (which it reads with `strtof`), a key that
+    /// is not ASCII and not found (it compares keys as `String`s), a super decoder of a key that
+    /// is absent, and `decodeNil()` past an array's end (where it throws).
     let json: Bool
+    /// Whether decoding raised an error (``failing(_:)``), even one the value's code caught.
+    @exclusivity(unchecked) private(set) var failed = false
 
     /// Long text values and long containers (see ``CBORReader/Found``), and which of the long
     /// text values have been read (and checked).
@@ -337,10 +343,24 @@ final class CBORInput {
         return low
     }
 
+    /// Notes that decoding raised `error`, and returns it to be thrown. With ``json``, a decode
+    /// that raised one is left to Foundation even when the value's own code caught it: a type
+    /// that tries `URL` with `try?` must not get nil where Foundation reads a URL.
+    func failing<E: Error>(_ error: E) -> E {
+        failed = true
+        return error
+    }
+
+    /// The error for a 128-bit integer, which the profile does not carry (Foundation's JSON does).
+    func unsupported(_ type: Any.Type, _ path: [any CodingKey]) -> any Error {
+        if json { return failing(JSONPayload.FoundationNeeded()) }
+        return failing(DecodingError.typeMismatch(type, .init(codingPath: path, debugDescription: "\(type) is not supported")))
+    }
+
     /// The text of the long text value at `offset`, `content` its bytes: checked as UTF-8 here.
     func readLongText(_ content: UnsafeRawBufferPointer, at offset: Int) throws -> String {
         guard let text = String(validUTF8: content) else {
-            throw CBORReader(bytes: bytes, offset: offset).corrupted("text string is not valid UTF-8")
+            throw failing(CBORReader(bytes: bytes, offset: offset).corrupted("text string is not valid UTF-8"))
         }
         guard let found else { return text }
         let index = Self.firstIndex(in: found.longText.count) { found.longText[$0] >= offset }
@@ -417,13 +437,13 @@ struct CBORDecoding: Decoder {
 
     func container<Key: CodingKey>(keyedBy type: Key.Type) throws -> KeyedDecodingContainer<Key> {
         let (head, entries) = try input.head(at: offset)
-        guard head.major == 5 else { throw mismatch([String: Int].self, head, codingPath) }
+        guard head.major == 5 else { throw input.failing(mismatch([String: Int].self, head, codingPath)) }
         return KeyedDecodingContainer(try CBORKeyedDecoding<Key>(input: input, entries: entries, count: Int(head.argument), path: path))
     }
 
     func unkeyedContainer() throws -> any UnkeyedDecodingContainer {
         let (head, items) = try input.head(at: offset)
-        guard head.major == 4 else { throw mismatch([Int].self, head, codingPath) }
+        guard head.major == 4 else { throw input.failing(mismatch([Int].self, head, codingPath)) }
         return CBORUnkeyedDecoding(input: input, path: path, count: Int(head.argument), offset: items)
     }
 
@@ -441,8 +461,10 @@ struct CBORDecoding: Decoder {
         if T.self == Double.self { return try double(errorPath()) as! T }
         if T.self == Bool.self { return try bool(errorPath()) as! T }
         if T.self == Data.self {
+            // Foundation reads base64 text: left to it.
+            if input.json { throw input.failing(JSONPayload.FoundationNeeded()) }
             let (head, start) = try input.head(at: offset)
-            guard head.major == 2 else { throw mismatch(Data.self, head, errorPath()) }
+            guard head.major == 2 else { throw input.failing(mismatch(Data.self, head, errorPath())) }
             var reader = input.reader(at: start)
             return Data(try reader.content(head)) as! T
         }
@@ -456,7 +478,7 @@ struct CBORDecoding: Decoder {
         if T.self == Int8.self { return try integer(Int8.self, errorPath()) as! T }
         if T.self == UInt8.self { return try integer(UInt8.self, errorPath()) as! T }
         if T.self == UInt.self { return try integer(UInt.self, errorPath()) as! T }
-        if input.json, T.self == URL.self || T.self == Decimal.self { throw JSONPayload.FoundationNeeded() }
+        if input.json, T.self == URL.self || T.self == Decimal.self { throw input.failing(JSONPayload.FoundationNeeded()) }
         return try T(from: CBORDecoding(input: input, offset: offset, path: nestedPath()))
     }
 
@@ -464,13 +486,13 @@ struct CBORDecoding: Decoder {
 
     func bool(_ errorPath: @autoclosure () -> [any CodingKey]) throws -> Bool {
         let (head, _) = try input.head(at: offset)
-        guard head.major == 7, head.info == 20 || head.info == 21 else { throw mismatch(Bool.self, head, errorPath()) }
+        guard head.major == 7, head.info == 20 || head.info == 21 else { throw input.failing(mismatch(Bool.self, head, errorPath())) }
         return head.info == 21
     }
 
     func text(_ errorPath: @autoclosure () -> [any CodingKey]) throws -> String {
         let (head, start) = try input.head(at: offset)
-        guard head.major == 3 else { throw mismatch(String.self, head, errorPath()) }
+        guard head.major == 3 else { throw input.failing(mismatch(String.self, head, errorPath())) }
         var reader = input.reader(at: start)
         let content = try reader.content(head)
         if content.count > CBORReader.longText { return try input.readLongText(content, at: offset) }
@@ -480,7 +502,7 @@ struct CBORDecoding: Decoder {
 
     func double(_ errorPath: @autoclosure () -> [any CodingKey]) throws -> Double {
         let (head, _) = try input.head(at: offset)
-        guard let number = head.number else { throw mismatch(Double.self, head, errorPath()) }
+        guard let number = head.number else { throw input.failing(mismatch(Double.self, head, errorPath())) }
         return number
     }
 
@@ -490,14 +512,14 @@ struct CBORDecoding: Decoder {
         case (7, 26): return Float(bitPattern: UInt32(truncatingIfNeeded: head.argument))
         // Integers rounded once, straight to Float.
         case (0, _): return Float(head.argument)
-        case (1, _) where head.argument <= UInt64(Int64.max): return Float(-1 - Int64(head.argument))
+        case (1, _): return head.argument == .max ? -0x1p64 : -Float(head.argument + 1)
         default: break
         }
-        guard let number = head.number else { throw mismatch(Float.self, head, errorPath()) }
+        guard let number = head.number else { throw input.failing(mismatch(Float.self, head, errorPath())) }
         let narrowed = Float(number)
-        if input.json { try JSONPayload.checkNarrowing(number, to: narrowed) }
+        if input.json, !JSONPayload.narrowsAsText(number, to: narrowed) { throw input.failing(JSONPayload.FoundationNeeded()) }
         guard narrowed.isFinite || !number.isFinite else {
-            throw DecodingError.dataCorrupted(.init(codingPath: errorPath(), debugDescription: "\(number) does not fit in Float"))
+            throw input.failing(DecodingError.dataCorrupted(.init(codingPath: errorPath(), debugDescription: "\(number) does not fit in Float")))
         }
         return narrowed
     }
@@ -511,12 +533,13 @@ struct CBORDecoding: Decoder {
         case 0: result = T(exactly: head.argument)
         case 1: result = head.argument <= UInt64(Int64.max) ? T(exactly: -1 - Int64(head.argument)) : nil
         default:
-            guard head.major == 7, let number = head.number else { throw mismatch(T.self, head, errorPath()) }
-            if input.json, !(number.magnitude < 0x1p53) { throw JSONPayload.FoundationNeeded() }
+            guard head.major == 7, let number = head.number else { throw input.failing(mismatch(T.self, head, errorPath())) }
+            if input.json, !(number.magnitude < 0x1p53) { throw input.failing(JSONPayload.FoundationNeeded()) }
             result = T(exactly: number)
         }
         guard let result else {
-            throw DecodingError.dataCorrupted(.init(codingPath: errorPath(), debugDescription: "\(head.numberText) does not fit in \(T.self)"))
+            throw input.failing(
+                DecodingError.dataCorrupted(.init(codingPath: errorPath(), debugDescription: "\(head.numberText) does not fit in \(T.self)")))
         }
         return result
     }
@@ -538,6 +561,8 @@ extension CBORDecoding: SingleValueDecodingContainer {
     func decode(_ type: UInt16.Type) throws -> UInt16 { try integer(UInt16.self, codingPath) }
     func decode(_ type: UInt32.Type) throws -> UInt32 { try integer(UInt32.self, codingPath) }
     func decode(_ type: UInt64.Type) throws -> UInt64 { try integer(UInt64.self, codingPath) }
+    func decode(_ type: Int128.Type) throws -> Int128 { throw input.unsupported(Int128.self, codingPath) }
+    func decode(_ type: UInt128.Type) throws -> UInt128 { throw input.unsupported(UInt128.self, codingPath) }
     func decode<T: Decodable>(_ type: T.Type) throws -> T { try decodeValue(T.self, errorPath: codingPath, nestedPath: path) }
 }
 
@@ -588,25 +613,31 @@ private struct CBORKeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol
         }
     }
 
-    /// The offset of `key`'s value, or nil: the key whose UTF-8 is the same bytes.
+    /// The offset of `key`'s value, or nil: the key whose UTF-8 is the same bytes. With JSON, a
+    /// key that is not ASCII and not found is left to Foundation, which compares keys as
+    /// `String`s ("\u{212A}", the Kelvin sign, is "K" to it).
     private func offset<Named: CodingKey>(of key: Named) throws -> Int? {
         var name = key.stringValue
-        if let index { return name.withUTF8 { index[CBORKeyBytes(UnsafeRawBufferPointer($0))] } }
         var found: Int?
-        try name.withUTF8 { utf8 in
-            let wanted = UnsafeRawBufferPointer(utf8)
-            try Self.forEachEntry(input: input, entries: entries, count: count) { key, value in
-                guard key.hasSameBytes(as: wanted) else { return false }
-                found = value
-                return true
+        if let index {
+            found = name.withUTF8 { index[CBORKeyBytes(UnsafeRawBufferPointer($0))] }
+        } else {
+            try name.withUTF8 { utf8 in
+                let wanted = UnsafeRawBufferPointer(utf8)
+                try Self.forEachEntry(input: input, entries: entries, count: count) { key, value in
+                    guard key.hasSameBytes(as: wanted) else { return false }
+                    found = value
+                    return true
+                }
             }
         }
+        if found == nil, input.json, !name.utf8.allSatisfy({ $0 < 0x80 }) { _ = input.failing(JSONPayload.FoundationNeeded()) }
         return found
     }
 
     private func decoder(_ key: Key) throws -> CBORDecoding {
         guard let offset = try offset(of: key) else {
-            throw DecodingError.keyNotFound(key, .init(codingPath: codingPath, debugDescription: "no value for '\(key.stringValue)'"))
+            throw input.failing(DecodingError.keyNotFound(key, .init(codingPath: codingPath, debugDescription: "no value for '\(key.stringValue)'")))
         }
         return CBORDecoding(input: input, offset: offset, path: path)
     }
@@ -639,6 +670,8 @@ private struct CBORKeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol
     func decode(_ type: Int.Type, forKey key: Key) throws -> Int { try decoder(key).integer(Int.self, codingPath + [key]) }
     func decode(_ type: Double.Type, forKey key: Key) throws -> Double { try decoder(key).double(codingPath + [key]) }
     func decode(_ type: Bool.Type, forKey key: Key) throws -> Bool { try decoder(key).bool(codingPath + [key]) }
+    func decode(_ type: Int128.Type, forKey key: Key) throws -> Int128 { throw input.unsupported(Int128.self, codingPath + [key]) }
+    func decode(_ type: UInt128.Type, forKey key: Key) throws -> UInt128 { throw input.unsupported(UInt128.self, codingPath + [key]) }
 
     func decodeIfPresent<T: Decodable>(_ type: T.Type, forKey key: Key) throws -> T? {
         guard let offset = try offset(of: key) else { return nil }
@@ -660,7 +693,10 @@ private struct CBORKeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol
 
     /// The value under `key`, or null when there is none (as Foundation's JSON decoder).
     private func superDecoder<Named: CodingKey>(named key: Named) throws -> any Decoder {
-        guard let found = try offset(of: key) else { return CBORDecoding(input: .null(), offset: 0, path: CBORPath(path, key)) }
+        guard let found = try offset(of: key) else {
+            if input.json { _ = input.failing(JSONPayload.FoundationNeeded()) }
+            return CBORDecoding(input: .null(), offset: 0, path: CBORPath(path, key))
+        }
         return CBORDecoding(input: input, offset: found, path: CBORPath(path, key))
     }
 }
@@ -687,8 +723,9 @@ private struct CBORUnkeyedDecoding: UnkeyedDecodingContainer {
     /// The next item, and the index it had.
     private mutating func next<T>(_ type: T.Type) throws -> (CBORDecoding, Int) {
         guard !isAtEnd else {
-            throw DecodingError.valueNotFound(
-                T.self, .init(codingPath: codingPath + [CBORKey(index: currentIndex)], debugDescription: "the array has no more items"))
+            throw input.failing(
+                DecodingError.valueNotFound(
+                    T.self, .init(codingPath: codingPath + [CBORKey(index: currentIndex)], debugDescription: "the array has no more items")))
         }
         let item = CBORDecoding(input: input, offset: offset, path: path)
         offset = try input.end(of: offset)
@@ -697,6 +734,8 @@ private struct CBORUnkeyedDecoding: UnkeyedDecodingContainer {
     }
 
     mutating func decodeNil() throws -> Bool {
+        // Foundation throws at the end: left to it with JSON.
+        if isAtEnd, input.json { throw input.failing(JSONPayload.FoundationNeeded()) }
         guard !isAtEnd, try CBORDecoding(input: input, offset: offset, path: path).isNull() else { return false }
         _ = try next(Never.self)
         return true
@@ -721,6 +760,9 @@ private struct CBORUnkeyedDecoding: UnkeyedDecodingContainer {
         let (item, index) = try next(Double.self)
         return try item.double(codingPath + [CBORKey(index: index)])
     }
+
+    mutating func decode(_ type: Int128.Type) throws -> Int128 { throw input.unsupported(Int128.self, codingPath) }
+    mutating func decode(_ type: UInt128.Type) throws -> UInt128 { throw input.unsupported(UInt128.self, codingPath) }
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws -> KeyedDecodingContainer<NestedKey> {
         let (item, index) = try next([String: Int].self)

@@ -23,7 +23,7 @@ public struct CBOREncoder: Sendable {
         let stream = CBORStream()
         try stream.encodeRoot(value)
         if let data = stream.finish() { return data }
-        return CBORWriter.encode(try CBOREncoding.encodeTree(value, parentPath: [], key: nil, json: false))
+        return CBORWriter.encode(try CBOREncoding.encodeTree(value, parentPath: [], key: nil, json: nil))
     }
 }
 
@@ -44,26 +44,43 @@ final class CBORArrayNode {
 final class CBORMapNode {
     private(set) var keys: [String] = []
     private(set) var values: [CBORNode] = []
+    /// Where each key is, once there are more than ``CBORMapNode/scanned`` (a dictionary of
+    /// thousands of entries would otherwise be set in quadratic time). Keyed by `String`, which
+    /// takes two spellings of "é" for one key, so a hit is checked byte for byte.
+    private var index: [String: Int]?
+    private static let scanned = 16
 
     /// Sets `key`, replacing an earlier value of the same key (as JSONEncoder does). Keys are
     /// the same when their UTF-8 is (as CBOR compares them; `String`'s `==` would take two
     /// spellings of "é" for one key).
     func set(_ key: String, _ node: CBORNode) {
-        if let index = index(of: key) {
-            values[index] = node
-        } else {
-            keys.append(key)
-            values.append(node)
+        if let existing = position(of: key) {
+            values[existing] = node
+            return
+        }
+        keys.append(key)
+        values.append(node)
+        if index != nil {
+            if index![key] == nil { index![key] = keys.count - 1 }
+        } else if keys.count > Self.scanned {
+            var built: [String: Int] = [:]
+            for (position, key) in keys.enumerated() where built[key] == nil { built[key] = position }
+            index = built
         }
     }
 
     /// The node under `key`, for a container asked for twice.
     func node(for key: String) -> CBORNode? {
-        index(of: key).map { values[$0] }
+        position(of: key).map { values[$0] }
     }
 
-    private func index(of key: String) -> Int? {
-        keys.firstIndex { $0.utf8.elementsEqual(key.utf8) }
+    private func position(of key: String) -> Int? {
+        if let index {
+            // A miss is a miss for the bytes too; a hit of another spelling is looked for below.
+            guard let found = index[key] else { return nil }
+            if keys[found].utf8.elementsEqual(key.utf8) { return found }
+        }
+        return keys.firstIndex { $0.utf8.elementsEqual(key.utf8) }
     }
 
     var entries: Zip2Sequence<[String], [CBORNode]> { zip(keys, values) }
@@ -73,10 +90,8 @@ final class CBORMapNode {
 /// The `Encoder` handed to `encode(to:)`.
 final class CBOREncoding: Encoder {
     let codingPath: [any CodingKey]
-    /// Whether the tree is for JSON text (``JSONPayload``): then `URL` and `Decimal`, which
-    /// Foundation's JSONEncoder writes as a string and a number rather than through their
-    /// `encode(to:)`, are left to Foundation (``JSONPayload/FoundationNeeded``).
-    let json: Bool
+    /// For a tree to be written as JSON text (``JSONPayload``): what it notes.
+    let json: JSONTreeNotes?
     var userInfo: [CodingUserInfoKey: Any] { [:] }
     /// What was encoded: nil until a container or a single value is asked for.
     var root: CBORNode?
@@ -84,16 +99,16 @@ final class CBOREncoding: Encoder {
     /// What it encoded; a value that encoded nothing is an empty map, as `{}` in JSON.
     var result: CBORNode { root ?? .map(CBORMapNode()) }
 
-    init(codingPath: [any CodingKey], json: Bool) {
+    init(codingPath: [any CodingKey], json: JSONTreeNotes?) {
         self.codingPath = codingPath
         self.json = json
     }
 
     /// Encodes `value`, under `key` in the container at `parentPath`, into a tree: primitives
     /// directly (their path is never built), anything else through its `encode(to:)`.
-    static func encodeTree<T: Encodable>(_ value: T, parentPath: [any CodingKey], key: (any CodingKey)?, json: Bool) throws -> CBORNode {
+    static func encodeTree<T: Encodable>(_ value: T, parentPath: [any CodingKey], key: (any CodingKey)?, json: JSONTreeNotes?) throws -> CBORNode {
         if let primitive = primitive(value) { return .value(primitive) }
-        if json, T.self == URL.self || T.self == Decimal.self { throw JSONPayload.FoundationNeeded() }
+        if let json, T.self == URL.self || T.self == Decimal.self { throw json.foundationNeeded() }
         let encoder = CBOREncoding(codingPath: key.map { parentPath + [$0] } ?? parentPath, json: json)
         try value.encode(to: encoder)
         return encoder.result
@@ -127,6 +142,7 @@ final class CBOREncoding: Encoder {
         if case .map(let existing) = root {
             map = existing
         } else {
+            if root != nil { _ = json?.foundationNeeded() }
             map = CBORMapNode()
             root = .map(map)
         }
@@ -138,6 +154,7 @@ final class CBOREncoding: Encoder {
         if case .array(let existing) = root {
             array = existing
         } else {
+            if root != nil { _ = json?.foundationNeeded() }
             array = CBORArrayNode()
             root = .array(array)
         }
@@ -147,12 +164,33 @@ final class CBOREncoding: Encoder {
     func singleValueContainer() -> any SingleValueEncodingContainer {
         CBORSingleValueEncoding(encoder: self)
     }
+
+    /// The error for a 128-bit integer, which the profile does not carry (Foundation's JSON does).
+    static func unsupported(_ value: Any, _ path: [any CodingKey], _ json: JSONTreeNotes?) -> any Error {
+        if let json { return json.foundationNeeded() }
+        return EncodingError.invalidValue(value, .init(codingPath: path, debugDescription: "\(type(of: value)) is not supported"))
+    }
+}
+
+/// What a tree for JSON text (``JSONPayload``) notes while a value encodes itself: whether it
+/// used what Foundation's JSONEncoder writes otherwise than the tree would — `URL` and
+/// `Decimal` (a string and a number for Foundation), 128-bit integers, super encoders (whose
+/// value Foundation takes when they are released), a container after a single value or
+/// another kind of container. Noted even where the value's own code catches the error thrown.
+final class JSONTreeNotes {
+    private(set) var needsFoundation = false
+
+    /// Notes it, and returns the error to throw.
+    func foundationNeeded() -> JSONPayload.FoundationNeeded {
+        needsFoundation = true
+        return JSONPayload.FoundationNeeded()
+    }
 }
 
 private struct CBORKeyedEncoding<Key: CodingKey>: KeyedEncodingContainerProtocol {
     let map: CBORMapNode
     let codingPath: [any CodingKey]
-    let json: Bool
+    let json: JSONTreeNotes?
 
     mutating func encodeNil(forKey key: Key) throws { map.set(key.stringValue, .value(.null)) }
 
@@ -165,6 +203,8 @@ private struct CBORKeyedEncoding<Key: CodingKey>: KeyedEncodingContainerProtocol
     mutating func encode(_ value: Int, forKey key: Key) throws { map.set(key.stringValue, .value(.integer(value))) }
     mutating func encode(_ value: Double, forKey key: Key) throws { map.set(key.stringValue, .value(.double(value))) }
     mutating func encode(_ value: Bool, forKey key: Key) throws { map.set(key.stringValue, .value(.bool(value))) }
+    mutating func encode(_ value: Int128, forKey key: Key) throws { throw CBOREncoding.unsupported(value, codingPath + [key], json) }
+    mutating func encode(_ value: UInt128, forKey key: Key) throws { throw CBOREncoding.unsupported(value, codingPath + [key], json) }
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
         let nested: CBORMapNode
@@ -193,6 +233,8 @@ private struct CBORKeyedEncoding<Key: CodingKey>: KeyedEncodingContainerProtocol
     mutating func superEncoder(forKey key: Key) -> any Encoder { superEncoder(named: key) }
 
     private func superEncoder(named key: any CodingKey) -> any Encoder {
+        // Foundation writes a super encoder's value when it is released.
+        _ = json?.foundationNeeded()
         let encoder = CBOREncoding(codingPath: codingPath + [key], json: json)
         map.set(key.stringValue, .deferred(encoder))
         return encoder
@@ -202,12 +244,14 @@ private struct CBORKeyedEncoding<Key: CodingKey>: KeyedEncodingContainerProtocol
 private struct CBORUnkeyedEncoding: UnkeyedEncodingContainer {
     let array: CBORArrayNode
     let codingPath: [any CodingKey]
-    let json: Bool
+    let json: JSONTreeNotes?
     var count: Int { array.items.count }
 
     private var nextPath: [any CodingKey] { codingPath + [CBORKey(index: count)] }
 
     mutating func encodeNil() throws { array.items.append(.value(.null)) }
+    mutating func encode(_ value: Int128) throws { throw CBOREncoding.unsupported(value, nextPath, json) }
+    mutating func encode(_ value: UInt128) throws { throw CBOREncoding.unsupported(value, nextPath, json) }
 
     mutating func encode<T: Encodable>(_ value: T) throws {
         array.items.append(try CBOREncoding.encodeTree(value, parentPath: codingPath, key: CBORKey(index: count), json: json))
@@ -228,6 +272,7 @@ private struct CBORUnkeyedEncoding: UnkeyedEncodingContainer {
     }
 
     mutating func superEncoder() -> any Encoder {
+        _ = json?.foundationNeeded()
         let encoder = CBOREncoding(codingPath: nextPath, json: json)
         array.items.append(.deferred(encoder))
         return encoder
@@ -238,10 +283,19 @@ private struct CBORSingleValueEncoding: SingleValueEncodingContainer {
     let encoder: CBOREncoding
     var codingPath: [any CodingKey] { encoder.codingPath }
 
-    mutating func encodeNil() throws { encoder.root = .value(.null) }
+    mutating func encodeNil() throws { set(.value(.null)) }
 
     mutating func encode<T: Encodable>(_ value: T) throws {
-        encoder.root = try CBOREncoding.encodeTree(value, parentPath: codingPath, key: nil, json: encoder.json)
+        set(try CBOREncoding.encodeTree(value, parentPath: codingPath, key: nil, json: encoder.json))
+    }
+
+    mutating func encode(_ value: Int128) throws { throw CBOREncoding.unsupported(value, codingPath, encoder.json) }
+    mutating func encode(_ value: UInt128) throws { throw CBOREncoding.unsupported(value, codingPath, encoder.json) }
+
+    /// A second value, or a value after a container: Foundation keeps the container.
+    private func set(_ node: CBORNode) {
+        if encoder.root != nil { _ = encoder.json?.foundationNeeded() }
+        encoder.root = node
     }
 }
 

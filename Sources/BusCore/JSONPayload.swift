@@ -8,24 +8,29 @@ import Foundation
 ///   all of Codable) and writes it as JSON text the way Foundation's writer does: keys sorted
 ///   by their UTF-8, `"`, `\`, `/` and control characters escaped as it escapes them, integers
 ///   in decimal, floats as their `description` without a trailing `.0`, `Data` as base64 text.
-///   It leaves to Foundation: `URL` and `Decimal` (special cases of Foundation's), a float that
-///   is `nan` or infinite, a map with a key that is not ASCII (Foundation merges keys that are
-///   canonically equal, as `String`'s `==` does), a value that encoded nothing, nesting of 256
-///   or more, and any error (such as `Int128`, which the tree does not take).
+///   It leaves to Foundation: what ``JSONTreeNotes`` notes (`URL`, `Decimal`, 128-bit
+///   integers, super encoders, containers of two kinds), a float that is `nan` or infinite, a
+///   map with a key that is not ASCII (Foundation merges keys that are canonically equal, as
+///   `String`'s `==` does), a value that encoded nothing, nesting deeper than 256, and any error.
 /// - **Decoding** checks the text against RFC 8259 as it transcodes it into CBOR, then decodes
 ///   that with ``CBORDecoder``, which refuses a key twice and text that is not UTF-8, reads a
 ///   whole float into an integer type, and otherwise types values as Foundation's decoder does.
-///   It leaves to Foundation: anything the transcoder or the decoder refuses (so every error,
-///   and its message, is Foundation's), a key that is not ASCII, an integer beyond 64 bits, a
-///   number that does not fit a `Double` or rounds to zero, and what ``CBORInput/json`` lists.
+///   It leaves to Foundation: anything the transcoder refuses, a key in the text that is not
+///   ASCII, an integer beyond 64 bits, a number that does not fit a `Double` or rounds to zero,
+///   a zero with an exponent, what ``CBORInput/json`` lists, and any decode that raised an error
+///   — even one the value's own code caught — so every error, and its message, is Foundation's.
 ///
-/// `PayloadCodecTests` compares both with Foundation on values, texts and the edges above.
+/// Where Foundation's own result is not one value — a `[Int: V]` whose text has two spellings of
+/// one number as keys (`"1"` and `"01"`) gets either value, by the order of its hashed keys —
+/// the fast path gives one of Foundation's results (the last in the text).
+///
+/// `JSONPayloadTests` compares both with Foundation on values, texts and the edges above.
 @usableFromInline
 enum JSONPayload {
     /// Thrown where the fast path cannot promise Foundation's result.
     struct FoundationNeeded: Error {}
 
-    /// Nesting at which encoding is left to Foundation (which refuses 512).
+    /// Nesting past which encoding is left to Foundation (which refuses 512).
     static let maximumDepth = 256
 
     /// `value` as Foundation's `JSONEncoder` with `.sortedKeys` would write it, or nil.
@@ -36,8 +41,9 @@ enum JSONPayload {
             tree = .value(primitive)
         } else {
             if T.self == URL.self || T.self == Decimal.self { return nil }
-            let encoder = CBOREncoding(codingPath: [], json: true)
-            guard (try? value.encode(to: encoder)) != nil,
+            let notes = JSONTreeNotes()
+            let encoder = CBOREncoding(codingPath: [], json: notes)
+            guard (try? value.encode(to: encoder)) != nil, !notes.needsFoundation,
                 // A value that encoded nothing: Foundation refuses it at the top level.
                 let root = encoder.root
             else { return nil }
@@ -65,17 +71,17 @@ enum JSONPayload {
         }
     }
 
-    /// Refuses a `Float` read from the float64 a JSON number was parsed into when Foundation,
-    /// which reads the text with `strtof`, could read another: the number rounds to zero or past
-    /// the largest `Float` (Foundation refuses both), or it lies exactly halfway between two
-    /// floats (a number parsed to a double lies on the same side of every such midpoint as its
-    /// text does, unless it lands on one).
-    static func checkNarrowing(_ number: Double, to narrowed: Float) throws {
-        guard narrowed.isFinite, narrowed != 0 || number == 0 else { throw FoundationNeeded() }
+    /// Whether `narrowed`, a `Float` from the float64 a JSON number was parsed into, is what
+    /// Foundation reads from the text with `strtof`: not when the number rounds to zero or past
+    /// the largest `Float` (Foundation refuses both), nor when it lies exactly halfway between
+    /// two floats (a number parsed to a double lies on the same side of every such midpoint as
+    /// its text does, unless it lands on one).
+    static func narrowsAsText(_ number: Double, to narrowed: Float) -> Bool {
+        guard narrowed.isFinite, narrowed != 0 || number == 0 else { return false }
         let exact = Double(narrowed)
-        guard exact != number else { return }
+        guard exact != number else { return true }
         let neighbour = Double(number > exact ? narrowed.nextUp : narrowed.nextDown)
-        if number == (exact + neighbour) / 2 { throw FoundationNeeded() }
+        return number != (exact + neighbour) / 2
     }
 }
 
@@ -250,10 +256,11 @@ struct JSONTextWriter {
 /// ``CBORDecoder`` reads, or gives up (nil) on anything ``JSONPayload`` leaves to Foundation.
 ///
 /// Text is copied as it is, unescaped where it has escapes; the decoder checks it is UTF-8.
-/// Arrays and maps get a head with a four-byte count, filled in at their end. Integers that
-/// fit 64 bits become CBOR integers (`-0` a float, so that a `Double` reads it as `-0.0`, as
-/// Foundation does); numbers with a fraction or an exponent become float64, parsed with the
-/// C library's correctly rounded `strtod` as Foundation parses them.
+/// Arrays and maps get a head with a four-byte count, filled in at their end. A number whose
+/// value is a whole number becomes a CBOR integer when it fits 64 bits (spelled with a fraction
+/// or an exponent, when it is below 2^53); `-0` becomes a float, so that a `Double` reads it as
+/// `-0.0`, as Foundation does. Other numbers become float64, parsed with Swift's `Double(_:)`,
+/// correctly rounded as Foundation's `strtod` is.
 struct JSONTranscoder {
     private let text: UnsafeRawBufferPointer
     private var position = 0
@@ -395,7 +402,7 @@ struct JSONTranscoder {
         }
         // Escapes: unescaped into a scratch buffer first, since the head needs the length.
         var unescaped: [UInt8] = []
-        unescaped.reserveCapacity(text.count - start)
+        unescaped.reserveCapacity(end - start + 16)
         var run = start
         while true {
             unescaped.append(contentsOf: UnsafeRawBufferPointer(rebasing: text[run..<end]))
@@ -507,6 +514,8 @@ struct JSONTranscoder {
             guard position > fractionStart else { throw JSONPayload.FoundationNeeded() }
         }
         var hasExponent = false
+        // Every digit of a fraction took one off the power.
+        let hasFraction = power < 0
         if position < text.count, text[position] | 0x20 == UInt8(ascii: "e") {
             hasExponent = true
             position += 1
@@ -518,13 +527,19 @@ struct JSONTranscoder {
             let exponentStart = position
             var exponent = 0
             while position < text.count, isDigit(text[position]) {
-                exponent = min(exponent * 10 + Int(text[position] - 0x30), 100_000)
+                exponent = exponent * 10 + Int(text[position] - 0x30)
+                // Past any double's range: `strtod` reads the text below.
+                if exponent > 100_000 {
+                    exponent = 100_000
+                    fits = false
+                }
                 position += 1
             }
             guard position > exponentStart else { throw JSONPayload.FoundationNeeded() }
             power += exponentSign * exponent
         }
         power += pendingZeros
+        let spelledAsFloat = hasFraction || hasExponent
         if mantissa == 0 && fits {
             // Foundation takes some zeros with an exponent for numbers that round to zero
             // (`0e5`, not `0e55`): those are left to it.
@@ -543,6 +558,10 @@ struct JSONTranscoder {
                 fits = fits && !overflow
                 magnitude = times10
             }
+            // Spelled with a fraction or an exponent, Foundation reads an integer type from the
+            // text's double, and refuses it when that does not fit: from 2^53 on, the double is
+            // written (and left to Foundation for an integer type; see CBORInput.json).
+            if spelledAsFloat, magnitude >= 1 << 53 { fits = false }
             if fits, !negative {
                 output.head(0, magnitude)
                 return

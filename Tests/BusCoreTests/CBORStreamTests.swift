@@ -13,7 +13,7 @@ struct CBORStreamTests {
     func hex(_ data: Data) -> String { data.map { String(format: "%02x", $0) }.joined() }
 
     func tree<T: Encodable>(_ value: T) throws -> Data {
-        CBORWriter.encode(try CBOREncoding.encodeTree(value, parentPath: [], key: nil, json: false))
+        CBORWriter.encode(try CBOREncoding.encodeTree(value, parentPath: [], key: nil, json: nil))
     }
 
     /// Whether one pass wrote `value` (true) or had to leave it to the tree (false).
