@@ -720,63 +720,85 @@ private struct CBORUnkeyedDecoding: UnkeyedDecodingContainer {
     var count: Int? { itemCount }
     var isAtEnd: Bool { currentIndex >= itemCount }
 
-    /// The next item, and the index it had.
-    private mutating func next<T>(_ type: T.Type) throws -> (CBORDecoding, Int) {
+    /// The next item; the container moves past it only once it is read (``advance(_:)``), as
+    /// Foundation's does: a type may read an item again as something else after an error.
+    private func peek<T>(_ type: T.Type) throws -> CBORDecoding {
         guard !isAtEnd else {
             throw input.failing(
                 DecodingError.valueNotFound(
                     T.self, .init(codingPath: codingPath + [CBORKey(index: currentIndex)], debugDescription: "the array has no more items")))
         }
-        let item = CBORDecoding(input: input, offset: offset, path: path)
+        return CBORDecoding(input: input, offset: offset, path: path)
+    }
+
+    /// Moves past the item just read, returning what was read from it.
+    private mutating func advance<T>(_ value: T) throws -> T {
         offset = try input.end(of: offset)
         currentIndex += 1
-        return (item, currentIndex - 1)
+        return value
     }
+
+    private var itemPath: [any CodingKey] { codingPath + [CBORKey(index: currentIndex)] }
 
     mutating func decodeNil() throws -> Bool {
         // Foundation throws at the end: left to it with JSON.
         if isAtEnd, input.json { throw input.failing(JSONPayload.FoundationNeeded()) }
         guard !isAtEnd, try CBORDecoding(input: input, offset: offset, path: path).isNull() else { return false }
-        _ = try next(Never.self)
-        return true
+        return try advance(true)
     }
 
     mutating func decode<T: Decodable>(_ type: T.Type) throws -> T {
-        let (item, index) = try next(T.self)
-        return try item.decodeValue(T.self, errorPath: codingPath + [CBORKey(index: index)], nestedPath: CBORPath(path, index: index))
+        try advance(try peek(T.self).decodeValue(T.self, errorPath: itemPath, nestedPath: CBORPath(path, index: currentIndex)))
     }
 
-    mutating func decode(_ type: String.Type) throws -> String {
-        let (item, index) = try next(String.self)
-        return try item.text(codingPath + [CBORKey(index: index)])
-    }
-
-    mutating func decode(_ type: Int.Type) throws -> Int {
-        let (item, index) = try next(Int.self)
-        return try item.integer(Int.self, codingPath + [CBORKey(index: index)])
-    }
-
-    mutating func decode(_ type: Double.Type) throws -> Double {
-        let (item, index) = try next(Double.self)
-        return try item.double(codingPath + [CBORKey(index: index)])
-    }
-
+    mutating func decode(_ type: String.Type) throws -> String { try advance(try peek(String.self).text(itemPath)) }
+    mutating func decode(_ type: Int.Type) throws -> Int { try advance(try peek(Int.self).integer(Int.self, itemPath)) }
+    mutating func decode(_ type: Double.Type) throws -> Double { try advance(try peek(Double.self).double(itemPath)) }
     mutating func decode(_ type: Int128.Type) throws -> Int128 { throw input.unsupported(Int128.self, codingPath) }
     mutating func decode(_ type: UInt128.Type) throws -> UInt128 { throw input.unsupported(UInt128.self, codingPath) }
 
+    /// As Foundation's: nil for null, and nil past the end too, moving on either way.
+    private mutating func ifPresent<T: Decodable>(_ type: T.Type) throws -> T? {
+        if isAtEnd {
+            currentIndex += 1
+            return nil
+        }
+        if try decodeNil() { return nil }
+        return try decode(T.self)
+    }
+
+    mutating func decodeIfPresent<T: Decodable>(_ type: T.Type) throws -> T? { try ifPresent(T.self) }
+    mutating func decodeIfPresent(_ type: Bool.Type) throws -> Bool? { try ifPresent(Bool.self) }
+    mutating func decodeIfPresent(_ type: String.Type) throws -> String? { try ifPresent(String.self) }
+    mutating func decodeIfPresent(_ type: Double.Type) throws -> Double? { try ifPresent(Double.self) }
+    mutating func decodeIfPresent(_ type: Float.Type) throws -> Float? { try ifPresent(Float.self) }
+    mutating func decodeIfPresent(_ type: Int.Type) throws -> Int? { try ifPresent(Int.self) }
+    mutating func decodeIfPresent(_ type: Int8.Type) throws -> Int8? { try ifPresent(Int8.self) }
+    mutating func decodeIfPresent(_ type: Int16.Type) throws -> Int16? { try ifPresent(Int16.self) }
+    mutating func decodeIfPresent(_ type: Int32.Type) throws -> Int32? { try ifPresent(Int32.self) }
+    mutating func decodeIfPresent(_ type: Int64.Type) throws -> Int64? { try ifPresent(Int64.self) }
+    mutating func decodeIfPresent(_ type: Int128.Type) throws -> Int128? { try ifPresent(Int128.self) }
+    mutating func decodeIfPresent(_ type: UInt.Type) throws -> UInt? { try ifPresent(UInt.self) }
+    mutating func decodeIfPresent(_ type: UInt8.Type) throws -> UInt8? { try ifPresent(UInt8.self) }
+    mutating func decodeIfPresent(_ type: UInt16.Type) throws -> UInt16? { try ifPresent(UInt16.self) }
+    mutating func decodeIfPresent(_ type: UInt32.Type) throws -> UInt32? { try ifPresent(UInt32.self) }
+    mutating func decodeIfPresent(_ type: UInt64.Type) throws -> UInt64? { try ifPresent(UInt64.self) }
+    mutating func decodeIfPresent(_ type: UInt128.Type) throws -> UInt128? { try ifPresent(UInt128.self) }
+
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy type: NestedKey.Type) throws -> KeyedDecodingContainer<NestedKey> {
-        let (item, index) = try next([String: Int].self)
-        return try CBORDecoding(input: input, offset: item.offset, path: CBORPath(path, index: index)).container(keyedBy: NestedKey.self)
+        let item = try peek([String: Int].self)
+        return try advance(
+            try CBORDecoding(input: input, offset: item.offset, path: CBORPath(path, index: currentIndex)).container(keyedBy: NestedKey.self))
     }
 
     mutating func nestedUnkeyedContainer() throws -> any UnkeyedDecodingContainer {
-        let (item, index) = try next([Int].self)
-        return try CBORDecoding(input: input, offset: item.offset, path: CBORPath(path, index: index)).unkeyedContainer()
+        let item = try peek([Int].self)
+        return try advance(try CBORDecoding(input: input, offset: item.offset, path: CBORPath(path, index: currentIndex)).unkeyedContainer())
     }
 
     mutating func superDecoder() throws -> any Decoder {
-        let (item, index) = try next(Any.self)
-        return CBORDecoding(input: input, offset: item.offset, path: CBORPath(path, index: index))
+        let item = try peek(Any.self)
+        return try advance(CBORDecoding(input: input, offset: item.offset, path: CBORPath(path, index: currentIndex)))
     }
 }
 

@@ -107,7 +107,10 @@ final class CBOREncoding: Encoder {
     /// Encodes `value`, under `key` in the container at `parentPath`, into a tree: primitives
     /// directly (their path is never built), anything else through its `encode(to:)`.
     static func encodeTree<T: Encodable>(_ value: T, parentPath: [any CodingKey], key: (any CodingKey)?, json: JSONTreeNotes?) throws -> CBORNode {
-        if let primitive = primitive(value) { return .value(primitive) }
+        if let primitive = primitive(value) {
+            if let json { try json.check(primitive) }
+            return .value(primitive)
+        }
         if let json, T.self == URL.self || T.self == Decimal.self { throw json.foundationNeeded() }
         let encoder = CBOREncoding(codingPath: key.map { parentPath + [$0] } ?? parentPath, json: json)
         try value.encode(to: encoder)
@@ -176,7 +179,8 @@ final class CBOREncoding: Encoder {
 /// used what Foundation's JSONEncoder writes otherwise than the tree would — `URL` and
 /// `Decimal` (a string and a number for Foundation), 128-bit integers, super encoders (whose
 /// value Foundation takes when they are released), a container after a single value or
-/// another kind of container. Noted even where the value's own code catches the error thrown.
+/// another kind of container, another kind of value under a key, a `nan` or infinite float.
+/// Noted even where the value's own code catches the error thrown.
 final class JSONTreeNotes {
     private(set) var needsFoundation = false
 
@@ -184,6 +188,16 @@ final class JSONTreeNotes {
     func foundationNeeded() -> JSONPayload.FoundationNeeded {
         needsFoundation = true
         return JSONPayload.FoundationNeeded()
+    }
+
+    /// A `nan` or infinite float, which Foundation refuses as it is encoded (a later value of the
+    /// same key must not hide it).
+    func check(_ value: CBORValue) throws {
+        switch value {
+        case .double(let number) where !number.isFinite: throw foundationNeeded()
+        case .float(let number) where !number.isFinite: throw foundationNeeded()
+        default: return
+        }
     }
 }
 
@@ -201,16 +215,22 @@ private struct CBORKeyedEncoding<Key: CodingKey>: KeyedEncodingContainerProtocol
     // The common field types without the generic path (no metadata lookups or casts).
     mutating func encode(_ value: String, forKey key: Key) throws { map.set(key.stringValue, .value(.text(value))) }
     mutating func encode(_ value: Int, forKey key: Key) throws { map.set(key.stringValue, .value(.integer(value))) }
-    mutating func encode(_ value: Double, forKey key: Key) throws { map.set(key.stringValue, .value(.double(value))) }
+    mutating func encode(_ value: Double, forKey key: Key) throws {
+        if let json { try json.check(.double(value)) }
+        map.set(key.stringValue, .value(.double(value)))
+    }
     mutating func encode(_ value: Bool, forKey key: Key) throws { map.set(key.stringValue, .value(.bool(value))) }
     mutating func encode(_ value: Int128, forKey key: Key) throws { throw CBOREncoding.unsupported(value, codingPath + [key], json) }
     mutating func encode(_ value: UInt128, forKey key: Key) throws { throw CBOREncoding.unsupported(value, codingPath + [key], json) }
 
     mutating func nestedContainer<NestedKey: CodingKey>(keyedBy keyType: NestedKey.Type, forKey key: Key) -> KeyedEncodingContainer<NestedKey> {
         let nested: CBORMapNode
-        if case .map(let existing) = map.node(for: key.stringValue) {
+        let node = map.node(for: key.stringValue)
+        if case .map(let existing) = node {
             nested = existing
         } else {
+            // Foundation traps on another kind of value under the key.
+            if node != nil { _ = json?.foundationNeeded() }
             nested = CBORMapNode()
             map.set(key.stringValue, .map(nested))
         }
@@ -219,9 +239,11 @@ private struct CBORKeyedEncoding<Key: CodingKey>: KeyedEncodingContainerProtocol
 
     mutating func nestedUnkeyedContainer(forKey key: Key) -> any UnkeyedEncodingContainer {
         let nested: CBORArrayNode
-        if case .array(let existing) = map.node(for: key.stringValue) {
+        let node = map.node(for: key.stringValue)
+        if case .array(let existing) = node {
             nested = existing
         } else {
+            if node != nil { _ = json?.foundationNeeded() }
             nested = CBORArrayNode()
             map.set(key.stringValue, .array(nested))
         }

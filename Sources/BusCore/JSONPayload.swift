@@ -20,6 +20,12 @@ import Foundation
 ///   a zero with an exponent, what ``CBORInput/json`` lists, and any decode that raised an error
 ///   — even one the value's own code caught — so every error, and its message, is Foundation's.
 ///
+/// Where it declines, the value is encoded or decoded again by Foundation: its `encode(to:)` or
+/// `init(from:)` runs twice, so it must give the same result both times (as one reading a
+/// single-pass sequence would not). A value's code that keeps an encoder or container and writes
+/// to it after its `encode(to:)` returned (which Foundation drops) finds those writes in the
+/// fast path's text.
+///
 /// Where Foundation's own result is not one value — a `[Int: V]` whose text has two spellings of
 /// one number as keys (`"1"` and `"01"`) gets either value, by the order of its hashed keys —
 /// the fast path gives one of Foundation's results (the last in the text).
@@ -339,8 +345,9 @@ struct JSONTranscoder {
         return start
     }
 
-    private func closeContainer(at start: Int, count: Int) {
-        output.buffer.storeBytes(of: UInt32(count).bigEndian, toByteOffset: start + 1, as: UInt32.self)
+    private func closeContainer(at start: Int, count: Int) throws {
+        guard let count = UInt32(exactly: count) else { throw JSONPayload.FoundationNeeded() }
+        output.buffer.storeBytes(of: count.bigEndian, toByteOffset: start + 1, as: UInt32.self)
     }
 
     private mutating func array(depth: Int) throws {
@@ -358,7 +365,7 @@ struct JSONTranscoder {
                 guard separator == 0x2C else { throw JSONPayload.FoundationNeeded() }
             }
         }
-        closeContainer(at: start, count: count)
+        try closeContainer(at: start, count: count)
     }
 
     private mutating func object(depth: Int) throws {
@@ -380,7 +387,7 @@ struct JSONTranscoder {
                 guard separator == 0x2C else { throw JSONPayload.FoundationNeeded() }
             }
         }
-        closeContainer(at: start, count: count)
+        try closeContainer(at: start, count: count)
     }
 
     /// The string that starts at `position` (its opening quote), as a CBOR text string. A key

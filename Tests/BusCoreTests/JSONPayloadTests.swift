@@ -357,6 +357,31 @@ struct JSONPayloadTests {
         }
         expectSameDecoding(Lossy.self, #"[1,"x",2,3]"#)
         #expect(try PayloadCodec.decode(Lossy.self, from: Data(#"[1,"x",2,3]"#.utf8)).values == [1, 2, 3])
+        // An item whose own `init(from:)` refuses it (an enum case this build does not know) is
+        // read again as text: the container moves past an item only once it is read.
+        enum Kind: String, Decodable { case a, b }
+        struct Kinds: Decodable, Equatable {
+            var kinds: [Kind] = []
+            init(from decoder: any Decoder) throws {
+                var container = try decoder.unkeyedContainer()
+                while !container.isAtEnd {
+                    if let kind = try? container.decode(Kind.self) { kinds.append(kind) } else { _ = try container.decode(String.self) }
+                }
+            }
+        }
+        #expect(expectSameDecoding(Kinds.self, #"["a","zzz","b"]"#))
+        #expect(try PayloadCodec.decode(Kinds.self, from: Data(#"["a","zzz","b"]"#.utf8)).kinds == [.a, .b])
+        // `decodeIfPresent` past the end is nil and moves on, as Foundation's.
+        struct PastTheEnd: Decodable, Equatable {
+            var values: [Int?] = []
+            var index = 0
+            init(from decoder: any Decoder) throws {
+                var container = try decoder.unkeyedContainer()
+                for _ in 0..<3 { values.append(try container.decodeIfPresent(Int.self)) }
+                index = container.currentIndex
+            }
+        }
+        #expect(expectSameDecoding(PastTheEnd.self, "[1]"))
         struct NilAtEnd: Decodable, Equatable {
             var isNil: Bool
             init(from decoder: any Decoder) throws {
@@ -402,6 +427,27 @@ struct JSONPayloadTests {
                 try single.encode(5)
             }
         }
+        // A nan Foundation refuses as it is encoded, hidden by a later value of its key.
+        struct NanThenNumber: Encodable {
+            func encode(to encoder: any Encoder) throws {
+                var container = encoder.container(keyedBy: AnyJSON.Key.self)
+                try? container.encode(Double.nan, forKey: AnyJSON.Key(stringValue: "v"))
+                try container.encode(1, forKey: AnyJSON.Key(stringValue: "v"))
+            }
+        }
+        expectSameEncoding(NanThenNumber(), mayDecline: true)
+        #expect(JSONPayload.encode(NanThenNumber()) == nil)
+        // A nested container over a value of another kind, where Foundation traps: declined
+        // (Foundation is not asked here).
+        struct Overwritten: Encodable {
+            func encode(to encoder: any Encoder) throws {
+                var container = encoder.container(keyedBy: AnyJSON.Key.self)
+                try container.encode([1, 2], forKey: AnyJSON.Key(stringValue: "a"))
+                var nested = container.nestedContainer(keyedBy: AnyJSON.Key.self, forKey: AnyJSON.Key(stringValue: "a"))
+                try nested.encode(3, forKey: AnyJSON.Key(stringValue: "b"))
+            }
+        }
+        #expect(JSONPayload.encode(Overwritten()) == nil)
         expectSameEncoding(KeptSuper(), mayDecline: true)
         expectSameEncoding(ContainerThenValue(), mayDecline: true)
         #expect(JSONPayload.encode(KeptSuper()) == nil && JSONPayload.encode(ContainerThenValue()) == nil)
