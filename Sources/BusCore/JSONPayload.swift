@@ -351,39 +351,32 @@ struct JSONTranscoder {
     }
 
     private mutating func array(depth: Int) throws {
-        let start = try openContainer(major: 4, depth: depth)
-        var count = 0
-        if try next() == 0x5D {
-            position += 1
-        } else {
-            while true {
-                try value(depth: depth + 1)
-                count += 1
-                let separator = try next()
-                position += 1
-                if separator == 0x5D { break }
-                guard separator == 0x2C else { throw JSONPayload.FoundationNeeded() }
-            }
-        }
-        try closeContainer(at: start, count: count)
+        try container(major: 4, close: 0x5D, depth: depth) { transcoder in try transcoder.value(depth: depth + 1) }
     }
 
     private mutating func object(depth: Int) throws {
-        let start = try openContainer(major: 5, depth: depth)
+        try container(major: 5, close: 0x7D, depth: depth) { transcoder in
+            guard try transcoder.next() == 0x22 else { throw JSONPayload.FoundationNeeded() }
+            try transcoder.string(key: true)
+            guard try transcoder.next() == 0x3A else { throw JSONPayload.FoundationNeeded() }
+            transcoder.position += 1
+            try transcoder.value(depth: depth + 1)
+        }
+    }
+
+    /// An array or an object: items (`item` reads one) separated by commas, up to `close`.
+    private mutating func container(major: UInt8, close: UInt8, depth: Int, item: (inout JSONTranscoder) throws -> Void) throws {
+        let start = try openContainer(major: major, depth: depth)
         var count = 0
-        if try next() == 0x7D {
+        if try next() == close {
             position += 1
         } else {
             while true {
-                guard try next() == 0x22 else { throw JSONPayload.FoundationNeeded() }
-                try string(key: true)
-                guard try next() == 0x3A else { throw JSONPayload.FoundationNeeded() }
-                position += 1
-                try value(depth: depth + 1)
+                try item(&self)
                 count += 1
                 let separator = try next()
                 position += 1
-                if separator == 0x7D { break }
+                if separator == close { break }
                 guard separator == 0x2C else { throw JSONPayload.FoundationNeeded() }
             }
         }
