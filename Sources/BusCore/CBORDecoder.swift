@@ -274,8 +274,9 @@ final class CBORInput {
     private let found: Found?
     /// Whether the bytes were transcoded from JSON text (``JSONPayload``). Decoding then
     /// refuses, with ``JSONPayload/FoundationNeeded``, what Foundation's JSONDecoder would read
-    /// differently from the number or text it was given: `URL`, `Decimal` and `Data` (which it
-    /// reads from a string, a number and base64 text), 128-bit integers, an integer type from a
+    /// differently from the number or text it was given: `URL` and `Decimal` (which it reads
+    /// from a string and a number), base64 text `Data(base64Encoded:)` refuses, 128-bit
+    /// integers, an integer type from a
     /// float of 2^53 or more (which it reads through the text's double, then as a `Decimal`), a
     /// `Float` whose text a double rounding could move (which it reads with `strtof`), a key that
     /// is not ASCII and not found (it compares keys as `String`s), a super decoder of a key that
@@ -461,8 +462,12 @@ struct CBORDecoding: Decoder {
         if T.self == Double.self { return try double(errorPath()) as! T }
         if T.self == Bool.self { return try bool(errorPath()) as! T }
         if T.self == Data.self {
-            // Foundation reads base64 text: left to it.
-            if input.json { throw input.failing(JSONPayload.FoundationNeeded()) }
+            if input.json {
+                // Foundation reads base64 text, with `Data(base64Encoded:)` when its own faster
+                // reader refuses it: what that refuses too is Foundation's to report.
+                guard let data = Data(base64Encoded: try text(errorPath())) else { throw input.failing(JSONPayload.FoundationNeeded()) }
+                return data as! T
+            }
             let (head, start) = try input.head(at: offset)
             guard head.major == 2 else { throw input.failing(mismatch(Data.self, head, errorPath())) }
             var reader = input.reader(at: start)
