@@ -24,9 +24,13 @@ enum MajordomoBench {
 
     static func run(quick: Bool, report: Report) async throws {
         guard let scripts = scripts() else { return report.note("MDP rows skipped: scripts/mdp not found (run scripts/bench from the checkout)") }
+        // In a directory of its own, removed after: the check's output files are written there.
+        let checkDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-majortomo-check-\(getpid())").path
+        try FileManager.default.createDirectory(atPath: checkDirectory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: checkDirectory) }
         let check = try await ChildProcess(
             executable: "/usr/bin/python3", arguments: ["-c", "import majortomo"], environment: ProcessInfo.processInfo.environment,
-            directory: FileManager.default.temporaryDirectory.path, name: "majortomo-check")
+            directory: checkDirectory, name: "majortomo-check")
         guard try await check.wait(timeout: .seconds(30)).exitCode == 0 else {
             return report.note("MDP rows skipped: Python's majortomo is not installed (pip install majortomo==0.2.0)")
         }
