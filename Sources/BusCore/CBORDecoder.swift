@@ -76,12 +76,19 @@ struct CBORHead {
         }
     }
 
+    /// An integer item as `F`, rounded once (as text is): -1 - n as n + 1 rounded, then negated.
+    func integer<F: BinaryFloatingPoint>(as _: F.Type) -> F? {
+        switch major {
+        case 0: F(argument)
+        case 1: argument == .max ? -0x1p64 : -F(argument + 1)
+        default: nil
+        }
+    }
+
     /// The item as a `Double` when it is a number (floats as they are, integers rounded).
     var number: Double? {
         switch (major, info) {
-        case (0, _): Double(argument)
-        // -1 - n rounded once (as text is): n + 1 rounded, then negated.
-        case (1, _): argument == .max ? -0x1p64 : -Double(argument + 1)
+        case (0, _), (1, _): integer(as: Double.self)
         case (7, 25): Double(Float16(bitPattern: UInt16(truncatingIfNeeded: argument)))
         case (7, 26): Double(Float(bitPattern: UInt32(truncatingIfNeeded: argument)))
         case (7, 27): Double(bitPattern: argument)
@@ -513,13 +520,9 @@ struct CBORDecoding: Decoder {
 
     func float(_ errorPath: @autoclosure () -> [any CodingKey]) throws -> Float {
         let (head, _) = try input.head(at: offset)
-        switch (head.major, head.info) {
-        case (7, 26): return Float(bitPattern: UInt32(truncatingIfNeeded: head.argument))
+        if head.major == 7 && head.info == 26 { return Float(bitPattern: UInt32(truncatingIfNeeded: head.argument)) }
         // Integers rounded once, straight to Float.
-        case (0, _): return Float(head.argument)
-        case (1, _): return head.argument == .max ? -0x1p64 : -Float(head.argument + 1)
-        default: break
-        }
+        if let integer = head.integer(as: Float.self) { return integer }
         guard let number = head.number else { throw input.failing(mismatch(Float.self, head, errorPath())) }
         let narrowed = Float(number)
         if input.json, !JSONPayload.narrowsAsText(number, to: narrowed) { throw input.failing(JSONPayload.FoundationNeeded()) }
@@ -636,7 +639,7 @@ private struct CBORKeyedDecoding<Key: CodingKey>: KeyedDecodingContainerProtocol
                 }
             }
         }
-        if found == nil, input.json, !name.utf8.allSatisfy({ $0 < 0x80 }) { _ = input.failing(JSONPayload.FoundationNeeded()) }
+        if found == nil, input.json, !name.isASCII { _ = input.failing(JSONPayload.FoundationNeeded()) }
         return found
     }
 

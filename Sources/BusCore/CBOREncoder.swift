@@ -107,6 +107,12 @@ final class CBOREncoding: Encoder {
     /// Encodes `value`, under `key` in the container at `parentPath`, into a tree: primitives
     /// directly (their path is never built), anything else through its `encode(to:)`.
     static func encodeTree<T: Encodable>(_ value: T, parentPath: [any CodingKey], key: (any CodingKey)?, json: JSONTreeNotes?) throws -> CBORNode {
+        try encodeNode(value, parentPath: parentPath, key: key, json: json) ?? .map(CBORMapNode())
+    }
+
+    /// As ``encodeTree(_:parentPath:key:json:)``, but nil for a value that encoded nothing
+    /// (which Foundation's JSONEncoder refuses at the top level).
+    static func encodeNode<T: Encodable>(_ value: T, parentPath: [any CodingKey], key: (any CodingKey)?, json: JSONTreeNotes?) throws -> CBORNode? {
         if let primitive = primitive(value) {
             if let json { try json.check(primitive) }
             return .value(primitive)
@@ -114,7 +120,7 @@ final class CBOREncoding: Encoder {
         if let json, T.self == URL.self || T.self == Decimal.self { throw json.foundationNeeded() }
         let encoder = CBOREncoding(codingPath: key.map { parentPath + [$0] } ?? parentPath, json: json)
         try value.encode(to: encoder)
-        return encoder.result
+        return encoder.root
     }
 
     /// The CBOR value of a type the format maps directly (`Data` as a byte string rather than

@@ -42,18 +42,10 @@ enum JSONPayload {
     /// `value` as Foundation's `JSONEncoder` with `.sortedKeys` would write it, or nil.
     @usableFromInline
     static func encode<T: Encodable>(_ value: T) -> Data? {
-        let tree: CBORNode
-        if let primitive = CBOREncoding.primitive(value) {
-            tree = .value(primitive)
-        } else {
-            if T.self == URL.self || T.self == Decimal.self { return nil }
-            let notes = JSONTreeNotes()
-            let encoder = CBOREncoding(codingPath: [], json: notes)
-            guard (try? value.encode(to: encoder)) != nil, !notes.needsFoundation,
-                // A value that encoded nothing: Foundation refuses it at the top level.
-                let root = encoder.root
-            else { return nil }
-            tree = root
+        let notes = JSONTreeNotes()
+        // Nil also for a value that encoded nothing: Foundation refuses it at the top level.
+        guard let tree = try? CBOREncoding.encodeNode(value, parentPath: [], key: nil, json: notes), !notes.needsFoundation else {
+            return nil
         }
         var writer = JSONTextWriter()
         do {
@@ -143,7 +135,7 @@ struct JSONTextWriter {
         case .map(let map):
             guard depth < JSONPayload.maximumDepth else { throw JSONPayload.FoundationNeeded() }
             let keys = map.keys
-            for key in keys where !key.utf8.allSatisfy({ $0 < 0x80 }) { throw JSONPayload.FoundationNeeded() }
+            for key in keys where !key.isASCII { throw JSONPayload.FoundationNeeded() }
             ascii(0x7B)
             if keys.count == 1 {
                 try entry(keys[0], map.values[0], depth: depth)
@@ -241,6 +233,8 @@ struct JSONTextWriter {
         }
     }
 
+    private static let hexDigits = Array("0123456789abcdef".utf8)
+
     private mutating func escape(_ byte: UInt8) {
         output.reserve(6)
         output.byte(0x5C)
@@ -252,8 +246,7 @@ struct JSONTextWriter {
         case 0x0D: output.byte(UInt8(ascii: "r"))
         case 0x09: output.byte(UInt8(ascii: "t"))
         default:
-            let hex = Array("0123456789abcdef".utf8)
-            for digit in [UInt8(ascii: "u"), 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 0xF)]] { output.byte(digit) }
+            for digit in [UInt8(ascii: "u"), 0x30, 0x30, Self.hexDigits[Int(byte >> 4)], Self.hexDigits[Int(byte & 0xF)]] { output.byte(digit) }
         }
     }
 }
@@ -393,7 +386,7 @@ struct JSONTranscoder {
         if text[end] == 0x22 {
             // No escapes: the bytes as they are.
             let content = UnsafeRawBufferPointer(rebasing: text[start..<end])
-            if key, !content.allSatisfy({ $0 < 0x80 }) { throw JSONPayload.FoundationNeeded() }
+            if key, !content.isASCII { throw JSONPayload.FoundationNeeded() }
             output.reserve(9 + content.count)
             output.head(3, UInt64(content.count))
             output.copy(content)
@@ -441,7 +434,7 @@ struct JSONTranscoder {
             run = end + 1
             end = ByteScan.firstSpecial(in: text, from: run, slash: false)
         }
-        if key, !unescaped.allSatisfy({ $0 < 0x80 }) { throw JSONPayload.FoundationNeeded() }
+        if key, !unescaped.withUnsafeBytes({ $0.isASCII }) { throw JSONPayload.FoundationNeeded() }
         output.reserve(9 + unescaped.count)
         output.head(3, UInt64(unescaped.count))
         unescaped.withUnsafeBytes { output.copy($0) }

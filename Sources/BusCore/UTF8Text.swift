@@ -62,4 +62,10 @@ extension String {
         var text = self
         return text.withUTF8 { UnsafeRawBufferPointer($0).hasSameBytes(as: bytes) }
     }
+
+    /// Whether every byte of the text's UTF-8 is below 0x80.
+    var isASCII: Bool {
+        var text = self
+        return text.withUTF8 { UnsafeRawBufferPointer($0).isASCII }
+    }
 }

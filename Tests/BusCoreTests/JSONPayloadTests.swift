@@ -355,31 +355,13 @@ struct JSONPayloadTests {
 
         // An array read leniently: an item that fails is read again as something else.
         struct Skip: Decodable { init(from decoder: any Decoder) throws {} }
-        struct Lossy: Decodable, Equatable {
-            var values: [Int] = []
-            init(from decoder: any Decoder) throws {
-                var container = try decoder.unkeyedContainer()
-                while !container.isAtEnd {
-                    if let value = try? container.decode(Int.self) { values.append(value) } else { _ = try container.decode(Skip.self) }
-                }
-            }
-        }
-        expectSameDecoding(Lossy.self, #"[1,"x",2,3]"#)
-        #expect(try PayloadCodec.decode(Lossy.self, from: Data(#"[1,"x",2,3]"#.utf8)).values == [1, 2, 3])
+        expectSameDecoding(LenientArray<Int, Skip>.self, #"[1,"x",2,3]"#)
+        #expect(try PayloadCodec.decode(LenientArray<Int, Skip>.self, from: Data(#"[1,"x",2,3]"#.utf8)).items == [1, 2, 3])
         // An item whose own `init(from:)` refuses it (an enum case this build does not know) is
         // read again as text: the container moves past an item only once it is read.
         enum Kind: String, Decodable { case a, b }
-        struct Kinds: Decodable, Equatable {
-            var kinds: [Kind] = []
-            init(from decoder: any Decoder) throws {
-                var container = try decoder.unkeyedContainer()
-                while !container.isAtEnd {
-                    if let kind = try? container.decode(Kind.self) { kinds.append(kind) } else { _ = try container.decode(String.self) }
-                }
-            }
-        }
-        #expect(expectSameDecoding(Kinds.self, #"["a","zzz","b"]"#))
-        #expect(try PayloadCodec.decode(Kinds.self, from: Data(#"["a","zzz","b"]"#.utf8)).kinds == [.a, .b])
+        #expect(expectSameDecoding(LenientArray<Kind, String>.self, #"["a","zzz","b"]"#))
+        #expect(try PayloadCodec.decode(LenientArray<Kind, String>.self, from: Data(#"["a","zzz","b"]"#.utf8)).items == [.a, .b])
         // `decodeIfPresent` past the end is nil and moves on, as Foundation's.
         struct PastTheEnd: Decodable, Equatable {
             var values: [Int?] = []
@@ -475,6 +457,18 @@ struct JSONPayloadTests {
             }
         }
         expectSameEncoding(Repeated())
+    }
+
+    /// An array's `Item`s, each item that is not one read as a `Skipped` instead (the way a type
+    /// tolerates what a newer sender adds).
+    struct LenientArray<Item: Decodable & Equatable, Skipped: Decodable>: Decodable, Equatable {
+        var items: [Item] = []
+        init(from decoder: any Decoder) throws {
+            var container = try decoder.unkeyedContainer()
+            while !container.isAtEnd {
+                if let item = try? container.decode(Item.self) { items.append(item) } else { _ = try container.decode(Skipped.self) }
+            }
+        }
     }
 
     /// Any JSON value, read through the containers a `Decodable` type would use.
