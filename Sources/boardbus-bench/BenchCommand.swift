@@ -279,15 +279,22 @@ struct BenchCommand: AsyncParsableCommand {
                 // 4×100, so one window hides where BoardBus stands at scale); 4×16 at 64 KiB.
                 let windows = judged ? settings.windows : [(settings.clients, settings.window)]
                 for (clients, window) in windows {
-                    let (baseRate, rates) = try await alternatedThroughput(
+                    let (baseRate, rates, rawClientsRate) = try await alternatedThroughput(
                         label: "\(label), \(clients)×\(window)", base: base, bus: bus, payload: payload, clients: clients, window: window,
-                        seconds: settings.sweepSeconds, rounds: settings.sweepRounds)
+                        seconds: settings.sweepSeconds, rounds: settings.sweepRounds,
+                        // At the large windows, where the SDK client's share of the CPU is the question.
+                        withRawClients: judged && clients * window >= 400)
                     report.throughput(
                         "\(label), \(clients)×\(window) in flight", baseline: baseRate, boardBus: rates[0], judged: judged ? "echo" : nil, goal: 0.6)
                     for (index, call) in EchoCall.typed.enumerated() {
                         report.throughput(
                             "\(label), \(clients)×\(window) in flight, \(typed[index])", baseline: baseRate, boardBus: rates[index + 1],
                             judged: judged ? "typed echo, \(call.formatName)" : nil, goal: 0.5)
+                    }
+                    if let rawClientsRate {
+                        report.throughput(
+                            "\(label), \(clients)×\(window) in flight, raw echo from the baseline's clients (broker and board alone)",
+                            baseline: baseRate, boardBus: rawClientsRate)
                     }
                 }
             }
@@ -379,11 +386,16 @@ func observabilityCosts(bus: BoardBusBench, fleet: TestFleet, settings: BenchSet
 
 /// Throughput of the baseline, BoardBus's raw echo and its typed echo at one window, alternated
 /// in rounds (runs minutes apart on a virtual machine differ by more than the effects measured).
+/// With `withRawClients`, each round also loads BoardBus's raw echo from the baseline's own
+/// blocking clients (frames built once): the broker and the board without the SDK's client,
+/// which tells how much of the gap to the baseline is the client's.
 func alternatedThroughput(
-    label: String, base: BaselineBench, bus: BoardBusBench, payload: Data, clients: Int, window: Int, seconds: Double, rounds: Int
-) async throws -> (baseline: Double, boardBus: [Double]) {
+    label: String, base: BaselineBench, bus: BoardBusBench, payload: Data, clients: Int, window: Int, seconds: Double, rounds: Int,
+    withRawClients: Bool = false
+) async throws -> (baseline: Double, boardBus: [Double], rawClients: Double?) {
     let calls = [EchoCall.raw] + EchoCall.typed
-    var (baseRate, rates) = (0.0, calls.map { _ in 0.0 })
+    var (baseRate, rates, rawClientsRate) = (0.0, calls.map { _ in 0.0 }, 0.0)
+    let rawClients = BaselineBench(endpoint: bus.address.endpoint, command: EchoCall.raw.command)
     for round in 1...rounds {
         progress("throughput \(label): round \(round)/\(rounds)")
         baseRate += try base.throughput(payload: payload, clients: clients, window: window, seconds: seconds) / Double(rounds)
@@ -393,8 +405,11 @@ func alternatedThroughput(
                     payload: call.payload(payload), clients: clients, window: window, seconds: seconds, command: call.command,
                     contentType: call.contentType) / Double(rounds)
         }
+        if withRawClients {
+            rawClientsRate += try rawClients.throughput(payload: payload, clients: clients, window: window, seconds: seconds) / Double(rounds)
+        }
     }
-    return (baseRate, rates)
+    return (baseRate, rates, withRawClients ? rawClientsRate : nil)
 }
 
 /// A request the bench sends the echo board: `echo.raw` (the payload back as it came: the bus's
