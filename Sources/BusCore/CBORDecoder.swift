@@ -762,8 +762,8 @@ private struct CBORUnkeyedDecoding: UnkeyedDecodingContainer {
     mutating func decode(_ type: String.Type) throws -> String { try advance(try peek(String.self).text(itemPath)) }
     mutating func decode(_ type: Int.Type) throws -> Int { try advance(try peek(Int.self).integer(Int.self, itemPath)) }
     mutating func decode(_ type: Double.Type) throws -> Double { try advance(try peek(Double.self).double(itemPath)) }
-    mutating func decode(_ type: Int128.Type) throws -> Int128 { throw input.unsupported(Int128.self, codingPath) }
-    mutating func decode(_ type: UInt128.Type) throws -> UInt128 { throw input.unsupported(UInt128.self, codingPath) }
+    mutating func decode(_ type: Int128.Type) throws -> Int128 { throw input.unsupported(Int128.self, itemPath) }
+    mutating func decode(_ type: UInt128.Type) throws -> UInt128 { throw input.unsupported(UInt128.self, itemPath) }
 
     /// As Foundation's: nil for null, and nil past the end too, moving on either way.
     private mutating func ifPresent<T: Decodable>(_ type: T.Type) throws -> T? {

@@ -185,6 +185,37 @@ struct CBORStreamTests {
         #expect(context.codingPath.map(\.stringValue) == ["Index 0", "a"])
     }
 
+    /// 128-bit integers, which the profile does not carry, are a typed error naming the item,
+    /// read from an array's container as from a single value, both ways.
+    @Test func wideIntegersAreRefusedAtTheirPath() throws {
+        /// Read its array's first item through the container's own 128-bit overloads (a generic
+        /// type parameter would reach its generic `decode` instead).
+        struct Signed: Decodable {
+            init(from decoder: any Decoder) throws {
+                var items = try decoder.unkeyedContainer()
+                _ = try items.decode(Int128.self)
+            }
+        }
+        struct Unsigned: Decodable {
+            init(from decoder: any Decoder) throws {
+                var items = try decoder.unkeyedContainer()
+                _ = try items.decode(UInt128.self)
+            }
+        }
+        func refusal(_ decode: () throws -> Void) -> [String]? {
+            let error = #expect(throws: DecodingError.self) { try decode() }
+            guard case .typeMismatch(_, let context) = error else { return nil }
+            return context.codingPath.map(\.stringValue)
+        }
+        let encoded = try CBOREncoder().encode(["wide": [1, 2]])
+        #expect(refusal { _ = try CBORDecoder().decode([String: Signed].self, from: encoded) } == ["wide", "Index 0"])
+        #expect(refusal { _ = try CBORDecoder().decode([String: Unsigned].self, from: encoded) } == ["wide", "Index 0"])
+        #expect(refusal { _ = try CBORDecoder().decode([String: [Int128]].self, from: encoded) } == ["wide", "Index 0"])
+        let refused = #expect(throws: EncodingError.self) { _ = try CBOREncoder().encode(["wide": [Int128(1)]]) }
+        guard case .invalidValue(_, let context) = refused else { return }
+        #expect(context.codingPath.map(\.stringValue) == ["wide", "Index 0"])
+    }
+
     /// Errors name the path to the value, through arrays and maps.
     @Test func decodingErrorsNameThePath() throws {
         let encoded = try CBOREncoder().encode(["items": [["n": 1, "tags": []], ["n": "two", "tags": []]] as [[String: AnyCodable]]])
