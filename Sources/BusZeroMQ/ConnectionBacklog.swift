@@ -1,3 +1,4 @@
+import CZeroMQ
 import Foundation
 
 /// Bounds the bytes a router queues toward one peer that does not read them.
@@ -8,10 +9,17 @@ import Foundation
 /// does tell how much waits unread in the connection's socket (`SIOCOUTQ` on the descriptor
 /// libzmq reports with `ZMQ_SRCFD`): while that stays above half the socket's send buffer the
 /// peer has not caught up, and everything queued since it last did is still held, in libzmq's
-/// pipe. So the backlog counts the bytes of large messages queued toward each peer since its
-/// socket was last seen half empty; past the budget the peer is *stalled*: further large messages
-/// to it are refused (the caller drops them and counts them), and the router answers its new
-/// requests `busy`, until its socket is seen half empty again.
+/// pipe. Less than half is not enough: a Unix socket takes more again (`EPOLLOUT`, which libzmq's
+/// I/O thread waits for once a write was refused) only once a quarter of it or less waits, so a
+/// peer that stopped reading with a third of it unread leaves it so for ever, and libzmq holds
+/// everything after it. Its socket is *frozen*: the same bytes wait at every look, it does not
+/// take more, and it has not since the last look. A socket that streams to a peer reading as
+/// fast as it is written can look the same at one look (one message waiting), but not for long;
+/// so a socket frozen for ``frozenTicks`` ticks counts as not caught up. The backlog counts the
+/// bytes of large messages queued toward each peer since it was last seen caught up; past the
+/// budget the peer is *stalled*: further large messages to it are refused (the caller drops them
+/// and counts them), and the router answers its new requests `busy`, until it is seen caught up
+/// again.
 ///
 /// Small messages are not counted (the per-message limit of the pipe bounds them): the routing
 /// of small messages pays nothing. Used on the router's socket thread only. Keyed by the
@@ -24,7 +32,14 @@ package final class ConnectionBacklog<Peer: Hashable> {
         var descriptor: Int32
         var queued = 0
         var lastSeen: UInt64
+        /// What waited in its socket when it was last seen moving (-1: not yet), and the tick.
+        var frozenLevel: Int32 = -1
+        var frozenSince: UInt64 = 0
     }
+
+    /// Ticks a socket less than half full may stay frozen before its peer counts as not caught
+    /// up (2 s at the broker's 100 ms ticks; a healthy stream was seen frozen for 2 at most).
+    package static var frozenTicks: UInt64 { 20 }
 
     /// Bytes that may wait toward one peer before it counts as stalled.
     package let budget: Int
@@ -34,9 +49,19 @@ package final class ConnectionBacklog<Peer: Hashable> {
     /// Large messages refused because their peer was stalled.
     package private(set) var refusedMessages = 0
     private var ticks: UInt64 = 0
+    /// Watches the counted peers' sockets for the moments they take more (edge-triggered).
+    private let writable = epoll_create1(Int32(EPOLL_CLOEXEC))
+    /// Descriptors whose socket took more since their last look.
+    private var tookMore: Set<Int32> = []
+    /// Where `writable`'s events are read into.
+    private var events = [epoll_event](repeating: epoll_event(), count: 64)
 
     package init(budget: Int) {
         self.budget = budget
+    }
+
+    deinit {
+        if writable >= 0 { close(writable) }
     }
 
     /// Notes the connection a peer's message came in on (cheap when it did not change). Asked on
@@ -56,13 +81,18 @@ package final class ConnectionBacklog<Peer: Hashable> {
             return false
         }
         guard let descriptor = descriptors[peer] else { return true }
-        var entry = peers[peer] ?? PeerState(descriptor: descriptor, lastSeen: ticks)
-        entry.descriptor = descriptor
+        var entry = peers[peer] ?? PeerState(descriptor: -1, lastSeen: ticks)
+        if entry.descriptor != descriptor {
+            entry.descriptor = descriptor
+            entry.frozenLevel = -1
+            watch(descriptor)
+        }
         entry.queued += bytes
         entry.lastSeen = ticks
         if entry.queued > budget {
             // Over the budget: look at the socket now rather than at the next tick.
-            if Self.isHalfEmpty(descriptor) {
+            noteWhatTookMore()
+            if hasCaughtUp(&entry) {
                 entry.queued = bytes
             } else {
                 stalled.insert(peer)
@@ -77,17 +107,22 @@ package final class ConnectionBacklog<Peer: Hashable> {
         !stalled.isEmpty && stalled.contains(peer)
     }
 
-    /// About every tick: peers whose socket drained are counted from zero again (and no longer
-    /// stalled); peers long idle and gone are forgotten.
+    /// About every tick: peers seen caught up are counted from zero again (and no longer
+    /// stalled); those long idle are forgotten.
     package func tick() {
         ticks += 1
-        for (peer, entry) in peers {
-            let drained = Self.isHalfEmpty(entry.descriptor)
-            if drained || Self.isClosed(entry.descriptor) {
-                stalled.remove(peer)
-                if ticks - entry.lastSeen > 50 { peers[peer] = nil } else { peers[peer]?.queued = 0 }
+        noteWhatTookMore()
+        for (peer, var entry) in peers {
+            // A closed descriptor counts as caught up (its peer is gone).
+            guard hasCaughtUp(&entry) else {
+                peers[peer] = entry
+                continue
             }
+            stalled.remove(peer)
+            entry.queued = 0
+            peers[peer] = ticks - entry.lastSeen > 50 ? nil : entry
         }
+        tookMore.removeAll(keepingCapacity: true)
         // Descriptors of peers that left are reused by the kernel; forget them now and then
         // (a peer's next message notes its descriptor again).
         if ticks % 600 == 0 { descriptors = descriptors.filter { peers[$0.key] != nil } }
@@ -100,22 +135,53 @@ package final class ConnectionBacklog<Peer: Hashable> {
         stalled.remove(peer)
     }
 
-    /// Bytes counted toward `peer` since its socket was last seen half empty.
+    /// Bytes counted toward `peer` since it was last seen caught up.
     package func queuedBytes(to peer: Peer) -> Int {
         peers[peer]?.queued ?? 0
     }
 
-    /// Whether less than half the socket's send buffer waits unread (or it cannot be told).
-    static func isHalfEmpty(_ descriptor: Int32) -> Bool {
-        var waiting: Int32 = 0
-        guard ioctl(descriptor, UInt(TIOCOUTQ), &waiting) == 0 else { return true }
-        var capacity: Int32 = 0
-        var length = socklen_t(MemoryLayout<Int32>.size)
-        guard getsockopt(descriptor, SOL_SOCKET, SO_SNDBUF, &capacity, &length) == 0, capacity > 0 else { return true }
-        return waiting < capacity / 2
+    /// Watches `descriptor` for the moments its socket takes more. A descriptor closed since
+    /// is no longer watched (the kernel drops it), so one the kernel gave again is added anew.
+    private func watch(_ descriptor: Int32) {
+        var event = epoll_event(events: EPOLLOUT.rawValue | EPOLLET.rawValue, data: epoll_data_t(fd: descriptor))
+        _ = epoll_ctl(writable, EPOLL_CTL_ADD, descriptor, &event)
     }
 
-    private static func isClosed(_ descriptor: Int32) -> Bool {
-        fcntl(descriptor, F_GETFD) < 0
+    /// Whether the peer has caught up (see the type's description), noting whether its socket
+    /// moved; true when it cannot be told, or the descriptor is closed. Call
+    /// ``noteWhatTookMore()`` before.
+    private func hasCaughtUp(_ entry: inout PeerState) -> Bool {
+        var waiting: Int32 = 0
+        guard ioctl(entry.descriptor, UInt(TIOCOUTQ), &waiting) == 0 else { return true }
+        var capacity: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        guard getsockopt(entry.descriptor, SOL_SOCKET, SO_SNDBUF, &capacity, &length) == 0, capacity > 0 else { return true }
+        guard waiting < capacity / 2 else {
+            entry.frozenLevel = -1
+            return false
+        }
+        let tookMoreSinceLastLook = tookMore.remove(entry.descriptor) != nil
+        if tookMoreSinceLastLook || waiting != entry.frozenLevel || Self.takesMore(entry.descriptor) {
+            (entry.frozenLevel, entry.frozenSince) = (waiting, ticks)
+            return true
+        }
+        return ticks - entry.frozenSince < Self.frozenTicks
+    }
+
+    /// Collects the sockets that took more since the last call.
+    private func noteWhatTookMore() {
+        while true {
+            let count = events.withUnsafeMutableBufferPointer { epoll_wait(writable, $0.baseAddress, Int32($0.count), 0) }
+            guard count > 0 else { return }
+            for event in events[0..<Int(count)] { tookMore.insert(event.data.fd) }
+            guard count == events.count else { return }
+        }
+    }
+
+    /// Whether the socket takes more now (`POLLOUT`), is broken or closed, or it cannot be told.
+    static func takesMore(_ descriptor: Int32) -> Bool {
+        var entry = pollfd(fd: descriptor, events: Int16(POLLOUT), revents: 0)
+        // 0: not writable. 1: writable, or POLLERR, POLLHUP, POLLNVAL (closed). -1: not told.
+        return poll(&entry, 1, 0) != 0
     }
 }

@@ -3,6 +3,7 @@
 #include <zmq.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/prctl.h>

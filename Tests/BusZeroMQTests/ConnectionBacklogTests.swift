@@ -42,7 +42,7 @@ struct ConnectionBacklogTests {
         #expect(backlog.queuedBytes(to: peer) == 0)
 
         fill(writer)
-        #expect(!ConnectionBacklog<Data>.isHalfEmpty(writer))
+        #expect(!ConnectionBacklog<Data>.takesMore(writer))
         var accepted = 0
         while backlog.mayQueue(64 << 10, to: peer), accepted < 100 { accepted += 1 }
         #expect(accepted == 17)  // 1 MiB of 64 KiB messages and the one that crosses the budget, then refused
@@ -55,6 +55,59 @@ struct ConnectionBacklogTests {
         backlog.tick()
         #expect(!backlog.isStalled(peer))
         #expect(backlog.mayQueue(64 << 10, to: peer))
+    }
+
+    /// A peer that read a little and stopped: a Unix socket takes more again (`EPOLLOUT`, which
+    /// libzmq's I/O thread waits for after a write it refused) only once a quarter of its send
+    /// buffer or less waits, so one that stopped with a third of it unread never wakes its writer
+    /// again, and libzmq holds everything after it, though less than half waits. It was counted
+    /// as caught up at every tick, and a never-reading client's 512 KiB answers piled up without
+    /// limit (the attack test's broker grew by 260 MiB, now and then). Frozen for
+    /// ``ConnectionBacklog/frozenTicks`` ticks, it no longer counts as caught up.
+    @Test func aPeerThatStoppedReadingWithItsSocketPartlyFullIsStalled() throws {
+        let (writer, reader) = try socketPair()
+        defer {
+            close(writer)
+            close(reader)
+        }
+        func waiting() -> Int32 {
+            var bytes: Int32 = 0
+            _ = ioctl(writer, UInt(TIOCOUTQ), &bytes)
+            return bytes
+        }
+        var capacity: Int32 = 0
+        var length = socklen_t(MemoryLayout<Int32>.size)
+        #expect(getsockopt(writer, SOL_SOCKET, SO_SNDBUF, &capacity, &length) == 0)
+        fill(writer)
+        // The peer reads 64 KiB at a time, and stops once less than half waits.
+        _ = fcntl(reader, F_SETFL, fcntl(reader, F_GETFL) | O_NONBLOCK)
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while waiting() >= capacity / 2, buffer.withUnsafeMutableBytes({ read(reader, $0.baseAddress, $0.count) }) > 0 {}
+        try #require(waiting() < capacity / 2 && waiting() > capacity / 4, "\(waiting()) of \(capacity) waiting")
+        #expect(!ConnectionBacklog<Data>.takesMore(writer))
+
+        let peer = Data("stopped".utf8)
+        let backlog = ConnectionBacklog<Data>(budget: 1 << 20)
+        backlog.noteReceived(from: peer, descriptor: writer)
+        // Until it has been frozen for long enough, each tick counts it from zero.
+        for _ in 0..<ConnectionBacklog<Data>.frozenTicks {
+            #expect(backlog.mayQueue(512 << 10, to: peer))
+            backlog.tick()
+            #expect(backlog.queuedBytes(to: peer) == 0)
+        }
+        for _ in 0..<3 {
+            _ = backlog.mayQueue(512 << 10, to: peer)
+            backlog.tick()
+        }
+        #expect(backlog.isStalled(peer))
+        #expect(backlog.queuedBytes(to: peer) > 1 << 20)
+        #expect(!backlog.mayQueue(512 << 10, to: peer))
+
+        // It reads the rest: at the next tick it is served again.
+        drain(reader)
+        backlog.tick()
+        #expect(!backlog.isStalled(peer))
+        #expect(backlog.mayQueue(512 << 10, to: peer))
     }
 
     @Test func aPeerThatReadsIsNeverStalledHoweverMuchItIsSent() throws {
