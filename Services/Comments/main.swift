@@ -7,7 +7,7 @@ import FluxBus
 let store = CommentsStore(dispatcher: Dispatcher())
 var board = Board(id: CommentsIO.id)
 let host = try StoreHost(
-    name: CommentsIO.store, queryStore: store, persistence: try StorePersistence.forStore(CommentsIO.store, board: board.id))
+    name: CommentsIO.store, queryStore: store, persistence: try StorePersistence.forStore(CommentsIO.store, of: board))
 host.action(CommentsIO.Reply.self, named: CommentsIO.Reply.name)
 host.action(CommentsIO.Delete.self, named: CommentsIO.Delete.name)
 board.host(host)

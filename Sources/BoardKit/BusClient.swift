@@ -103,13 +103,22 @@ public final class BusClient: Sendable {
     /// is answered or `timeout` has passed in all: for requests that are safe to repeat. Waits
     /// 50 ms between tries, doubling up to 1 s.
     public nonisolated(nonsending) func request(_ envelope: Envelope, timeout: Duration, retryingWhileNotRunning: Bool) async throws -> Envelope {
-        guard retryingWhileNotRunning else { return try await request(envelope, timeout: timeout) }
+        try await request(envelope, timeout: timeout, retryingOn: retryingWhileNotRunning ? Self.retryable : [])
+    }
+
+    /// Sends a request, and again after each error whose code is in `codes`, until it is answered
+    /// or `timeout` has passed in all. `outcomeUnknown` belongs there only for requests that
+    /// are safe to repeat, such as a dispatch with a dispatch id.
+    public nonisolated(nonsending) func request(_ envelope: Envelope, timeout: Duration, retryingOn codes: Set<BusError.Code>) async throws
+        -> Envelope
+    {
+        guard !codes.isEmpty else { return try await request(envelope, timeout: timeout) }
         let deadline = RetryDeadline(after: timeout, on: clock)
         var pause = Duration.milliseconds(50)
         while true {
             do {
                 return try await request(envelope, timeout: deadline.remaining)
-            } catch let error as BusError where Self.retryable.contains(error.code) {
+            } catch let error as BusError where codes.contains(error.code) {
                 guard deadline.allows(pause) else { throw error }
                 try await Task.sleep(for: pause)
                 pause = min(pause * 2, .seconds(1))
@@ -117,8 +126,9 @@ public final class BusClient: Sendable {
         }
     }
 
-    /// Errors that say the target is not there now, though it may be soon.
-    static let retryable: Set<BusError.Code> = [.boardNotRunning, .noSuchBoard, .noSuchStore]
+    /// Errors that say the request did not reach its target, which is not there now, though it
+    /// may be soon.
+    public static let retryable: Set<BusError.Code> = [.boardNotRunning, .noSuchBoard, .noSuchStore]
 
     /// The executor of the client's socket thread. Tasks that prefer it
     /// (`withTaskExecutorPreference(client.executor) { … }`) run beside the socket: a reply resumes

@@ -34,6 +34,10 @@ public final class NetworkLab: @unchecked Sendable {
     public var parentEndpoint: String { "tcp://\(parentAddress):\(port)" }
     public var runtimeA: String { "\(directory)/a" }
     public var runtimeB: String { "\(directory)/b" }
+    /// Host A's state directory (its stores and CURVE keys: `curve/server.pub` is its public key).
+    public var stateA: String { Self.stateDirectory(of: runtimeA) }
+    /// Each runtime directory's state directory sits beside it.
+    static func stateDirectory(of runtime: String) -> String { "\(runtime).state" }
 
     public static func with<T>(_ body: (NetworkLab) async throws -> T) async throws -> T {
         let lab = try await NetworkLab()
@@ -130,6 +134,7 @@ public final class NetworkLab: @unchecked Sendable {
             environment[key] = nil
         }
         environment["BOARDBUS_RUNTIME_DIR"] = runtime ?? "\(directory)/none"
+        environment["BOARDBUS_STATE_DIR"] = Self.stateDirectory(of: runtime ?? "\(directory)/none")
         return environment
     }
 
@@ -184,7 +189,7 @@ public final class NetworkLab: @unchecked Sendable {
         let broker = try await startBroker(
             manifest: manifest, named: "b",
             [
-                "--attach", parentEndpoint, "--attach-server-key", "\(runtimeA)/curve/server.pub", "--attach-client-key",
+                "--attach", parentEndpoint, "--attach-server-key", "\(stateA)/curve/server.pub", "--attach-client-key",
                 "\(directory)/\(key).key",
             ], in: 1, runtime: runtimeB)
         edgeBroker = broker
@@ -196,7 +201,7 @@ public final class NetworkLab: @unchecked Sendable {
         let board = try await start(
             binaries + "/" + executable, [], in: 1,
             environment: [
-                "BOARDBUS_ADDRESS": parentEndpoint, "BOARDBUS_SERVER_KEY": "\(runtimeA)/curve/server.pub",
+                "BOARDBUS_ADDRESS": parentEndpoint, "BOARDBUS_SERVER_KEY": "\(stateA)/curve/server.pub",
                 "BOARDBUS_CLIENT_KEY": "\(directory)/\(key).key", "BOARDBUS_BOARD_ID": id,
             ], runtime: "\(directory)/remote")
         try await board.waitForOutput("READY", timeout: .seconds(60))
@@ -215,7 +220,7 @@ public final class NetworkLab: @unchecked Sendable {
     public func busctlOverTCP(key: String, _ arguments: String...) async throws -> ChildProcess.Result {
         try await run(
             binaries + "/busctl",
-            arguments + ["--bus", parentEndpoint, "--server-key", "\(runtimeA)/curve/server.pub", "--client-key", "\(directory)/\(key).key"],
+            arguments + ["--bus", parentEndpoint, "--server-key", "\(stateA)/curve/server.pub", "--client-key", "\(directory)/\(key).key"],
             in: 1)
     }
 

@@ -17,6 +17,9 @@ public final class TestFleet: @unchecked Sendable {
     /// The temporary directory; the runtime directory is inside it.
     public let directory: String
     public let address: BusAddress
+    /// The fleet's state directory (stores, keys): `<directory>/state`, unless the broker's
+    /// environment names another (`BOARDBUS_STATE_DIR`, e.g. one that outlives this fleet).
+    public let stateDirectory: String
     /// Where `motherboard`, `busctl` and the service executables are.
     public let binaryDirectory: String
     private var broker: ChildProcess
@@ -46,12 +49,13 @@ public final class TestFleet: @unchecked Sendable {
         guard mkdtemp(&buffer) != nil else { throw BusError(.transport, "mkdtemp failed") }
         directory = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         address = BusAddress(runtimeDirectory: "\(directory)/run")
+        stateDirectory = brokerEnvironment["BOARDBUS_STATE_DIR"] ?? "\(directory)/state"
         manifestPath = "\(directory)/fleet.json"
         try manifest.write(toFile: manifestPath, atomically: true, encoding: .utf8)
         do {
             broker = try await TestFleet.startBroker(
                 binaryDirectory: binaryDirectory, manifestPath: manifestPath, address: address, directory: directory, name: "motherboard",
-                environment: brokerEnvironment)
+                environment: ["BOARDBUS_STATE_DIR": stateDirectory].merging(brokerEnvironment) { $1 })
         } catch {
             try? FileManager.default.removeItem(atPath: directory)
             throw error
@@ -87,7 +91,7 @@ public final class TestFleet: @unchecked Sendable {
         _ = try? await old.wait(timeout: .seconds(10))
         let fresh = try await TestFleet.startBroker(
             binaryDirectory: binaryDirectory, manifestPath: manifestPath, address: address, directory: directory,
-            name: nextOutputName("motherboard"), environment: brokerEnvironment)
+            name: nextOutputName("motherboard"), environment: ["BOARDBUS_STATE_DIR": stateDirectory].merging(brokerEnvironment) { $1 })
         lock.withLock { broker = fresh }
         try await fresh.waitForOutput("READY", timeout: timeout)
     }
@@ -101,6 +105,14 @@ public final class TestFleet: @unchecked Sendable {
         return environment
     }
 
+    /// The environment of this fleet's clients and hand-started boards: its address and its
+    /// state directory.
+    public var environment: [String: String] {
+        var environment = TestFleet.environment(for: address)
+        environment["BOARDBUS_STATE_DIR"] = stateDirectory
+        return environment
+    }
+
     /// Runs `busctl` against this fleet and returns its exit code and output.
     public func busctl(_ arguments: String..., timeout: Duration = .seconds(30)) async throws -> ChildProcess.Result {
         try await run("busctl", arguments: arguments, timeout: timeout)
@@ -110,7 +122,7 @@ public final class TestFleet: @unchecked Sendable {
     public func run(_ executable: String, arguments: [String], timeout: Duration = .seconds(30)) async throws -> ChildProcess.Result {
         let child = try await ChildProcess(
             executable: try TestFleet.executable(executable, in: binaryDirectory), arguments: arguments,
-            environment: TestFleet.environment(for: address), directory: directory, name: nextOutputName(executable))
+            environment: environment, directory: directory, name: nextOutputName(executable))
         return try await child.wait(timeout: timeout)
     }
 
@@ -122,7 +134,7 @@ public final class TestFleet: @unchecked Sendable {
     /// Starts any board program (e.g. one written in another language) with this fleet's
     /// environment and `BOARDBUS_BOARD_ID`, and waits for its READY line.
     public func startBoard(path: String, arguments: [String], id: BoardID, timeout: Duration = .seconds(30)) async throws -> ChildProcess {
-        var environment = TestFleet.environment(for: address)
+        var environment = environment
         environment["BOARDBUS_BOARD_ID"] = id.rawValue
         let child = try await ChildProcess(
             executable: path, arguments: arguments, environment: environment,

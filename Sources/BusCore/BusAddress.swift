@@ -1,3 +1,5 @@
+import Foundation
+
 /// Where a fleet lives: its runtime directory and the broker's endpoint.
 ///
 /// Resolution order (docs/PROTOCOL.md, "Finding the bus"):
@@ -35,6 +37,23 @@ public struct BusAddress: Sendable, Hashable {
         if let explicit = environment["BOARDBUS_RUNTIME_DIR"], !explicit.isEmpty { return explicit }
         if let xdg = environment["XDG_RUNTIME_DIR"], !xdg.isEmpty { return "\(xdg)/boardbus" }
         return "/tmp/boardbus-\(userID)"
+    }
+
+    /// The state directory named by the environment: where what must outlive the broker lives
+    /// (store databases, the CURVE key pair, the allow-list). `$BOARDBUS_STATE_DIR`, else
+    /// `$XDG_STATE_HOME/boardbus`, else `~/.local/state/boardbus` (`$HOME`, else the user's home
+    /// in the password database). Unlike the runtime directory, which systemd removes when the
+    /// service stops, it is kept.
+    public static func stateDirectory(environment: [String: String], userID: UInt32) -> String {
+        if let explicit = environment["BOARDBUS_STATE_DIR"], !explicit.isEmpty { return explicit }
+        if let xdg = environment["XDG_STATE_HOME"], !xdg.isEmpty { return "\(xdg)/boardbus" }
+        let home = environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? homeDirectory(of: userID) ?? "/tmp/boardbus-state-\(userID)"
+        return "\(home)/.local/state/boardbus"
+    }
+
+    private static func homeDirectory(of userID: UInt32) -> String? {
+        guard let entry = getpwuid(userID), let directory = entry.pointee.pw_dir else { return nil }
+        return String(cString: directory)
     }
 
     /// Whether the endpoint is `tcp://` (another host, or this one's network stack).

@@ -15,12 +15,16 @@ public struct BusError: Error, Sendable, Hashable, CustomStringConvertible {
 
         /// No live board has that id and the manifest cannot start one.
         public static let noSuchBoard = Code(name: "noSuchBoard")
-        /// The manifest knows the board but it is not running (or it died while handling a call).
+        /// The manifest knows the board but it is not running: the request was not delivered to it.
         public static let boardNotRunning = Code(name: "boardNotRunning")
         /// A payload did not decode as the type the board declared.
         public static let typeMismatch = Code(name: "typeMismatch")
-        /// No reply came before the deadline.
+        /// No reply came before the deadline. A request that reached its board may still be carried out.
         public static let timeout = Code(name: "timeout")
+        /// The request was delivered to its board, which ended (or lost its connection) before it
+        /// answered: it may or may not have been carried out. A dispatch is safe to retry with
+        /// the same dispatch id; anything else only if it is safe to repeat.
+        public static let outcomeUnknown = Code(name: "outcomeUnknown")
         /// Frames that do not follow the protocol (truncated, wrong version, garbage).
         public static let malformed = Code(name: "malformed")
         /// A frame larger than the limit.
@@ -65,7 +69,7 @@ public struct BusError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let defined: Set<String> = [
             noSuchBoard, boardNotRunning, typeMismatch, timeout, malformed, tooLarge, unknownCommand, idInUse, notRegistered, handlerFailed,
             brokerNotRunning, badArgument, transport, noSuchStore, unknownAction, unauthorized, busy, storageFailed, cancelled,
-            unsupportedVersion, unreachable, unsupportedContentType,
+            unsupportedVersion, unreachable, unsupportedContentType, outcomeUnknown,
         ].reduce(into: Set<String>()) { $0.insert($1.name) }
 
         public var description: String { name }

@@ -234,6 +234,9 @@ public struct BoardState: RawRepresentable, Hashable, Sendable, Codable, CustomS
 
     /// Registered and live.
     public static let running = BoardState(name: "running")
+    /// Registered, silent past the liveness timeout, but its process runs and its connection
+    /// answers: a handler holds its thread. Requests to it wait, each until its own deadline.
+    public static let busy = BoardState(name: "busy")
     /// Its process was started and has not registered yet.
     public static let starting = BoardState(name: "starting")
     /// Its process ended and the broker waits out the back-off before starting it again.

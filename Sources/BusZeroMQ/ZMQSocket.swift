@@ -140,6 +140,14 @@ package final class ZMQSocket {
         zmq_msg_get(lastHeader, ZMQ_SRCFD)
     }
 
+    /// The process at the other end of the connection the last message came in on, as the
+    /// kernel knows it (`SO_PEERCRED`): for an ipc peer, its real pid whatever it claims; nil for
+    /// tcp and in-process peers.
+    package var lastSourceProcessID: Int32? {
+        let pid = boardbus_peer_process_id(lastSourceDescriptor)
+        return pid > 0 ? pid : nil
+    }
+
     /// The bytes of the last received header frame, in place.
     private var lastHeaderBytes: UnsafeMutableRawBufferPointer {
         UnsafeMutableRawBufferPointer(start: zmq_msg_data(lastHeader), count: zmq_msg_size(lastHeader))

@@ -23,4 +23,14 @@ static inline size_t boardbus_heap_free_bytes(void) {
 static inline int boardbus_trim_heap(void) {
     return malloc_trim(0);
 }
+/* The process at the other end of a Unix-domain socket, as the kernel recorded it when it
+   connected (SO_PEERCRED), or 0 for another kind of socket. Linux's struct ucred, declared here
+   since <sys/socket.h> has it only under _GNU_SOURCE. */
+struct boardbus_peer_credentials { int pid; unsigned int uid; unsigned int gid; };
+static inline int boardbus_peer_process_id(int descriptor) {
+    struct boardbus_peer_credentials credentials = {0, 0, 0};
+    socklen_t length = sizeof credentials;
+    if (descriptor < 0 || getsockopt(descriptor, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) return 0;
+    return credentials.pid;
+}
 #endif

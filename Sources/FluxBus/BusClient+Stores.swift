@@ -9,8 +9,9 @@ extension BusClient {
     /// anything is sent) makes retries safe: an action with an id the store has seen is not
     /// applied again.
     ///
-    /// With `retries`, the dispatch is sent again while the store's owner is not running (until the
-    /// timeout), under one dispatch id (made up when none is given), so it is applied once.
+    /// With `retries`, the dispatch is sent again while the store's owner is not running, and
+    /// after an owner that ended before it answered (`outcomeUnknown`), until the timeout, under
+    /// one dispatch id (made up when none is given), so it is applied once.
     public func dispatch(
         store: String, action: String, payload: Data, dispatchID: String? = nil, scope: Scope = .root,
         timeout: Duration = BusClient.defaultTimeout, retries: Bool = false
@@ -18,7 +19,7 @@ extension BusClient {
         let id = dispatchID ?? (retries ? UUID().uuidString : nil)
         let envelope = Envelope(
             header: EnvelopeHeader(kind: .dispatch, target: store, scope: scope, typeName: action, dispatchID: id), payload: payload)
-        let reply = try await request(envelope, timeout: timeout, retryingWhileNotRunning: retries)
+        let reply = try await request(envelope, timeout: timeout, retryingOn: retries ? BusClient.retryable.union([.outcomeUnknown]) : [])
         return try PayloadCodec.decode(DispatchAck.self, from: reply.payload)
     }
 

@@ -1,12 +1,35 @@
+import BoardKit
 import BusCore
 import Foundation
 import GRDB
 
+/// Which store a database belongs to: the board that owns it, the scope that board runs in, and
+/// the store's name. Two stores differ when any of the three does, and so do their databases.
+public struct StoreIdentity: Sendable, Hashable, CustomStringConvertible {
+    public var board: BoardID
+    public var scope: Scope
+    public var store: String
+
+    public init(board: BoardID, scope: Scope, store: String) {
+        self.board = board
+        self.scope = scope
+        self.store = store
+    }
+
+    /// `store 'comments' of board 'demo.comments' in scope eu`.
+    public var description: String {
+        "store '\(store.escapedForDisplay())' of board '\(board)' in scope \(scope)"
+    }
+}
+
 /// Where a persistent store keeps its state and the actions it acknowledged: one SQLite database
-/// (through GRDB). The state, its sequence number and the journal row of the action that produced
-/// it are written in one transaction before the change is visible or acknowledged, so an
-/// acknowledged action survives `kill -9`, a failed write changes nothing, and a retried dispatch
-/// id is recognised and not applied again.
+/// (through GRDB) per store identity (board, scope, store). The state, its sequence number and
+/// the journal row of the action that produced it are written in one transaction before the
+/// change is visible or acknowledged, so an acknowledged action survives `kill -9`, a failed write
+/// changes nothing, and a retried dispatch id is recognised and not applied again.
+///
+/// The database records its format (`PRAGMA user_version`, ``formatVersion``) and the identity
+/// of its store: a database of another store, or of a newer format, is refused when opened.
 ///
 /// Every failure of the database (locked by another connection past the caller's deadline, disk
 /// or size limit full, read-only file) is a ``BusError`` with the code ``BusError/Code/storageFailed``.
@@ -14,17 +37,23 @@ public final class StorePersistence: @unchecked Sendable {
     let queue: DatabaseQueue
     let store: String
 
+    /// The format this version writes (SQLite's `user_version`). 0 is a database from before
+    /// formats were recorded (one file for a board's store in every scope); 1 adds the store's
+    /// identity.
+    public static let formatVersion = 1
+
     /// How long a write waits for a lock held by another connection when the request carries no
     /// deadline.
     public static let defaultLockWait: Duration = .seconds(5)
 
-    /// Opens (or creates) the database at `path`.
+    /// Opens (or creates) the database at `path` for the store `identity`.
     /// - Parameter maximumBytes: the largest the database may grow (SQLite's `max_page_count`);
     ///   a write past it fails with `storageFailed` and changes nothing. Nil: no limit.
-    public init(path: String, store: String, maximumBytes: Int? = nil) throws {
+    public init(path: String, identity: StoreIdentity, maximumBytes: Int? = nil) throws {
         do {
             try FileManager.default.createDirectory(
-                atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+                atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true,
+                attributes: [.posixPermissions: 0o700])
             var configuration = Configuration()
             if let maximumBytes {
                 configuration.prepareDatabase { db in
@@ -33,30 +62,95 @@ public final class StorePersistence: @unchecked Sendable {
                 }
             }
             queue = try DatabaseQueue(path: path, configuration: configuration)
-            self.store = store
-            try queue.write { db in
-                try db.execute(
-                    sql: """
-                        CREATE TABLE IF NOT EXISTS store_state (
-                            store TEXT PRIMARY KEY, sequence INTEGER NOT NULL, snapshot BLOB NOT NULL);
-                        CREATE TABLE IF NOT EXISTS dispatch_journal (
-                            store TEXT NOT NULL, dispatch_id TEXT NOT NULL, sequence INTEGER NOT NULL,
-                            action TEXT NOT NULL, payload BLOB NOT NULL, PRIMARY KEY (store, dispatch_id));
-                        """)
-            }
+            self.store = identity.store
+            try queue.write { db in try Self.prepare(db, path: path, identity: identity) }
+        } catch let error as BusError {
+            throw error
         } catch {
             throw BusError(.storageFailed, "cannot open store database \(path): \(Self.describe(error))")
         }
     }
 
-    /// The database for a store of a board: `$BOARDBUS_DATA_DIR`, else `<runtime dir>/data`;
-    /// `$BOARDBUS_STORE_MAX_BYTES`, when set, limits its size.
-    public static func forStore(_ store: String, board: BoardID, environment: [String: String] = ProcessInfo.processInfo.environment) throws
-        -> StorePersistence
-    {
-        let directory =
-            environment["BOARDBUS_DATA_DIR"].flatMap { $0.isEmpty ? nil : $0 }
-            ?? "\(BusAddress.runtimeDirectory(environment: environment, userID: getuid()))/data"
+    /// Creates the tables of a new database, or checks an existing one's format and identity,
+    /// and records both (one transaction: a database is adopted whole or not at all).
+    private static func prepare(_ db: Database, path: String, identity: StoreIdentity) throws {
+        let version = try Int.fetchOne(db, sql: "PRAGMA user_version") ?? 0
+        guard version <= formatVersion else {
+            throw BusError(
+                .storageFailed,
+                "store database \(path) has format \(version), written by a newer BoardBus; this one reads formats up to \(formatVersion)")
+        }
+        try db.execute(
+            sql: """
+                CREATE TABLE IF NOT EXISTS store_state (
+                    store TEXT PRIMARY KEY, sequence INTEGER NOT NULL, snapshot BLOB NOT NULL);
+                CREATE TABLE IF NOT EXISTS dispatch_journal (
+                    store TEXT NOT NULL, dispatch_id TEXT NOT NULL, sequence INTEGER NOT NULL,
+                    action TEXT NOT NULL, payload BLOB NOT NULL, PRIMARY KEY (store, dispatch_id));
+                CREATE TABLE IF NOT EXISTS store_identity (
+                    board TEXT NOT NULL, scope TEXT NOT NULL, store TEXT NOT NULL);
+                """)
+        let recorded = try Row.fetchOne(db, sql: "SELECT board, scope, store FROM store_identity")
+        if let recorded {
+            let owner = (board: recorded["board"] as String, scope: recorded["scope"] as String, store: recorded["store"] as String)
+            guard owner.board == identity.board.rawValue, owner.scope == identity.scope.name, owner.store == identity.store else {
+                let theirs = "store '\(owner.store.escapedForDisplay())' of board '\(owner.board.escapedForDisplay())' in scope \(Scope(owner.scope))"
+                throw BusError(.storageFailed, "store database \(path) belongs to \(theirs), not to the \(identity)")
+            }
+        } else {
+            // A new database, or one an operator moved here from the layout before format 1.
+            try db.execute(
+                sql: "INSERT INTO store_identity (board, scope, store) VALUES (?, ?, ?)",
+                arguments: [identity.board.rawValue, identity.scope.name, identity.store])
+        }
+        if version < formatVersion { try db.execute(sql: "PRAGMA user_version = \(formatVersion)") }
+    }
+
+    /// The database of a store of a board in a scope:
+    /// `<stores>/root/<board>.<store>.sqlite` for the root scope and
+    /// `<stores>/scope-<scope>/<board>.<store>.sqlite` for another, where `<stores>` is
+    /// `$BOARDBUS_DATA_DIR`, else `<state dir>/stores` (``BusAddress/stateDirectory(environment:userID:)``).
+    /// A store name that cannot be part of a file name (not letters, digits, `.`, `_`, `-`) is a
+    /// `badArgument`.
+    public static func databasePath(
+        for identity: StoreIdentity, environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws -> String {
+        guard BoardID.isValid(identity.store) else {
+            throw BusError(
+                .badArgument,
+                "store name '\(identity.store.escapedForDisplay())' cannot name its database file: use dot-separated letters, digits, '_' and '-'")
+        }
+        let scopeDirectory = identity.scope.isRoot ? "root" : "scope-\(identity.scope.name)"
+        return "\(storesDirectory(environment: environment))/\(scopeDirectory)/\(identity.board).\(identity.store).sqlite"
+    }
+
+    /// `$BOARDBUS_DATA_DIR`, else `<state dir>/stores`.
+    static func storesDirectory(environment: [String: String]) -> String {
+        environment["BOARDBUS_DATA_DIR"].flatMap { $0.isEmpty ? nil : $0 }
+            ?? "\(BusAddress.stateDirectory(environment: environment, userID: getuid()))/stores"
+    }
+
+    /// Where the layout before format 1 kept a board's store, for every scope in one file:
+    /// `$BOARDBUS_DATA_DIR/<board>.<store>.sqlite`, else `<runtime dir>/data/<board>.<store>.sqlite`.
+    static func legacyPaths(for identity: StoreIdentity, environment: [String: String]) -> [String] {
+        let file = "\(identity.board).\(identity.store).sqlite"
+        var paths = ["\(BusAddress.runtimeDirectory(environment: environment, userID: getuid()))/data/\(file)"]
+        if let data = environment["BOARDBUS_DATA_DIR"], !data.isEmpty { paths.insert("\(data)/\(file)", at: 0) }
+        return paths
+    }
+
+    /// The database for a store of a board (``databasePath(for:environment:)``), in the board's
+    /// scope (`$BOARDBUS_SCOPE` unless `scope` is given); `$BOARDBUS_STORE_MAX_BYTES`, when set,
+    /// limits its size.
+    ///
+    /// A database left in the layout before format 1 (one file for every scope of the board) is
+    /// not guessed into a scope: while this scope has no database of its own, opening it fails
+    /// with `storageFailed`, saying where the old file is and how to move it into the scope it
+    /// belongs to (or remove it).
+    public static func forStore(
+        _ store: String, board: BoardID, scope: Scope? = nil, environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws -> StorePersistence {
+        let identity = StoreIdentity(board: board, scope: scope ?? Scope(environment["BOARDBUS_SCOPE"] ?? ""), store: store)
         var maximumBytes: Int?
         if let text = environment["BOARDBUS_STORE_MAX_BYTES"], !text.isEmpty {
             guard let value = Int(text), value > 0 else {
@@ -64,7 +158,27 @@ public final class StorePersistence: @unchecked Sendable {
             }
             maximumBytes = value
         }
-        return try StorePersistence(path: "\(directory)/\(board).\(store).sqlite", store: store, maximumBytes: maximumBytes)
+        let path = try databasePath(for: identity, environment: environment)
+        if !FileManager.default.fileExists(atPath: path),
+            let legacy = legacyPaths(for: identity, environment: environment).first(where: FileManager.default.fileExists(atPath:))
+        {
+            throw BusError(
+                .storageFailed,
+                """
+                \(legacy) is a store database of the layout before format 1, which every scope of board '\(board)' shared; \
+                each scope's store now has its own, and the \(identity) is \(path). If the old file holds this scope's data, \
+                move it there (mv '\(legacy)' '\(path)', with any -journal, -wal or -shm file beside it); if not, remove it; \
+                then start the board again
+                """)
+        }
+        return try StorePersistence(path: path, identity: identity, maximumBytes: maximumBytes)
+    }
+
+    /// The database for a store of `board`, in its scope (``forStore(_:board:scope:environment:)``).
+    public static func forStore(_ store: String, of board: Board, environment: [String: String] = ProcessInfo.processInfo.environment) throws
+        -> StorePersistence
+    {
+        try forStore(store, board: board.id, scope: board.scope, environment: environment)
     }
 
     /// The saved ``StoreSnapshot`` payload (the same bytes watchers were sent), if any.

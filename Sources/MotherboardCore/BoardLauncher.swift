@@ -5,8 +5,8 @@ import Synchronization
 
 /// Starts board processes from the manifest and stops exactly the ones it started.
 ///
-/// Each board gets `BOARDBUS_ADDRESS`, `BOARDBUS_RUNTIME_DIR`, `BOARDBUS_BOARD_ID`,
-/// `BOARDBUS_SCOPE` and a new `BOARDBUS_BOARD_SECRET` in its environment, its output in
+/// Each board gets `BOARDBUS_ADDRESS`, `BOARDBUS_RUNTIME_DIR`, `BOARDBUS_STATE_DIR`,
+/// `BOARDBUS_BOARD_ID`, `BOARDBUS_SCOPE` and a new `BOARDBUS_BOARD_SECRET` in its environment, its output in
 /// `<runtime>/logs/<id>.log` and a pid file in `<runtime>/pids/<id>.pid` (`<id>@<scope>` outside
 /// the root scope), so `scripts/fleet` and tests can find it. The secret is also kept beside the
 /// pid file (`.secret`, mode 0600) so that a restarted broker can check the registration of a
@@ -24,6 +24,8 @@ public final class BoardLauncher: Sendable {
     }
 
     private let address: BusAddress
+    /// Where the boards keep what must survive (their stores): the broker's state directory.
+    private let stateDirectory: String
     private let binaryDirectory: String
     private let logger: Logger
     private let children = Mutex<[Int32: Child]>([:])
@@ -34,8 +36,12 @@ public final class BoardLauncher: Sendable {
 
     /// - Parameter onExit: called with the pid, a description of how it ended, and whether it
     ///   exited cleanly (status 0), for processes this launcher started.
-    public init(address: BusAddress, binaryDirectory: String, logger: Logger, onExit: @escaping @Sendable (Int32, String, Bool) -> Void) {
+    public init(
+        address: BusAddress, stateDirectory: String, binaryDirectory: String, logger: Logger,
+        onExit: @escaping @Sendable (Int32, String, Bool) -> Void
+    ) {
         self.address = address
+        self.stateDirectory = stateDirectory
         self.binaryDirectory = binaryDirectory
         self.logger = logger
         self.onExit = onExit
@@ -78,6 +84,7 @@ public final class BoardLauncher: Sendable {
         for name in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] { environment[name] = nil }
         environment["BOARDBUS_ADDRESS"] = address.endpoint
         environment["BOARDBUS_RUNTIME_DIR"] = address.runtimeDirectory
+        environment["BOARDBUS_STATE_DIR"] = stateDirectory
         environment["BOARDBUS_BOARD_ID"] = board.id.rawValue
         environment["BOARDBUS_SCOPE"] = board.scope.name
         let secret = Registration.makeSecret()

@@ -65,12 +65,18 @@ final class LiveBoard {
     /// key name); such a board whose link fails is kept as unreachable rather than dropped.
     let origin: PeerOrigin?
     var host: String? { origin?.description }
+    /// The process at the other end of its connection, as the kernel named it at registration
+    /// (ipc only): while it runs, a silent board is busy, not gone.
+    let process: Int32?
+    /// Since when it is silent past the liveness timeout while its process runs (nil: it is not).
+    var busySince: ContinuousClock.Instant?
 
     init(
         registration: Registration, peer: PeerID, registeredAt: ContinuousClock.Instant, lastSeen: ContinuousClock.Instant, metrics: BoardMetrics,
-        origin: PeerOrigin? = nil
+        origin: PeerOrigin? = nil, process: Int32? = nil
     ) {
         self.origin = origin
+        self.process = process
         self.metrics = metrics
         self.registration = registration
         self.peer = peer

@@ -520,7 +520,10 @@ final class MajordomoBridge: @unchecked Sendable {
     private func drop(_ worker: Data, reason: String) {
         guard let gone = workers.removeValue(forKey: worker) else { return }
         if let token = gone.busyWith, let request = workerRequests.removeValue(forKey: token), request.correlationID != 0 {
-            let error = BusError(.boardNotRunning, "board '\(gone.service)' stopped before answering (\(reason))")
+            let error = BusError(
+                .outcomeUnknown,
+                "board '\(gone.service)' stopped after the request was delivered, before it answered (\(reason)); whether it was carried out is unknown"
+            )
             _ = try? services[gone.service]?.socket.send(Envelope.error(error, correlationID: request.correlationID))
         }
         guard var service = services[gone.service] else { return }

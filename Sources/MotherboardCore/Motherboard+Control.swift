@@ -90,7 +90,7 @@ extension Motherboard {
         let registration = board.registration
         let uptime = board.registeredAt.duration(to: now)
         return BoardInfo(
-            id: registration.id, scope: registration.scope, pid: registration.pid, state: .running,
+            id: registration.id, scope: registration.scope, pid: registration.pid, state: board.busySince == nil ? .running : .busy,
             start: manifest.board(registration.id, scope: registration.scope)?.start.rawValue ?? "external",
             inputType: registration.inputType, commands: registration.commands, actions: registration.actions,
             uptimeSeconds: Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18,

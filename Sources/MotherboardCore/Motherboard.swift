@@ -109,9 +109,11 @@ public final class Motherboard {
 
     /// Handles one message that a transport has already parsed (or found malformed).
     /// `origin` says where the peer's connection comes from when it is not the ipc socket (a tcp
-    /// peer's address and key name), for registrations.
+    /// peer's address and key name), for registrations; `process`, for an ipc peer, the pid the
+    /// kernel knows for the other end of its connection.
     public func receive(
-        _ message: Result<Envelope, MalformedMessage>, from peer: PeerID, now: ContinuousClock.Instant, origin: PeerOrigin? = nil
+        _ message: Result<Envelope, MalformedMessage>, from peer: PeerID, now: ContinuousClock.Instant, origin: PeerOrigin? = nil,
+        process: Int32? = nil
     ) {
         let envelope: Envelope
         switch message {
@@ -143,7 +145,7 @@ public final class Motherboard {
                     .badArgument, "a content type (header field 3) is for commands and replies only; send \(envelope.header.kind) as JSON"))
         }
         switch envelope.header.kind {
-        case .register: register(envelope, from: peer, now: now, origin: origin)
+        case .register: register(envelope, from: peer, now: now, origin: origin, process: process)
         case .unregister: unregister(envelope, from: peer)
         case .heartbeat: heartbeat(from: peer)
         case .activate: activate(envelope, from: peer, now: now)
@@ -167,13 +169,33 @@ public final class Motherboard {
         }
     }
 
-    /// Heartbeats boards, drops the silent ones and fails requests and starts past their deadline.
+    /// Heartbeats boards, drops the gone ones and fails requests and starts past their deadline.
+    ///
+    /// A board silent for the liveness timeout is gone, unless it is only busy: a local board
+    /// whose process (known from its connection, not from what it claims) still runs. Its
+    /// connection is watched by ZMTP pings that libzmq answers on its own thread, so a process that
+    /// is frozen or gone loses it within seconds, and the next heartbeat sent to it fails and drops
+    /// the board. A handler that holds the board's thread (a lock, a long computation) delays only
+    /// the requests behind it, each of which keeps its own deadline.
     public func tick(now: ContinuousClock.Instant) {
         var silent: [LiveBoard] = []
         for board in registry.boards.values {
             if board.lastSeen.duration(to: now) > settings.livenessTimeout {
-                silent.append(board)
-            } else if board.takeHeartbeat(at: now, every: settings.heartbeatInterval) {
+                guard isBusy(board) else {
+                    silent.append(board)
+                    continue
+                }
+                if board.busySince == nil {
+                    board.busySince = board.lastSeen
+                    logger.notice(
+                        "board busy: silent past the liveness timeout, its process and connection alive",
+                        metadata: ["board": "\(board.name)", "pid": "\(board.registration.pid)", "silentFor": "\(settings.livenessTimeout)"])
+                }
+            } else if let since = board.busySince {
+                board.busySince = nil
+                logger.notice("board answers again", metadata: ["board": "\(board.name)", "busyFor": "\(since.duration(to: now))"])
+            }
+            if board.takeHeartbeat(at: now, every: settings.heartbeatInterval) {
                 send(Envelope(header: EnvelopeHeader(kind: .heartbeat, target: board.id.rawValue)), to: board.peer)
             }
         }
@@ -202,7 +224,14 @@ public final class Motherboard {
 
     // MARK: - Registration and liveness
 
-    private func register(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant, origin: PeerOrigin?) {
+    /// Whether a silent board is only busy: its connection is one whose other end the kernel
+    /// named at registration, and that process still runs.
+    private func isBusy(_ board: LiveBoard) -> Bool {
+        guard let process = board.process, let producer else { return false }
+        return producer.isRunning(process)
+    }
+
+    private func register(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant, origin: PeerOrigin?, process: Int32?) {
         let registration: Registration
         do {
             registration = try PayloadCodec.decode(Registration.self, from: envelope.payload)
@@ -226,7 +255,8 @@ public final class Motherboard {
         }
         // Its counters only once it is accepted: a refused name leaves nothing behind.
         let board = LiveBoard(
-            registration: registration, peer: peer, registeredAt: now, lastSeen: now, metrics: metrics.board(name), origin: origin)
+            registration: registration, peer: peer, registeredAt: now, lastSeen: now, metrics: metrics.board(name), origin: origin,
+            process: process)
         board.scheduleHeartbeats(every: settings.heartbeatInterval)
         registry.insert(board)
         unreachable[name] = nil
@@ -306,7 +336,9 @@ public final class Motherboard {
             logger.warning("board unreachable", metadata: ["board": "\(name)", "host": "\(board.host ?? "")", "reason": "\(reason)"])
             failure = BusError(.unreachable, "board '\(name)' at \(board.host ?? "another host") is unreachable (\(reason))")
         } else {
-            failure = BusError(.boardNotRunning, "board '\(name)' stopped before answering (\(reason))")
+            failure = BusError(
+                .outcomeUnknown,
+                "board '\(name)' stopped after the request was delivered, before it answered (\(reason)); whether it was carried out is unknown")
         }
         // A manifest board keeps its series across restarts; another board's go with it.
         if manifest.board(named: name.name, scope: name.scope) == nil { metrics.forget(name) }
@@ -364,6 +396,10 @@ public final class Motherboard {
             return
         }
         if let board = registry.board(for: peer), kind != .error {
+            // The request that could not be handed over was not delivered: its sender may retry.
+            if kind != .reply && correlationID != 0 {
+                finish(correlationID, .failure(BusError(.boardNotRunning, "board '\(board.name)' is gone: its connection closed")))
+            }
             lose(board, reason: "its socket is gone or full")
         }
         if peer == uplink, !transport.isConnected(peer) { uplinkLost(peer) }

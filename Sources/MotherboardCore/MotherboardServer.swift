@@ -25,9 +25,13 @@ public final class MotherboardServer: Service {
         /// Where else to listen (`tcp://ADDR:PORT`), besides the ipc socket: CURVE endpoints
         /// unless `insecure`. Default: the manifest's `listen`.
         public var listen: [String] = []
-        /// The broker's CURVE key pair file (default `<runtime>/curve/server.key`, made on first start).
+        /// Where what must outlive the broker lives: the stores of its boards, its CURVE key pair,
+        /// the allow-list (default: ``BusAddress/stateDirectory(environment:userID:)``). One fleet
+        /// per state directory: a second broker on it refuses to start.
+        public var stateDirectory: String?
+        /// The broker's CURVE key pair file (default `<state>/curve/server.key`, made on first start).
         public var curveKeyPath: String?
-        /// The allow-list of client keys (default `<runtime>/curve/allowed.keys`).
+        /// The allow-list of client keys (default `<state>/curve/allowed.keys`).
         public var allowListPath: String?
         /// Plaintext tcp, no keys: anyone who reaches the port is in.
         public var insecure = false
@@ -64,6 +68,10 @@ public final class MotherboardServer: Service {
         try options.manifest.checkExecutables(binaryDirectory: options.binaryDirectory)
         for warning in options.manifest.warnings() { logger.warning("manifest: \(warning)") }
         try RuntimeDirectory.prepare(address.runtimeDirectory)
+        let stateDirectory = options.stateDirectory ?? BusAddress.stateDirectory(environment: ProcessInfo.processInfo.environment, userID: getuid())
+        let stateLock = try StateDirectory.claim(stateDirectory, runtimeDirectory: address.runtimeDirectory)
+        defer { stateLock.release() }
+        logger.info("state directory", metadata: ["path": "\(stateDirectory)"])
         if let path = address.ipcPath {
             if (try? EndpointProbe.checkListening(address)) != nil {
                 throw BusError(.idInUse, "a motherboard already listens at \(address.endpoint)")
@@ -77,7 +85,12 @@ public final class MotherboardServer: Service {
         // between the two get a typed `tooLarge` answer from the broker.
         try socket.set(
             .routerMandatory(true), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000),
-            .maximumMessageBytes(Int64(options.settings.limits.maximumPayloadBytes * 2 + 65_536)))
+            .maximumMessageBytes(Int64(options.settings.limits.maximumPayloadBytes * 2 + 65_536)),
+            // ZMTP pings on every connection (set before any bind: an endpoint takes the options
+            // it is bound with). A peer whose process stops answering them, frozen or gone, is
+            // disconnected within 3 s; one that only keeps its own thread busy answers them from
+            // libzmq's I/O thread and is kept (``Motherboard/tick(now:)``).
+            .heartbeatInterval(.seconds(1)), .heartbeatTimeout(.seconds(3)))
         if address.ipcPath != nil {
             // Only peers running as our uid may talk to the broker (on top of the 0700 directory).
             do {
@@ -91,11 +104,14 @@ public final class MotherboardServer: Service {
         // endpoint, the uplink): no kernel socket between them and the routing loop.
         try socket.bind(Self.inProcessEndpoint)
         let mdp = try mdpEndpoint(address)
-        let security = try listenOnNetwork(socket: socket, context: context, address: address, mdpOnTCP: mdp?.hasPrefix("tcp://") == true)
+        let security = try listenOnNetwork(
+            socket: socket, context: context, address: address, stateDirectory: stateDirectory, mdpOnTCP: mdp?.hasPrefix("tcp://") == true)
 
         // The launcher reports exits from its own threads; they reach the motherboard on the loop.
         let exits = ExitForwarder()
-        let launcher = BoardLauncher(address: address, binaryDirectory: options.binaryDirectory, logger: logger) { pid, status, clean in
+        let launcher = BoardLauncher(
+            address: address, stateDirectory: stateDirectory, binaryDirectory: options.binaryDirectory, logger: logger
+        ) { pid, status, clean in
             exits.forward(pid: pid, status: status, clean: clean)
         }
         let transport = RouterTransport(socket: socket, backlogBudget: options.settings.maximumUnreadBytesPerPeer)
@@ -211,15 +227,15 @@ extension MotherboardServer {
     /// endpoint when it is bound, so the ipc socket stays as it was). CURVE with the broker's key
     /// pair and a ZAP handler checking the allow-list, unless `--insecure`.
     /// An MDP endpoint on tcp (`mdpOnTCP`) is guarded as the main one: keys, allow-list, ZAP.
-    func listenOnNetwork(socket: ZMQSocket, context: ZMQContext, address: BusAddress, mdpOnTCP: Bool) throws -> NetworkSecurity {
+    func listenOnNetwork(socket: ZMQSocket, context: ZMQContext, address: BusAddress, stateDirectory: String, mdpOnTCP: Bool) throws
+        -> NetworkSecurity
+    {
         let metrics = BrokerMetrics()
         let endpoints = options.listen.isEmpty ? options.manifest.listen : options.listen
         guard !endpoints.isEmpty || mdpOnTCP else { return NetworkSecurity(zap: nil, metrics: metrics) }
         for endpoint in endpoints where !endpoint.hasPrefix("tcp://") {
             throw BusError(.badArgument, "--listen takes tcp://ADDRESS:PORT endpoints, not '\(endpoint)'")
         }
-        // A cut link is noticed by ZMTP pings within 3 s, without traffic.
-        try socket.set(.heartbeatInterval(.seconds(1)), .heartbeatTimeout(.seconds(3)))
         let logger = logger
         var decide: @Sendable (ZAPHandler.Request) -> String?
         var secretKey: String?
@@ -231,8 +247,11 @@ extension MotherboardServer {
             // Every peer is let in; the name marks its connection as a tcp one (for `list`'s host).
             decide = { _ in "insecure" }
         } else {
-            let directory = "\(address.runtimeDirectory)/curve"
+            let directory = "\(stateDirectory)/curve"
             try RuntimeDirectory.prepare(directory)
+            for moved in try StateDirectory.adoptCurveFiles(from: "\(address.runtimeDirectory)/curve", to: directory) {
+                logger.notice("moved a CURVE file from the runtime directory to the state directory", metadata: ["file": "\(moved)"])
+            }
             let keyPath = options.curveKeyPath ?? "\(directory)/server.key"
             let (keys, created) = try CurveKeyPair.loadOrCreate(path: keyPath, name: "motherboard")
             if created { logger.notice("made the motherboard's CURVE key pair", metadata: ["file": "\(keyPath)"]) }
@@ -403,15 +422,18 @@ final class RouterLoopHandler: SocketLoopHandler {
         guard let routingID = message.routingID else { return }
         let peer = PeerID(routingID)
         transport.backlog.noteReceived(from: peer, descriptor: socket.lastSourceDescriptor)
-        motherboard.receive(message.content, from: peer, now: clock.now, origin: Self.origin(of: message, on: socket))
+        guard case .success(let envelope) = message.content, envelope.header.kind == .register else {
+            return motherboard.receive(message.content, from: peer, now: clock.now)
+        }
+        motherboard.receive(
+            message.content, from: peer, now: clock.now, origin: Self.origin(of: message, on: socket), process: socket.lastSourceProcessID)
     }
 
     /// Where a registration's connection comes from, when it is a tcp one: the peer's address
     /// and the name its key has in the allow-list (`10.0.0.2 (edge-b)`).
     static func origin(of message: ReceivedMessage, on socket: ZMQSocket) -> PeerOrigin? {
-        guard case .success(let envelope) = message.content, envelope.header.kind == .register,
-            // Only tcp connections went through the ZAP handler and carry a user id; ipc ones do not.
-            let user = socket.lastReceivedProperty("User-Id"), !user.isEmpty,
+        // Only tcp connections went through the ZAP handler and carry a user id; ipc ones do not.
+        guard let user = socket.lastReceivedProperty("User-Id"), !user.isEmpty,
             let address = socket.lastReceivedProperty("Peer-Address")
         else { return nil }
         return PeerOrigin(address: address, keyName: user)

@@ -36,7 +36,7 @@ enum MajordomoBench {
         }
         let manifest = #"{"boards": [], "mdp": "ipc://mdp.sock"}"#
         try await TestFleet.with(manifest: manifest) { fleet in
-            let environment = TestFleet.environment(for: fleet.address)
+            let environment = fleet.environment
             let boardBus = "ipc://\(fleet.address.runtimeDirectory)/mdp.sock"
             let majortomo = "ipc://\(fleet.directory)/majortomo.sock"
             func python(_ script: String, _ arguments: [String], name: String) async throws -> ChildProcess {

@@ -50,7 +50,7 @@ enum NetworkBench {
             let client = try await lab.run(
                 lab.binaries + "/boardbus-bench",
                 [
-                    "--tcp-client", lab.parentEndpoint, "--tcp-server-key", "\(lab.runtimeA)/curve/server.pub", "--tcp-client-key",
+                    "--tcp-client", lab.parentEndpoint, "--tcp-server-key", "\(lab.stateA)/curve/server.pub", "--tcp-client-key",
                     "\(lab.directory)/ops.key", "--tcp-baseline", baselineEndpoint, "--tcp-baseline-key", "\(lab.directory)/baseline.key",
                     "--tcp-requests", "\(quick ? 2_000 : settings.latencyRequests / 2)", "--tcp-seconds",
                     "\(quick ? 1.5 : settings.throughputSeconds / 2)",

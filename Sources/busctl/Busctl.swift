@@ -252,7 +252,8 @@ extension Busctl {
         @Argument(help: "The store name.") var store: String
         @Argument(help: "The action name.") var action: String
         @Argument(help: "The action as JSON (default {}).") var payload: String?
-        @Option(help: "An idempotency key: a retry with the same id is not applied twice.") var id: String?
+        @Option(help: "An idempotency key: a retry with the same id is not applied twice (default: a new one, printed when the outcome is unknown).")
+        var id: String?
 
         /// Arguments are checked before connecting: a bad one is exit 2 whether or not a broker runs.
         func validate() throws {
@@ -265,9 +266,17 @@ extension Busctl {
         func run() async throws {
             try await options.withClient { client in
                 try await tracing.run {
-                    let ack = try await client.dispatch(
-                        store: store, action: action, payload: try jsonPayload(payload), dispatchID: id, scope: options.scope,
-                        timeout: options.deadline)
+                    // Always an id: when the outcome is unknown, a retry with it is applied at most once.
+                    let dispatchID = id ?? UUID().uuidString
+                    let ack: DispatchAck
+                    do {
+                        ack = try await client.dispatch(
+                            store: store, action: action, payload: try jsonPayload(payload), dispatchID: dispatchID, scope: options.scope,
+                            timeout: options.deadline)
+                    } catch let error as BusError where [.outcomeUnknown, .timeout].contains(error.code) {
+                        throw BusError(
+                            error.code, "\(error.message); retry with the same dispatch id (--id \(dispatchID)): it is applied at most once")
+                    }
                     if options.json { return try options.printJSON(ack) }
                     print("\(action) \(ack.applied ? "applied" : "already applied") to \(store) as change \(ack.sequence)")
                 }

@@ -14,14 +14,14 @@ extension Busctl {
         struct Server: ParsableCommand {
             static let configuration = CommandConfiguration(
                 commandName: "server",
-                abstract: "Print the public key of the motherboard of this runtime directory (made on its first start with --listen).")
-            @Option(help: "The runtime directory (default: $BOARDBUS_RUNTIME_DIR, $XDG_RUNTIME_DIR/boardbus or /tmp/boardbus-$UID).")
-            var runtimeDir: String?
+                abstract: "Print the public key of the motherboard of this state directory (made on its first start with --listen).")
+            @Option(help: "The motherboard's state directory (default: $BOARDBUS_STATE_DIR, $XDG_STATE_HOME/boardbus or ~/.local/state/boardbus).")
+            var stateDir: String?
 
             func run() throws {
                 var environment = ProcessInfo.processInfo.environment
-                if let runtimeDir { environment["BOARDBUS_RUNTIME_DIR"] = runtimeDir }
-                let path = "\(BusAddress.runtimeDirectory(environment: environment, userID: getuid()))/curve/server.key"
+                if let stateDir { environment["BOARDBUS_STATE_DIR"] = stateDir }
+                let path = "\(BusAddress.stateDirectory(environment: environment, userID: getuid()))/curve/server.key"
                 print(try keysOrExit { try CurveKeyPair.load(path: path) }.publicKey)
             }
         }

@@ -18,6 +18,12 @@ struct MotherboardCommand: AsyncParsableCommand {
     @Option(help: "The runtime directory (default: $BOARDBUS_RUNTIME_DIR, $XDG_RUNTIME_DIR/boardbus or /tmp/boardbus-$UID).")
     var runtimeDir: String?
 
+    @Option(
+        help:
+            "Where stores, the CURVE key pair and the allow-list are kept, apart from the runtime directory (default: $BOARDBUS_STATE_DIR, $XDG_STATE_HOME/boardbus or ~/.local/state/boardbus)."
+    )
+    var stateDir: String?
+
     @Option(help: "The endpoint to bind (default: ipc://<runtime dir>/motherboard.sock).")
     var bus: String?
 
@@ -37,10 +43,10 @@ struct MotherboardCommand: AsyncParsableCommand {
             valueName: "endpoint"))
     var listen: [String] = []
 
-    @Option(help: "The motherboard's CURVE key pair file (default: <runtime dir>/curve/server.key, made on first start, mode 0600).")
+    @Option(help: "The motherboard's CURVE key pair file (default: <state dir>/curve/server.key, made on first start, mode 0600).")
     var curveKey: String?
 
-    @Option(help: "The allow-list of client public keys, 'NAME KEY' per line (default: <runtime dir>/curve/allowed.keys; re-read when it changes).")
+    @Option(help: "The allow-list of client public keys, 'NAME KEY' per line (default: <state dir>/curve/allowed.keys; re-read when it changes).")
     var allow: String?
 
     @Flag(help: "Listen on tcp without CURVE: anyone who reaches the port can use the fleet. For a private test network only.")
@@ -86,6 +92,7 @@ struct MotherboardCommand: AsyncParsableCommand {
                 address: address, manifest: fleet, binaryDirectory: binaries, exitWithParent: exitWithParent, metricsListen: listen,
                 maximumLogBytes: logLimit)
             options.listen = self.listen
+            options.stateDirectory = stateDir
             options.curveKeyPath = curveKey
             options.allowListPath = allow
             options.insecure = insecure

@@ -91,7 +91,7 @@ struct InProcessFleetTests {
             await fleet.kill("demo.stuck")
             // The next heartbeat to it finds its connection gone, drops it and fails the call.
             let error = await #expect(throws: BusError.self) { try await call.value }
-            #expect(error?.code == .boardNotRunning)
+            #expect(error?.code == .outcomeUnknown)
         }
     }
 

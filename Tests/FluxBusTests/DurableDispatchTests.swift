@@ -23,6 +23,7 @@ final class NotesStore: StatefulStore<[String]>, @unchecked Sendable {
 struct DurableStoreFixture {
     let directory: String
     var path: String { "\(directory)/notes.sqlite" }
+    static let identity = StoreIdentity(board: "test.notes", scope: .root, store: "notes")
 
     init() throws {
         var template = Array("\(NSTemporaryDirectory())/fluxbus-XXXXXX".utf8CString)
@@ -33,7 +34,8 @@ struct DurableStoreFixture {
     /// The store as its owner opens it at start: loaded from the database.
     func open(maximumBytes: Int? = nil) throws -> (store: NotesStore, remote: StoreHost<[String]>, published: PublishedChanges) {
         let store = NotesStore(initialState: [], dispatcher: Dispatcher())
-        let remote = try StoreHost(name: "notes", store: store, persistence: StorePersistence(path: path, store: "notes", maximumBytes: maximumBytes))
+        let remote = try StoreHost(
+            name: "notes", store: store, persistence: StorePersistence(path: path, identity: Self.identity, maximumBytes: maximumBytes))
         remote.action(NotesStore.Add.self, named: "add")
         remote.action(NotesStore.Clear.self, named: "clear")
         remote.action(NotesStore.Ignored.self, named: "ignored")

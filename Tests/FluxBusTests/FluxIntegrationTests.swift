@@ -194,7 +194,9 @@ struct FluxIntegrationTests {
             // A second connection holds the write lock, as `sqlite3` with BEGIN IMMEDIATE does.
             var configuration = Configuration()
             configuration.allowsUnsafeTransactions = true
-            let other = try DatabaseQueue(path: "\(fleet.address.runtimeDirectory)/data/demo.comments.comments.sqlite", configuration: configuration)
+            let database = try StorePersistence.databasePath(
+                for: StoreIdentity(board: CommentsIO.id, scope: .root, store: CommentsIO.store), environment: fleet.environment)
+            let other = try DatabaseQueue(path: database, configuration: configuration)
             try await other.writeWithoutTransaction { db in try db.execute(sql: "BEGIN IMMEDIATE") }
             for _ in 0..<2 {
                 let refused = try await fleet.busctl("dispatch", "comments", "reply", reply, "--id", "imm1", "--timeout", "1")

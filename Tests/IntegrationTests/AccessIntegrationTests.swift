@@ -26,7 +26,7 @@ struct AccessIntegrationTests {
             let stranger = try await ChildProcess(
                 executable: "/usr/bin/setpriv",
                 arguments: ["--reuid=65534", "--regid=65534", "--clear-groups", busctl, "list", "--bus", fleet.address.endpoint, "--timeout", "1"],
-                environment: TestFleet.environment(for: fleet.address), directory: fleet.directory, name: "stranger"
+                environment: fleet.environment, directory: fleet.directory, name: "stranger"
             ).wait(timeout: .seconds(30))
             #expect(stranger.exitCode == 1)
             // Said as a refusal, not a bare timeout.

@@ -54,7 +54,7 @@ struct FailureIntegrationTests {
 
     @Test func aDuplicateIDIsRefused() async throws {
         try await TestFleet.with(manifest: exampleManifest) { fleet in
-            var environment = TestFleet.environment(for: fleet.address)
+            var environment = fleet.environment
             environment["BOARDBUS_BOARD_ID"] = "demo.greeter"
             let impostor = try await ChildProcess(
                 executable: "\(fleet.binaryDirectory)/Greeter", arguments: [], environment: environment,

@@ -21,7 +21,7 @@ struct MajordomoIntegrationTests {
     func mdpCall(_ fleet: TestFleet, _ service: String, _ frames: String...) async throws -> [String] {
         let child = try await ChildProcess(
             executable: "/usr/bin/python3", arguments: ["\(Self.scripts)/client.py", endpoint(fleet), service] + frames,
-            environment: TestFleet.environment(for: fleet.address), directory: fleet.directory, name: "mdp-client")
+            environment: fleet.environment, directory: fleet.directory, name: "mdp-client")
         let result = try await child.wait(timeout: .seconds(60))
         #expect(result.exitCode == 0, "\(service) \(frames): \(result.standardError)")
         guard let frames = try? JSONDecoder().decode([String].self, from: Data(result.standardOutput.utf8)) else {
@@ -65,7 +65,7 @@ struct MajordomoIntegrationTests {
                         + "[s.send_multipart(m) for m in ([b'junk'], [b'MDPC02'], [b'MDPC02', b'\\x01'], [b'', b'MDPW02', b'\\x09', b'x'], [b'MDPC02', b'\\x01\\x02', b'demo.greeter'])]; "
                         + "s.setsockopt(zmq.LINGER, 1000); s.close()",
                     endpoint(fleet),
-                ], environment: TestFleet.environment(for: fleet.address), directory: fleet.directory, name: "mdp-junk")
+                ], environment: fleet.environment, directory: fleet.directory, name: "mdp-junk")
             #expect(try await junk.wait(timeout: .seconds(30)).exitCode == 0)
             #expect(try await mdpCall(fleet, "demo.greeter", "greet", #"{"name":"Bo"}"#) == [#"{"message":"Hello, Bo!"}"#])
             // MMI (RFC 8).
@@ -140,7 +140,7 @@ struct MajordomoIntegrationTests {
             let live = try await fleet.withClient { try await $0.list() }.boards
             let tour = try await ChildProcess(
                 executable: "/usr/bin/python3", arguments: ["\(Self.scripts)/tour.py", endpoint(fleet)],
-                environment: TestFleet.environment(for: fleet.address), directory: fleet.directory, name: "mdp-tour")
+                environment: fleet.environment, directory: fleet.directory, name: "mdp-tour")
             let result = try await tour.wait(timeout: .seconds(120))
             #expect(result.exitCode == 0, "\(result.standardError)")
             let lines = Set(result.standardOutput.split(separator: "\n").map(String.init))
@@ -165,7 +165,7 @@ struct MajordomoIntegrationTests {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/mdp_rfc.py").path
         try await TestFleet.with(manifest: Self.manifest) { fleet in
             let child = try await ChildProcess(
-                executable: "/usr/bin/python3", arguments: [script, endpoint(fleet)], environment: TestFleet.environment(for: fleet.address),
+                executable: "/usr/bin/python3", arguments: [script, endpoint(fleet)], environment: fleet.environment,
                 directory: fleet.directory, name: "mdp-rfc")
             let result = try await child.wait(timeout: .seconds(60))
             #expect(result.exitCode == 0 && result.standardOutput.contains("ok"), "\(result.standardOutput) \(result.standardError)")
@@ -189,7 +189,7 @@ struct MajordomoIntegrationTests {
             #expect(try await eventually(timeout: .seconds(10)) { try await fleet.busctl("status", "py.big").exitCode == 0 })
             let child = try await ChildProcess(
                 executable: "/usr/bin/python3", arguments: [script, endpoint(fleet), "\(fleet.brokerPID)", "\(requests)", "py.big"],
-                environment: TestFleet.environment(for: fleet.address), directory: fleet.directory, name: "mdp-never-reads")
+                environment: fleet.environment, directory: fleet.directory, name: "mdp-never-reads")
             let result = try await child.wait(timeout: .seconds(240))
             #expect(result.exitCode == 0, "\(result.standardError)")
             let outcome = try JSONDecoder().decode(Outcome.self, from: Data(result.standardOutput.utf8))

@@ -218,7 +218,7 @@ struct NetworkIntegrationTests {
             try lab.expectOK(try await lab.busctlA("wait", "--timeout", "30"))
             func call(key: String) async throws -> String {
                 let result = try await lab.run(
-                    "/usr/bin/python3", [script, mdp, "\(lab.runtimeA)/curve/server.pub", "\(lab.directory)/\(key).key"], in: 1)
+                    "/usr/bin/python3", [script, mdp, "\(lab.stateA)/curve/server.pub", "\(lab.directory)/\(key).key"], in: 1)
                 #expect(result.exitCode == 0, "\(result.standardError)")
                 return result.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)
             }

@@ -19,7 +19,7 @@ struct ObservabilityIntegrationTests {
             output = "\(fleet.directory)/\(name).jsonl"
             process = try await ChildProcess(
                 executable: "\(fleet.binaryDirectory)/busctl", arguments: ["monitor", "--json", "--output", output] + arguments,
-                environment: TestFleet.environment(for: fleet.address), directory: fleet.directory, name: name)
+                environment: fleet.environment, directory: fleet.directory, name: name)
         }
 
         var events: [MonitorEvent] {
@@ -153,7 +153,7 @@ struct ObservabilityIntegrationTests {
                 .trimmingCharacters(in: .whitespacesAndNewlines)
             for source in [file, "http://\(address)/metrics"] {
                 let parsed = try await ChildProcess(
-                    executable: "/usr/bin/python3", arguments: [Self.parser, source], environment: TestFleet.environment(for: fleet.address),
+                    executable: "/usr/bin/python3", arguments: [Self.parser, source], environment: fleet.environment,
                     directory: fleet.directory, name: "parse-metrics"
                 ).wait(timeout: .seconds(30))
                 #expect(parsed.exitCode == 0, "\(parsed.standardError)")

@@ -101,7 +101,7 @@ struct CBORProtocolIntegrationTests {
             let result = try await ChildProcess(
                 executable: "/usr/bin/python3",
                 arguments: ["\(Self.scripts)/cbor_client.py", fleet.address.endpoint, "demo.greeter", "greet", #"{"name": "\#(name)"}"#],
-                environment: TestFleet.environment(for: fleet.address), directory: fleet.directory, name: "cbor-client"
+                environment: fleet.environment, directory: fleet.directory, name: "cbor-client"
             ).wait(timeout: .seconds(30))
             #expect(result.exitCode == 0, "\(result.standardError)")
             struct Printed: Decodable {

@@ -194,7 +194,7 @@ struct ReadmeTranscriptTests {
     /// Starts one README command line (in the fleet's directory, where files it names go). A
     /// background one replaces the shell (`exec`), so that its pid is the command's own.
     func start(_ command: String, in fleet: TestFleet, background: Bool = false) async throws -> ChildProcess {
-        var environment = TestFleet.environment(for: fleet.address)
+        var environment = fleet.environment
         environment["PATH"] = "\(fleet.binaryDirectory):\(environment["PATH"] ?? "/usr/bin:/bin")"
         // In the fleet's temporary directory: files a command writes (`--output`) stay there.
         let directory = "cd '\(fleet.directory)' || exit 1; "

@@ -248,7 +248,7 @@ struct MotherboardTests {
         harness.now = harness.now.advanced(by: .milliseconds(600))
         harness.motherboard.tick(now: harness.now)
         let failure = try #require(harness.transport.take(for: harness.client).first { $0.header.correlationID == 5 })
-        #expect(failure.carriedError?.code == .boardNotRunning)
+        #expect(failure.carriedError?.code == .outcomeUnknown)
         #expect(try harness.list().boards.isEmpty)
     }
 

@@ -55,6 +55,86 @@ struct SupervisionTests {
         #expect(harness.transport.take(for: harness.client).last?.carriedError?.code == .boardNotRunning)
     }
 
+    /// Registers `svc` over a connection whose other end the kernel names `process` (an ipc
+    /// peer), whatever pid the registration claims.
+    func registerLocal(_ harness: Harness, process: Int32?, claiming pid: Int32) {
+        let registration = Registration(id: "svc", pid: pid, commands: ["greet"])
+        var header = EnvelopeHeader(kind: .register, source: "svc")
+        header.flags.insert(.replyExpected)
+        header.correlationID = 1
+        let envelope = Envelope(header: header, payload: try! PayloadCodec.encode(registration))
+        harness.motherboard.receive(.success(envelope), from: board, now: harness.now, process: process)
+        _ = harness.transport.take(for: board)
+    }
+
+    func state(_ harness: Harness) throws -> BoardState? {
+        try harness.list().boards.first { $0.id == "svc" }?.state
+    }
+
+    /// A handler that holds the board's thread (a lock, a long computation) stops its heartbeats;
+    /// while its process runs and its connection stays, it is busy, not gone, and its callers
+    /// wait out their own deadlines. Once its connection closes, it is gone at the next tick, and
+    /// what it was sent and did not answer is `outcomeUnknown`.
+    @Test func aSilentBoardWhoseProcessRunsIsBusyUntilItsConnectionCloses() throws {
+        let producer = RecordingProducer()
+        let harness = try Harness(manifest: manifest(.no), producer: producer)
+        producer.running = [4242]
+        registerLocal(harness, process: 4242, claiming: 4242)
+        harness.request(EnvelopeHeader(kind: .command, target: "svc", typeName: "greet"), from: harness.client, correlation: 5)
+        #expect(harness.transport.take(for: board).contains { $0.header.kind == .command })
+        for _ in 0..<100 {
+            harness.now = harness.now.advanced(by: .milliseconds(100))
+            harness.motherboard.tick(now: harness.now)
+        }
+        #expect(try state(harness) == .busy)
+        #expect(harness.transport.take(for: harness.client).isEmpty)
+        // Still heartbeated: that is how a closed connection is found.
+        #expect(harness.transport.take(for: board).filter { $0.header.kind == .heartbeat }.count >= 15)
+        // It speaks again: running.
+        harness.deliver(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: "svc")), from: board)
+        harness.motherboard.tick(now: harness.now)
+        #expect(try state(harness) == .running)
+
+        // Silent and busy again, then its connection closes: the next heartbeat finds it gone.
+        harness.now = harness.now.advanced(by: .seconds(5))
+        harness.motherboard.tick(now: harness.now)
+        #expect(try state(harness) == .busy)
+        harness.transport.unreachable.insert(board)
+        harness.now = harness.now.advanced(by: .seconds(1))
+        harness.motherboard.tick(now: harness.now)
+        let failure = try #require(harness.transport.take(for: harness.client).first { $0.header.correlationID == 5 })
+        #expect(failure.carriedError?.code == .outcomeUnknown)
+        #expect(try state(harness) == nil)
+    }
+
+    /// Only the kernel's word counts: a board whose process has ended, or whose connection has no
+    /// process the kernel named (tcp, in-process), is gone at the liveness timeout, whatever pid
+    /// it claimed.
+    @Test func aSilentBoardIsGoneWhenItsProcessEndedOrWasNeverKnown() throws {
+        for (process, claimed) in [(Int32(4242), Int32(4242)), (nil, 4242)] {
+            let producer = RecordingProducer()
+            let harness = try Harness(manifest: manifest(.no), producer: producer)
+            producer.running = [4242]
+            registerLocal(harness, process: process, claiming: claimed)
+            if process != nil { producer.running = [] }
+            harness.now = harness.now.advanced(by: .seconds(3))
+            harness.motherboard.tick(now: harness.now)
+            #expect(try state(harness) == nil, "process \(String(describing: process))")
+        }
+    }
+
+    /// A request whose sending fails (the connection closed under it) was not delivered: the
+    /// board is dropped and the caller told `boardNotRunning`, which it may retry.
+    @Test func aRequestThatCouldNotBeHandedOverIsNotDelivered() throws {
+        let harness = try Harness(manifest: manifest(.no))
+        registerLocal(harness, process: nil, claiming: 7)
+        harness.transport.unreachable.insert(board)
+        harness.request(EnvelopeHeader(kind: .command, target: "svc", typeName: "greet"), from: harness.client, correlation: 6)
+        let failure = try #require(harness.transport.take(for: harness.client).first { $0.header.correlationID == 6 })
+        #expect(failure.carriedError?.code == .boardNotRunning)
+        #expect(try state(harness) == nil)
+    }
+
     @Test func policiesDecideWhichEndsAreRestarted() throws {
         for (policy, clean, restarted) in [
             (FleetManifest.RestartPolicy.no, false, false), (.onFailure, true, false), (.onFailure, false, true), (.always, true, true),

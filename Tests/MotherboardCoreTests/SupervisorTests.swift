@@ -118,7 +118,10 @@ struct SupervisorTests {
 struct BoardLauncherTests {
     @Test func nothingStartsOnceTheFleetIsStopping() async throws {
         try await withTemporaryDirectory("launcher") { directory in
-            let launcher = BoardLauncher(address: BusAddress(runtimeDirectory: directory), binaryDirectory: "/bin", logger: Logger(label: "test")) {
+            let launcher = BoardLauncher(
+                address: BusAddress(runtimeDirectory: directory), stateDirectory: "\(directory)/state", binaryDirectory: "/bin",
+                logger: Logger(label: "test")
+            ) {
                 _, _, _ in
             }
             let board = FleetManifest.Board(id: "demo.sleeper", executable: "/bin/true")

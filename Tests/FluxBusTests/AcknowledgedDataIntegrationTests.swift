@@ -1,0 +1,313 @@
+import BoardKit
+import BoardKitTesting
+import BusCore
+import CommentsIO
+import FluxBus
+import Foundation
+import GRDB
+import Testing
+
+/// The comments board in the root scope and in scope `eu`, each restarted after any end. Restarts
+/// more than a second apart start again at the shortest back-off.
+let twoScopesManifest = """
+    {
+      "scopes": [{ "name": "eu" }],
+      "boards": [
+        { "id": "demo.comments", "executable": "Comments", "start": "always", "restart": "always",
+          "restartLimit": { "count": 100, "windowSeconds": 1 } },
+        { "id": "demo.comments", "executable": "Comments", "scope": "eu", "start": "always", "restart": "always",
+          "restartLimit": { "count": 100, "windowSeconds": 1 } }
+      ]
+    }
+    """
+
+typealias CommentsSnapshot = StoreSnapshot<CommentsIO.State>
+
+/// What BoardBus acknowledged is what its stores hold: per scope, across `kill -9` of the owner
+/// and of the broker, in a state directory that outlives the runtime directory, and while a
+/// board waits for its database rather than being declared dead.
+@Suite("Acknowledged data is never lost", .serialized, .timeLimit(.minutes(4)))
+struct AcknowledgedDataIntegrationTests {
+    static func reply(_ content: String) -> String { #"{"postID":1,"parent":0,"content":"\#(content)"}"# }
+
+    static func contents(_ fleet: TestFleet, scope: Scope) async throws -> (sequence: UInt64, contents: [String]) {
+        var arguments = ["state", "comments", "--json"]
+        if !scope.isRoot { arguments += ["--scope", scope.name] }
+        let result = try await fleet.run("busctl", arguments: arguments)
+        let snapshot = try result.decodedOutput(as: CommentsSnapshot.self)
+        return (snapshot.sequence, snapshot.state.comments["1"]?.map(\.content) ?? [])
+    }
+
+    static func dispatch(_ fleet: TestFleet, _ content: String, id: String, scope: Scope, timeout: String = "10") async throws
+        -> ChildProcess.Result
+    {
+        var arguments = ["dispatch", "comments", "reply", reply(content), "--id", id, "--timeout", timeout]
+        if !scope.isRoot { arguments += ["--scope", scope.name] }
+        return try await fleet.run("busctl", arguments: arguments, timeout: .seconds(60))
+    }
+
+    /// Kills a scope's comments board with SIGKILL and waits until its restarted process serves
+    /// the store again.
+    static func killOwner(_ fleet: TestFleet, scope: Scope) async throws {
+        let pid = try #require(fleet.pid(of: CommentsIO.id, scope: scope))
+        #expect(kill(pid, SIGKILL) == 0)
+        let back = try await eventually(timeout: .seconds(20)) {
+            guard let now = fleet.pid(of: CommentsIO.id, scope: scope), now != pid else { return false }
+            return (try? await contents(fleet, scope: scope)) != nil
+        }
+        #expect(back, "the comments board of scope \(scope) did not come back")
+    }
+
+    /// Issue: `demo.comments` in the root and in `eu` shared one database row: an id applied in
+    /// one scope was "already applied" in the other, and after `kill -9` the root's store held
+    /// eu's state, its acknowledged comment gone and its sequence going backwards.
+    @Test func theSameStoreBoardInTwoScopesKeepsTwoStoresThroughDuplicatesAndKill9() async throws {
+        try await TestFleet.with(manifest: twoScopesManifest) { fleet in
+            func expectState(root: [String], eu: [String], _ step: String) async throws {
+                let (rootSequence, rootContents) = try await Self.contents(fleet, scope: .root)
+                let (euSequence, euContents) = try await Self.contents(fleet, scope: "eu")
+                #expect(rootContents == root && rootSequence == UInt64(root.count), "root after \(step): \(rootSequence) \(rootContents)")
+                #expect(euContents == eu && euSequence == UInt64(eu.count), "eu after \(step): \(euSequence) \(euContents)")
+            }
+            #expect(try await Self.dispatch(fleet, "ROOT-1", id: "r1", scope: .root).standardOutput.contains("reply applied"))
+            try await expectState(root: ["ROOT-1"], eu: [], "r1 in the root")
+            #expect(try await Self.dispatch(fleet, "EU-1", id: "e1", scope: "eu").standardOutput.contains("reply applied"))
+            try await expectState(root: ["ROOT-1"], eu: ["EU-1"], "e1 in eu")
+            // The root's id is new to eu.
+            let crossed = try await Self.dispatch(fleet, "EU-2", id: "r1", scope: "eu")
+            #expect(crossed.standardOutput.contains("reply applied"), "\(crossed.standardOutput) \(crossed.standardError)")
+            try await expectState(root: ["ROOT-1"], eu: ["EU-1", "EU-2"], "r1 in eu")
+            // A repeated id is refused in its own scope only.
+            #expect(try await Self.dispatch(fleet, "AGAIN", id: "e1", scope: "eu").standardOutput.contains("already applied"))
+            try await expectState(root: ["ROOT-1"], eu: ["EU-1", "EU-2"], "e1 again in eu")
+
+            try await Self.killOwner(fleet, scope: .root)
+            try await expectState(root: ["ROOT-1"], eu: ["EU-1", "EU-2"], "kill -9 of the root's board")
+            #expect(try await Self.dispatch(fleet, "AGAIN", id: "r1", scope: .root).standardOutput.contains("already applied"))
+            #expect(try await Self.dispatch(fleet, "ROOT-2", id: "e1", scope: .root).standardOutput.contains("reply applied"))
+            try await expectState(root: ["ROOT-1", "ROOT-2"], eu: ["EU-1", "EU-2"], "e1 in the root")
+
+            try await Self.killOwner(fleet, scope: "eu")
+            try await expectState(root: ["ROOT-1", "ROOT-2"], eu: ["EU-1", "EU-2"], "kill -9 of eu's board")
+            try await fleet.restartBrokerAfterKill()
+            _ = try await fleet.busctl("wait", "--timeout", "30")
+            try await expectState(root: ["ROOT-1", "ROOT-2"], eu: ["EU-1", "EU-2"], "kill -9 of the broker")
+            #expect(try await Self.dispatch(fleet, "AGAIN", id: "r1", scope: "eu").standardOutput.contains("already applied"))
+        }
+    }
+
+    /// Issue: stores and the CURVE key pair lived in the runtime directory, which systemd removes
+    /// whenever the service stops: every store emptied, the server key changed.
+    @Test func storesAndTheServerKeyOutliveTheRuntimeDirectory() async throws {
+        let state = try DurableStoreFixture()
+        defer { state.remove() }
+        let environment = ["BOARDBUS_STATE_DIR": state.directory]
+        let manifest = """
+            { "listen": ["tcp://127.0.0.1:*"],
+              "boards": [{ "id": "demo.comments", "executable": "Comments", "start": "always" }] }
+            """
+        func serverKey(_ fleet: TestFleet) async throws -> String {
+            let result = try await fleet.busctl("keys", "server")
+            #expect(result.exitCode == 0, "\(result.standardError)")
+            return result.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        var firstRuntime = ""
+        let key = try await TestFleet.with(manifest: manifest, brokerEnvironment: environment) { fleet in
+            firstRuntime = fleet.address.runtimeDirectory
+            #expect(try await Self.dispatch(fleet, "KEPT", id: "k1", scope: .root).exitCode == 0)
+            return try await serverKey(fleet)
+        }
+        #expect(key.count == 40)
+        // The first fleet's runtime directory is gone with it, as systemd removes it.
+        #expect(!FileManager.default.fileExists(atPath: firstRuntime))
+        try await TestFleet.with(manifest: manifest, brokerEnvironment: environment) { fleet in
+            #expect(fleet.address.runtimeDirectory != firstRuntime)
+            #expect(try await Self.contents(fleet, scope: .root).contents == ["KEPT"])
+            #expect(try await Self.dispatch(fleet, "KEPT", id: "k1", scope: .root).standardOutput.contains("already applied"))
+            #expect(try await serverKey(fleet) == key)
+            // One fleet per state directory: a second broker on it refuses to start.
+            let second = try await fleet.run(
+                "motherboard", arguments: ["--runtime-dir", "\(fleet.directory)/second", "--state-dir", state.directory, "--exit-with-parent"],
+                timeout: .seconds(30))
+            #expect(second.exitCode != 0)
+            #expect(second.standardError.contains("in use by another motherboard"), "\(second.standardError)")
+        }
+    }
+
+    /// Issue: while another process held the store's write lock for 3 s, the dispatch failed
+    /// after 2.5 s with `boardNotRunning` ("stopped before answering"), then was applied when the
+    /// lock went. The board is busy, not gone: the dispatch is answered once the lock goes.
+    @Test func aBoardWaitingForItsDatabaseIsBusyNotDeadAndItsDispatchIsAnswered() async throws {
+        try await TestFleet.with(manifest: twoScopesManifest) { fleet in
+            let pid = try #require(fleet.pid(of: CommentsIO.id))
+            let lock = try LockedDatabase(fleet: fleet)
+            let dispatch = try await ChildProcess(
+                executable: "\(fleet.binaryDirectory)/busctl",
+                arguments: ["dispatch", "comments", "reply", Self.reply("SLOW"), "--id", "slow-1", "--timeout", "15"],
+                environment: fleet.environment, directory: fleet.directory, name: "slow-dispatch")
+            // Held past the liveness timeout: the broker shows the board busy, and keeps it.
+            let busy = try await eventually(timeout: .seconds(10)) { try await Self.state(fleet) == "busy" }
+            #expect(busy)
+            try lock.release()
+            let result = try await dispatch.wait(timeout: .seconds(30))
+            #expect(result.exitCode == 0 && result.standardOutput.contains("reply applied"), "\(result.standardOutput) \(result.standardError)")
+            #expect(try await Self.dispatch(fleet, "SLOW", id: "slow-1", scope: .root).standardOutput.contains("already applied"))
+            #expect(fleet.pid(of: CommentsIO.id) == pid)
+            #expect(try await eventually { try await Self.state(fleet) == "running" })
+            #expect(!fleet.brokerLog.contains("board dropped"), "\(fleet.brokerLog)")
+        }
+    }
+
+    /// A dispatch delivered to a board that then dies is `outcomeUnknown` (never an error that
+    /// reads "not delivered"), and busctl says to retry with the same id, which applies it once.
+    @Test func aDispatchWhoseBoardDiesAfterDeliveryIsOutcomeUnknownAndItsRetryAppliesOnce() async throws {
+        try await TestFleet.with(manifest: twoScopesManifest) { fleet in
+            let pid = try #require(fleet.pid(of: CommentsIO.id))
+            let lock = try LockedDatabase(fleet: fleet)
+            let dispatch = try await ChildProcess(
+                executable: "\(fleet.binaryDirectory)/busctl",
+                arguments: ["dispatch", "comments", "reply", Self.reply("LOST?"), "--id", "unknown-1", "--timeout", "20"],
+                environment: fleet.environment, directory: fleet.directory, name: "doomed-dispatch")
+            // Busy means its handler holds the thread: the dispatch was delivered.
+            #expect(try await eventually(timeout: .seconds(10)) { try await Self.state(fleet) == "busy" })
+            #expect(kill(pid, SIGKILL) == 0)
+            let result = try await dispatch.wait(timeout: .seconds(30))
+            #expect(result.exitCode == 1)
+            #expect(result.standardError.hasPrefix("busctl: outcomeUnknown: "), "\(result.standardError)")
+            #expect(result.standardError.contains("retry with the same dispatch id (--id unknown-1)"), "\(result.standardError)")
+            try lock.release()
+            _ = try await eventually(timeout: .seconds(20)) { (try? await Self.contents(fleet, scope: .root)) != nil }
+            #expect(try await Self.dispatch(fleet, "LOST?", id: "unknown-1", scope: .root).standardOutput.contains("reply applied"))
+            #expect(try await Self.dispatch(fleet, "LOST?", id: "unknown-1", scope: .root).standardOutput.contains("already applied"))
+            #expect(try await Self.contents(fleet, scope: .root).contents == ["LOST?"])
+        }
+    }
+
+    static func state(_ fleet: TestFleet) async throws -> String? {
+        let result = try await fleet.busctl("status", CommentsIO.id.rawValue, "--json")
+        return (try? JSONSerialization.jsonObject(with: Data(result.standardOutput.utf8)) as? [String: Any])?["state"] as? String
+    }
+
+    /// A model of what was acknowledged, against the stores: random dispatches (fresh ids, ids
+    /// repeated in their scope and in the other) in two scopes, with `kill -9` of an owner during
+    /// a dispatch and of the broker between and during them. Every outcome the client could not
+    /// know is retried with its id until known; then each store holds exactly what was
+    /// acknowledged in its scope, once, and its sequence never goes back.
+    @Test func randomDispatchesWithKill9OfOwnersAndBrokerMatchAModelOfWhatWasAcknowledged() async throws {
+        let steps = Int(ProcessInfo.processInfo.environment["BOARDBUS_MODEL_STEPS"] ?? "") ?? 2_000
+        var random = SeededRandom(seed: UInt64(ProcessInfo.processInfo.environment["BOARDBUS_MODEL_SEED"] ?? "") ?? 34)
+        try await TestFleet.with(manifest: twoScopesManifest) { fleet in
+            let scopes: [Scope] = [.root, "eu"]
+            var acknowledged: [Scope: [String: String]] = [.root: [:], "eu": [:]]
+            var lastSequence: [Scope: UInt64] = [.root: 0, "eu": 0]
+            var usedIDs: [String] = []
+            var divergences: [String] = []
+            var ownerKills = 0
+            var brokerKills = 0
+            var unknownOutcomes = 0
+            try await fleet.withClient { client in
+                func check(_ when: String) async throws {
+                    for scope in scopes {
+                        // Asked again while the store's owner or the broker comes back.
+                        let header = EnvelopeHeader(kind: .store, target: CommentsIO.store, scope: scope, typeName: StoreOperation.state)
+                        let answer = try await client.request(
+                            Envelope(header: header), timeout: .seconds(30), retryingOn: BusClient.retryable.union([.timeout, .outcomeUnknown]))
+                        let snapshot = try PayloadCodec.decode(CommentsSnapshot.self, from: answer.payload)
+                        let held = snapshot.state.comments["1"]?.map(\.content) ?? []
+                        let expected = Set(acknowledged[scope]!.values)
+                        if Set(held) != expected || held.count != expected.count {
+                            divergences.append("\(scope) \(when): holds \(held.count), acknowledged \(expected.count)")
+                        }
+                        if snapshot.sequence < lastSequence[scope]! { divergences.append("\(scope) \(when): sequence went back") }
+                        lastSequence[scope] = snapshot.sequence
+                    }
+                }
+                for step in 0..<steps {
+                    let scope = scopes[Int(random.next() % 2)]
+                    let repeated = !usedIDs.isEmpty && random.next() % 10 < 3
+                    let id = repeated ? usedIDs[Int(random.next() % UInt64(usedIDs.count))] : "d\(step)"
+                    if !repeated { usedIDs.append(id) }
+                    let content = "\(scope.name.isEmpty ? "root" : scope.name):\(step)"
+                    let payload = try PayloadCodec.encode(CommentsIO.Reply(postID: 1, parent: 0, content: content))
+                    let attack = random.next() % 60
+                    let dispatching = Task {
+                        try await client.dispatch(
+                            store: CommentsIO.store, action: "reply", payload: payload, dispatchID: id, scope: scope, timeout: .seconds(5))
+                    }
+                    if attack == 0, let pid = fleet.pid(of: CommentsIO.id, scope: scope) {
+                        // The owner dies somewhere around the dispatch: before, during or after it.
+                        try await Task.sleep(for: .microseconds(Int64(random.next() % 3_000)))
+                        kill(pid, SIGKILL)
+                        ownerKills += 1
+                    } else if attack == 1, brokerKills < 3 {
+                        try await fleet.restartBrokerAfterKill()
+                        brokerKills += 1
+                    }
+                    var outcome: Result<DispatchAck, any Error>
+                    do { outcome = .success(try await dispatching.value) } catch { outcome = .failure(error) }
+                    // Retried with the same id until the outcome is known.
+                    var maybeApplied = false
+                    let deadline = ContinuousClock.now.advanced(by: .seconds(60))
+                    while case .failure(let error) = outcome, ContinuousClock.now < deadline {
+                        if let error = error as? BusError, [.outcomeUnknown, .timeout].contains(error.code) {
+                            maybeApplied = true
+                            unknownOutcomes += 1
+                        } else if let error = error as? BusError, ![.noSuchStore, .boardNotRunning, .brokerNotRunning].contains(error.code) {
+                            divergences.append("step \(step): \(error)")
+                            break
+                        }
+                        try await Task.sleep(for: .milliseconds(50))
+                        do {
+                            outcome = .success(
+                                try await client.dispatch(
+                                    store: CommentsIO.store, action: "reply", payload: payload, dispatchID: id, scope: scope, timeout: .seconds(5)))
+                        } catch { outcome = .failure(error) }
+                    }
+                    guard case .success(let ack) = outcome else {
+                        divergences.append("step \(step): no answer for \(id) in \(scope)")
+                        continue
+                    }
+                    let known = acknowledged[scope]![id] != nil
+                    if ack.applied {
+                        if known { divergences.append("step \(step): \(id) applied twice in \(scope)") }
+                        acknowledged[scope]![id] = content
+                    } else if !known {
+                        // Only an attempt of this step could have applied it.
+                        if maybeApplied {
+                            acknowledged[scope]![id] = content
+                        } else {
+                            divergences.append("step \(step): \(id) already applied in \(scope), never acknowledged there")
+                        }
+                    }
+                    if step % 100 == 99 || attack < 2 { try await check("after step \(step)") }
+                }
+                try await check("at the end")
+            }
+            #expect(divergences.isEmpty, "\(divergences.prefix(20))")
+            #expect(ownerKills > 0 && brokerKills > 0)
+            let total = acknowledged.values.reduce(0) { $0 + $1.count }
+            print(
+                "model: \(steps) steps, \(total) acknowledged, \(ownerKills) owner kills, \(brokerKills) broker kills, \(unknownOutcomes) unknown outcomes, \(divergences.count) divergences"
+            )
+        }
+    }
+}
+
+/// A second connection holding the write lock of the root comments store's database, as
+/// `sqlite3` with `BEGIN IMMEDIATE` does.
+struct LockedDatabase {
+    let queue: DatabaseQueue
+
+    init(fleet: TestFleet) throws {
+        var configuration = Configuration()
+        configuration.allowsUnsafeTransactions = true
+        let path = try StorePersistence.databasePath(
+            for: StoreIdentity(board: CommentsIO.id, scope: .root, store: CommentsIO.store), environment: fleet.environment)
+        queue = try DatabaseQueue(path: path, configuration: configuration)
+        try queue.writeWithoutTransaction { db in try db.execute(sql: "BEGIN IMMEDIATE") }
+    }
+
+    func release() throws {
+        try queue.writeWithoutTransaction { db in try db.execute(sql: "ROLLBACK") }
+    }
+}
