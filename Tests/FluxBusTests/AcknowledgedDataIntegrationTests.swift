@@ -183,6 +183,18 @@ struct AcknowledgedDataIntegrationTests {
         }
     }
 
+    /// The shipped unit: systemd removes `RuntimeDirectory=` at every stop and restart, so the
+    /// fleet's state is in `StateDirectory=` (kept), named to the broker and its boards.
+    @Test func theSystemdUnitKeepsStateInTheStateDirectory() throws {
+        let unit = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../fleet/systemd/boardbus.service")
+        let lines = try String(contentsOf: unit, encoding: .utf8).split(separator: "\n").map(String.init).filter { !$0.hasPrefix("#") }
+        #expect(lines.contains("StateDirectory=boardbus"))
+        #expect(lines.contains("StateDirectoryMode=0700"))
+        #expect(lines.contains("Environment=BOARDBUS_STATE_DIR=%S/boardbus"))
+        #expect(lines.contains("RuntimeDirectory=boardbus"))
+        #expect(!lines.contains { $0.hasPrefix("Environment=BOARDBUS_DATA_DIR") || $0.hasPrefix("Environment=BOARDBUS_STATE_DIR=%t") })
+    }
+
     static func state(_ fleet: TestFleet) async throws -> String? {
         let result = try await fleet.busctl("status", CommentsIO.id.rawValue, "--json")
         return (try? JSONSerialization.jsonObject(with: Data(result.standardOutput.utf8)) as? [String: Any])?["state"] as? String
