@@ -43,6 +43,9 @@ let package = Package(
         // its pkg-config flags are not used: they name krb5's include directory, which SwiftPM
         // refuses with a warning on every build). Only BusZeroMQ imports it.
         .systemLibrary(name: "CZeroMQ", providers: [.apt(["libzmq3-dev"])]),
+        // The motherboard's accept() and accept4(): keep libzmq's listeners away from the
+        // descriptor limit (accept_guard.c says how and why).
+        .target(name: "CAcceptGuard"),
         // Envelope, header codec, errors, settings: no I/O.
         .target(name: "BusCore", dependencies: [.product(name: "Logging", package: "swift-log")]),
         // The only module that calls libzmq.
@@ -50,7 +53,7 @@ let package = Package(
         .target(
             name: "MotherboardCore",
             dependencies: [
-                "BusCore", "BusZeroMQ",
+                "BusCore", "BusZeroMQ", "CAcceptGuard",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "DequeModule", package: "swift-collections"),

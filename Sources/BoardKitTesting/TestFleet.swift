@@ -26,23 +26,30 @@ public final class TestFleet: @unchecked Sendable {
     private let manifestPath: String
     /// Set for the broker on top of the fleet's environment (e.g. `NOTIFY_SOCKET`).
     private let brokerEnvironment: [String: String]
+    /// A command the broker is started under (e.g. `prlimit --nofile=256:256 --`), or none.
+    private let brokerLauncher: [String]
     private var extras: [ChildProcess] = []
     private let lock = NSLock()
     private var outputCounter = 0
 
     /// Starts a fleet from a manifest (JSON text), runs `body`, and stops everything.
-    /// `brokerEnvironment` is set for the broker (and so its boards) on top of the fleet's own.
+    /// `brokerEnvironment` is set for the broker (and so its boards) on top of the fleet's own;
+    /// `brokerLauncher` is a command that runs the broker (it must exec it, keeping its pid).
     public static func with<T>(
         manifest: String, waitForFleet: Bool = true, startupTimeout: Duration = .seconds(60), brokerEnvironment: [String: String] = [:],
-        _ body: (TestFleet) async throws -> T
+        brokerLauncher: [String] = [], _ body: (TestFleet) async throws -> T
     ) async throws -> T {
         let fleet = try await TestFleet(
-            manifest: manifest, startupTimeout: startupTimeout, waitForFleet: waitForFleet, brokerEnvironment: brokerEnvironment)
+            manifest: manifest, startupTimeout: startupTimeout, waitForFleet: waitForFleet, brokerEnvironment: brokerEnvironment,
+            brokerLauncher: brokerLauncher)
         return try await using(fleet, stop: { await $0.stop() }, body)
     }
 
-    private init(manifest: String, startupTimeout: Duration, waitForFleet: Bool, brokerEnvironment: [String: String]) async throws {
+    private init(
+        manifest: String, startupTimeout: Duration, waitForFleet: Bool, brokerEnvironment: [String: String], brokerLauncher: [String]
+    ) async throws {
         self.brokerEnvironment = brokerEnvironment
+        self.brokerLauncher = brokerLauncher
         binaryDirectory = try TestFleet.locateBinaries()
         let template = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-test-XXXXXX").path
         var buffer = Array(template.utf8CString)
@@ -55,7 +62,7 @@ public final class TestFleet: @unchecked Sendable {
         do {
             broker = try await TestFleet.startBroker(
                 binaryDirectory: binaryDirectory, manifestPath: manifestPath, address: address, directory: directory, name: "motherboard",
-                environment: ["BOARDBUS_STATE_DIR": stateDirectory].merging(brokerEnvironment) { $1 })
+                environment: ["BOARDBUS_STATE_DIR": stateDirectory].merging(brokerEnvironment) { $1 }, launcher: brokerLauncher)
         } catch {
             try? FileManager.default.removeItem(atPath: directory)
             throw error
@@ -75,11 +82,14 @@ public final class TestFleet: @unchecked Sendable {
     }
 
     private static func startBroker(
-        binaryDirectory: String, manifestPath: String, address: BusAddress, directory: String, name: String, environment: [String: String]
+        binaryDirectory: String, manifestPath: String, address: BusAddress, directory: String, name: String, environment: [String: String],
+        launcher: [String]
     ) async throws -> ChildProcess {
-        try await ChildProcess(
-            executable: try executable("motherboard", in: binaryDirectory),
-            arguments: ["--manifest", manifestPath, "--runtime-dir", address.runtimeDirectory, "--exit-with-parent"],
+        let command =
+            launcher + [try executable("motherboard", in: binaryDirectory)]
+            + ["--manifest", manifestPath, "--runtime-dir", address.runtimeDirectory, "--exit-with-parent"]
+        return try await ChildProcess(
+            executable: command[0], arguments: Array(command.dropFirst()),
             environment: TestFleet.environment(for: address).merging(environment) { $1 }, directory: directory, name: name)
     }
 
@@ -91,7 +101,8 @@ public final class TestFleet: @unchecked Sendable {
         _ = try? await old.wait(timeout: .seconds(10))
         let fresh = try await TestFleet.startBroker(
             binaryDirectory: binaryDirectory, manifestPath: manifestPath, address: address, directory: directory,
-            name: nextOutputName("motherboard"), environment: ["BOARDBUS_STATE_DIR": stateDirectory].merging(brokerEnvironment) { $1 })
+            name: nextOutputName("motherboard"), environment: ["BOARDBUS_STATE_DIR": stateDirectory].merging(brokerEnvironment) { $1 },
+            launcher: brokerLauncher)
         lock.withLock { broker = fresh }
         try await fresh.waitForOutput("READY", timeout: timeout)
     }

@@ -60,51 +60,27 @@ package final class ZAPHandler: @unchecked Sendable {
     }
 
     private let socket: ZMQSocket
-    /// The monitor of the guarded socket's handshakes, if any.
-    private let events: ZMQSocket?
     private let running = Atomic<Bool>(true)
     private let finished = DispatchSemaphore(value: 0)
 
     /// Binds `inproc://zeromq.zap.01` in `context` and starts answering. Must be made before the
-    /// sockets it guards bind. With `monitoring`, handshakes that fail before ZAP is asked (a peer
-    /// without CURVE, or with another server key) are reported to `handshakeFailed` with the
-    /// endpoint they came in on; `monitoring` must not be in use on another thread meanwhile.
-    package init(
-        context: ZMQContext, monitoring: ZMQSocket? = nil, handshakeFailed: @escaping @Sendable (_ endpoint: String) -> Void = { _ in },
-        decide: @escaping @Sendable (Request) -> String?
-    ) throws {
+    /// sockets it guards bind. (Handshakes that fail before ZAP is asked, a peer without CURVE or
+    /// with another server key, are seen by a ``ConnectionWatch``.)
+    package init(context: ZMQContext, decide: @escaping @Sendable (Request) -> String?) throws {
         socket = try ZMQSocket(context: context, kind: .reply)
-        var made: ZMQSocket?
         do {
             try socket.set(.linger(.zero))
             try socket.bind("inproc://zeromq.zap.01")
-            if let monitoring {
-                let endpoint = "inproc://boardbus-handshakes-\(UInt64.random(in: 0...UInt64.max))"
-                guard zmq_socket_monitor(monitoring.handle, endpoint, ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) == 0
-                else { throw ZMQContext.lastError("zmq_socket_monitor") }
-                let pair = try ZMQSocket(context: context, kind: .pair)
-                made = pair
-                try pair.set(.linger(.zero))
-                try pair.connect(endpoint)
-            }
         } catch {
-            made?.close()
             socket.close()
             throw error
         }
-        events = made
         let thread = Thread { [self] in
-            let sockets = [socket] + (events.map { [$0] } ?? [])
             while running.load(ordering: .acquiring) {
-                let ready = ZMQSocket.poll(sockets, timeoutMilliseconds: 100)
-                if ready[0], let frames = try? socket.receive() {
+                if ZMQSocket.poll([socket], timeoutMilliseconds: 100)[0], let frames = try? socket.receive() {
                     _ = try? socket.send(Self.answer(frames, decide: decide))
                 }
-                if ready.count > 1, let events, let frames = try? events.receive(), frames.count >= 2 {
-                    handshakeFailed(String(decoding: frames[1], as: UTF8.self))
-                }
             }
-            events?.close()
             socket.close()
             finished.signal()
         }

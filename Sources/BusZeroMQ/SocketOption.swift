@@ -34,6 +34,9 @@ extension ZMQSocket {
         /// answered in time closes it, so that a cut link is noticed without traffic.
         case heartbeatInterval(Duration)
         case heartbeatTimeout(Duration)
+        /// `ZMQ_HANDSHAKE_IVL`: a connection whose ZMTP handshake (greeting, security) is not
+        /// done in this time is closed (libzmq's default is 30 s).
+        case handshakeInterval(Duration)
         /// `ZMQ_CONNECT_TIMEOUT`: a tcp connect that hangs (packets dropped) is retried after this.
         case connectTimeout(Duration)
         /// `ZMQ_IMMEDIATE`: queue messages only to completed connections (sends fail while there is none).
@@ -57,6 +60,7 @@ extension ZMQSocket {
             case .heartbeatInterval: ZMQ_HEARTBEAT_IVL
             case .heartbeatTimeout: ZMQ_HEARTBEAT_TIMEOUT
             case .connectTimeout: ZMQ_CONNECT_TIMEOUT
+            case .handshakeInterval: ZMQ_HANDSHAKE_IVL
             case .immediate: ZMQ_IMMEDIATE
             }
         }
@@ -73,7 +77,8 @@ extension ZMQSocket {
             case .sendHighWaterMark(let count), .receiveHighWaterMark(let count): .int32(count)
             case .routerMandatory(let on), .curveServer(let on), .immediate(let on): .int32(on ? 1 : 0)
             case .curveSecretKey(let text), .curvePublicKey(let text), .curveServerKey(let text), .zapDomain(let text): .text(text)
-            case .heartbeatInterval(let interval), .heartbeatTimeout(let interval), .connectTimeout(let interval):
+            case .heartbeatInterval(let interval), .heartbeatTimeout(let interval), .connectTimeout(let interval),
+                .handshakeInterval(let interval):
                 .int32(Int32(clamping: interval.wholeMilliseconds))
             case .maximumMessageBytes(let bytes): .int64(bytes)
             case .reconnectInterval(let interval), .maximumReconnectInterval(let interval), .linger(let interval):

@@ -43,10 +43,12 @@ public final class BrokerMetrics: @unchecked Sendable {
     let droppedOutputs: Counter
     let refusedRegistrations: Counter
     let onDemandStarts: Counter
-    /// tcp connections refused: `key` not in the allow-list, or their `handshake` failed (no
-    /// CURVE, another server key). Counted from the ZAP thread.
+    /// Connections refused: `key` not in the allow-list, their `handshake` failed (no CURVE,
+    /// another server key), or over the connection `limit`. Counted from the ZAP and connection
+    /// watch threads.
     let refusedForKey: Counter
     let refusedInHandshake: Counter
+    let refusedAtLimit: Counter
 
     /// Buckets of the round-trip histograms: 50 µs to 10 s.
     static let durationBuckets: [Duration] = [
@@ -77,6 +79,7 @@ public final class BrokerMetrics: @unchecked Sendable {
         onDemandStarts = counter("boardbus_on_demand_starts_total")
         refusedForKey = Counter(label: "boardbus_refused_connections_total", dimensions: [("reason", "key")], factory: factory)
         refusedInHandshake = Counter(label: "boardbus_refused_connections_total", dimensions: [("reason", "handshake")], factory: factory)
+        refusedAtLimit = Counter(label: "boardbus_refused_connections_total", dimensions: [("reason", "limit")], factory: factory)
         boardMetrics.withLock { $0[Self.clientsKey] = clients }
     }
 
@@ -108,7 +111,11 @@ public final class BrokerMetrics: @unchecked Sendable {
 
     /// A tcp connection refused by the ZAP handler (any thread: swift-metrics counters are).
     func countRefusedConnection(reason: String) {
-        (reason == "key" ? refusedForKey : refusedInHandshake).increment()
+        switch reason {
+        case "key": refusedForKey.increment()
+        case "limit": refusedAtLimit.increment()
+        default: refusedInHandshake.increment()
+        }
     }
 
     /// A board that is not in the manifest left: its series go.

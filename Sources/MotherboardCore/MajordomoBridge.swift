@@ -116,8 +116,12 @@ final class MajordomoBridge: @unchecked Sendable {
 
     /// Binds the MDP endpoint on `context` (the motherboard's, so that a tcp endpoint is checked
     /// by its ZAP handler: `secure` sets the CURVE server key for it) and connects to the
-    /// motherboard at `localEndpoint`.
-    init(settings: Settings, context: ZMQContext, localEndpoint: String, curveSecretKey: String?, logger: Logger) throws {
+    /// motherboard at `localEndpoint`. `beforeBind` is handed the endpoint's socket before it binds
+    /// (to watch its connections).
+    init(
+        settings: Settings, context: ZMQContext, localEndpoint: String, curveSecretKey: String?, logger: Logger,
+        beforeBind: (ZMQSocket) throws -> Void = { _ in }
+    ) throws {
         self.settings = settings
         self.logger = logger
         self.context = context
@@ -128,7 +132,7 @@ final class MajordomoBridge: @unchecked Sendable {
         do {
             try router.set(
                 .linger(.zero), .routerMandatory(true), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000),
-                .maximumMessageBytes(Int64(settings.limits.maximumPayloadBytes * 2 + 65_536)))
+                .maximumMessageBytes(Int64(settings.limits.maximumPayloadBytes * 2 + 65_536)), .handshakeInterval(.seconds(5)))
             if ipcPath != nil {
                 try? router.set(.acceptIPCFromUser(getuid()))
             } else if let curveSecretKey {
@@ -138,6 +142,7 @@ final class MajordomoBridge: @unchecked Sendable {
             if let path = ipcPath {
                 try? FileManager.default.removeItem(atPath: path)  // a stale socket of a killed broker
             }
+            try beforeBind(router)
             try router.bind(settings.endpoint)
             try client.set(.linger(.zero), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000))
             try client.connect(localEndpoint)

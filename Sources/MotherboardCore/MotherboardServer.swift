@@ -1,5 +1,6 @@
 import BusCore
 import BusZeroMQ
+import CAcceptGuard
 import Foundation
 import Logging
 import ServiceLifecycle
@@ -33,6 +34,9 @@ public final class MotherboardServer: Service {
         public var curveKeyPath: String?
         /// The allow-list of client keys (default `<state>/curve/allowed.keys`).
         public var allowListPath: String?
+        /// The most connections all endpoints together hold (ipc, tcp, MDP); fewer when the
+        /// descriptor limit leaves less room (``ConnectionLimit``). Default 8192.
+        public var maximumConnections = 8192
         /// Plaintext tcp, no keys: anyone who reaches the port is in.
         public var insecure = false
         /// The parent motherboard to attach to, serving this manifest's scopes there.
@@ -65,6 +69,9 @@ public final class MotherboardServer: Service {
 
     public func run() async throws {
         let address = options.address
+        let descriptors = DescriptorLimit.raise()
+        logger.info(
+            "descriptor limit", metadata: ["soft": "\(descriptors.soft)", "hard": "\(descriptors.hard)", "raisedTo": "\(descriptors.now)"])
         try options.manifest.checkExecutables(binaryDirectory: options.binaryDirectory)
         for warning in options.manifest.warnings() { logger.warning("manifest: \(warning)") }
         try RuntimeDirectory.prepare(address.runtimeDirectory)
@@ -90,7 +97,18 @@ public final class MotherboardServer: Service {
             // it is bound with). A peer whose process stops answering them, frozen or gone, is
             // disconnected within 3 s; one that only keeps its own thread busy answers them from
             // libzmq's I/O thread and is kept (``Motherboard/tick(now:)``).
-            .heartbeatInterval(.seconds(1)), .heartbeatTimeout(.seconds(3)))
+            .heartbeatInterval(.seconds(1)), .heartbeatTimeout(.seconds(3)),
+            // A connection that has not finished its handshake (greeting, CURVE) in 5 s is closed:
+            // an idle peer without a key holds a descriptor for no longer.
+            .handshakeInterval(.seconds(5)))
+        let metrics = BrokerMetrics()
+        let plan = ConnectionLimit.plan(
+            descriptorLimit: descriptors.now, inUse: DescriptorLimit.inUse(), configuredMaximum: options.maximumConnections)
+        boardbus_accept_guard_start(Int32(clamping: plan.ceiling))
+        let gate = ConnectionGate(maximum: plan.maximum, metrics: metrics, logger: logger)
+        logger.info("connection limit", metadata: ["connections": "\(plan.maximum)", "descriptorCeiling": "\(plan.ceiling)"])
+        // Before any bind, so that every connection is counted.
+        let watch = try ConnectionWatch(context: context, sockets: [socket], handler: gate.handle)
         if address.ipcPath != nil {
             // Only peers running as our uid may talk to the broker (on top of the 0700 directory).
             do {
@@ -105,7 +123,8 @@ public final class MotherboardServer: Service {
         try socket.bind(Self.inProcessEndpoint)
         let mdp = try mdpEndpoint(address)
         let security = try listenOnNetwork(
-            socket: socket, context: context, address: address, stateDirectory: stateDirectory, mdpOnTCP: mdp?.hasPrefix("tcp://") == true)
+            socket: socket, context: context, address: address, stateDirectory: stateDirectory, metrics: metrics,
+            mdpOnTCP: mdp?.hasPrefix("tcp://") == true)
 
         // The launcher reports exits from its own threads; they reach the motherboard on the loop.
         let exits = ExitForwarder()
@@ -117,7 +136,7 @@ public final class MotherboardServer: Service {
         let transport = RouterTransport(socket: socket, backlogBudget: options.settings.maximumUnreadBytesPerPeer)
         let motherboard = try Motherboard(
             manifest: options.manifest, settings: options.settings, transport: transport,
-            producer: LauncherProducer(launcher: launcher), logger: logger, metrics: security.metrics)
+            producer: LauncherProducer(launcher: launcher), logger: logger, metrics: metrics)
         let attach =
             try options.attach ?? options.manifest.attach.map { try UplinkSettings(manifest: $0, directory: options.manifest.directory) }
         if attach != nil { motherboard.uplinkSecret = Registration.makeSecret() }
@@ -155,11 +174,13 @@ public final class MotherboardServer: Service {
         exits.connect(loop: loop, motherboard: motherboard)
         loop.start()
         var majordomo: MajordomoBridge?
+        var majordomoWatch: ConnectionWatch?
         if let endpoint = mdp, startFailure == nil {
             do {
                 majordomo = try MajordomoBridge(
                     settings: .init(endpoint: endpoint, limits: options.settings.limits), context: context, localEndpoint: Self.inProcessEndpoint,
-                    curveSecretKey: security.curveSecretKey, logger: logger)
+                    curveSecretKey: security.curveSecretKey, logger: logger
+                ) { router in majordomoWatch = try ConnectionWatch(context: context, sockets: [router], handler: gate.handle) }
                 majordomo?.start()
                 logger.info("speaking Majordomo (MDP 0.2)", metadata: ["endpoint": "\(endpoint)"])
             } catch {
@@ -193,6 +214,8 @@ public final class MotherboardServer: Service {
         await metricsEndpoint?.stop()
         try? FileManager.default.removeItem(atPath: metricsFile)
         loop.stop()
+        majordomoWatch?.stop()
+        watch.stop()
         security.zap?.stop()
         context.terminate()
         try? FileManager.default.removeItem(atPath: pidFile)
@@ -204,10 +227,9 @@ public final class MotherboardServer: Service {
 extension MotherboardServer {
     static let inProcessEndpoint = "inproc://motherboard"
 
-    /// What listening on tcp set up: the ZAP handler to stop, the metrics its refusals count in.
+    /// What listening on tcp set up: the ZAP handler to stop.
     struct NetworkSecurity {
         var zap: ZAPHandler?
-        var metrics: BrokerMetrics
         /// The broker's CURVE secret key, for other tcp endpoints (MDP); nil without CURVE.
         var curveSecretKey: String?
     }
@@ -227,12 +249,11 @@ extension MotherboardServer {
     /// endpoint when it is bound, so the ipc socket stays as it was). CURVE with the broker's key
     /// pair and a ZAP handler checking the allow-list, unless `--insecure`.
     /// An MDP endpoint on tcp (`mdpOnTCP`) is guarded as the main one: keys, allow-list, ZAP.
-    func listenOnNetwork(socket: ZMQSocket, context: ZMQContext, address: BusAddress, stateDirectory: String, mdpOnTCP: Bool) throws
-        -> NetworkSecurity
-    {
-        let metrics = BrokerMetrics()
+    func listenOnNetwork(
+        socket: ZMQSocket, context: ZMQContext, address: BusAddress, stateDirectory: String, metrics: BrokerMetrics, mdpOnTCP: Bool
+    ) throws -> NetworkSecurity {
         let endpoints = options.listen.isEmpty ? options.manifest.listen : options.listen
-        guard !endpoints.isEmpty || mdpOnTCP else { return NetworkSecurity(zap: nil, metrics: metrics) }
+        guard !endpoints.isEmpty || mdpOnTCP else { return NetworkSecurity(zap: nil) }
         for endpoint in endpoints where !endpoint.hasPrefix("tcp://") {
             throw BusError(.badArgument, "--listen takes tcp://ADDRESS:PORT endpoints, not '\(endpoint)'")
         }
@@ -277,16 +298,7 @@ extension MotherboardServer {
             secretKey = keys.secretKey
             try socket.set(.curveServer(true), .curveSecretKey(keys.secretKey ?? ""))
         }
-        let zap = try ZAPHandler(
-            context: context, monitoring: options.insecure ? nil : socket,
-            handshakeFailed: { endpoint in
-                // ipc connections fail the handshake too when a client only probes the socket.
-                guard endpoint.hasPrefix("tcp://") else { return }
-                metrics.countRefusedConnection(reason: "handshake")
-                logger.warning(
-                    "connection refused: its handshake failed (a peer without CURVE, or one with another server key)",
-                    metadata: ["endpoint": "\(endpoint)"])
-            }, decide: decide)
+        let zap = try ZAPHandler(context: context, decide: decide)
         try socket.set(.zapDomain("boardbus"))
         do {
             for endpoint in endpoints {
@@ -297,7 +309,7 @@ extension MotherboardServer {
             zap.stop()
             throw error
         }
-        return NetworkSecurity(zap: zap, metrics: metrics, curveSecretKey: secretKey)
+        return NetworkSecurity(zap: zap, curveSecretKey: secretKey)
     }
 
     /// Returns on SIGTERM/SIGINT (graceful shutdown) or, with `exitWithParent`, when the parent exits.

@@ -49,6 +49,12 @@ struct MotherboardCommand: AsyncParsableCommand {
     @Option(help: "The allow-list of client public keys, 'NAME KEY' per line (default: <state dir>/curve/allowed.keys; re-read when it changes).")
     var allow: String?
 
+    @Option(
+        help:
+            "The most connections all endpoints together hold (ipc, tcp, MDP; fewer when the descriptor limit leaves less room; tcp gets at most 3/4). Default 8192."
+    )
+    var maxConnections: Int?
+
     @Flag(help: "Listen on tcp without CURVE: anyone who reaches the port can use the fleet. For a private test network only.")
     var insecure = false
 
@@ -93,6 +99,10 @@ struct MotherboardCommand: AsyncParsableCommand {
                 maximumLogBytes: logLimit)
             options.listen = self.listen
             options.stateDirectory = stateDir
+            if let maxConnections {
+                guard maxConnections > 0 else { throw BusError(.badArgument, "--max-connections must be at least 1, not \(maxConnections)") }
+                options.maximumConnections = maxConnections
+            }
             options.curveKeyPath = curveKey
             options.allowListPath = allow
             options.insecure = insecure

@@ -1,0 +1,141 @@
+import BusCore
+import BusZeroMQ
+import Foundation
+import Logging
+import Synchronization
+
+/// How many connections the broker's endpoints hold, and whether one more may stay.
+///
+/// libzmq accepts every connection its listeners see and asserts (aborting the process) when its
+/// ipc listener's `accept()` fails with `EMFILE`; its tcp listener spins instead. So the broker
+/// keeps its connections below a cap derived from its descriptor limit, with a reserve for its
+/// own work (board launches, log and pid files, the metrics port), and closes any connection
+/// beyond it. tcp endpoints together get at most three quarters of the cap, so that peers from
+/// the network can never take all the room of the local boards.
+///
+/// No I/O: the connection watch reports each connection accepted and ended, with its descriptor.
+struct ConnectionLimit {
+    /// Connections of every endpoint together.
+    let maximum: Int
+    /// Connections of tcp endpoints together.
+    let networkMaximum: Int
+    /// The endpoint of each open connection (refused ones too, until they are closed: they hold a
+    /// descriptor until then), by descriptor.
+    private(set) var endpoints: [Int32: String] = [:]
+    private(set) var networkCount = 0
+
+    init(maximum: Int) {
+        self.maximum = maximum
+        networkMaximum = maximum * 3 / 4
+    }
+
+    /// For a process whose soft descriptor limit is `descriptorLimit`, with `inUse` descriptors
+    /// open already: the reserve of a quarter of the free descriptors (at least 64) kept for the
+    /// broker's own work, the descriptor number from which the accept guard closes connections
+    /// (the limit less the reserve), and the cap on connections (at most `configuredMaximum`).
+    static func plan(descriptorLimit: Int, inUse: Int, configuredMaximum: Int) -> (ceiling: Int, maximum: Int) {
+        let free = max(0, descriptorLimit - inUse)
+        let reserve = max(64, free / 4)
+        return (max(0, descriptorLimit - reserve), max(0, min(configuredMaximum, free - reserve)))
+    }
+
+    var count: Int { endpoints.count }
+
+    /// A connection was accepted on `endpoint`: whether it may stay.
+    mutating func accepted(_ descriptor: Int32, on endpoint: String) -> Bool {
+        // A descriptor still listed lost its end report (a monitor attached late): count it anew.
+        closed(descriptor)
+        let isNetwork = endpoint.hasPrefix("tcp://")
+        endpoints[descriptor] = endpoint
+        if isNetwork { networkCount += 1 }
+        return endpoints.count <= maximum && (!isNetwork || networkCount <= networkMaximum)
+    }
+
+    /// A connection ended (a descriptor never accepted is ignored).
+    mutating func closed(_ descriptor: Int32) {
+        guard let endpoint = endpoints.removeValue(forKey: descriptor) else { return }
+        if endpoint.hasPrefix("tcp://") { networkCount -= 1 }
+    }
+}
+
+/// The broker's ``ConnectionLimit``, shared by the watches of its sockets (the main one and the
+/// MDP endpoint's), with the log and the counters of what it refuses.
+final class ConnectionGate: Sendable {
+    private let limit: Mutex<ConnectionLimit>
+    private let refusals = Mutex<(count: Int, lastLog: ContinuousClock.Instant?)>((0, nil))
+    private let metrics: BrokerMetrics
+    private let logger: Logger
+    let maximum: Int
+
+    init(maximum: Int, metrics: BrokerMetrics, logger: Logger) {
+        self.maximum = maximum
+        limit = Mutex(ConnectionLimit(maximum: maximum))
+        self.metrics = metrics
+        self.logger = logger
+    }
+
+    /// Open connections now.
+    var count: Int { limit.withLock { $0.count } }
+
+    /// Handles one event of a watched socket; for an accepted connection, whether it may stay.
+    func handle(_ event: ConnectionWatch.Event) -> Bool {
+        switch event {
+        case .accepted(let endpoint, let descriptor):
+            let (kept, open) = limit.withLock { limit in (limit.accepted(descriptor, on: endpoint), limit.count) }
+            if !kept { refused(endpoint: endpoint, open: open) }
+            return kept
+        case .disconnected(let descriptor):
+            limit.withLock { $0.closed(descriptor) }
+        case .acceptFailed(let endpoint):
+            // The accept guard closed it (no descriptor below its ceiling), or it went away.
+            refused(endpoint: endpoint, open: limit.withLock { $0.count })
+        case .handshakeFailed(let endpoint):
+            // ipc connections fail the handshake too when a client only probes the socket.
+            guard endpoint.hasPrefix("tcp://") else { return true }
+            metrics.countRefusedConnection(reason: "handshake")
+            logger.warning(
+                "connection refused: its handshake failed (no CURVE, another server key, or no greeting in time)",
+                metadata: ["endpoint": "\(endpoint)"])
+        }
+        return true
+    }
+
+    /// Counts a refusal; logs at most one line a second, with the refusals since the last one.
+    private func refused(endpoint: String, open: Int) {
+        metrics.countRefusedConnection(reason: "limit")
+        let now = ContinuousClock.now
+        let report: Int? = refusals.withLock { state in
+            state.count += 1
+            if let last = state.lastLog, last.duration(to: now) < .seconds(1) { return nil }
+            defer { state = (0, now) }
+            return state.count
+        }
+        guard let report else { return }
+        logger.warning(
+            "connections refused: the connection limit is reached (motherboard --max-connections, and the descriptor limit)",
+            metadata: ["endpoint": "\(endpoint)", "refused": "\(report)", "open": "\(open)", "limit": "\(maximum)"])
+    }
+}
+
+/// The process's limit on open descriptors (`RLIMIT_NOFILE`).
+enum DescriptorLimit {
+    /// Raises the soft limit to the hard one; returns both as they were and the soft one now.
+    static func raise() -> (soft: Int, hard: Int, now: Int) {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return (1024, 1024, 1024) }
+        let before = Int(clamping: limit.rlim_cur)
+        let hard = Int(clamping: limit.rlim_max)
+        if limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max
+            _ = setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        }
+        var now = rlimit()
+        _ = getrlimit(Int32(RLIMIT_NOFILE.rawValue), &now)
+        return (before, hard, Int(clamping: now.rlim_cur))
+    }
+
+    /// Descriptors open in this process now.
+    static func inUse() -> Int {
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0
+    }
+}

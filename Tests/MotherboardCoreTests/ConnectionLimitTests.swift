@@ -1,0 +1,39 @@
+import Testing
+
+@testable import MotherboardCore
+
+@Suite("Connection limit")
+struct ConnectionLimitTests {
+    @Test func theCapLeavesAReserveOfTheFreeDescriptors() {
+        // 256 descriptors, 30 open: 226 free, a reserve of 64 (a quarter would be 56).
+        let small = ConnectionLimit.plan(descriptorLimit: 256, inUse: 30, configuredMaximum: 8192)
+        #expect(small.ceiling == 192 && small.maximum == 162)
+        // A large limit: the configured maximum holds, the guard's ceiling keeps a quarter free.
+        let large = ConnectionLimit.plan(descriptorLimit: 1_048_576, inUse: 40, configuredMaximum: 8192)
+        #expect(large.maximum == 8192 && large.ceiling == 1_048_576 - (1_048_576 - 40) / 4)
+        // Nothing free: nothing accepted.
+        #expect(ConnectionLimit.plan(descriptorLimit: 50, inUse: 60, configuredMaximum: 10).maximum == 0)
+    }
+
+    @Test func refusedConnectionsCountUntilTheyAreClosedAndTCPNeverTakesAllTheRoom() {
+        var limit = ConnectionLimit(maximum: 8)
+        #expect(limit.networkMaximum == 6)
+        func accept(_ descriptor: Int32, _ endpoint: String) -> Bool { limit.accepted(descriptor, on: endpoint) }
+        for descriptor in Int32(10)..<16 { #expect(accept(descriptor, "tcp://127.0.0.1:7400")) }
+        // The seventh tcp connection is refused; ipc still has room.
+        #expect(!accept(16, "tcp://127.0.0.1:7400"))
+        #expect(accept(17, "ipc:///run/bus.sock"))
+        // The refused one holds its descriptor until it is closed.
+        #expect(!accept(18, "ipc:///run/bus.sock"))
+        limit.closed(16)
+        limit.closed(18)
+        #expect(limit.count == 7)
+        #expect(accept(19, "ipc:///run/bus.sock"))
+        // A descriptor reused without its end reported is counted once.
+        #expect(accept(19, "ipc:///run/bus.sock"))
+        #expect(limit.count == 8)
+        // An end for a descriptor never accepted changes nothing.
+        limit.closed(99)
+        #expect(limit.count == 8)
+    }
+}
