@@ -13,15 +13,15 @@ let package = Package(
         .library(name: "MotherboardCore", targets: ["MotherboardCore"]),
         .executable(name: "motherboard", targets: ["motherboard"]),
         .executable(name: "busctl", targets: ["busctl"]),
-        .executable(name: "Login", targets: ["Login"]),
-        .executable(name: "Dashboard", targets: ["Dashboard"]),
-        .executable(name: "Greeter", targets: ["Greeter"]),
-        .executable(name: "Payment", targets: ["Payment"]),
-        .executable(name: "Tasks", targets: ["Tasks"]),
-        .executable(name: "Recorder", targets: ["Recorder"]),
-        .executable(name: "Gate", targets: ["Gate"]),
-        .executable(name: "Comments", targets: ["Comments"]),
-        .executable(name: "AnnotationFilter", targets: ["AnnotationFilter"]),
+        .executable(name: "BoardBusDemoLogin", targets: ["BoardBusDemoLogin"]),
+        .executable(name: "BoardBusDemoDashboard", targets: ["BoardBusDemoDashboard"]),
+        .executable(name: "BoardBusDemoGreeter", targets: ["BoardBusDemoGreeter"]),
+        .executable(name: "BoardBusDemoPayment", targets: ["BoardBusDemoPayment"]),
+        .executable(name: "BoardBusDemoTasks", targets: ["BoardBusDemoTasks"]),
+        .executable(name: "BoardBusDemoRecorder", targets: ["BoardBusDemoRecorder"]),
+        .executable(name: "BoardBusDemoGate", targets: ["BoardBusDemoGate"]),
+        .executable(name: "BoardBusDemoComments", targets: ["BoardBusDemoComments"]),
+        .executable(name: "BoardBusDemoAnnotationFilter", targets: ["BoardBusDemoAnnotationFilter"]),
         .executable(name: "boardbus-bench", targets: ["boardbus-bench"]),
     ],
     dependencies: [
@@ -42,18 +42,18 @@ let package = Package(
         // libzmq from Debian's libzmq3-dev (zmq.h in /usr/include, `link "zmq"` in the module map;
         // its pkg-config flags are not used: they name krb5's include directory, which SwiftPM
         // refuses with a warning on every build). Only BusZeroMQ imports it.
-        .systemLibrary(name: "CZeroMQ", providers: [.apt(["libzmq3-dev"])]),
+        .systemLibrary(name: "CBoardBusZeroMQ", providers: [.apt(["libzmq3-dev"])]),
         // The motherboard's accept() and accept4(): keep libzmq's listeners away from the
         // descriptor limit (accept_guard.c says how and why).
-        .target(name: "CAcceptGuard"),
+        .target(name: "CBoardBusAcceptGuard"),
         // Envelope, header codec, errors, settings: no I/O.
         .target(name: "BusCore", dependencies: [.product(name: "Logging", package: "swift-log")]),
         // The only module that calls libzmq.
-        .target(name: "BusZeroMQ", dependencies: ["CZeroMQ", "BusCore"]),
+        .target(name: "BusZeroMQ", dependencies: ["CBoardBusZeroMQ", "BusCore"]),
         .target(
             name: "MotherboardCore",
             dependencies: [
-                "BusCore", "BusZeroMQ", "CAcceptGuard",
+                "BusCore", "BusZeroMQ", "CBoardBusAcceptGuard",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "DequeModule", package: "swift-collections"),
@@ -108,49 +108,47 @@ let package = Package(
             dependencies: [
                 "BoardKit", "BusCore", "BusZeroMQ", "FluxBus",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ],
-            // In release builds, linked with the Swift runtime and Foundation inside: a `busctl`
-            // process starts in about two thirds of the time, without loading and relocating
-            // their shared libraries. (Debug builds, which tests use, link them as usual.)
-            swiftSettings: [.unsafeFlags(["-static-stdlib"], .when(configuration: .release))],
-            linkerSettings: [.unsafeFlags(["-static-stdlib"], .when(configuration: .release))]
+            ]
         ),
 
         // Example fleet: one executable per board, one interface library per board.
-        .target(name: "LoginIO", dependencies: ["BoardKit"], path: "Services/LoginIO"),
-        .target(name: "DashboardIO", dependencies: ["BoardKit", "LoginIO"], path: "Services/DashboardIO"),
-        .target(name: "GreeterIO", dependencies: ["BoardKit"], path: "Services/GreeterIO"),
-        .executableTarget(name: "Login", dependencies: ["BoardKit", "LoginIO"], path: "Services/Login"),
+        .target(name: "BoardBusDemoLoginIO", dependencies: ["BoardKit"], path: "Services/LoginIO"),
+        .target(name: "BoardBusDemoDashboardIO", dependencies: ["BoardKit", "BoardBusDemoLoginIO"], path: "Services/DashboardIO"),
+        .target(name: "BoardBusDemoGreeterIO", dependencies: ["BoardKit"], path: "Services/GreeterIO"),
+        .executableTarget(name: "BoardBusDemoLogin", dependencies: ["BoardKit", "BoardBusDemoLoginIO"], path: "Services/Login"),
         .executableTarget(
-            name: "Dashboard",
-            dependencies: ["BoardKit", "DashboardIO", "LoginIO", "GreeterIO"],
+            name: "BoardBusDemoDashboard",
+            dependencies: ["BoardKit", "BoardBusDemoDashboardIO", "BoardBusDemoLoginIO", "BoardBusDemoGreeterIO"],
             path: "Services/Dashboard"
         ),
-        .executableTarget(name: "Greeter", dependencies: ["BoardKit", "GreeterIO", "LoginIO"], path: "Services/Greeter"),
-        .target(name: "PaymentIO", dependencies: ["BoardKit"], path: "Services/PaymentIO"),
-        .target(name: "TasksIO", dependencies: ["BoardKit"], path: "Services/TasksIO"),
-        .target(name: "RecorderIO", dependencies: ["BoardKit"], path: "Services/RecorderIO"),
-        .executableTarget(name: "Payment", dependencies: ["BoardKit", "PaymentIO"], path: "Services/Payment"),
         .executableTarget(
-            name: "Tasks", dependencies: ["BoardKit", "TasksIO", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            name: "BoardBusDemoGreeter", dependencies: ["BoardKit", "BoardBusDemoGreeterIO", "BoardBusDemoLoginIO"], path: "Services/Greeter"),
+        .target(name: "BoardBusDemoPaymentIO", dependencies: ["BoardKit"], path: "Services/PaymentIO"),
+        .target(name: "BoardBusDemoTasksIO", dependencies: ["BoardKit"], path: "Services/TasksIO"),
+        .target(name: "BoardBusDemoRecorderIO", dependencies: ["BoardKit"], path: "Services/RecorderIO"),
+        .executableTarget(name: "BoardBusDemoPayment", dependencies: ["BoardKit", "BoardBusDemoPaymentIO"], path: "Services/Payment"),
+        .executableTarget(
+            name: "BoardBusDemoTasks",
+            dependencies: ["BoardKit", "BoardBusDemoTasksIO", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Services/Tasks"),
         .executableTarget(
-            name: "Recorder",
-            dependencies: ["BoardKit", "FluxBus", "RecorderIO", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            name: "BoardBusDemoRecorder",
+            dependencies: ["BoardKit", "FluxBus", "BoardBusDemoRecorderIO", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Services/Recorder"),
-        .target(name: "GateIO", dependencies: ["BoardKit"], path: "Services/GateIO"),
-        .executableTarget(name: "Gate", dependencies: ["BoardKit", "GateIO"], path: "Services/Gate"),
-        .target(name: "CommentsIO", dependencies: ["BoardKit", "Flux"], path: "Services/CommentsIO"),
-        .executableTarget(name: "Comments", dependencies: ["BoardKit", "Flux", "FluxBus", "CommentsIO"], path: "Services/Comments"),
-        .target(name: "AnnotationFilterIO", dependencies: ["BoardKit", "Flux"], path: "Services/AnnotationFilterIO"),
+        .target(name: "BoardBusDemoGateIO", dependencies: ["BoardKit"], path: "Services/GateIO"),
+        .executableTarget(name: "BoardBusDemoGate", dependencies: ["BoardKit", "BoardBusDemoGateIO"], path: "Services/Gate"),
+        .target(name: "BoardBusDemoCommentsIO", dependencies: ["BoardKit", "Flux"], path: "Services/CommentsIO"),
         .executableTarget(
-            name: "AnnotationFilter", dependencies: ["BoardKit", "Flux", "FluxBus", "AnnotationFilterIO"],
+            name: "BoardBusDemoComments", dependencies: ["BoardKit", "Flux", "FluxBus", "BoardBusDemoCommentsIO"], path: "Services/Comments"),
+        .target(name: "BoardBusDemoAnnotationFilterIO", dependencies: ["BoardKit", "Flux"], path: "Services/AnnotationFilterIO"),
+        .executableTarget(
+            name: "BoardBusDemoAnnotationFilter", dependencies: ["BoardKit", "Flux", "FluxBus", "BoardBusDemoAnnotationFilterIO"],
             path: "Services/AnnotationFilter"),
 
         // Benchmark: the C baseline (zmq_proxy + echo peer), the echo board, the driver.
-        .target(name: "BaselineSupport"),
-        .executableTarget(name: "zmq-baseline-proxy", dependencies: ["BaselineSupport"], linkerSettings: [.linkedLibrary("zmq")]),
-        .executableTarget(name: "zmq-baseline-echo", dependencies: ["BaselineSupport"], linkerSettings: [.linkedLibrary("zmq")]),
+        .target(name: "BoardBusBaselineSupport"),
+        .executableTarget(name: "zmq-baseline-proxy", dependencies: ["BoardBusBaselineSupport"], linkerSettings: [.linkedLibrary("zmq")]),
+        .executableTarget(name: "zmq-baseline-echo", dependencies: ["BoardBusBaselineSupport"], linkerSettings: [.linkedLibrary("zmq")]),
         .executableTarget(name: "bench-echo-board", dependencies: ["BoardKit"]),
         .executableTarget(
             name: "boardbus-bench",
@@ -174,7 +172,7 @@ let package = Package(
         .testTarget(
             name: "FluxBusTests",
             dependencies: [
-                "FluxBus", "Flux", "BoardKit", "BoardKitTesting", "BusCore", "CommentsIO", "AnnotationFilterIO",
+                "FluxBus", "Flux", "BoardKit", "BoardKitTesting", "BusCore", "BoardBusDemoCommentsIO", "BoardBusDemoAnnotationFilterIO",
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
@@ -186,8 +184,9 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "BoardKitTesting", "BoardKit", "BusCore", "BusZeroMQ", "FluxBus", "LoginIO", "DashboardIO", "GreeterIO", "PaymentIO",
-                "TasksIO", "RecorderIO", "GateIO", "CommentsIO",
+                "BoardKitTesting", "BoardKit", "BusCore", "BusZeroMQ", "FluxBus", "BoardBusDemoLoginIO", "BoardBusDemoDashboardIO",
+                "BoardBusDemoGreeterIO", "BoardBusDemoPaymentIO",
+                "BoardBusDemoTasksIO", "BoardBusDemoRecorderIO", "BoardBusDemoGateIO", "BoardBusDemoCommentsIO",
             ],
             exclude: ["Python"]
         ),

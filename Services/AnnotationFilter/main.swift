@@ -1,4 +1,4 @@
-import AnnotationFilterIO
+import BoardBusDemoAnnotationFilterIO
 import BoardKit
 import Flux
 import FluxBus

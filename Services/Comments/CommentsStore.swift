@@ -1,4 +1,4 @@
-import CommentsIO
+import BoardBusDemoCommentsIO
 import Flux
 
 /// The WordPressFlux comments store: state per post, delete and reply actions, and queries by

@@ -1,5 +1,5 @@
 import BoardKit
-import CommentsIO
+import BoardBusDemoCommentsIO
 import Flux
 import FluxBus
 

@@ -1,7 +1,7 @@
 import BoardKit
-import DashboardIO
-import GreeterIO
-import LoginIO
+import BoardBusDemoDashboardIO
+import BoardBusDemoGreeterIO
+import BoardBusDemoLoginIO
 
 /// What the dashboard shows.
 actor DashboardModel {

@@ -1,5 +1,5 @@
 import BoardKit
-import LoginIO
+import BoardBusDemoLoginIO
 
 /// The interface of the dashboard board (`app.dashboard`).
 public enum DashboardIO {

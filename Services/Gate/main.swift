@@ -1,4 +1,4 @@
 import BoardKit
-import GateIO
+import BoardBusDemoGateIO
 
 try await BarrierBoard.make(id: GateIO.id, input: GateIO.Ticket.self, value: GateIO.Signal.self).run()

@@ -1,6 +1,6 @@
 import BoardKit
-import GreeterIO
-import LoginIO
+import BoardBusDemoGreeterIO
+import BoardBusDemoLoginIO
 
 /// What the greeter has seen.
 actor GreeterMemory {

@@ -1,6 +1,6 @@
 import BoardKit
 import Foundation
-import LoginIO
+import BoardBusDemoLoginIO
 
 /// The users who logged in, in order.
 actor LoginLedger {

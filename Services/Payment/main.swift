@@ -1,5 +1,5 @@
 import BoardKit
-import PaymentIO
+import BoardBusDemoPaymentIO
 
 /// A TaskBoard: one payment per process; a second activation while it runs is refused (`busy`).
 let board = TaskBoard.make(id: PaymentIO.id) { (pay: PaymentIO.Pay, context: BoardContext) -> PaymentIO.Paid in

@@ -2,7 +2,7 @@ import ArgumentParser
 import BoardKit
 import FluxBus
 import Foundation
-import RecorderIO
+import BoardBusDemoRecorderIO
 import Synchronization
 
 /// Everything that reached the board, in arrival order.

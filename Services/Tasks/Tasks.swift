@@ -1,7 +1,7 @@
 import ArgumentParser
 import BoardKit
 import Foundation
-import TasksIO
+import BoardBusDemoTasksIO
 
 /// A BlockTaskBoard that runs `Job`s, in the execution mode given on the command line.
 @main

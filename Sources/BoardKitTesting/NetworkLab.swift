@@ -197,7 +197,7 @@ public final class NetworkLab: @unchecked Sendable {
     }
 
     /// A board on host B connected straight to A over tcp with `key`.
-    public func startRemoteBoard(id: String, key: String, executable: String = "Greeter") async throws -> ChildProcess {
+    public func startRemoteBoard(id: String, key: String, executable: String = "BoardBusDemoGreeter") async throws -> ChildProcess {
         let board = try await start(
             binaries + "/" + executable, [], in: 1,
             environment: [

@@ -1,4 +1,4 @@
-import CZeroMQ
+import CBoardBusZeroMQ
 import Foundation
 
 /// Bounds the bytes a router queues toward one peer that does not read them.

@@ -1,5 +1,5 @@
 import BusCore
-import CZeroMQ
+import CBoardBusZeroMQ
 import Foundation
 
 /// Checks whether a broker listens on an `ipc://` endpoint before a client waits on it.

@@ -1,4 +1,4 @@
-import CZeroMQ
+import CBoardBusZeroMQ
 
 /// Gives freed memory back to the system after large releases.
 ///

@@ -1,5 +1,5 @@
 import BusCore
-import CZeroMQ
+import CBoardBusZeroMQ
 import Foundation
 import Synchronization
 

@@ -1,4 +1,4 @@
-import CZeroMQ
+import CBoardBusZeroMQ
 
 extension ZMQSocket {
     /// The libzmq socket options BoardBus sets, each with the type of its value (as swift-nio's

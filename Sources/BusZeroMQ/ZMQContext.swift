@@ -1,5 +1,5 @@
 import BusCore
-import CZeroMQ
+import CBoardBusZeroMQ
 import Synchronization
 
 /// A libzmq context. The context itself is thread-safe; its sockets are not.

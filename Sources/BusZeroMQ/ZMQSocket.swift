@@ -1,5 +1,5 @@
 import BusCore
-import CZeroMQ
+import CBoardBusZeroMQ
 import Foundation
 
 /// One libzmq socket. Not thread-safe: it belongs to one thread (a ``SocketLoop``), and only that

@@ -6,8 +6,8 @@ import Foundation
 /// ```json
 /// {
 ///   "boards": [
-///     { "id": "auth.login", "executable": "Login", "start": "always" },
-///     { "id": "app.dashboard", "executable": "Dashboard" }
+///     { "id": "auth.login", "executable": "BoardBusDemoLogin", "start": "always" },
+///     { "id": "app.dashboard", "executable": "BoardBusDemoDashboard" }
 ///   ],
 ///   "flows": [ "auth.login ->> app.dashboard" ]
 /// }

@@ -1,6 +1,6 @@
 import BusCore
 import BusZeroMQ
-import CAcceptGuard
+import CBoardBusAcceptGuard
 import Foundation
 import Logging
 import ServiceLifecycle

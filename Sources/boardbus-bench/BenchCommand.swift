@@ -223,7 +223,8 @@ struct BenchCommand: AsyncParsableCommand {
             return
         }
         if let soak {
-            let manifest = #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}, {"id": "demo.comments", "executable": "Comments"}]}"#
+            let manifest =
+                #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}, {"id": "demo.comments", "executable": "BoardBusDemoComments"}]}"#
             print("boardbus-bench --soak \(Int(soak)) on \(MachineDescription.current())")
             try await TestFleet.with(manifest: manifest) { fleet in
                 try await Soak(fleet: fleet, seconds: soak).run { print($0) }

@@ -1,7 +1,7 @@
 import BoardKit
 import BoardKitTesting
 import BusCore
-import CommentsIO
+import BoardBusDemoCommentsIO
 import FluxBus
 import Foundation
 import GRDB
@@ -13,9 +13,9 @@ let twoScopesManifest = """
     {
       "scopes": [{ "name": "eu" }],
       "boards": [
-        { "id": "demo.comments", "executable": "Comments", "start": "always", "restart": "always",
+        { "id": "demo.comments", "executable": "BoardBusDemoComments", "start": "always", "restart": "always",
           "restartLimit": { "count": 100, "windowSeconds": 1 } },
-        { "id": "demo.comments", "executable": "Comments", "scope": "eu", "start": "always", "restart": "always",
+        { "id": "demo.comments", "executable": "BoardBusDemoComments", "scope": "eu", "start": "always", "restart": "always",
           "restartLimit": { "count": 100, "windowSeconds": 1 } }
       ]
     }
@@ -104,7 +104,7 @@ struct AcknowledgedDataIntegrationTests {
         let environment = ["BOARDBUS_STATE_DIR": state.directory]
         let manifest = """
             { "listen": ["tcp://127.0.0.1:*"],
-              "boards": [{ "id": "demo.comments", "executable": "Comments", "start": "always" }] }
+              "boards": [{ "id": "demo.comments", "executable": "BoardBusDemoComments", "start": "always" }] }
             """
         func serverKey(_ fleet: TestFleet) async throws -> String {
             let result = try await fleet.busctl("keys", "server")

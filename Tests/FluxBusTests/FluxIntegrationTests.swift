@@ -1,9 +1,9 @@
 import BusCore
-import AnnotationFilterIO
+import BoardBusDemoAnnotationFilterIO
 import BoardKit
 import FluxBus
 import BoardKitTesting
-import CommentsIO
+import BoardBusDemoCommentsIO
 import Foundation
 import GRDB
 import Synchronization
@@ -12,8 +12,8 @@ import Testing
 let fluxManifest = """
     {
       "boards": [
-        { "id": "demo.comments", "executable": "Comments", "start": "on-demand" },
-        { "id": "demo.annotations", "executable": "AnnotationFilter", "start": "always" }
+        { "id": "demo.comments", "executable": "BoardBusDemoComments", "start": "on-demand" },
+        { "id": "demo.annotations", "executable": "BoardBusDemoAnnotationFilter", "start": "always" }
       ]
     }
     """
@@ -121,7 +121,7 @@ struct FluxIntegrationTests {
             let started = try await fleet.busctl("activate", "demo.comments")
             #expect(started.exitCode == 0, "\(started.standardError)")
             let holder = try await fleet.startBoard(
-                path: "\(fleet.binaryDirectory)/Recorder", arguments: ["--hold-query", "comments", #"{"postID":7}"#], id: "demo.querier")
+                path: "\(fleet.binaryDirectory)/BoardBusDemoRecorder", arguments: ["--hold-query", "comments", #"{"postID":7}"#], id: "demo.querier")
             try await fleet.withClient { client in
                 func state() async throws -> CommentsIO.State {
                     try PayloadCodec.decode(StoreSnapshot<CommentsIO.State>.self, from: try await client.storeState(CommentsIO.store)).state

@@ -2,7 +2,7 @@ import BusCore
 import BoardKit
 import BoardKitTesting
 import Foundation
-import GreeterIO
+import BoardBusDemoGreeterIO
 import Testing
 
 /// Who may talk to a fleet, and what a stuck board does to the others.

@@ -3,12 +3,12 @@ import BusCore
 import BoardKitTesting
 import BusZeroMQ
 import Foundation
-import GreeterIO
+import BoardBusDemoGreeterIO
 import Testing
 
 let greeterManifest = """
     {
-      "boards": [ { "id": "demo.greeter", "executable": "Greeter", "start": "always" } ]
+      "boards": [ { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always" } ]
     }
     """
 
@@ -73,7 +73,8 @@ struct AttackIntegrationTests {
     /// two dispatches (ids sharing a 1 018-byte prefix collided, the second reported "already
     /// applied" and lost; 300 emoji were cut mid-character and the caller waited 25 s).
     @Test func dispatchIDsAreRefusedOverTheirLimitAndNeverCollide() async throws {
-        try await TestFleet.with(manifest: #"{ "boards": [ { "id": "demo.annotations", "executable": "AnnotationFilter" } ] }"#) { fleet in
+        try await TestFleet.with(manifest: #"{ "boards": [ { "id": "demo.annotations", "executable": "BoardBusDemoAnnotationFilter" } ] }"#) {
+            fleet in
             let action = #"{"filter":"photos"}"#
             let tooLong = String(repeating: "i", count: HeaderCodec.maximumDispatchIDBytes + 1)
             for id in [tooLong, String(repeating: "😀", count: 300), String(repeating: "i", count: 253) + "é" + "😀", ""] {
@@ -195,10 +196,13 @@ extension AttackIntegrationTests {
     @Test func theBrokerRefusesAManifestWithAMistake() async throws {
         let binaries = try TestFleet.locateBinaries()
         let cases: [(manifest: String, says: String)] = [
-            (#"{"boards": [{"id": "demo.greeter", "executable": "Greeter", "restrat": "always"}]}"#, "unknown key 'boards[0].restrat'"),
+            (#"{"boards": [{"id": "demo.greeter", "executable": "BoardBusDemoGreeter", "restrat": "always"}]}"#, "unknown key 'boards[0].restrat'"),
             (#"{"boards": [{"id": "demo.late", "executable": "NoSuchBoard", "start": "on-demand"}]}"#, "no executable for board 'demo.late'"),
             ("{\n\"boards\": [\n}", "line 3, column 1"),
-            (#"{"boards": [{"id": "demo.greeter", "executable": "Greeter", "restartLimit": {"count": 1, "windowSeconds": 1e20}}]}"#, "windowSeconds"),
+            (
+                #"{"boards": [{"id": "demo.greeter", "executable": "BoardBusDemoGreeter", "restartLimit": {"count": 1, "windowSeconds": 1e20}}]}"#,
+                "windowSeconds"
+            ),
         ]
         for (index, (manifest, says)) in cases.enumerated() {
             try await withTemporaryDirectory("manifest") { directory in

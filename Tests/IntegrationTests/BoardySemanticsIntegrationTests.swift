@@ -2,10 +2,10 @@ import BusCore
 import BoardKit
 import BoardKitTesting
 import Foundation
-import GateIO
-import PaymentIO
-import RecorderIO
-import TasksIO
+import BoardBusDemoGateIO
+import BoardBusDemoPaymentIO
+import BoardBusDemoRecorderIO
+import BoardBusDemoTasksIO
 import Testing
 
 /// A fleet with nested scopes, on-demand task boards and recorders that show what reached them.
@@ -13,19 +13,19 @@ let boardyManifest = """
     {
       "scopes": [ { "name": "checkout" }, { "name": "express", "parent": "checkout" } ],
       "boards": [
-        { "id": "demo.gate", "executable": "Gate", "start": "always" },
-        { "id": "demo.recorder", "executable": "Recorder", "start": "always",
+        { "id": "demo.gate", "executable": "BoardBusDemoGate", "start": "always" },
+        { "id": "demo.recorder", "executable": "BoardBusDemoRecorder", "start": "always",
           "arguments": ["--from", "demo.gate,tasks.default,tasks.latest,tasks.only,tasks.queue,tasks.concurrent",
                         "--actions", "checkout.orderPaid,app.announce"] },
-        { "id": "tasks.default", "executable": "Tasks", "arguments": ["--mode", "default"], "start": "on-demand" },
-        { "id": "tasks.latest", "executable": "Tasks", "arguments": ["--mode", "latest"], "start": "on-demand" },
-        { "id": "tasks.only", "executable": "Tasks", "arguments": ["--mode", "only"], "start": "on-demand" },
-        { "id": "tasks.queue", "executable": "Tasks", "arguments": ["--mode", "queue"], "start": "on-demand" },
-        { "id": "tasks.concurrent", "executable": "Tasks", "arguments": ["--mode", "concurrent:2"], "start": "on-demand" },
-        { "id": "checkout.payment", "executable": "Payment", "scope": "checkout", "start": "on-demand" },
-        { "id": "demo.recorder", "executable": "Recorder", "scope": "checkout", "start": "always",
+        { "id": "tasks.default", "executable": "BoardBusDemoTasks", "arguments": ["--mode", "default"], "start": "on-demand" },
+        { "id": "tasks.latest", "executable": "BoardBusDemoTasks", "arguments": ["--mode", "latest"], "start": "on-demand" },
+        { "id": "tasks.only", "executable": "BoardBusDemoTasks", "arguments": ["--mode", "only"], "start": "on-demand" },
+        { "id": "tasks.queue", "executable": "BoardBusDemoTasks", "arguments": ["--mode", "queue"], "start": "on-demand" },
+        { "id": "tasks.concurrent", "executable": "BoardBusDemoTasks", "arguments": ["--mode", "concurrent:2"], "start": "on-demand" },
+        { "id": "checkout.payment", "executable": "BoardBusDemoPayment", "scope": "checkout", "start": "on-demand" },
+        { "id": "demo.recorder", "executable": "BoardBusDemoRecorder", "scope": "checkout", "start": "always",
           "arguments": ["--from", "checkout.payment", "--completions-of", "checkout.payment", "--actions", "app.announce"] },
-        { "id": "demo.recorder", "executable": "Recorder", "scope": "express", "start": "always",
+        { "id": "demo.recorder", "executable": "BoardBusDemoRecorder", "scope": "express", "start": "always",
           "arguments": ["--actions", "app.announce"] }
       ],
       "flows": [

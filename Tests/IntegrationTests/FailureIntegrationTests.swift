@@ -2,7 +2,7 @@ import BusCore
 import BoardKit
 import BoardKitTesting
 import Foundation
-import GreeterIO
+import BoardBusDemoGreeterIO
 import Testing
 
 /// Boards that die: the broker notices within 3 s and callers fail fast with a typed error.
@@ -39,7 +39,7 @@ struct FailureIntegrationTests {
     @Test func aKilledExternalBoardIsFoundByHeartbeat() async throws {
         try await TestFleet.with(manifest: exampleManifest) { fleet in
             // Started by hand, not by the broker: only heartbeats and the socket tell the broker.
-            let board = try await fleet.startBoard("Greeter", id: "ext.greeter")
+            let board = try await fleet.startBoard("BoardBusDemoGreeter", id: "ext.greeter")
             let listed = try await fleet.withClient { try await $0.waitForBoard("ext.greeter", timeout: .seconds(10)) }
             #expect(listed.pid == board.pid)
             #expect(kill(board.pid, SIGKILL) == 0)
@@ -57,7 +57,7 @@ struct FailureIntegrationTests {
             var environment = fleet.environment
             environment["BOARDBUS_BOARD_ID"] = "demo.greeter"
             let impostor = try await ChildProcess(
-                executable: "\(fleet.binaryDirectory)/Greeter", arguments: [], environment: environment,
+                executable: "\(fleet.binaryDirectory)/BoardBusDemoGreeter", arguments: [], environment: environment,
                 directory: fleet.directory, name: "impostor")
             let result = try await impostor.wait(timeout: .seconds(30))
             #expect(result.exitCode != 0)
@@ -72,7 +72,7 @@ struct FailureIntegrationTests {
             pids = ["auth.login", "app.dashboard", "demo.greeter"].compactMap { fleet.pid(of: $0) }
             runtime = fleet.address.runtimeDirectory
             // A board started by hand stops on SIGTERM, without needing SIGKILL.
-            let board = try await fleet.startBoard("Greeter", id: "ext.greeter")
+            let board = try await fleet.startBoard("BoardBusDemoGreeter", id: "ext.greeter")
             #expect(await board.stop() == .terminated)
         }
         #expect(pids.count == 3)

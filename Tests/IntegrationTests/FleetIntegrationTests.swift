@@ -1,10 +1,10 @@
 import BusCore
 import BoardKit
 import BoardKitTesting
-import DashboardIO
+import BoardBusDemoDashboardIO
 import Foundation
-import GreeterIO
-import LoginIO
+import BoardBusDemoGreeterIO
+import BoardBusDemoLoginIO
 import Testing
 
 /// The four message families and busctl, between real processes over real ipc:// sockets.

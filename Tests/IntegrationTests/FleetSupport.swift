@@ -8,10 +8,10 @@ import Testing
 let exampleManifest = """
     {
       "boards": [
-        { "id": "auth.login", "executable": "Login", "start": "always" },
-        { "id": "app.dashboard", "executable": "Dashboard", "start": "always" },
-        { "id": "demo.greeter", "executable": "Greeter", "start": "always" },
-        { "id": "demo.spare", "executable": "Greeter", "start": "on-demand" }
+        { "id": "auth.login", "executable": "BoardBusDemoLogin", "start": "always" },
+        { "id": "app.dashboard", "executable": "BoardBusDemoDashboard", "start": "always" },
+        { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always" },
+        { "id": "demo.spare", "executable": "BoardBusDemoGreeter", "start": "on-demand" }
       ],
       "flows": [ "auth.login ->> app.dashboard" ]
     }

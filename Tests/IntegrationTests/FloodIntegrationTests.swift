@@ -2,7 +2,7 @@ import BoardKit
 import BoardKitTesting
 import BusCore
 import Foundation
-import GreeterIO
+import BoardBusDemoGreeterIO
 import Testing
 
 /// A free tcp port on 127.0.0.1 (bound, read, closed: another process may take it meanwhile,
@@ -36,7 +36,7 @@ struct FloodIntegrationTests {
         let port = try freeLoopbackPort()
         let manifest = """
             { "listen": ["tcp://127.0.0.1:\(port)"], "mdp": "ipc://mdp.sock",
-              "boards": [{ "id": "demo.greeter", "executable": "Greeter", "start": "always" }] }
+              "boards": [{ "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always" }] }
             """
         try await TestFleet.with(manifest: manifest, brokerLauncher: ["/usr/bin/prlimit", "--nofile=256:256", "--"]) { fleet in
             let broker = fleet.brokerPID

@@ -3,7 +3,7 @@ import BoardKit
 import BoardKitTesting
 import BusZeroMQ
 import Foundation
-import GreeterIO
+import BoardBusDemoGreeterIO
 import Testing
 
 /// The broker survives any bytes on its socket.

@@ -12,7 +12,7 @@ struct MajordomoIntegrationTests {
     static let scripts = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../scripts/mdp").standardized.path
     static let manifest = """
         {
-          "boards": [ { "id": "demo.greeter", "executable": "Greeter", "start": "always" } ],
+          "boards": [ { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always" } ],
           "mdp": "ipc://mdp.sock"
         }
         """

@@ -13,15 +13,15 @@ struct NetworkIntegrationTests {
         {
           "scopes": [ { "name": "edge" } ],
           "boards": [
-            { "id": "demo.greeter", "executable": "Greeter", "start": "always" },
-            { "id": "demo.comments", "executable": "Comments", "start": "always" }
+            { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always" },
+            { "id": "demo.comments", "executable": "BoardBusDemoComments", "start": "always" }
           ]
         }
         """
     static let edgeManifest = """
         {
           "scopes": [ { "name": "edge" } ],
-          "boards": [ { "id": "sensor", "executable": "Greeter", "scope": "edge", "start": "always", "restart": "always" } ]
+          "boards": [ { "id": "sensor", "executable": "BoardBusDemoGreeter", "scope": "edge", "start": "always", "restart": "always" } ]
         }
         """
 
@@ -143,7 +143,7 @@ struct NetworkIntegrationTests {
     }
 
     @Test func aBoardOnAnotherHostConnectsStraightToTheMotherboard() async throws {
-        let manifest = #"{ "boards": [ { "id": "demo.greeter", "executable": "Greeter", "start": "always" } ] }"#
+        let manifest = #"{ "boards": [ { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always" } ] }"#
         try await NetworkLab.with { lab in
             _ = try await lab.startParent(manifest: manifest)
             _ = try await lab.startRemoteBoard(id: "remote.greeter", key: "ops")
@@ -159,7 +159,7 @@ struct NetworkIntegrationTests {
             #expect(action.standardOutput.contains("delivered to 2 board(s)"), "\(action.standardOutput)")
 
             // A store owned by a board on host B: dispatched to and watched from A.
-            _ = try await lab.startRemoteBoard(id: "remote.comments", key: "ops", executable: "Comments")
+            _ = try await lab.startRemoteBoard(id: "remote.comments", key: "ops", executable: "BoardBusDemoComments")
             let watch = try await lab.start(
                 lab.binaries + "/busctl", ["state", "comments", "--watch", "--count", "2", "--timeout", "30"], in: 0, runtime: lab.runtimeA)
             try await watch.waitForOutput("sequence", timeout: .seconds(30))

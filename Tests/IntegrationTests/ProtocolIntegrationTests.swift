@@ -2,7 +2,7 @@ import BusCore
 import BoardKit
 import BoardKitTesting
 import Foundation
-import GreeterIO
+import BoardBusDemoGreeterIO
 import Testing
 
 /// docs/PROTOCOL.md is complete enough for another language: a board written in Python with

@@ -2,19 +2,19 @@ import BusCore
 import BoardKit
 import FluxBus
 import BoardKitTesting
-import CommentsIO
+import BoardBusDemoCommentsIO
 import Foundation
-import GreeterIO
+import BoardBusDemoGreeterIO
 import Synchronization
 import Testing
 
 let supervisedManifest = """
     {
       "boards": [
-        { "id": "demo.greeter", "executable": "Greeter", "start": "always", "restart": "on-failure" },
-        { "id": "auth.login", "executable": "Login", "start": "always" },
-        { "id": "demo.comments", "executable": "Comments", "start": "always", "restart": "always" },
-        { "id": "demo.recorder", "executable": "Recorder", "start": "always", "arguments": ["--from", "auth.login"] }
+        { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always", "restart": "on-failure" },
+        { "id": "auth.login", "executable": "BoardBusDemoLogin", "start": "always" },
+        { "id": "demo.comments", "executable": "BoardBusDemoComments", "start": "always", "restart": "always" },
+        { "id": "demo.recorder", "executable": "BoardBusDemoRecorder", "start": "always", "arguments": ["--from", "auth.login"] }
       ]
     }
     """

@@ -59,7 +59,7 @@ struct BoardySemanticsTests {
 
     static let scoped = FleetManifest(
         scopes: [.init(name: "checkout"), .init(name: "express", parent: "checkout")],
-        boards: [.init(id: "pay", executable: "Payment", scope: "checkout", start: .onDemand)])
+        boards: [.init(id: "pay", executable: "BoardBusDemoPayment", scope: "checkout", start: .onDemand)])
 
     @Test func actionsBubbleThroughEveryAncestorScope() throws {
         let harness = try Harness(manifest: Self.scoped)

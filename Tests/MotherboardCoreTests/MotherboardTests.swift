@@ -170,7 +170,7 @@ struct MotherboardTests {
     }
 
     @Test func unknownAndStoppedBoardsGetTypedErrors() throws {
-        let manifest = FleetManifest(boards: [.init(id: "app.dashboard", executable: "Dashboard")])
+        let manifest = FleetManifest(boards: [.init(id: "app.dashboard", executable: "BoardBusDemoDashboard")])
         let harness = try Harness(manifest: manifest)
         harness.request(EnvelopeHeader(kind: .command, target: "nope.board", typeName: "x"), from: harness.client)
         #expect(harness.transport.take(for: harness.client).first?.carriedError?.code == .noSuchBoard)
@@ -239,7 +239,7 @@ struct MotherboardTests {
     }
 
     @Test func aSilentBoardIsDroppedAndItsCallersFailFast() throws {
-        let harness = try Harness(manifest: FleetManifest(boards: [.init(id: "demo.greeter", executable: "Greeter")]))
+        let harness = try Harness(manifest: FleetManifest(boards: [.init(id: "demo.greeter", executable: "BoardBusDemoGreeter")]))
         harness.register("demo.greeter", peer: greeter)
         harness.request(EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"), from: harness.client, correlation: 5)
         harness.now = harness.now.advanced(by: .milliseconds(2000))
