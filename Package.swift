@@ -123,7 +123,9 @@ let package = Package(
             path: "Services/Dashboard"
         ),
         .executableTarget(
-            name: "BoardBusDemoGreeter", dependencies: ["BoardKit", "BoardBusDemoGreeterIO", "BoardBusDemoLoginIO"], path: "Services/Greeter"),
+            name: "BoardBusDemoGreeter",
+            dependencies: ["BoardKit", "BoardBusDemoGreeterIO", "BoardBusDemoLoginIO", .product(name: "Logging", package: "swift-log")],
+            path: "Services/Greeter"),
         .target(name: "BoardBusDemoPaymentIO", dependencies: ["BoardKit"], path: "Services/PaymentIO"),
         .target(name: "BoardBusDemoTasksIO", dependencies: ["BoardKit"], path: "Services/TasksIO"),
         .target(name: "BoardBusDemoRecorderIO", dependencies: ["BoardKit"], path: "Services/RecorderIO"),

@@ -1,6 +1,16 @@
 import BoardKit
 import BoardBusDemoGreeterIO
 import BoardBusDemoLoginIO
+import Foundation
+import Logging
+
+// A process may own swift-log before its board runs (its own backend; swift-otel's bootstrap
+// does the same): `run()`'s default leaves the logging system alone, so this is safe.
+// `BOARDBUS_DEMO_LOG_BACKEND=own` makes the greeter such a process.
+if ProcessInfo.processInfo.environment["BOARDBUS_DEMO_LOG_BACKEND"] == "own" {
+    LoggingSystem.bootstrap { label in StreamLogHandler.standardError(label: "own.\(label)") }
+    Logger(label: "greeter").notice("the greeter's own logging system")
+}
 
 /// What the greeter has seen.
 actor GreeterMemory {

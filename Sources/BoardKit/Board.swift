@@ -196,15 +196,31 @@ public struct Board: Sendable {
         return Registration.makeSecret()
     }()
 
-    /// Connects, registers and serves until SIGTERM/SIGINT or `complete()`.
-    public func run(environment: [String: String] = ProcessInfo.processInfo.environment) async throws {
-        BusLogging.bootstrap(environment: environment)
-        var logger = Logger(label: "board")
+    /// Connects, registers and serves until SIGTERM/SIGINT or `complete()`: the main of a board
+    /// process. A failure that ends the board (its id taken, `idInUse`; no motherboard) is
+    /// printed as one line on standard error (`board ID: CODE: MESSAGE`) and the process exits
+    /// with status 1, rather than trapping at the top level.
+    /// - Parameter logging: who owns swift-log in this process (``BoardLogging``).
+    public func run(logging: BoardLogging = .standardError, environment: [String: String] = ProcessInfo.processInfo.environment) async throws {
+        var logger: Logger
+        switch logging {
+        case .standardError: logger = Logger(label: "board") { BusLogging.handler(label: $0, environment: environment) }
+        case .bootstrapProcess:
+            BusLogging.bootstrap(environment: environment)
+            logger = Logger(label: "board")
+        case .processOwned: logger = Logger(label: "board")
+        }
         logger[metadataKey: "board"] = "\(id)"
-        let client = try BusClient(environment: environment, probe: false)
-        let runtime = BoardRuntime(board: self, client: client, logger: logger)
-        let group = ServiceGroup(configuration: .init(services: [runtime], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        try await group.run()
+        do {
+            let client = try BusClient(environment: environment, probe: false)
+            let runtime = BoardRuntime(board: self, client: client, logger: logger)
+            let group = ServiceGroup(configuration: .init(services: [runtime], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+            try await group.run()
+        } catch {
+            let described = (error as? BusError)?.description ?? "\(error)"
+            FileHandle.standardError.write(Data("board \(id): \(described.escapedForDisplay(limit: 2_000))\n".utf8))
+            exit(1)
+        }
     }
 
     /// The board as a service on `client`, for a host that runs boards in its own process
@@ -213,4 +229,21 @@ public struct Board: Sendable {
     package func service(on client: BusClient, logger: Logger, onReady: @escaping @Sendable () -> Void) -> any Service {
         BoardRuntime(board: self, client: client, logger: logger, announce: false, onReady: onReady)
     }
+}
+
+/// Who owns swift-log in a board process: swift-log allows one `LoggingSystem.bootstrap` per
+/// process and cannot tell whether it happened, so the board is told.
+public enum BoardLogging: Sendable {
+    /// BoardKit's own lines go to standard error at `$BOARDBUS_LOG`'s level through a handler of
+    /// its own; the process's logging system is left alone (swift-log's default, or what the
+    /// process bootstraps, before or after: its own backend, swift-otel). The default: safe
+    /// either way.
+    case standardError
+    /// BoardKit bootstraps the process's logging system with its standard-error handler, so that
+    /// the handlers' own `Logger`s follow `$BOARDBUS_LOG` too. Only for a process that bootstraps
+    /// nothing else (a second bootstrap traps).
+    case bootstrapProcess
+    /// The process bootstrapped swift-log itself (its own backend, swift-otel): BoardKit's lines
+    /// go there too.
+    case processOwned
 }

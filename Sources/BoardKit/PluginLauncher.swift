@@ -41,7 +41,9 @@ public struct PluginLauncher: Sendable {
     }
 
     /// Runs the board with every installed plugin until SIGTERM or completion.
-    public func launch(environment: [String: String] = ProcessInfo.processInfo.environment) async throws {
-        try await board.run(environment: environment)
+    public func launch(logging: BoardLogging = .standardError, environment: [String: String] = ProcessInfo.processInfo.environment)
+        async throws
+    {
+        try await board.run(logging: logging, environment: environment)
     }
 }

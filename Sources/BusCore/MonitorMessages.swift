@@ -175,16 +175,20 @@ public struct MonitorEvent: BusPayload, Hashable {
     }
 
     /// One line for a person: time, scope, kind, source → target, type, correlation id, size,
-    /// round trip, trace, payload.
+    /// round trip, trace, payload. Every field a peer chooses is escaped
+    /// (``Swift/String/escapedForDisplay(limit:)``): a newline or an escape sequence in a type
+    /// name, an id or a payload cannot make a second line or drive the terminal.
     public var line: String {
+        func shown(_ text: String) -> String { text.escapedForDisplay(limit: .max) }
         var parts = [
-            Self.clock(time), scope, kind.padding(toLength: 10, withPad: " ", startingAt: 0), "\(source) → \(target)", type.isEmpty ? "-" : type,
+            Self.clock(time), shown(scope), shown(kind).padding(toLength: 10, withPad: " ", startingAt: 0),
+            "\(shown(source)) → \(shown(target))", type.isEmpty ? "-" : shown(type),
         ]
         parts.append("#\(correlationID)")
         parts.append("\(payloadBytes)B")
         if let roundTripMicroseconds { parts.append(Self.duration(roundTripMicroseconds)) }
-        if let store { parts.append("store=\(store)") }
-        if let trace { parts.append("trace=\(trace)") }
+        if let store { parts.append("store=\(shown(store))") }
+        if let trace { parts.append("trace=\(shown(trace))") }
         if let dispatchID { parts.append("id=\(dispatchID.escapedForDisplay())") }
         var text = parts.joined(separator: " ")
         if let payload { text += " " + payload.escapedForDisplay(limit: .max) + (payloadCut == true ? "…" : "") }

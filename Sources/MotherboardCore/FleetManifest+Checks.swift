@@ -29,6 +29,10 @@ extension FleetManifest {
         } catch {
             throw BusError(.badArgument, "manifest \(source) is not valid JSON\(position(of: error, in: data))")
         }
+        if let comma = trailingComma(in: data) {
+            throw BusError(
+                .badArgument, "manifest \(source) is not valid JSON\(position(ofByte: comma, in: data)): a comma before the closing bracket")
+        }
         do {
             try checkKeys(object, kind: "manifest", path: "")
         } catch let error as BusError {
@@ -80,17 +84,52 @@ extension FleetManifest {
         }
     }
 
+    /// The offset of a comma that only a closing `]` or `}` follows (outside strings), which strict
+    /// JSON refuses and Foundation's parser lets through.
+    static func trailingComma(in data: Data) -> Int? {
+        var inString = false
+        var escaped = false
+        var lastComma: Int?
+        for (offset, byte) in data.enumerated() {
+            if inString {
+                if escaped {
+                    escaped = false
+                } else if byte == UInt8(ascii: "\\") {
+                    escaped = true
+                } else if byte == UInt8(ascii: "\"") {
+                    inString = false
+                }
+                continue
+            }
+            switch byte {
+            case UInt8(ascii: "\""):
+                inString = true
+                lastComma = nil
+            case UInt8(ascii: ","): lastComma = offset
+            case UInt8(ascii: "]"), UInt8(ascii: "}"): if let lastComma { return lastComma }
+            case UInt8(ascii: " "), UInt8(ascii: "\n"), UInt8(ascii: "\r"), UInt8(ascii: "\t"): break
+            default: lastComma = nil
+            }
+        }
+        return nil
+    }
+
+    /// " at line L, column C" of a byte offset.
+    static func position(ofByte offset: Int, in data: Data) -> String {
+        let before = data.prefix(max(0, min(offset, data.count)))
+        let line = before.reduce(1) { $1 == UInt8(ascii: "\n") ? $0 + 1 : $0 }
+        let column = before.count - (before.lastIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? 0) + 1
+        return " at line \(line), column \(column)"
+    }
+
     /// "at line L, column C" for a JSON syntax error, from the byte offset Foundation reports.
     static func position(of error: any Error, in data: Data) -> String {
         let description = ((error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String) ?? "\(error)"
         guard let range = description.range(of: #"character (\d+)"#, options: .regularExpression),
             let offset = Int(description[range].dropFirst("character ".count))
         else { return ": \(description)" }
-        let before = data.prefix(max(0, min(offset, data.count)))
-        let line = before.reduce(1) { $1 == UInt8(ascii: "\n") ? $0 + 1 : $0 }
-        let column = before.count - (before.lastIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? 0) + 1
         let what = description.components(separatedBy: " around").first ?? description
-        return " at line \(line), column \(column): \(what)"
+        return "\(position(ofByte: offset, in: data)): \(what)"
     }
 
     /// A decoding error as a path and a reason, e.g. `boards[1].start: "sometimes" is not one of …`.

@@ -78,6 +78,10 @@ extension Motherboard {
     func startMonitor(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) throws {
         let request = try PayloadCodec.decode(MonitorRequest.self, from: envelope.payload)
         try request.validate()
+        // A scope the fleet does not have is refused, as for any other request naming it.
+        for scope in request.filter.scopes where scope != MonitorEvent.rootScope {
+            if let noScope = noScopeError(Scope(scope)) { throw noScope }
+        }
         if !monitors.contains(peer) {
             logger.info("monitor attached", metadata: ["peer": "\(label(peer))", "monitors": "\(monitors.count + 1)"])
         }

@@ -36,6 +36,19 @@ struct MonitorMessagesTests {
         }
     }
 
+    /// Issue: a type name carrying a newline and ANSI escapes printed a fake second line and
+    /// cleared the screen. Every field a peer chooses is escaped: one message is one line.
+    @Test func aMonitorLineCannotBeForgedByWhatAPeerChooses() {
+        let forged = "greet\n12:00:00.000000 / reply     demo.greeter → ops -\u{1B}[2J\u{1B}[H"
+        let event = MonitorEvent(
+            time: 0, scope: "eu\n", kind: "command", source: "a\rb", target: "demo.greeter\u{7}", type: forged, correlationID: 1,
+            payloadBytes: 2, trace: "t\u{1B}", dispatchID: "d\n", store: "s\u{2028}", payload: "x\ny\u{1B}[31m")
+        let line = event.line
+        #expect(!line.unicodeScalars.contains { $0.properties.generalCategory == .control || $0 == "\u{2028}" }, "\(line)")
+        #expect(line.split(separator: "\n", omittingEmptySubsequences: false).count == 1)
+        #expect(line.contains(#"greet\n12:00:00"#) && line.contains(#"\u{1B}[2J"#), "\(line)")
+    }
+
     @Test func filtersCombineListsWithAndAndValuesWithOr() {
         let filter = MonitorFilter(boards: ["a", "b"], kinds: ["command"])
         #expect(filter.matches(kind: "command", scope: "/", source: ":01", target: "b", type: "x", trace: nil))

@@ -188,6 +188,11 @@ extension AttackIntegrationTests {
             #expect(scope.standardError.hasPrefix("busctl: badArgument: no scope 'nosuch' in this fleet"), "\(scope.standardError)")
             let store = try await fleet.busctl("dispatch", "comments", "reply", "--scope", "nosuch")
             #expect(store.standardError.contains("no scope 'nosuch'"), "\(store.standardError)")
+            // A monitor of a scope the fleet does not have is refused too, not left showing nothing.
+            let monitor = try await fleet.busctl("monitor", "--scope", "nosuch", "--for", "5")
+            #expect(monitor.exitCode == 2)
+            #expect(monitor.standardError.hasPrefix("busctl: badArgument: no scope 'nosuch' in this fleet"), "\(monitor.standardError)")
+            #expect(try await fleet.busctl("monitor", "--scope", "/", "--for", "0.2").exitCode == 0)
         }
     }
 

@@ -60,8 +60,45 @@ struct FailureIntegrationTests {
                 executable: "\(fleet.binaryDirectory)/BoardBusDemoGreeter", arguments: [], environment: environment,
                 directory: fleet.directory, name: "impostor")
             let result = try await impostor.wait(timeout: .seconds(30))
-            #expect(result.exitCode != 0)
-            #expect(result.standardError.contains("idInUse"))
+            // One line and status 1, not a trap at the top level (SIGILL and a backtrace).
+            #expect(result.exitCode == 1)
+            #expect(result.standardError.hasPrefix("board demo.greeter: idInUse: "), "\(result.standardError)")
+            #expect(result.standardError.split(separator: "\n").count == 1, "\(result.standardError)")
+        }
+    }
+
+    /// Issue: the example Payment board (a TaskBoard run by a PluginLauncher) trapped with
+    /// SIGILL when its registration was refused `idInUse`.
+    @Test func aPaymentBoardWhoseIDIsTakenExitsWithOneLine() async throws {
+        let manifest = #"{ "boards": [ { "id": "checkout.payment", "executable": "BoardBusDemoPayment", "start": "always" } ] }"#
+        try await TestFleet.with(manifest: manifest) { fleet in
+            var environment = fleet.environment
+            environment["BOARDBUS_BOARD_ID"] = "checkout.payment"
+            let second = try await ChildProcess(
+                executable: "\(fleet.binaryDirectory)/BoardBusDemoPayment", arguments: [], environment: environment, directory: fleet.directory,
+                name: "second-payment")
+            let result = try await second.wait(timeout: .seconds(30))
+            #expect(result.exitCode == 1)
+            #expect(result.standardError.hasPrefix("board checkout.payment: idInUse: "), "\(result.standardError)")
+            #expect(!result.standardError.contains("Fatal error"))
+        }
+    }
+
+    /// Issue: a board that bootstraps swift-log itself before `board.run()` (as any server app,
+    /// and swift-otel's bootstrap, do) trapped: "logging system can only be initialized once".
+    @Test func aBoardThatOwnsSwiftLogRunsAndStopsCleanly() async throws {
+        try await TestFleet.with(manifest: exampleManifest) { fleet in
+            var environment = fleet.environment
+            environment["BOARDBUS_BOARD_ID"] = "own.greeter"
+            environment["BOARDBUS_DEMO_LOG_BACKEND"] = "own"
+            let board = try await ChildProcess(
+                executable: "\(fleet.binaryDirectory)/BoardBusDemoGreeter", arguments: [], environment: environment, directory: fleet.directory,
+                name: "own-logging")
+            try await board.waitForOutput("READY", timeout: .seconds(30))
+            let call = try await fleet.busctl("call", "own.greeter", "greet", #"{"name":"Ann"}"#)
+            #expect(call.exitCode == 0, "\(call.standardError)")
+            #expect(board.standardError.contains("own.greeter: [BoardBusDemoGreeter] the greeter's own logging system"), "\(board.standardError)")
+            #expect(await board.stop() == .terminated)
         }
     }
 

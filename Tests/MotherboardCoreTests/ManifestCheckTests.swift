@@ -46,6 +46,19 @@ struct ManifestCheckTests {
         #expect(error?.message.contains("line 3, column 33") == true, "\(error?.message ?? "")")
     }
 
+    /// Issue: strict JSON, but `[1, 2,]` was accepted (Foundation's parser allows it).
+    @Test func aTrailingCommaIsRefusedWithItsLineAndColumn() {
+        let array = refusal("{\n  \"listen\": [\"tcp://10.0.0.1:7400\",\n  ]\n}")
+        #expect(array?.code == .badArgument)
+        #expect(
+            array?.message == "manifest fleet.json is not valid JSON at line 2, column 35: a comma before the closing bracket",
+            "\(array?.message ?? "")")
+        #expect(refusal(#"{"boards": [], }"#)?.message.contains("line 1, column 14") == true)
+        #expect(refusal(#"{"boards": [{"id": "a.b", "executable": "A",}]}"#)?.message.contains("a comma before the closing bracket") == true)
+        // Commas and brackets inside strings, escaped quotes, and commas between values are fine.
+        #expect(refusal(#"{"boards": [{"id": "a.b", "executable": "x,]\",}", "arguments": ["a", "b"]}]}"#) == nil)
+    }
+
     @Test func badValuesAreReportedWithTheirPath() {
         let policy = refusal(#"{"boards": [{"id": "a.b", "executable": "A", "start": "sometimes"}]}"#)
         #expect(policy?.message.contains("boards[0].start") == true, "\(policy?.message ?? "")")
