@@ -68,9 +68,12 @@ package final class ConnectionBacklog<Peer: Hashable> {
     /// every message, not once per peer: a peer that sets its own routing id (libzmq 4.3 takes any,
     /// even one shaped like those it makes) can leave and come back under the same id on a new
     /// connection, and a stale descriptor would watch a closed or another peer's socket.
-    package func noteReceived(from peer: Peer, descriptor: Int32) {
-        guard descriptor >= 0, descriptors[peer] != descriptor else { return }
+    /// Returns whether the descriptor is new for the peer (its first message, or a new connection).
+    @discardableResult
+    package func noteReceived(from peer: Peer, descriptor: Int32) -> Bool {
+        guard descriptor >= 0, descriptors[peer] != descriptor else { return false }
         descriptors[peer] = descriptor
+        return true
     }
 
     /// Whether a message of `bytes` may be queued toward `peer`; counts it when it may.

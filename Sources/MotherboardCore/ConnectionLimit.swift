@@ -23,6 +23,9 @@ struct ConnectionLimit {
     /// descriptor until then), by descriptor.
     private(set) var endpoints: [Int32: String] = [:]
     private(set) var networkCount = 0
+    /// The allow-list name of the CURVE key each tcp connection authenticated with, once a
+    /// message came on it.
+    private(set) var keys: [Int32: String] = [:]
 
     init(maximum: Int) {
         self.maximum = maximum
@@ -53,8 +56,20 @@ struct ConnectionLimit {
 
     /// A connection ended (a descriptor never accepted is ignored).
     mutating func closed(_ descriptor: Int32) {
+        keys[descriptor] = nil
         guard let endpoint = endpoints.removeValue(forKey: descriptor) else { return }
         if endpoint.hasPrefix("tcp://") { networkCount -= 1 }
+    }
+
+    /// A message came on `descriptor` with the key named `name` (a connection still open only).
+    mutating func noteKey(_ name: String, descriptor: Int32) {
+        guard endpoints[descriptor] != nil else { return }
+        keys[descriptor] = name
+    }
+
+    /// The open connections that authenticated with a key of one of `names`.
+    func descriptors(ofKeys names: Set<String>) -> [Int32] {
+        keys.filter { names.contains($0.value) }.map(\.key).sorted()
     }
 }
 
@@ -76,6 +91,21 @@ final class ConnectionGate: Sendable {
 
     /// Open connections now.
     var count: Int { limit.withLock { $0.count } }
+
+    /// A message came on `descriptor` with the CURVE key named `name` in the allow-list.
+    func noteKey(_ name: String, descriptor: Int32) {
+        limit.withLock { $0.noteKey(name, descriptor: descriptor) }
+    }
+
+    /// Closes every connection that authenticated with one of `names` (keys removed from the
+    /// allow-list): shut down, as a refused one is; libzmq closes it and reports its end.
+    /// Returns how many.
+    @discardableResult
+    func close(connectionsOfKeys names: Set<String>) -> Int {
+        let descriptors = limit.withLock { $0.descriptors(ofKeys: names) }
+        for descriptor in descriptors { _ = shutdown(descriptor, Int32(SHUT_RDWR)) }
+        return descriptors.count
+    }
 
     /// Handles one event of a watched socket; for an accepted connection, whether it may stay.
     func handle(_ event: ConnectionWatch.Event) -> Bool {

@@ -27,6 +27,18 @@ extension Motherboard {
         drop(board.name, reason: reason, unreachableSince: board.origin == nil ? nil : now)
     }
 
+    /// Keys removed from the allow-list: every board registered over a connection that
+    /// authenticated with one of them is dropped (not kept as unreachable: its key may not come
+    /// back), and so is what is kept of such boards whose link was down.
+    func revoke(keys names: Set<String>) {
+        for board in registry.boards.values where board.origin.map({ names.contains($0.keyName) }) == true {
+            drop(board.name, reason: "its key '\(board.origin?.keyName ?? "")' was removed from the allow-list")
+        }
+        for (name, lost) in unreachable where lost.board.origin.map({ names.contains($0.keyName) }) == true {
+            unreachable[name] = nil
+        }
+    }
+
     /// Forgets boards unreachable for longer than the retention.
     func forgetLongUnreachable(now: ContinuousClock.Instant) {
         guard !unreachable.isEmpty else { return }

@@ -168,7 +168,9 @@ public final class MotherboardServer: Service {
         notifier?.notify("STATUS=starting \(options.manifest.boards.filter { $0.start == .always }.count) always-on board(s)")
         let rotation = LogRotation(directory: launcher.logDirectory, maximumBytes: options.maximumLogBytes)
         rotation.start()
-        let handler = RouterLoopHandler(motherboard: motherboard, transport: transport, notifier: startFailure == nil ? notifier : nil)
+        let handler = RouterLoopHandler(
+            motherboard: motherboard, transport: transport, notifier: startFailure == nil ? notifier : nil, gate: gate,
+            allowList: security.allowList)
         let loop = try SocketLoop(
             name: "motherboard", socket: socket, handler: handler, tickInterval: .milliseconds(100), limits: options.settings.limits)
         exits.connect(loop: loop, motherboard: motherboard)
@@ -227,9 +229,10 @@ public final class MotherboardServer: Service {
 extension MotherboardServer {
     static let inProcessEndpoint = "inproc://motherboard"
 
-    /// What listening on tcp set up: the ZAP handler to stop.
+    /// What listening on tcp set up: the ZAP handler to stop, the allow-list it reads.
     struct NetworkSecurity {
         var zap: ZAPHandler?
+        var allowList: AllowListFile?
         /// The broker's CURVE secret key, for other tcp endpoints (MDP); nil without CURVE.
         var curveSecretKey: String?
     }
@@ -260,6 +263,7 @@ extension MotherboardServer {
         let logger = logger
         var decide: @Sendable (ZAPHandler.Request) -> String?
         var secretKey: String?
+        var allowList: AllowListFile?
         if options.insecure {
             logger.critical(
                 "INSECURE: tcp endpoints without CURVE: anyone who reaches them can use the fleet", metadata: ["endpoints": "\(endpoints)"])
@@ -283,15 +287,16 @@ extension MotherboardServer {
             if known.names.isEmpty {
                 logger.warning("the allow-list is empty: no client can connect over tcp yet", metadata: ["file": "\(allowListPath)"])
             }
-            let allowList = AllowListFile(path: allowListPath)
+            let file = AllowListFile(path: allowListPath, list: known, logger: logger)
+            allowList = file
             decide = { request in
-                if request.mechanism == "CURVE", let key = request.publicKey, let name = allowList.name(of: key) { return name }
+                if request.mechanism == "CURVE", let key = request.publicKey, let name = file.name(of: key) { return name }
                 metrics.countRefusedConnection(reason: "key")
                 logger.warning(
                     "connection refused: key not in the allow-list",
                     metadata: [
                         "address": "\(request.address)", "mechanism": "\(request.mechanism)", "key": "\(request.publicKey ?? "none")",
-                        "allowList": "\(allowList.path)",
+                        "allowList": "\(file.path)",
                     ])
                 return nil
             }
@@ -309,7 +314,7 @@ extension MotherboardServer {
             zap.stop()
             throw error
         }
-        return NetworkSecurity(zap: zap, curveSecretKey: secretKey)
+        return NetworkSecurity(zap: zap, allowList: allowList, curveSecretKey: secretKey)
     }
 
     /// Returns on SIGTERM/SIGINT (graceful shutdown) or, with `exitWithParent`, when the parent exits.
@@ -398,17 +403,50 @@ final class RouterLoopHandler: SocketLoopHandler {
     private var heap = HeapTrim()
     private let notifier: SystemdNotifier?
 
-    init(motherboard: Motherboard, transport: RouterTransport, notifier: SystemdNotifier? = nil) {
+    private let gate: ConnectionGate?
+    private let allowList: AllowListFile?
+    private var ticks = 0
+
+    init(
+        motherboard: Motherboard, transport: RouterTransport, notifier: SystemdNotifier? = nil, gate: ConnectionGate? = nil,
+        allowList: AllowListFile? = nil
+    ) {
         self.motherboard = motherboard
         self.transport = transport
         self.notifier = notifier
+        self.gate = gate
+        self.allowList = allowList
+    }
+
+    /// A message came on a connection new to its peer: a tcp one names its CURVE key (its
+    /// `User-Id`), so that the connection can be closed if the key is revoked.
+    private func noteConnection(of peer: PeerID, on socket: ZMQSocket) {
+        let descriptor = socket.lastSourceDescriptor
+        guard transport.backlog.noteReceived(from: peer, descriptor: descriptor), let gate,
+            let user = socket.lastReceivedProperty("User-Id"), !user.isEmpty
+        else { return }
+        gate.noteKey(user, descriptor: descriptor)
+    }
+
+    /// Keys removed from the allow-list: their connections are closed and the boards registered
+    /// over them dropped, within half a second of the file's change.
+    private func revokeRemovedKeys() {
+        guard let allowList, let gate else { return }
+        allowList.refresh()
+        let revoked = allowList.takeRevoked()
+        guard !revoked.isEmpty else { return }
+        let closed = gate.close(connectionsOfKeys: revoked)
+        motherboard.revoke(keys: revoked)
+        motherboard.logger.notice(
+            "keys removed from the allow-list: their connections closed",
+            metadata: ["keys": "\(revoked.sorted().joined(separator: ","))", "connections": "\(closed)"])
     }
 
     /// Commands and replies that need only a new correlation id go on in the frames they came in.
     func intercept(from routingID: Data?, header: UnsafeMutableRawBufferPointer, payloadBytes: Int, on socket: ZMQSocket) -> Bool {
         guard let routingID else { return false }
         let peer = PeerID(routingID)
-        transport.backlog.noteReceived(from: peer, descriptor: socket.lastSourceDescriptor)
+        noteConnection(of: peer, on: socket)
         if transport.backlog.isStalled(peer) { return refuseStalled(peer, header: UnsafeRawBufferPointer(header)) }
         guard let route = motherboard.routeInPlace(header, from: peer, now: clock.now) else { return false }
         if !transport.forwardReceived(to: route.peer, payloadBytes: payloadBytes, kind: route.kind, header: UnsafeRawBufferPointer(header)) {
@@ -433,7 +471,7 @@ final class RouterLoopHandler: SocketLoopHandler {
     func received(_ message: ReceivedMessage, on socket: ZMQSocket) {
         guard let routingID = message.routingID else { return }
         let peer = PeerID(routingID)
-        transport.backlog.noteReceived(from: peer, descriptor: socket.lastSourceDescriptor)
+        noteConnection(of: peer, on: socket)
         guard case .success(let envelope) = message.content, envelope.header.kind == .register else {
             return motherboard.receive(message.content, from: peer, now: clock.now)
         }
@@ -452,6 +490,8 @@ final class RouterLoopHandler: SocketLoopHandler {
     }
 
     func tick(on socket: ZMQSocket) {
+        ticks += 1
+        if ticks % 5 == 0 { revokeRemovedKeys() }
         transport.backlog.tick()
         heap.trimIfWorthwhile()
         let now = clock.now
@@ -496,24 +536,64 @@ final class LauncherProducer: BoardProducer {
 }
 
 /// The allow-list file, read again whenever it changes (so that a key is added or removed without
-/// a restart). Read from the ZAP thread.
+/// a restart), from the ZAP thread and the routing loop. A change that does not parse is reported
+/// once, with its line, and the list in force stays: a typo never locks every peer out.
 final class AllowListFile: @unchecked Sendable {
     let path: String
     private let lock = NSLock()
-    private var list = CurveAllowList()
+    private var list: CurveAllowList
     private var stamp: (Int, Int)?
+    private let logger: Logger
 
-    init(path: String) { self.path = path }
+    /// `list` is the one read at start (the broker does not start with an invalid one).
+    init(path: String, list: CurveAllowList, logger: Logger) {
+        self.path = path
+        self.list = list
+        self.logger = logger
+        stamp = Self.stamp(path)
+    }
 
     func name(of key: String) -> String? {
         lock.withLock {
-            var info = stat()
-            let current = stat(path, &info) == 0 ? (info.st_mtim.tv_sec, info.st_mtim.tv_nsec ^ Int(info.st_size)) : nil
-            if current.map({ $0 != stamp ?? (-1, -1) }) ?? (stamp != nil) {
-                stamp = current
-                list = (try? CurveAllowList.load(path: path)) ?? CurveAllowList()
-            }
+            refreshLocked()
             return list.name(of: key)
+        }
+    }
+
+    private static func stamp(_ path: String) -> (Int, Int)? {
+        var info = stat()
+        return stat(path, &info) == 0 ? (info.st_mtim.tv_sec, info.st_mtim.tv_nsec ^ Int(info.st_size)) : nil
+    }
+
+    /// Reads the file again if it changed; returns the names whose keys it no longer has (once:
+    /// whichever thread reads the change first keeps them for ``takeRevoked()``).
+    func refresh() {
+        lock.withLock { refreshLocked() }
+    }
+
+    /// The names removed from the list since the last call.
+    func takeRevoked() -> Set<String> {
+        lock.withLock {
+            defer { revoked = [] }
+            return revoked
+        }
+    }
+
+    private var revoked: Set<String> = []
+
+    private func refreshLocked() {
+        let current = Self.stamp(path)
+        guard current.map({ $0 != stamp ?? (-1, -1) }) ?? (stamp != nil) else { return }
+        stamp = current
+        do {
+            let before = Set(list.names.values)
+            list = try CurveAllowList.load(path: path)
+            revoked.formUnion(before.subtracting(list.names.values))
+            logger.notice("allow-list read again", metadata: ["file": "\(path)", "keys": "\(list.names.count)"])
+        } catch {
+            logger.error(
+                "allow-list not changed: the new file is invalid; the list read before stays in force",
+                metadata: ["file": "\(path)", "error": "\((error as? BusError)?.message ?? "\(error)")"])
         }
     }
 }

@@ -8,8 +8,8 @@ extension Busctl {
     struct Keys: ParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "keys",
-            abstract: "CURVE keys for tcp: print the motherboard's public key, make a client key pair.",
-            subcommands: [Server.self, New.self, Show.self])
+            abstract: "CURVE keys for tcp: print the motherboard's public key, make a client key pair, check an allow-list.",
+            subcommands: [Server.self, New.self, Show.self, Check.self])
 
         struct Server: ParsableCommand {
             static let configuration = CommandConfiguration(
@@ -62,6 +62,21 @@ extension Busctl {
 }
 
 /// Runs a key operation; a failure is one line on stderr and exit 1 (2 for a bad argument).
+extension Busctl.Keys {
+    struct Check: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "check",
+            abstract: "Check an allow-list as the motherboard reads it: its first bad line (exit 2), or its names.")
+        @Argument(help: "The allow-list file ('NAME KEY' per line).") var file: String
+
+        func run() throws {
+            guard FileManager.default.fileExists(atPath: file) else { throw keysFailure(BusError(.badArgument, "no file \(file)")) }
+            let list = try keysOrExit { try CurveAllowList.load(path: file) }
+            print("\(file): \(list.names.count) key(s): \(Set(list.names.values).sorted().joined(separator: ", "))")
+        }
+    }
+}
+
 private func keysOrExit<T>(_ body: () throws -> T) throws -> T {
     do {
         return try body()

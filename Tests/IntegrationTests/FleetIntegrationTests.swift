@@ -179,8 +179,8 @@ struct FleetIntegrationTests {
             #expect(Self.subcommands(inHelp: help.standardOutput) == names)
             let keysHelp = try await fleet.busctl("keys", "--help")
             #expect(keysHelp.exitCode == 0, "\(keysHelp.standardError)")
-            #expect(Self.subcommands(inHelp: keysHelp.standardOutput) == ["server", "new", "show"])
-            for command in names.map({ [$0] }) + [["keys", "show"]] {
+            #expect(Self.subcommands(inHelp: keysHelp.standardOutput) == ["server", "new", "show", "check"])
+            for command in names.map({ [$0] }) + [["keys", "show"], ["keys", "check"]] {
                 let result = try await fleet.run("busctl", arguments: command + ["--help"])
                 #expect(result.exitCode == 0, "\(command): \(result.standardError)")
                 #expect(result.standardOutput.contains("USAGE: busctl \(command.joined(separator: " "))"), "\(command): \(result.standardOutput)")

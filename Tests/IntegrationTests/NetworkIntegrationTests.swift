@@ -172,6 +172,51 @@ struct NetworkIntegrationTests {
         }
     }
 
+    /// Issue: removing a key's line left its open connections served for ever (still able to
+    /// register boards), and a malformed allow-list locked every peer out. Now a bad line is
+    /// reported with its number and the list in force stays; a removed key's connections are
+    /// closed and its boards dropped, and its next request is refused.
+    @Test func aRevokedKeyLosesItsLiveConnectionsAndABadAllowListLocksNobodyOut() async throws {
+        let manifest = #"{ "boards": [ { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always" } ] }"#
+        try await NetworkLab.with { lab in
+            let parent = try await lab.startParent(manifest: manifest)
+            let board = try await lab.startRemoteBoard(id: "remote.greeter", key: "ops")
+            try lab.expectOK(try await lab.busctlA("call", "remote.greeter", "greet", #"{"name":"far"}"#))
+            let path = "\(lab.directory)/allowed.keys"
+            let allowed = try String(contentsOfFile: path, encoding: .utf8)
+
+            // A typo: reported with its line, the list read before stays in force.
+            try (allowed + "ops2 not-a-key\n").write(toFile: path, atomically: true, encoding: .utf8)
+            let check = try await lab.run(lab.binaries + "/busctl", ["keys", "check", path], in: nil)
+            #expect(check.exitCode == 2 && check.standardError.contains("line 3"), "\(check.standardError)")
+            #expect(
+                try await eventually(timeout: .seconds(10)) { parent.standardError.contains("allow-list not changed: the new file is invalid") },
+                "\(parent.standardError.suffix(2000))")
+            #expect(parent.standardError.contains("line 3"))
+            try lab.expectOK(try await lab.busctlOverTCP(key: "ops", "list"))
+            #expect(try await lab.run(lab.binaries + "/busctl", ["keys", "check", "\(lab.directory)/nosuch.keys"], in: nil).exitCode == 2)
+
+            // The key's line removed: its board's live connection is closed, the board dropped
+            // (not kept as unreachable), and a new request with the key is refused.
+            let withoutOps = allowed.split(separator: "\n").filter { !$0.hasPrefix("ops ") }.joined(separator: "\n") + "\n"
+            try withoutOps.write(toFile: path, atomically: true, encoding: .utf8)
+            let check2 = try await lab.run(lab.binaries + "/busctl", ["keys", "check", path], in: nil)
+            #expect(check2.exitCode == 0 && check2.standardOutput.contains("1 key(s): edge-b"), "\(check2.standardOutput)")
+            let dropped = try await eventually(timeout: .seconds(10)) {
+                try await lab.busctlA("status", "remote.greeter").standardError.contains("noSuchBoard")
+            }
+            let listed = try await lab.busctlA("list").standardOutput
+            #expect(dropped, "\(listed)")
+            #expect(parent.standardError.contains("keys removed from the allow-list"), "\(parent.standardError.suffix(2000))")
+            let refused = try await lab.busctlOverTCP(key: "ops", "list", "--timeout", "5")
+            #expect(refused.exitCode == 1 && refused.standardError.contains("unauthorized"), "\(refused.standardError)")
+            // The board cannot register again with it.
+            let later = try await lab.busctlA("list").standardOutput
+            #expect(!later.contains("remote.greeter"), "\(later)")
+            #expect(board.isRunning)
+        }
+    }
+
     @Test func aMotherboardWhoseKeyIsNotAllowedIsToldWhyAndServesNothingThere() async throws {
         try await NetworkLab.with { lab in
             _ = try await lab.startParent(manifest: Self.parentManifest)
