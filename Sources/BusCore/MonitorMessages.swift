@@ -195,7 +195,13 @@ public struct MonitorEvent: BusPayload, Hashable {
         return text
     }
 
+    /// Whether `time` is one a clock shows: finite, from 1970 to the year 5000.
+    public static func isShowableTime(_ time: Double) -> Bool {
+        time.isFinite && time >= 0 && time < 95_617_584_000
+    }
+
     private static func clock(_ time: Double) -> String {
+        guard isShowableTime(time) else { return "??:??:??.??????" }
         let seconds = Int(time.rounded(.down))
         let micro = Int(((time - Double(seconds)) * 1_000_000).rounded(.down))
         let day = ((seconds % 86_400) + 86_400) % 86_400

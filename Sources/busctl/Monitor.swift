@@ -101,31 +101,65 @@ final class MonitorPrinter: @unchecked Sendable {
         return limit.map { shown < $0 } ?? true
     }
 
+    /// The longest line `--input` reads (a monitor line holds at most a 64 KiB excerpt).
+    static let maximumInputLineBytes = 1 << 20
+
     /// Shows the lines of a file written with `--output`, through `filter`; payloads cut again at
-    /// `payloadBytes` (none when 0).
+    /// `payloadBytes` (none when 0). The file is read as a stream, a line at a time, and reading
+    /// stops at `--count`; a line that is not a monitor line, that is longer than
+    /// ``maximumInputLineBytes`` or whose time no clock shows, is a `badArgument` naming it.
     func replay(path: String, filter: MonitorFilter, payloadBytes: Int) throws {
-        guard let data = FileManager.default.contents(atPath: path) else {
+        guard let file = FileHandle(forReadingAtPath: path) else {
             throw BusError(.badArgument, "cannot read --input file \(path)")
         }
-        for (number, line) in data.split(separator: UInt8(ascii: "\n")).enumerated() where !line.isEmpty {
-            if let dropped = try? PayloadCodec.decode(DroppedLine.self, from: Data(line)) {
-                _ = show(MonitorPush(dropped: dropped.dropped, event: nil))
-                continue
+        defer { try? file.close() }
+        var pending = Data()
+        var start = pending.startIndex
+        var number = 0
+        var ended = false
+        while !ended {
+            let chunk = (try? file.read(upToCount: 1 << 16)) ?? nil
+            if let chunk, !chunk.isEmpty {
+                // What is left of the last read, then this one: each byte is moved once per read.
+                pending = pending[start...] + chunk
+                start = pending.startIndex
+            } else {
+                ended = true
             }
-            guard var event = try? PayloadCodec.decode(MonitorEvent.self, from: Data(line)) else {
-                throw BusError(.badArgument, "\(path):\(number + 1): not a monitor line")
+            while let newline = pending[start...].firstIndex(of: UInt8(ascii: "\n")) ?? (ended && start < pending.endIndex ? pending.endIndex : nil) {
+                number += 1
+                let line = pending[start..<newline]
+                start = min(newline + 1, pending.endIndex)
+                guard !line.isEmpty else { continue }
+                if try !replay(line: Data(line), number: number, path: path, filter: filter, payloadBytes: payloadBytes) { return }
             }
-            guard filter.matches(event) else { continue }
-            if payloadBytes == 0 {
-                event.payload = nil
-                event.payloadCut = nil
-            } else if let text = event.payload {
-                let excerpt = MonitorEvent.excerpt(Data(text.utf8), limit: payloadBytes)
-                event.payload = excerpt.text
-                event.payloadCut = excerpt.cut || event.payloadCut == true
+            if pending.endIndex - start > Self.maximumInputLineBytes {
+                throw BusError(.badArgument, "\(path):\(number + 1): a line longer than \(Self.maximumInputLineBytes) bytes is not a monitor line")
             }
-            if !show(MonitorPush(event: event)) { return }
         }
+    }
+
+    /// Shows one line of a `--input` file; false once the limit is reached.
+    private func replay(line: Data, number: Int, path: String, filter: MonitorFilter, payloadBytes: Int) throws -> Bool {
+        if let dropped = try? PayloadCodec.decode(DroppedLine.self, from: line) {
+            return show(MonitorPush(dropped: dropped.dropped, event: nil))
+        }
+        guard var event = try? PayloadCodec.decode(MonitorEvent.self, from: line) else {
+            throw BusError(.badArgument, "\(path):\(number): not a monitor line")
+        }
+        guard MonitorEvent.isShowableTime(event.time) else {
+            throw BusError(.badArgument, "\(path):\(number): time \(event.time) is not a time a monitor wrote")
+        }
+        guard filter.matches(event) else { return true }
+        if payloadBytes == 0 {
+            event.payload = nil
+            event.payloadCut = nil
+        } else if let text = event.payload {
+            let excerpt = MonitorEvent.excerpt(Data(text.utf8), limit: payloadBytes)
+            event.payload = excerpt.text
+            event.payloadCut = excerpt.cut || event.payloadCut == true
+        }
+        return show(MonitorPush(event: event))
     }
 
     func close() {
