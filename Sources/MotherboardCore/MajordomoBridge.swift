@@ -35,6 +35,8 @@ final class MajordomoBridge: @unchecked Sendable {
         var liveness: Duration = .seconds(10)
         /// Requests waiting for a busy service's workers; more are answered `busy`.
         var queueLimit = 1_000
+        /// Bytes of the requests waiting for a busy service's workers; more are answered `busy`.
+        var queueByteLimit = 64 << 20
         var limits: BusLimits = .default
         /// Bytes of answers that may wait unread toward one MDP client (as on the main socket).
         var maximumUnreadBytesPerPeer = MotherboardSettings().maximumUnreadBytesPerPeer
@@ -66,6 +68,9 @@ final class MajordomoBridge: @unchecked Sendable {
         var correlationID: UInt64
         var command: String
         var payload: Data
+        /// When its caller stops waiting (the motherboard answers it `timeout` then): a job past
+        /// it is dropped, never handed to a worker.
+        var deadline: ContinuousClock.Instant
     }
 
     /// A service MDP workers serve: a board on the motherboard.
@@ -75,7 +80,30 @@ final class MajordomoBridge: @unchecked Sendable {
         var board: HelperBoard
         var idle = Deque<Data>()
         var queue = Deque<Job>()
+        /// The payload bytes of the queued jobs.
+        var queuedBytes = 0
         var socket: ZMQSocket { board.socket }
+
+        mutating func enqueue(_ job: Job, first: Bool = false) {
+            if first { queue.prepend(job) } else { queue.append(job) }
+            queuedBytes += job.payload.count
+        }
+
+        /// The next job whose caller still waits; those past their deadline are dropped.
+        mutating func dequeue(now: ContinuousClock.Instant) -> Job? {
+            while let job = queue.popFirst() {
+                queuedBytes -= job.payload.count
+                if job.deadline > now { return job }
+            }
+            return nil
+        }
+
+        /// Drops the jobs whose callers stopped waiting.
+        mutating func dropExpired(now: ContinuousClock.Instant) {
+            guard queue.contains(where: { $0.deadline <= now }) else { return }
+            queue.removeAll { $0.deadline <= now }
+            queuedBytes = queue.reduce(0) { $0 + $1.payload.count }
+        }
     }
 
     /// What an MDP client waits for: where its answer goes and how to make it.
@@ -222,6 +250,7 @@ final class MajordomoBridge: @unchecked Sendable {
         }
         guard lastServiceHeartbeat.map({ $0.duration(to: now) >= .milliseconds(500) }) ?? true else { return }
         lastServiceHeartbeat = now
+        for name in services.keys { services[name]?.dropExpired(now: now) }
         for name in services.keys { services[name]?.board.keepAlive(now: now, id: makeID()) }
     }
 
@@ -379,6 +408,12 @@ final class MajordomoBridge: @unchecked Sendable {
                 sendToWorker(peer, dialect: dialect, command: 0x06)
                 return
             }
+            // `mmi.` names are the broker's own (RFC 8): no worker serves one.
+            guard !Self.boardName(service).name.hasPrefix("mmi.") else {
+                logger.warning("MDP worker refused: mmi.* services are the broker's own", metadata: ["service": "\(service.escapedForDisplay())"])
+                sendToWorker(peer, dialect: dialect, command: 0x06)
+                return
+            }
             workers[peer] = Worker(id: peer, service: service, dialect: dialect, lastHeard: now, lastSent: now)
             logger.info("MDP worker ready", metadata: ["service": "\(service)"])
             if services[service] == nil { addService(service, now: now) }
@@ -449,8 +484,10 @@ final class MajordomoBridge: @unchecked Sendable {
             services[name] = service
             guard error.code != .notRegistered else { return }  // registers again at the next tick
             logger.warning("the motherboard refused an MDP service as a board", metadata: ["board": "\(service.name)", "error": "\(error)"])
-            // Its id belongs to another board: its workers are sent away.
-            if error.code == .idInUse {
+            // Its id belongs to another board, or its scope is not one of the fleet's: its
+            // workers are sent away, once (a worker told DISCONNECT reconnects and says READY
+            // again, which meets the same answer).
+            if error.code == .idInUse || error.code == .badArgument {
                 for worker in workers.values where worker.service == name {
                     sendToWorker(worker.id, dialect: worker.dialect, command: 0x06)
                     workers[worker.id] = nil
@@ -464,16 +501,23 @@ final class MajordomoBridge: @unchecked Sendable {
         }
         switch header.kind {
         case .command:
+            let timeout: Duration = header.timeoutMilliseconds > 0 ? .milliseconds(Int64(header.timeoutMilliseconds)) : .seconds(25)
             let job = Job(
-                correlationID: header.flags.contains(.replyExpected) ? header.correlationID : 0, command: header.typeName, payload: envelope.payload)
-            guard service.queue.count < settings.queueLimit else {
+                correlationID: header.flags.contains(.replyExpected) ? header.correlationID : 0, command: header.typeName, payload: envelope.payload,
+                deadline: now.advanced(by: timeout))
+            service.dropExpired(now: now)
+            guard service.queue.count < settings.queueLimit, service.queuedBytes + job.payload.count <= settings.queueByteLimit else {
                 if job.correlationID != 0 {
-                    let error = BusError(.busy, "the MDP workers of '\(name)' are busy and \(settings.queueLimit) requests wait")
+                    let error = BusError(
+                        .busy,
+                        "the MDP workers of '\(name)' are busy and \(service.queue.count) requests (\(service.queuedBytes) bytes) wait; at most \(settings.queueLimit) and \(settings.queueByteLimit) bytes"
+                    )
                     _ = try? service.socket.send(Envelope.error(error, correlationID: job.correlationID))
                 }
+                services[name] = service
                 return
             }
-            service.queue.append(job)
+            service.enqueue(job)
             services[name] = service
             dispatch(name)
         default:
@@ -485,12 +529,18 @@ final class MajordomoBridge: @unchecked Sendable {
 
     /// Hands queued commands to idle workers, the longest idle first.
     private func dispatch(_ name: String) {
+        let now = ContinuousClock.now
         while var service = services[name], !service.queue.isEmpty, let worker = service.idle.popFirst() {
             guard let known = workers[worker] else {
                 services[name] = service
                 continue
             }
-            let job = service.queue.removeFirst()
+            guard let job = service.dequeue(now: now) else {
+                // Every waiting job had expired: the worker stays idle.
+                service.idle.prepend(worker)
+                services[name] = service
+                return
+            }
             services[name] = service
             let token = makeID()
             var tokenFrame = Data(count: 8)
@@ -506,7 +556,7 @@ final class MajordomoBridge: @unchecked Sendable {
                 // It never reached the worker (gone since its last message): the next one takes it.
                 workerRequests[token] = nil
                 workers[worker]?.busyWith = nil
-                services[name]?.queue.prepend(job)
+                services[name]?.enqueue(job, first: true)
                 drop(worker, reason: "its MDP worker is gone")
             } else if job.correlationID == 0 {
                 // Nobody waits for it: the worker is free once it answers; the answer is dropped.

@@ -161,6 +161,36 @@ struct MajordomoIntegrationTests {
         }
     }
 
+    /// Issue: `READY` for a scope the broker does not have was logged every second while the
+    /// worker heartbeated, `mmi.*` names were taken by workers, and 200 × 1 MiB for a worker that
+    /// never answers kept 250 MB after every caller had its `timeout`, the worker later handed
+    /// 199 stale requests. Now: one `DISCONNECT` each; the queue is bounded in bytes (64 MiB) and
+    /// a request whose caller stopped waiting is dropped, never handed to a worker.
+    @Test func aWorkerCannotTakeAnUnknownScopeOrMMINorBeHandedStaleOrUnboundedWork() async throws {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/mdp_bounds.py").path
+        try await TestFleet.with(manifest: Self.manifest) { fleet in
+            let child = try await ChildProcess(
+                executable: "/usr/bin/python3", arguments: [script, endpoint(fleet), fleet.address.endpoint, "\(fleet.binaryDirectory)/busctl"],
+                environment: fleet.environment, directory: fleet.directory, name: "mdp-bounds")
+            let result = try await child.wait(timeout: .seconds(90))
+            var values: [String: Int] = [:]
+            for line in result.standardOutput.split(separator: "\n") {
+                let parts = line.split(separator: " ")
+                if parts.count == 2, let value = Int(parts[1]) { values[String(parts[0])] = value }
+            }
+            let said = "\(result.standardOutput) \(result.standardError.suffix(1500))"
+            #expect(values["unknown_scope_disconnects"] == 1, "\(said)")
+            #expect(values["mmi_disconnects"] == 1, "\(said)")
+            // The first request is the worker's; the queue holds up to 64 MiB of the others.
+            #expect(values["answered"] == 100, "\(said)")
+            #expect((values["busy"] ?? 0) >= 30, "\(said)")
+            #expect((values["busy"] ?? 0) + (values["timeout"] ?? 0) == 100, "\(said)")
+            #expect(values["handed"] == 1, "\(said)")
+            let refusals = fleet.brokerLog.components(separatedBy: "refused an MDP service as a board").count - 1
+            #expect(refusals == 1, "\(fleet.brokerLog.suffix(3000))")
+        }
+    }
+
     @Test func rfc18FramingWorksAsWrittenToo() async throws {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/mdp_rfc.py").path
         try await TestFleet.with(manifest: Self.manifest) { fleet in
