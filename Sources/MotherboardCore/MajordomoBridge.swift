@@ -37,6 +37,9 @@ final class MajordomoBridge: @unchecked Sendable {
         var queueLimit = 1_000
         /// Bytes of the requests waiting for a busy service's workers; more are answered `busy`.
         var queueByteLimit = 64 << 20
+        /// Services the endpoint serves at once (each is a board on a socket of its own); a
+        /// `READY` for one more is answered `DISCONNECT`.
+        static let maximumServices = 2_000
         var limits: BusLimits = .default
         /// Bytes of answers that may wait unread toward one MDP client (as on the main socket).
         var maximumUnreadBytesPerPeer = MotherboardSettings().maximumUnreadBytesPerPeer
@@ -141,6 +144,8 @@ final class MajordomoBridge: @unchecked Sendable {
     private let thread = HelperThread()
     /// Counts for tests and logs (read on the bridge's thread).
     private(set) var droppedPartials = 0
+    private var refusedServices = 0
+    private var lastServiceRefusalLog: ContinuousClock.Instant?
 
     /// Binds the MDP endpoint on `context` (the motherboard's, so that a tcp endpoint is checked
     /// by its ZAP handler: `secure` sets the CURVE server key for it) and connects to the
@@ -414,9 +419,26 @@ final class MajordomoBridge: @unchecked Sendable {
                 sendToWorker(peer, dialect: dialect, command: 0x06)
                 return
             }
+            guard services[service] != nil || services.count < Settings.maximumServices else {
+                refusedServices += 1
+                if lastServiceRefusalLog.map({ $0.duration(to: now) >= .seconds(1) }) ?? true {
+                    lastServiceRefusalLog = now
+                    logger.warning(
+                        "MDP worker refused: the endpoint serves as many services as it may",
+                        metadata: ["service": "\(service.escapedForDisplay())", "services": "\(services.count)", "refused": "\(refusedServices)"])
+                }
+                sendToWorker(peer, dialect: dialect, command: 0x06)
+                return
+            }
             workers[peer] = Worker(id: peer, service: service, dialect: dialect, lastHeard: now, lastSent: now)
             logger.info("MDP worker ready", metadata: ["service": "\(service)"])
-            if services[service] == nil { addService(service, now: now) }
+            // A service that cannot be a board (no socket for it: the descriptor or socket limit)
+            // is refused, never accepted and left unserved.
+            if services[service] == nil, !addService(service, now: now) {
+                workers[peer] = nil
+                sendToWorker(peer, dialect: dialect, command: 0x06)
+                return
+            }
             services[service]?.idle.append(peer)
             return dispatch(service)
         }
@@ -599,13 +621,19 @@ final class MajordomoBridge: @unchecked Sendable {
 
     // MARK: - Services as boards
 
-    private func addService(_ name: String, now: ContinuousClock.Instant) {
+    /// Makes the service a board on a socket of its own; false when no socket can be had.
+    private func addService(_ name: String, now: ContinuousClock.Instant) -> Bool {
         let board = Self.boardName(name)
-        guard let id = try? BoardID(validating: board.name) else { return }
+        guard let id = try? BoardID(validating: board.name) else { return false }
         do {
             let socket = try ZMQSocket(context: context, kind: .dealer)
-            try socket.set(.linger(.zero), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000))
-            try socket.connect(localEndpoint)
+            do {
+                try socket.set(.linger(.zero), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000))
+                try socket.connect(localEndpoint)
+            } catch {
+                socket.close()
+                throw error
+            }
             // pid 0: an MDP worker's process is not known to the motherboard.
             let registration = Registration(id: id, pid: 0, scope: board.scope, secret: Registration.makeSecret())
             var service = Service(name: board, board: HelperBoard(socket: socket, registration: registration))
@@ -613,6 +641,8 @@ final class MajordomoBridge: @unchecked Sendable {
             services[name] = service
         } catch {
             logger.error("cannot connect an MDP service to the motherboard", metadata: ["service": "\(name)", "error": "\(error)"])
+            return false
         }
+        return true
     }
 }

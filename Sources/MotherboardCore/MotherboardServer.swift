@@ -86,7 +86,8 @@ public final class MotherboardServer: Service {
             try? FileManager.default.removeItem(atPath: path)  // stale socket of a killed broker
         }
 
-        let context = try ZMQContext()
+        // Room for the helpers' sockets: one per MDP service and per board served to a parent.
+        let context = try ZMQContext(maximumSockets: Int32(MajordomoBridge.Settings.maximumServices * 2 + 1024))
         let socket = try ZMQSocket(context: context, kind: .router)
         // Hard cap: frames far beyond the soft limit disconnect the peer inside libzmq; those
         // between the two get a typed `tooLarge` answer from the broker.

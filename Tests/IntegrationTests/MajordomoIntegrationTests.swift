@@ -191,6 +191,26 @@ struct MajordomoIntegrationTests {
         }
     }
 
+    /// Issue: of 2 000 `READY`s only about 1 020 became boards (a socket each, and libzmq's
+    /// default of 1 023 sockets a context); the rest were accepted and never served. The context
+    /// has room for the endpoint's maximum (2 000 services); past it, `READY` is `DISCONNECT`.
+    @Test func everyServiceIsServedOrRefusedNoneIsLeftUnserved() async throws {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/mdp_many.py").path
+        try await TestFleet.with(manifest: Self.manifest) { fleet in
+            let workers = try await ChildProcess(
+                executable: "/usr/bin/python3", arguments: [script, endpoint(fleet), "2050"], environment: fleet.environment,
+                directory: fleet.directory, name: "mdp-many")
+            try await workers.waitForOutput("ready", timeout: .seconds(60))
+            let served = try await eventually(timeout: .seconds(60), checkingEvery: .milliseconds(500)) {
+                try await fleet.withClient { client in try await client.list().boards.filter { $0.id.rawValue.hasPrefix("many.") }.count } == 2_000
+            }
+            #expect(served)
+            let result = try await workers.wait(timeout: .seconds(60))
+            #expect(result.standardOutput.contains("disconnected 50"), "\(result.standardOutput) \(result.standardError)")
+            #expect(fleet.brokerLog.contains("the endpoint serves as many services as it may"))
+        }
+    }
+
     @Test func rfc18FramingWorksAsWrittenToo() async throws {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/mdp_rfc.py").path
         try await TestFleet.with(manifest: Self.manifest) { fleet in

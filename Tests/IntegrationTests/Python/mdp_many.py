@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""COUNT MDP workers, each READY for a service of its own (RFC 18 framing, raw pyzmq DEALERs),
+heartbeating every 2 s; prints how many were answered DISCONNECT within 12 s (the others are
+served), then leaves.
+
+usage: mdp_many.py ENDPOINT COUNT
+"""
+import resource
+import sys
+import time
+
+import zmq
+
+endpoint, count = sys.argv[1], int(sys.argv[2])
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+context = zmq.Context()
+context.set(zmq.MAX_SOCKETS, count + 64)
+poller = zmq.Poller()
+workers = []
+for index in range(count):
+    worker = context.socket(zmq.DEALER)
+    worker.setsockopt(zmq.LINGER, 0)
+    worker.connect(endpoint)
+    worker.send_multipart([b"MDPW02", b"\x01", b"many.s%d" % index])
+    poller.register(worker, zmq.POLLIN)
+    workers.append(worker)
+print("ready", count, flush=True)
+told = set()
+deadline = time.monotonic() + 12
+beat = time.monotonic()
+while time.monotonic() < deadline:
+    if time.monotonic() - beat >= 2:
+        beat = time.monotonic()
+        for worker in workers:
+            worker.send_multipart([b"MDPW02", b"\x05"])
+    for socket, _ in poller.poll(200):
+        frames = socket.recv_multipart()
+        if frames[:2] == [b"MDPW02", b"\x06"]:
+            told.add(id(socket))
+print("disconnected", len(told), flush=True)
+for worker in workers:
+    worker.close()
