@@ -189,7 +189,7 @@ public final class Motherboard {
                     board.busySince = board.lastSeen
                     logger.notice(
                         "board busy: silent past the liveness timeout, its process and connection alive",
-                        metadata: ["board": "\(board.name)", "pid": "\(board.registration.pid)", "silentFor": "\(settings.livenessTimeout)"])
+                        metadata: ["board": "\(board.name)", "pid": "\(board.process ?? 0)", "silentFor": "\(settings.livenessTimeout)"])
                 }
             } else if let since = board.busySince {
                 board.busySince = nil

@@ -140,11 +140,7 @@ struct AcknowledgedDataIntegrationTests {
     @Test func aBoardWaitingForItsDatabaseIsBusyNotDeadAndItsDispatchIsAnswered() async throws {
         try await TestFleet.with(manifest: twoScopesManifest) { fleet in
             let pid = try #require(fleet.pid(of: CommentsIO.id))
-            let lock = try LockedDatabase(fleet: fleet)
-            let dispatch = try await ChildProcess(
-                executable: "\(fleet.binaryDirectory)/busctl",
-                arguments: ["dispatch", "comments", "reply", Self.reply("SLOW"), "--id", "slow-1", "--timeout", "15"],
-                environment: fleet.environment, directory: fleet.directory, name: "slow-dispatch")
+            let (lock, dispatch) = try await Self.dispatchBehindALock(fleet, "SLOW", id: "slow-1", timeout: "15")
             // Held past the liveness timeout: the broker shows the board busy, and keeps it.
             let busy = try await eventually(timeout: .seconds(10)) { try await Self.state(fleet) == "busy" }
             #expect(busy)
@@ -163,11 +159,7 @@ struct AcknowledgedDataIntegrationTests {
     @Test func aDispatchWhoseBoardDiesAfterDeliveryIsOutcomeUnknownAndItsRetryAppliesOnce() async throws {
         try await TestFleet.with(manifest: twoScopesManifest) { fleet in
             let pid = try #require(fleet.pid(of: CommentsIO.id))
-            let lock = try LockedDatabase(fleet: fleet)
-            let dispatch = try await ChildProcess(
-                executable: "\(fleet.binaryDirectory)/busctl",
-                arguments: ["dispatch", "comments", "reply", Self.reply("LOST?"), "--id", "unknown-1", "--timeout", "20"],
-                environment: fleet.environment, directory: fleet.directory, name: "doomed-dispatch")
+            let (lock, dispatch) = try await Self.dispatchBehindALock(fleet, "LOST?", id: "unknown-1", timeout: "20")
             // Busy means its handler holds the thread: the dispatch was delivered.
             #expect(try await eventually(timeout: .seconds(10)) { try await Self.state(fleet) == "busy" })
             #expect(kill(pid, SIGKILL) == 0)
@@ -193,6 +185,19 @@ struct AcknowledgedDataIntegrationTests {
         #expect(lines.contains("Environment=BOARDBUS_STATE_DIR=%S/boardbus"))
         #expect(lines.contains("RuntimeDirectory=boardbus"))
         #expect(!lines.contains { $0.hasPrefix("Environment=BOARDBUS_DATA_DIR") || $0.hasPrefix("Environment=BOARDBUS_STATE_DIR=%t") })
+    }
+
+    /// Another connection takes the root store's write lock, then a busctl dispatch starts, in
+    /// the background, behind it.
+    static func dispatchBehindALock(_ fleet: TestFleet, _ content: String, id: String, timeout: String) async throws -> (
+        lock: LockedDatabase, dispatch: ChildProcess
+    ) {
+        let lock = try LockedDatabase(fleet: fleet)
+        let dispatch = try await ChildProcess(
+            executable: "\(fleet.binaryDirectory)/busctl",
+            arguments: ["dispatch", "comments", "reply", reply(content), "--id", id, "--timeout", timeout],
+            environment: fleet.environment, directory: fleet.directory, name: "dispatch-\(id)")
+        return (lock, dispatch)
     }
 
     static func state(_ fleet: TestFleet) async throws -> String? {

@@ -8,8 +8,14 @@ import Testing
 /// A free tcp port on 127.0.0.1 (bound, read, closed: another process may take it meanwhile,
 /// which only makes the test fail to start).
 func freeLoopbackPort() throws -> UInt16 {
+    let (descriptor, port) = try boundLoopbackSocket()
+    close(descriptor)
+    return port
+}
+
+/// A tcp socket bound to a free port of 127.0.0.1 (not listening), and the port.
+func boundLoopbackSocket() throws -> (descriptor: Int32, port: UInt16) {
     let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(descriptor) }
     var address = sockaddr_in()
     address.sin_family = sa_family_t(AF_INET)
     address.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -17,8 +23,11 @@ func freeLoopbackPort() throws -> UInt16 {
     let bound = withUnsafeMutablePointer(to: &address) { pointer in
         pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(descriptor, $0, length) == 0 && getsockname(descriptor, $0, &length) == 0 }
     }
-    guard bound else { throw BusError(.transport, "no free port on 127.0.0.1") }
-    return UInt16(bigEndian: address.sin_port)
+    guard bound else {
+        close(descriptor)
+        throw BusError(.transport, "no free port on 127.0.0.1")
+    }
+    return (descriptor, UInt16(bigEndian: address.sin_port))
 }
 
 /// No peer can crash or starve the broker by connecting: floods of idle connections on every

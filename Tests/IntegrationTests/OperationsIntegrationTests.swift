@@ -112,17 +112,9 @@ struct OperationsIntegrationTests {
         let binaries = try TestFleet.locateBinaries()
         try await withTemporaryDirectory("metrics-address") { directory in
             // A port this test holds.
-            let holder = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            let (holder, port) = try boundLoopbackSocket()
             defer { close(holder) }
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-            let bound = withUnsafeMutablePointer(to: &address) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(holder, $0, length) == 0 && getsockname(holder, $0, &length) == 0 }
-            }
-            #expect(bound && listen(holder, 1) == 0)
-            let port = UInt16(bigEndian: address.sin_port)
+            #expect(listen(holder, 1) == 0)
             for (listen, reason) in [
                 ("127.0.0.1:\(port)", "Address already in use"), ("localhost:9464", "not HOST:PORT with an IP address"),
                 ("127.0.0.1:99999", "not HOST:PORT"),
