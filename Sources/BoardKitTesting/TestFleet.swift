@@ -28,28 +28,33 @@ public final class TestFleet: @unchecked Sendable {
     private let brokerEnvironment: [String: String]
     /// A command the broker is started under (e.g. `prlimit --nofile=256:256 --`), or none.
     private let brokerLauncher: [String]
+    /// More arguments for the broker (e.g. `--listen`).
+    private let brokerArguments: [String]
     private var extras: [ChildProcess] = []
     private let lock = NSLock()
     private var outputCounter = 0
 
     /// Starts a fleet from a manifest (JSON text), runs `body`, and stops everything.
     /// `brokerEnvironment` is set for the broker (and so its boards) on top of the fleet's own;
-    /// `brokerLauncher` is a command that runs the broker (it must exec it, keeping its pid).
+    /// `brokerLauncher` is a command that runs the broker (it must exec it, keeping its pid);
+    /// `brokerArguments` are added to the broker's own.
     public static func with<T>(
         manifest: String, waitForFleet: Bool = true, startupTimeout: Duration = .seconds(60), brokerEnvironment: [String: String] = [:],
-        brokerLauncher: [String] = [], _ body: (TestFleet) async throws -> T
+        brokerLauncher: [String] = [], brokerArguments: [String] = [], _ body: (TestFleet) async throws -> T
     ) async throws -> T {
         let fleet = try await TestFleet(
             manifest: manifest, startupTimeout: startupTimeout, waitForFleet: waitForFleet, brokerEnvironment: brokerEnvironment,
-            brokerLauncher: brokerLauncher)
+            brokerLauncher: brokerLauncher, brokerArguments: brokerArguments)
         return try await using(fleet, stop: { await $0.stop() }, body)
     }
 
     private init(
-        manifest: String, startupTimeout: Duration, waitForFleet: Bool, brokerEnvironment: [String: String], brokerLauncher: [String]
+        manifest: String, startupTimeout: Duration, waitForFleet: Bool, brokerEnvironment: [String: String], brokerLauncher: [String],
+        brokerArguments: [String]
     ) async throws {
         self.brokerEnvironment = brokerEnvironment
         self.brokerLauncher = brokerLauncher
+        self.brokerArguments = brokerArguments
         binaryDirectory = try TestFleet.locateBinaries()
         let template = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-test-XXXXXX").path
         var buffer = Array(template.utf8CString)
@@ -62,7 +67,8 @@ public final class TestFleet: @unchecked Sendable {
         do {
             broker = try await TestFleet.startBroker(
                 binaryDirectory: binaryDirectory, manifestPath: manifestPath, address: address, directory: directory, name: "motherboard",
-                environment: ["BOARDBUS_STATE_DIR": stateDirectory].merging(brokerEnvironment) { $1 }, launcher: brokerLauncher)
+                environment: ["BOARDBUS_STATE_DIR": stateDirectory].merging(brokerEnvironment) { $1 }, launcher: brokerLauncher,
+                arguments: brokerArguments)
         } catch {
             try? FileManager.default.removeItem(atPath: directory)
             throw error
@@ -83,11 +89,11 @@ public final class TestFleet: @unchecked Sendable {
 
     private static func startBroker(
         binaryDirectory: String, manifestPath: String, address: BusAddress, directory: String, name: String, environment: [String: String],
-        launcher: [String]
+        launcher: [String], arguments: [String]
     ) async throws -> ChildProcess {
         let command =
             launcher + [try executable("motherboard", in: binaryDirectory)]
-            + ["--manifest", manifestPath, "--runtime-dir", address.runtimeDirectory, "--exit-with-parent"]
+            + ["--manifest", manifestPath, "--runtime-dir", address.runtimeDirectory, "--exit-with-parent"] + arguments
         return try await ChildProcess(
             executable: command[0], arguments: Array(command.dropFirst()),
             environment: TestFleet.environment(for: address).merging(environment) { $1 }, directory: directory, name: name)
@@ -102,7 +108,7 @@ public final class TestFleet: @unchecked Sendable {
         let fresh = try await TestFleet.startBroker(
             binaryDirectory: binaryDirectory, manifestPath: manifestPath, address: address, directory: directory,
             name: nextOutputName("motherboard"), environment: ["BOARDBUS_STATE_DIR": stateDirectory].merging(brokerEnvironment) { $1 },
-            launcher: brokerLauncher)
+            launcher: brokerLauncher, arguments: brokerArguments)
         lock.withLock { broker = fresh }
         try await fresh.waitForOutput("READY", timeout: timeout)
     }

@@ -33,16 +33,19 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
         var flowID: FlowID?
         var trace: TraceContext?
         var contentType: String?
+        var linkTrail: [UInt64]?
         var unknownFields = Data()
 
         init() {}
 
         init(copying other: OptionalFields) {
-            (dispatchID, flowID, trace, contentType, unknownFields) =
-                (other.dispatchID, other.flowID, other.trace, other.contentType, other.unknownFields)
+            (dispatchID, flowID, trace, contentType, linkTrail, unknownFields) =
+                (other.dispatchID, other.flowID, other.trace, other.contentType, other.linkTrail, other.unknownFields)
         }
 
-        var isEmpty: Bool { dispatchID == nil && flowID == nil && trace == nil && contentType == nil && unknownFields.isEmpty }
+        var isEmpty: Bool {
+            dispatchID == nil && flowID == nil && trace == nil && contentType == nil && linkTrail == nil && unknownFields.isEmpty
+        }
     }
 
     /// Changes the optional fields, copying the box first when another header shares it. Clearing
@@ -69,6 +72,13 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
         get { optional?.flowID }
         set { setOptional(clearing: newValue == nil) { $0.flowID = newValue } }
     }
+    /// Optional field 5: the motherboards an action went through on its way up links (each one's
+    /// link id, in order), so that one that comes back to a motherboard it left is dropped.
+    public var linkTrail: [UInt64]? {
+        get { optional?.linkTrail }
+        set { setOptional(clearing: newValue == nil) { $0.linkTrail = newValue } }
+    }
+
     /// Optional field 2: the W3C trace context the message belongs to (since version 3).
     public var trace: TraceContext? {
         get { optional?.trace }
@@ -101,6 +111,7 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
         flowID: FlowID? = nil,
         trace: TraceContext? = nil,
         contentType: String? = nil,
+        linkTrail: [UInt64]? = nil,
         unknownFields: Data = Data()
     ) {
         self.version = version
@@ -116,6 +127,7 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
         self.flowID = flowID
         self.trace = trace
         self.contentType = contentType
+        self.linkTrail = linkTrail
         self.unknownFields = unknownFields
     }
 }
@@ -125,7 +137,7 @@ extension EnvelopeHeader {
         a.version == b.version && a.kind == b.kind && a.flags == b.flags && a.correlationID == b.correlationID
             && a.timeoutMilliseconds == b.timeoutMilliseconds && a.source == b.source && a.target == b.target && a.scope == b.scope
             && a.typeName == b.typeName && a.dispatchID == b.dispatchID && a.flowID == b.flowID && a.trace == b.trace
-            && a.contentType == b.contentType && a.unknownFields == b.unknownFields
+            && a.contentType == b.contentType && a.linkTrail == b.linkTrail && a.unknownFields == b.unknownFields
     }
 
     public func hash(into hasher: inout Hasher) {
@@ -139,7 +151,7 @@ extension EnvelopeHeader {
 
     private enum CodingKeys: String, CodingKey {
         case version, kind, flags, correlationID, timeoutMilliseconds, source, target, scope, typeName, dispatchID, flowID, trace,
-            contentType, unknownFields
+            contentType, linkTrail, unknownFields
     }
 
     public init(from decoder: any Decoder) throws {
@@ -155,6 +167,7 @@ extension EnvelopeHeader {
             flowID: try container.decodeIfPresent(FlowID.self, forKey: .flowID),
             trace: try container.decodeIfPresent(TraceContext.self, forKey: .trace),
             contentType: try container.decodeIfPresent(String.self, forKey: .contentType),
+            linkTrail: try container.decodeIfPresent([UInt64].self, forKey: .linkTrail),
             unknownFields: try container.decodeIfPresent(Data.self, forKey: .unknownFields) ?? Data())
     }
 
@@ -173,6 +186,7 @@ extension EnvelopeHeader {
         try container.encodeIfPresent(flowID, forKey: .flowID)
         try container.encodeIfPresent(trace, forKey: .trace)
         try container.encodeIfPresent(contentType, forKey: .contentType)
+        try container.encodeIfPresent(linkTrail, forKey: .linkTrail)
         try container.encode(unknownFields, forKey: .unknownFields)
     }
 }

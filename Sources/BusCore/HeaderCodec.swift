@@ -14,7 +14,8 @@ import Foundation
 /// 18     -    source, target, scope, type name: each a u16 length then that many UTF-8 bytes
 ///  -     -    optional fields to the end of the frame: each a u8 tag, a u16 length, the value
 ///             (tag 1: dispatch id, UTF-8; tag 2: W3C trace context, 25 bytes; tag 3: payload
-///             content type, ASCII; tag 4: flow id, u64; unknown tags are kept and passed on)
+///             content type, ASCII; tag 4: flow id, u64; tag 5: link trail, 1 to 16 u64;
+///             unknown tags are kept and passed on)
 /// ```
 /// The fixed part is the same in every version, so a receiver can read a bad header's correlation
 /// id and flags and answer it. Nothing is ever cut: a field over its limit is refused with
@@ -33,6 +34,9 @@ public enum HeaderCodec {
     public static let maximumDispatchIDBytes = 255
     /// Longest payload content type, in bytes (and the shortest is 1).
     public static let maximumContentTypeBytes = 255
+    /// The most motherboards an action goes up through: one more link is refused.
+    public static let maximumLinkHops = 16
+
     /// Longest value of an optional field, in bytes.
     public static let maximumOptionalFieldBytes = 1024
 
@@ -47,9 +51,12 @@ public enum HeaderCodec {
         public static let trace: UInt8 = 2
         /// The payload's content type (``EnvelopeHeader/contentType``): ASCII, 1–255 bytes.
         public static let contentType: UInt8 = 3
+        /// The motherboards an action went up through (``EnvelopeHeader/linkTrail``): 1 to
+        /// ``HeaderCodec/maximumLinkHops`` link ids, 8 bytes each, big-endian.
+        public static let linkTrail: UInt8 = 5
 
         /// Whether this version reads `tag` into a field of its own (else it keeps it as unknown).
-        static func isKnown(_ tag: UInt8) -> Bool { (1...4).contains(tag) }
+        static func isKnown(_ tag: UInt8) -> Bool { (1...5).contains(tag) }
     }
 
     static let magic: (UInt8, UInt8) = (0x42, 0x42)
@@ -68,7 +75,7 @@ public enum HeaderCodec {
         fixedSize + 8 + header.source.utf8.count + header.target.utf8.count + header.scope.name.utf8.count + header.typeName.utf8.count
             + (header.dispatchID.map { 3 + $0.utf8.count } ?? 0) + (header.flowID == nil ? 0 : 11)
             + (header.trace == nil ? 0 : 3 + TraceContext.encodedSize) + (header.contentType.map { 3 + $0.utf8.count } ?? 0)
-            + header.unknownFields.count
+            + (header.linkTrail.map { 3 + 8 * $0.count } ?? 0) + header.unknownFields.count
     }
 
     /// Checks every field against its limit; returns the encoded size. A sender calls it before
@@ -80,6 +87,9 @@ public enum HeaderCodec {
         try checkLength(header.typeName, "type name")
         if let id = header.dispatchID { try checkDispatchID(id) }
         if let type = header.contentType { try checkContentType(type) }
+        if let trail = header.linkTrail, !(1...maximumLinkHops).contains(trail.count) {
+            throw BusError(.badArgument, "a link trail has 1 to \(maximumLinkHops) motherboards, not \(trail.count)")
+        }
         if !header.unknownFields.isEmpty {
             let refusal = header.unknownFields.withUnsafeBytes { bytes -> BusError? in
                 var offset = 0
@@ -190,6 +200,11 @@ public enum HeaderCodec {
             writer.write(OptionalField.contentType)
             writer.write(type)
         }
+        if let trail = header.linkTrail {
+            writer.write(OptionalField.linkTrail)
+            writer.writeBigEndian(UInt16(8 * trail.count))
+            for link in trail { writer.writeBigEndian(link) }
+        }
         // Not `for byte in`: a `Data`'s iterator costs more to make than most headers to write.
         if !header.unknownFields.isEmpty { header.unknownFields.withUnsafeBytes { writer.write($0) } }
         return writer.offset
@@ -213,6 +228,11 @@ public enum HeaderCodec {
             if let flow = layout.flowID { header.flowID = FlowID(HeaderLayout.bigEndian(buffer, at: flow.lowerBound, as: UInt64.self)) }
             if let trace = layout.trace { header.trace = TraceContext(bytes: UnsafeRawBufferPointer(rebasing: buffer[trace])) }
             if let type = layout.contentType { header.contentType = contentType(buffer, type) }
+            if let trail = layout.linkTrail {
+                header.linkTrail = stride(from: trail.lowerBound, to: trail.upperBound, by: 8).map {
+                    HeaderLayout.bigEndian(buffer, at: $0, as: UInt64.self)
+                }
+            }
             header.unknownFields = layout.unknownFields(in: buffer)
         }
         return header
@@ -293,6 +313,7 @@ package struct HeaderLayout: Sendable, Hashable {
     package let flowID: Range<Int>?
     package let trace: Range<Int>?
     package let contentType: Range<Int>?
+    package let linkTrail: Range<Int>?
 
     /// Offset of the correlation id in the frame.
     static let correlationOffset = 6
@@ -331,6 +352,7 @@ package struct HeaderLayout: Sendable, Hashable {
         var flowID: Range<Int>?
         var trace: Range<Int>?
         var contentType: Range<Int>?
+        var linkTrail: Range<Int>?
         while offset < buffer.count {
             let (tag, value) = try Self.optionalField(buffer, &offset)
             switch tag {
@@ -359,6 +381,12 @@ package struct HeaderLayout: Sendable, Hashable {
                     throw BusError(.malformed, HeaderCodec.contentTypeRule)
                 }
                 contentType = value
+            case HeaderCodec.OptionalField.linkTrail:
+                guard linkTrail == nil else { throw BusError(.malformed, "header has two link trails") }
+                guard value.count % 8 == 0, (1...HeaderCodec.maximumLinkHops).contains(value.count / 8) else {
+                    throw BusError(.malformed, "link trail of \(value.count) bytes (1 to \(HeaderCodec.maximumLinkHops) ids of 8 bytes)")
+                }
+                linkTrail = value
             default:
                 continue
             }
@@ -367,6 +395,7 @@ package struct HeaderLayout: Sendable, Hashable {
         self.flowID = flowID
         self.trace = trace
         self.contentType = contentType
+        self.linkTrail = linkTrail
     }
 
     /// The correlation id to answer a header that is not valid with, when its fixed part can be

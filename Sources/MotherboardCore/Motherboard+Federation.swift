@@ -116,6 +116,7 @@ extension Motherboard {
     ) {
         var header = header
         header.target = ""
+        header.linkTrail = (header.linkTrail ?? []) + [linkID]
         if let deliveryID {
             header.flags.insert(.replyExpected)
             header.correlationID = replies.expectActionPart(
@@ -125,6 +126,20 @@ extension Motherboard {
             header.correlationID = 0
         }
         send(Envelope(header: header, payload: payload), to: uplink)
+    }
+
+    /// An action that went up from here came back (motherboards attached in a cycle: to itself,
+    /// A ↔ B, or longer): its subscribers here have had it, so it goes no further; answered with
+    /// no delivery, counted, logged at most every 10 s.
+    func dropLoopedAction(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
+        loopedActions.count += 1
+        if loopedActions.lastLog.map({ $0.duration(to: now) >= .seconds(10) }) ?? true {
+            loopedActions.lastLog = now
+            logger.error(
+                "an action came back through the links: the motherboards are attached in a cycle; fix their --attach",
+                metadata: ["action": "\(envelope.header.typeName.escapedForDisplay())", "dropped": "\(loopedActions.count)"])
+        }
+        reply(to: envelope, from: peer, with: Delivery(delivered: 0))
     }
 
     /// The uplink's connection is gone (its motherboard is stopping): requests waiting on it fail.

@@ -236,11 +236,13 @@ extension Motherboard {
         if let noScope = noScopeError(origin) {
             return reply(to: envelope, from: peer, error: noScope)
         }
+        if envelope.header.linkTrail?.contains(linkID) == true { return dropLoopedAction(envelope, from: peer, now: now) }
         let subscribers = scopes.chain(from: origin).flatMap { scope in
             registry.subscribers(of: envelope.header.typeName, in: scope).filter { $0.peer != peer }
         }
-        // Past this motherboard's own scopes, the action bubbles on in the parent motherboard.
-        let goesUp = uplink != nil && uplink != peer
+        // Past this motherboard's own scopes, the action bubbles on in the parent motherboard,
+        // through at most `maximumLinkHops` motherboards.
+        let goesUp = uplink != nil && uplink != peer && (envelope.header.linkTrail?.count ?? 0) < HeaderCodec.maximumLinkHops
         let parts = subscribers.count + (goesUp ? 1 : 0)
         let acknowledged = envelope.header.flags.contains(.replyExpected) && parts > 0
         let deliveryID =

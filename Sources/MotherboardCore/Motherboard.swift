@@ -76,6 +76,11 @@ public final class Motherboard {
     var uplink: PeerID?
     /// The secret the uplink proves itself with (``UplinkAttach``); nil: no uplink may attach.
     public var uplinkSecret: String?
+    /// This motherboard's mark in the link trail of the actions it sends up (random per process).
+    let linkID = UInt64.random(in: 1...UInt64.max)
+    /// Actions dropped because they came back around a cycle of attached motherboards, and when
+    /// that was last logged.
+    var loopedActions = (count: 0, lastLog: ContinuousClock.Instant?.none)
     /// `busctl monitor`s attached: while there is none, routing does not look at them.
     @exclusivity(unchecked) var monitors = MonitorTable()
     private let transport: any MotherboardTransport

@@ -279,4 +279,21 @@ struct HeaderSubjectTests {
         }
         #expect(Envelope.error(BusError(.timeout, "late"), correlationID: 3).header.subject == .error(.timeout))
     }
+
+    /// The link trail (optional field 5): 1 to 16 ids of 8 bytes, read back as written; anything
+    /// else is refused, never cut.
+    @Test func aLinkTrailIsReadAsWrittenAndRefusedPastItsLimit() throws {
+        var header = EnvelopeHeader(kind: .action, typeName: "app.announce")
+        header.linkTrail = [1, .max, 0x0102_0304_0506_0708]
+        #expect(try HeaderCodec.decode(Data(HeaderCodec.encode(header))) == header)
+        header.linkTrail = Array(1...UInt64(HeaderCodec.maximumLinkHops + 1))
+        #expect(throws: BusError.self) { try HeaderCodec.encode(header) }
+        header.linkTrail = []
+        #expect(throws: BusError.self) { try HeaderCodec.encode(header) }
+        // On the wire: 7 bytes, or 17 ids, are malformed.
+        header.linkTrail = nil
+        var bytes = try HeaderCodec.encode(header)
+        bytes += [5, 0, 7] + [UInt8](repeating: 1, count: 7)
+        #expect(throws: BusError.self) { try HeaderCodec.decode(Data(bytes)) }
+    }
 }

@@ -163,4 +163,40 @@ struct FederationTests {
         let done = try #require(harness.transport.take(for: harness.client).first)
         #expect(try PayloadCodec.decode(Delivery.self, from: done.payload).delivered == 4)
     }
+
+    /// Issue: a motherboard attached to itself (or A ↔ B, or a longer cycle) delivered one
+    /// `busctl action` about 10 000 times in 6 s. An action carries the trail of motherboards it
+    /// went up through: one that comes back to a motherboard it left is dropped, so each
+    /// subscriber hears it once; and it goes up through at most 16.
+    @Test func anActionThatComesBackAroundACycleOfLinksIsDeliveredOnce() throws {
+        let (harness, uplink) = try edgeHarness()
+        let listener = PeerID(Data([0x11]))
+        let registration = Registration(id: "listener", pid: 8, scope: "edge", actions: ["app.announce"])
+        harness.request(EnvelopeHeader(kind: .register, source: "listener"), payload: try PayloadCodec.encode(registration), from: listener)
+        _ = harness.transport.take(for: listener)
+        _ = harness.transport.take(for: uplink)
+        harness.request(EnvelopeHeader(kind: .action, scope: "edge", typeName: "app.announce"), from: harness.client, correlation: 41)
+        #expect(harness.transport.take(for: listener).count == 1)
+        let up = try #require(harness.transport.take(for: uplink).first)
+        #expect(up.header.linkTrail == [harness.motherboard.linkID])
+        // The parent is this motherboard (attached to itself), or it sends the action on to a
+        // motherboard that leads back here: it arrives again, over a link, with this one's mark.
+        var again = up.header
+        again.linkTrail = [7, harness.motherboard.linkID, 9]
+        again.correlationID = 42
+        harness.deliver(Envelope(header: again), from: far)
+        #expect(harness.transport.take(for: listener).isEmpty)
+        #expect(harness.transport.take(for: uplink).isEmpty)
+        let dropped = try #require(harness.transport.take(for: far).first)
+        #expect(try PayloadCodec.decode(Delivery.self, from: dropped.payload).delivered == 0)
+        #expect(harness.motherboard.loopedActions.count == 1)
+
+        // Through 16 motherboards already: delivered here, not sent further up.
+        var far16 = up.header
+        far16.linkTrail = Array(1...UInt64(HeaderCodec.maximumLinkHops))
+        far16.correlationID = 43
+        harness.deliver(Envelope(header: far16), from: far)
+        #expect(harness.transport.take(for: listener).count == 1)
+        #expect(harness.transport.take(for: uplink).isEmpty)
+    }
 }
