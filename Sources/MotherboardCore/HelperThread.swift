@@ -40,13 +40,18 @@ extension ZMQSocket {
 
 /// A board a helper keeps registered on a DEALER of its own (the uplink's boards with the parent,
 /// the MDP services with their motherboard): heartbeats while registered, registration again
-/// (every second) while not, and what the broker's answers say about it.
+/// while not (a second after a refusal, doubling up to a minute while the refusals go on: an id
+/// another child motherboard holds is not asked for every second for ever), and what the
+/// broker's answers say about it.
 struct HelperBoard {
     let socket: ZMQSocket
     var registration: Registration
     private(set) var registered = false
     private var correlationID: UInt64 = 0
     private var lastAttempt: ContinuousClock.Instant?
+    /// How long after a refused registration the next one goes.
+    private(set) var retryAfter: Duration = .seconds(1)
+    static let longestRetry: Duration = .seconds(60)
 
     init(socket: ZMQSocket, registration: Registration) {
         self.socket = socket
@@ -74,11 +79,17 @@ struct HelperBoard {
             return .heartbeat
         case .reply where correlationID != 0 && header.correlationID == correlationID:
             registered = true
+            retryAfter = .seconds(1)
             return .accepted
         case .error where (correlationID != 0 && header.correlationID == correlationID) || header.typeName == BusError.Code.notRegistered.name:
             registered = false
-            // Not known (a cut link, a restarted broker): again at the next tick; refused: in a second.
-            if header.typeName == BusError.Code.notRegistered.name { lastAttempt = nil }
+            // Not known (a cut link, a restarted broker): again at the next tick; refused: later
+            // and later.
+            if header.typeName == BusError.Code.notRegistered.name {
+                lastAttempt = nil
+            } else if registrationWasAnswered(header) {
+                retryAfter = min(retryAfter * 2, Self.longestRetry)
+            }
             return .refused(
                 (try? PayloadCodec.decode(BusError.self, from: envelope.payload)) ?? BusError(BusError.Code(name: header.typeName), header.typeName))
         case .reply, .error:
@@ -86,6 +97,10 @@ struct HelperBoard {
         default:
             return .request
         }
+    }
+
+    private func registrationWasAnswered(_ header: EnvelopeHeader) -> Bool {
+        correlationID != 0 && header.correlationID == correlationID
     }
 
     /// The link or the broker was lost: register again.
@@ -98,7 +113,7 @@ struct HelperBoard {
     mutating func keepAlive(now: ContinuousClock.Instant, id: UInt64) {
         if registered {
             _ = try? socket.send(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: registration.id.rawValue)))
-        } else if lastAttempt.map({ $0.duration(to: now) >= .seconds(1) }) ?? true {
+        } else if lastAttempt.map({ $0.duration(to: now) >= retryAfter }) ?? true {
             register(now: now, id: id)
         }
     }

@@ -69,7 +69,9 @@ public final class Motherboard {
     /// Subscribers of each store's changes.
     var storeSubscriptions: [ScopedName: Set<PeerID>] = [:]
     /// Peers of board instances that completed: their later messages are refused.
-    @exclusivity(unchecked) var retiredPeers = RetiredPeers(capacity: 1024)
+    @exclusivity(unchecked) var retiredPeers = BoundedSet<PeerID>(capacity: 1024)
+    /// The refused registrations already logged, by id and connection.
+    var loggedRefusals = BoundedSet<String>(capacity: 1024)
     /// Boards on other hosts whose link failed: kept, shown `unreachable`, until they register again.
     var unreachable: [ScopedName: UnreachableBoard] = [:]
     /// The uplink of this motherboard (when it serves scopes of a parent one), once attached.
@@ -251,8 +253,10 @@ public final class Motherboard {
         let name = ScopedName(scope: registration.scope, name: registration.id.rawValue)
         if let refusal = registrationRefusal(registration, name: name, from: peer, origin: origin) {
             counters.refusedRegistrations += 1
-            logger.warning(
-                "registration refused",
+            // Said once per id and connection (a helper asks again and again); counted always.
+            let level: Logger.Level = loggedRefusals.insert("\(name) \(peer)") ? .warning : .debug
+            logger.log(
+                level: level, "registration refused",
                 metadata: [
                     "board": "\(name)", "claimedPID": "\(registration.pid)", "peer": "\(peer)", "error": "\(refusal.message)",
                 ])
@@ -456,19 +460,22 @@ public final class Motherboard {
     }
 }
 
-/// A bounded set of peers, forgetting the oldest first.
-struct RetiredPeers {
-    private var order = Deque<PeerID>()
-    private var members: Set<PeerID> = []
+/// A bounded set, forgetting the oldest first.
+struct BoundedSet<Element: Hashable> {
+    private var order = Deque<Element>()
+    private var members: Set<Element> = []
     let capacity: Int
 
     init(capacity: Int) { self.capacity = capacity }
 
-    func contains(_ peer: PeerID) -> Bool { members.contains(peer) }
+    func contains(_ element: Element) -> Bool { members.contains(element) }
 
-    mutating func insert(_ peer: PeerID) {
-        guard members.insert(peer).inserted else { return }
-        order.append(peer)
+    /// Whether it was not a member yet.
+    @discardableResult
+    mutating func insert(_ element: Element) -> Bool {
+        guard members.insert(element).inserted else { return false }
+        order.append(element)
         if order.count > capacity { members.remove(order.removeFirst()) }
+        return true
     }
 }
