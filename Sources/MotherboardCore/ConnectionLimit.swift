@@ -77,7 +77,7 @@ struct ConnectionLimit {
 /// MDP endpoint's), with the log and the counters of what it refuses.
 final class ConnectionGate: Sendable {
     private let limit: Mutex<ConnectionLimit>
-    private let refusals = Mutex<(count: Int, lastLog: ContinuousClock.Instant?)>((0, nil))
+    private let refusals = Mutex(LogThrottle(every: .seconds(1)))
     private let metrics: BrokerMetrics
     private let logger: Logger
     let maximum: Int
@@ -133,14 +133,7 @@ final class ConnectionGate: Sendable {
     /// Counts a refusal; logs at most one line a second, with the refusals since the last one.
     private func refused(endpoint: String, open: Int) {
         metrics.countRefusedConnection(reason: "limit")
-        let now = ContinuousClock.now
-        let report: Int? = refusals.withLock { state in
-            state.count += 1
-            if let last = state.lastLog, last.duration(to: now) < .seconds(1) { return nil }
-            defer { state = (0, now) }
-            return state.count
-        }
-        guard let report else { return }
+        guard let report = refusals.withLock({ $0.note() }) else { return }
         logger.warning(
             "connections refused: the connection limit is reached (motherboard --max-connections, and the descriptor limit)",
             metadata: ["endpoint": "\(endpoint)", "refused": "\(report)", "open": "\(open)", "limit": "\(maximum)"])

@@ -144,8 +144,7 @@ final class MajordomoBridge: @unchecked Sendable {
     private let thread = HelperThread()
     /// Counts for tests and logs (read on the bridge's thread).
     private(set) var droppedPartials = 0
-    private var refusedServices = 0
-    private var lastServiceRefusalLog: ContinuousClock.Instant?
+    private var refusedServices = LogThrottle(every: .seconds(1))
 
     /// Binds the MDP endpoint on `context` (the motherboard's, so that a tcp endpoint is checked
     /// by its ZAP handler: `secure` sets the CURVE server key for it) and connects to the
@@ -420,12 +419,10 @@ final class MajordomoBridge: @unchecked Sendable {
                 return
             }
             guard services[service] != nil || services.count < Settings.maximumServices else {
-                refusedServices += 1
-                if lastServiceRefusalLog.map({ $0.duration(to: now) >= .seconds(1) }) ?? true {
-                    lastServiceRefusalLog = now
+                if let refused = refusedServices.note(now: now) {
                     logger.warning(
                         "MDP worker refused: the endpoint serves as many services as it may",
-                        metadata: ["service": "\(service.escapedForDisplay())", "services": "\(services.count)", "refused": "\(refusedServices)"])
+                        metadata: ["service": "\(service.escapedForDisplay())", "services": "\(services.count)", "refused": "\(refused)"])
                 }
                 sendToWorker(peer, dialect: dialect, command: 0x06)
                 return

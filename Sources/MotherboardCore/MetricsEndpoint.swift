@@ -103,8 +103,7 @@ private final class ConnectionCount: ChannelInboundHandler, @unchecked Sendable 
     typealias InboundIn = any Channel
     // Touched on the listening channel's event loop only.
     private var open = 0
-    private var refusedSinceLog = 0
-    private var lastLog: NIODeadline?
+    private var refusals = LogThrottle(every: .seconds(1))
     private let maximum: Int
     private let logger: Logger
 
@@ -117,13 +116,8 @@ private final class ConnectionCount: ChannelInboundHandler, @unchecked Sendable 
         let child = unwrapInboundIn(data)
         guard open < maximum else {
             child.close(promise: nil)
-            refusedSinceLog += 1
-            let now = NIODeadline.now()
-            if lastLog.map({ now - $0 >= .seconds(1) }) ?? true {
-                logger.warning(
-                    "metrics connection refused: too many open", metadata: ["open": "\(open)", "refused": "\(refusedSinceLog)"])
-                lastLog = now
-                refusedSinceLog = 0
+            if let refused = refusals.note() {
+                logger.warning("metrics connection refused: too many open", metadata: ["open": "\(open)", "refused": "\(refused)"])
             }
             return
         }

@@ -132,12 +132,10 @@ extension Motherboard {
     /// A ↔ B, or longer): its subscribers here have had it, so it goes no further; answered with
     /// no delivery, counted, logged at most every 10 s.
     func dropLoopedAction(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        loopedActions.count += 1
-        if loopedActions.lastLog.map({ $0.duration(to: now) >= .seconds(10) }) ?? true {
-            loopedActions.lastLog = now
+        if let dropped = loopedActions.note(now: now) {
             logger.error(
                 "an action came back through the links: the motherboards are attached in a cycle; fix their --attach",
-                metadata: ["action": "\(envelope.header.typeName.escapedForDisplay())", "dropped": "\(loopedActions.count)"])
+                metadata: ["action": "\(envelope.header.typeName.escapedForDisplay())", "dropped": "\(dropped)"])
         }
         reply(to: envelope, from: peer, with: Delivery(delivered: 0))
     }

@@ -82,7 +82,7 @@ public final class Motherboard {
     let linkID = UInt64.random(in: 1...UInt64.max)
     /// Actions dropped because they came back around a cycle of attached motherboards, and when
     /// that was last logged.
-    var loopedActions = (count: 0, lastLog: ContinuousClock.Instant?.none)
+    var loopedActions = LogThrottle(every: .seconds(10))
     /// `busctl monitor`s attached: while there is none, routing does not look at them.
     @exclusivity(unchecked) var monitors = MonitorTable()
     private let transport: any MotherboardTransport

@@ -599,16 +599,17 @@ final class AllowListFile: @unchecked Sendable {
     }
 }
 
-/// The runtime directory: created with mode 0700, since its socket gives access to the fleet.
+/// The runtime directory (and the state directory, and their `curve` directory): created with
+/// mode 0700, since a socket in it gives access to the fleet and what is kept there is secret.
 public enum RuntimeDirectory {
-    public static func prepare(_ path: String) throws {
+    public static func prepare(_ path: String, what: String = "runtime directory") throws {
         do {
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         } catch {
-            throw BusError(.badArgument, "cannot create runtime directory \(path): \(error.localizedDescription)")
+            throw BusError(.badArgument, "cannot create \(what) \(path): \(error.localizedDescription)")
         }
         guard chmod(path, 0o700) == 0 else {
-            throw BusError(.badArgument, "cannot set mode 0700 on runtime directory \(path)")
+            throw BusError(.badArgument, "cannot set mode 0700 on \(what) \(path)")
         }
     }
 }

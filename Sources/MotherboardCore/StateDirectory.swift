@@ -18,12 +18,7 @@ public enum StateDirectory {
     /// directory would share their stores' databases, so a second broker is refused, with the
     /// runtime directory and pid of the one that holds it.
     public static func claim(_ path: String, runtimeDirectory: String) throws -> Claim {
-        do {
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        } catch {
-            throw BusError(.badArgument, "cannot create state directory \(path): \(error.localizedDescription)")
-        }
-        guard chmod(path, 0o700) == 0 else { throw BusError(.badArgument, "cannot set mode 0700 on state directory \(path)") }
+        try RuntimeDirectory.prepare(path, what: "state directory")
         let lockPath = "\(path)/motherboard.lock"
         let descriptor = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {

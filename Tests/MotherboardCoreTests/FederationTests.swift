@@ -189,7 +189,7 @@ struct FederationTests {
         #expect(harness.transport.take(for: uplink).isEmpty)
         let dropped = try #require(harness.transport.take(for: far).first)
         #expect(try PayloadCodec.decode(Delivery.self, from: dropped.payload).delivered == 0)
-        #expect(harness.motherboard.loopedActions.count == 1)
+        #expect(harness.motherboard.loopedActions.total == 1)
 
         // Through 16 motherboards already: delivered here, not sent further up.
         var far16 = up.header
