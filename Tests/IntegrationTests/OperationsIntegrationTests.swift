@@ -80,6 +80,47 @@ struct OperationsIntegrationTests {
         }
     }
 
+    /// Issue: with a 1 MiB limit, a board writing 40 MiB/s grew its logs to 160 MiB (the check
+    /// ran once a second). A log is now rotated as soon as it is written past the limit, copying
+    /// one limit's worth: a board writing 40 MiB/s for 3 s keeps the directory at a small
+    /// multiple of the limit.
+    @Test func aBoardWritingFortyMebibytesASecondKeepsItsLogsNearTheLimit() async throws {
+        let writer = """
+            import os, time
+            line = b'x' * 65535 + b'\\n'
+            start = time.monotonic()
+            for n in range(1920):
+                os.write(1, line)
+                time.sleep(max(0, start + (n + 1) / 640 - time.monotonic()))
+
+            """
+        let manifest = """
+            { "boards": [ { "id": "demo.chatty", "executable": "/usr/bin/python3", "arguments": ["-c", \(String(decoding: try JSONEncoder().encode(writer), as: UTF8.self))], "start": "always" } ] }
+            """
+        let limit = 1 << 20
+        try await TestFleet.with(manifest: manifest, waitForFleet: false, brokerEnvironment: ["BOARDBUS_LOG_MAX_BYTES": "\(limit)"]) { fleet in
+            let logs = "\(fleet.address.runtimeDirectory)/logs"
+            func total() -> Int {
+                let names = (try? FileManager.default.contentsOfDirectory(atPath: logs)) ?? []
+                return names.filter { $0.hasPrefix("demo.chatty") }.reduce(0) { sum, name in
+                    sum + ((try? FileManager.default.attributesOfItem(atPath: "\(logs)/\(name)")[.size] as? Int) ?? 0)
+                }
+            }
+            var largest = 0
+            let ended = try await eventually(timeout: .seconds(60), checkingEvery: .milliseconds(2)) {
+                largest = max(largest, total())
+                return fleet.brokerLog.contains("demo.chatty")
+                    && fleet.brokerLog.contains("ended (exit 0) before it registered")
+            }
+            largest = max(largest, total())
+            #expect(ended, "\(fleet.brokerLog.suffix(2000))")
+            #expect(FileManager.default.fileExists(atPath: "\(logs)/demo.chatty.log.3"))
+            // 4 files of the limit, and what the writer adds while one copy is made.
+            #expect(largest <= 8 * limit, "the logs reached \(largest) bytes with a limit of \(limit)")
+            print("logs of a board writing 40 MiB/s for 3 s: at most \(largest) bytes with a limit of \(limit)")
+        }
+    }
+
     /// A board's log past the size limit is copied to `.1` and truncated; the board goes on
     /// writing at the start of the emptied file (it is open for append), so neither file has a
     /// hole of zero bytes, and the current one stays near the limit.
