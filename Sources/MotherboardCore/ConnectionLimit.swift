@@ -1,5 +1,6 @@
 import BusCore
 import BusZeroMQ
+import CBoardBusAcceptGuard
 import Foundation
 import Logging
 import Synchronization
@@ -78,6 +79,8 @@ struct ConnectionLimit {
 final class ConnectionGate: Sendable {
     private let limit: Mutex<ConnectionLimit>
     private let refusals = Mutex(LogThrottle(every: .seconds(1)))
+    /// The accept guard's count of refusals when last looked at.
+    private let refusedByGuard = Mutex(0)
     private let metrics: BrokerMetrics
     private let logger: Logger
     let maximum: Int
@@ -117,7 +120,16 @@ final class ConnectionGate: Sendable {
         case .disconnected(let descriptor):
             limit.withLock { $0.closed(descriptor) }
         case .acceptFailed(let endpoint):
-            // The accept guard closed it (no descriptor below its ceiling), or it went away.
+            // The accept guard's refusals (no descriptor below its ceiling) are counted here;
+            // other failed accepts (a peer of another user refused by the ipc filter, one that
+            // went away) are not the limit's.
+            let guarded = Int(boardbus_accept_guard_refused())
+            guard
+                refusedByGuard.withLock({ seen in
+                    defer { seen = guarded }
+                    return guarded > seen
+                })
+            else { return true }
             refused(endpoint: endpoint, open: limit.withLock { $0.count })
         case .handshakeFailed(let endpoint):
             // ipc connections fail the handshake too when a client only probes the socket.

@@ -108,6 +108,17 @@ struct FederationTests {
         return (harness, uplink)
     }
 
+    /// The edge harness with a board `listener` of scope `edge` subscribed to `app.announce`.
+    func edgeHarnessWithListener() throws -> (Harness, PeerID, PeerID) {
+        let (harness, uplink) = try edgeHarness()
+        let listener = PeerID(Data([0x11]))
+        let registration = Registration(id: "listener", pid: 8, scope: "edge", actions: ["app.announce"])
+        harness.request(EnvelopeHeader(kind: .register, source: "listener"), payload: try PayloadCodec.encode(registration), from: listener)
+        _ = harness.transport.take(for: listener)
+        _ = harness.transport.take(for: uplink)
+        return (harness, uplink, listener)
+    }
+
     @Test func theBoardsOfServedScopesArePushedToTheUplinkWithoutTheirSecrets() throws {
         let (harness, uplink) = try edgeHarness()
         let registration = Registration(id: "sensor", pid: 7, scope: "edge", commands: ["read"], actions: ["app.announce"], secret: "mine")
@@ -144,12 +155,7 @@ struct FederationTests {
     }
 
     @Test func anActionBubblesOnIntoTheParentAndItsCountAddsUp() throws {
-        let (harness, uplink) = try edgeHarness()
-        let listener = PeerID(Data([0x11]))
-        let registration = Registration(id: "listener", pid: 8, scope: "edge", actions: ["app.announce"])
-        harness.request(EnvelopeHeader(kind: .register, source: "listener"), payload: try PayloadCodec.encode(registration), from: listener)
-        _ = harness.transport.take(for: listener)
-        _ = harness.transport.take(for: uplink)
+        let (harness, uplink, listener) = try edgeHarnessWithListener()
         harness.request(EnvelopeHeader(kind: .action, scope: "edge", typeName: "app.announce"), from: harness.client, correlation: 31)
         let local = try #require(harness.transport.take(for: listener).first)
         let up = try #require(harness.transport.take(for: uplink).first)
@@ -169,12 +175,7 @@ struct FederationTests {
     /// went up through: one that comes back to a motherboard it left is dropped, so each
     /// subscriber hears it once; and it goes up through at most 16.
     @Test func anActionThatComesBackAroundACycleOfLinksIsDeliveredOnce() throws {
-        let (harness, uplink) = try edgeHarness()
-        let listener = PeerID(Data([0x11]))
-        let registration = Registration(id: "listener", pid: 8, scope: "edge", actions: ["app.announce"])
-        harness.request(EnvelopeHeader(kind: .register, source: "listener"), payload: try PayloadCodec.encode(registration), from: listener)
-        _ = harness.transport.take(for: listener)
-        _ = harness.transport.take(for: uplink)
+        let (harness, uplink, listener) = try edgeHarnessWithListener()
         harness.request(EnvelopeHeader(kind: .action, scope: "edge", typeName: "app.announce"), from: harness.client, correlation: 41)
         #expect(harness.transport.take(for: listener).count == 1)
         let up = try #require(harness.transport.take(for: uplink).first)
