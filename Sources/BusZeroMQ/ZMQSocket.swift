@@ -336,6 +336,13 @@ package final class ZMQSocket {
         return received ? frames : nil
     }
 
+    /// A property of the last message ``receive(sourceDescriptor:)`` received (`User-Id`,
+    /// `Peer-Address`), if it has it.
+    package func lastMessageProperty(_ name: String) -> String? {
+        guard let value = zmq_msg_gets(message, name) else { return nil }
+        return String(cString: value)
+    }
+
     /// Receives the frames of one message without blocking, handing each to `frame` (its index and
     /// its bytes in libzmq's buffer, valid during the call; `frame` may move the current message
     /// out). Returns false when none was waiting.

@@ -12,7 +12,12 @@ import Synchronization
 /// keeps its connections below a cap derived from its descriptor limit, with a reserve for its
 /// own work (board launches, log and pid files, the metrics port), and closes any connection
 /// beyond it. tcp endpoints together get at most three quarters of the cap, so that peers from
-/// the network can never take all the room of the local boards.
+/// the network can never take all the room of the local boards; and at most
+/// ``maximumUnauthenticated`` tcp connections may be on their way through the handshake at once
+/// (accepted less than ``handshakeAllowance`` ago, no message yet; libzmq closes a connection
+/// whose handshake takes longer): libzmq buffers a frame of up to `ZMQ_MAXMSGSIZE` for a peer
+/// before it knows its key, so peers without a key can make the broker hold at most that many
+/// frames, each for the 5 s of a handshake.
 ///
 /// No I/O: the connection watch reports each connection accepted and ended, with its descriptor.
 struct ConnectionLimit {
@@ -27,6 +32,13 @@ struct ConnectionLimit {
     /// The allow-list name of the CURVE key each tcp connection authenticated with, once a
     /// message came on it.
     private(set) var keys: [Int32: String] = [:]
+    /// tcp connections that may still be in their handshake, with when they were accepted.
+    private(set) var handshaking: [Int32: ContinuousClock.Instant] = [:]
+    /// tcp connections in their handshake, at most, at once.
+    static let maximumUnauthenticated = 16
+    /// How long a connection may be in its handshake: libzmq's `ZMQ_HANDSHAKE_IVL` (5 s, set by
+    /// the broker) and a margin; one open longer is through it.
+    static let handshakeAllowance: Duration = .milliseconds(5_500)
 
     init(maximum: Int) {
         self.maximum = maximum
@@ -46,18 +58,22 @@ struct ConnectionLimit {
     var count: Int { endpoints.count }
 
     /// A connection was accepted on `endpoint`: whether it may stay.
-    mutating func accepted(_ descriptor: Int32, on endpoint: String) -> Bool {
+    mutating func accepted(_ descriptor: Int32, on endpoint: String, now: ContinuousClock.Instant = .now) -> Bool {
         // A descriptor still listed lost its end report (a monitor attached late): count it anew.
         closed(descriptor)
         let isNetwork = endpoint.hasPrefix("tcp://")
         endpoints[descriptor] = endpoint
-        if isNetwork { networkCount += 1 }
-        return endpoints.count <= maximum && (!isNetwork || networkCount <= networkMaximum)
+        guard isNetwork else { return endpoints.count <= maximum }
+        networkCount += 1
+        handshaking = handshaking.filter { $0.value.duration(to: now) < Self.handshakeAllowance }
+        handshaking[descriptor] = now
+        return endpoints.count <= maximum && networkCount <= networkMaximum && handshaking.count <= Self.maximumUnauthenticated
     }
 
     /// A connection ended (a descriptor never accepted is ignored).
     mutating func closed(_ descriptor: Int32) {
         keys[descriptor] = nil
+        handshaking[descriptor] = nil
         guard let endpoint = endpoints.removeValue(forKey: descriptor) else { return }
         if endpoint.hasPrefix("tcp://") { networkCount -= 1 }
     }
@@ -66,6 +82,7 @@ struct ConnectionLimit {
     mutating func noteKey(_ name: String, descriptor: Int32) {
         guard endpoints[descriptor] != nil else { return }
         keys[descriptor] = name
+        handshaking[descriptor] = nil
     }
 
     /// The open connections that authenticated with a key of one of `names`.

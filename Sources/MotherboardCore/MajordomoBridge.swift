@@ -142,6 +142,8 @@ final class MajordomoBridge: @unchecked Sendable {
     private let backlog: ConnectionBacklog<Data>
     private var lastBacklogTick = ContinuousClock.now
     private let thread = HelperThread()
+    /// Told the CURVE key name of each tcp connection new to a peer, with its descriptor.
+    private let connectionKey: @Sendable (String, Int32) -> Void
     /// Counts for tests and logs (read on the bridge's thread).
     private(set) var droppedPartials = 0
     private var refusedServices = LogThrottle(every: .seconds(1))
@@ -152,8 +154,9 @@ final class MajordomoBridge: @unchecked Sendable {
     /// (to watch its connections).
     init(
         settings: Settings, context: ZMQContext, localEndpoint: String, curveSecretKey: String?, logger: Logger,
-        beforeBind: (ZMQSocket) throws -> Void = { _ in }
+        beforeBind: (ZMQSocket) throws -> Void = { _ in }, connectionKey: @escaping @Sendable (String, Int32) -> Void = { _, _ in }
     ) throws {
+        self.connectionKey = connectionKey
         self.settings = settings
         self.logger = logger
         self.context = context
@@ -231,7 +234,11 @@ final class MajordomoBridge: @unchecked Sendable {
         for _ in 0..<256 {
             var descriptor: Int32 = -1
             guard let frames = try? router.receive(sourceDescriptor: &descriptor) else { return }
-            if let peer = frames.first { backlog.noteReceived(from: peer, descriptor: descriptor) }
+            if let peer = frames.first, backlog.noteReceived(from: peer, descriptor: descriptor),
+                let user = router.lastMessageProperty("User-Id"), !user.isEmpty
+            {
+                connectionKey(user, descriptor)
+            }
             fromPeer(frames, now: now)
         }
     }

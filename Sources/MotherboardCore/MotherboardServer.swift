@@ -182,8 +182,9 @@ public final class MotherboardServer: Service {
             do {
                 majordomo = try MajordomoBridge(
                     settings: .init(endpoint: endpoint, limits: options.settings.limits), context: context, localEndpoint: Self.inProcessEndpoint,
-                    curveSecretKey: security.curveSecretKey, logger: logger
-                ) { router in majordomoWatch = try ConnectionWatch(context: context, sockets: [router], handler: gate.handle) }
+                    curveSecretKey: security.curveSecretKey, logger: logger,
+                    beforeBind: { router in majordomoWatch = try ConnectionWatch(context: context, sockets: [router], handler: gate.handle) },
+                    connectionKey: { name, descriptor in gate.noteKey(name, descriptor: descriptor) })
                 majordomo?.start()
                 logger.info("speaking Majordomo (MDP 0.2)", metadata: ["endpoint": "\(endpoint)"])
             } catch {

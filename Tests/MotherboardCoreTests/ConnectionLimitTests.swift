@@ -36,4 +36,29 @@ struct ConnectionLimitTests {
         limit.closed(99)
         #expect(limit.count == 8)
     }
+
+    /// Issue: a tcp peer without a key could make the broker hold a large first frame per
+    /// connection, for as many connections as the tcp share allows. At most 16 tcp connections
+    /// may be in their handshake at once: one is through it when a message came on it, or once
+    /// it has lived longer than libzmq lets a handshake take.
+    @Test func atMostSixteenTCPConnectionsAreInTheirHandshakeAtOnce() {
+        var limit = ConnectionLimit(maximum: 8192)
+        let start = ContinuousClock.now
+        func accept(_ descriptor: Int32, after milliseconds: Int64 = 0, on endpoint: String = "tcp://127.0.0.1:7400") -> Bool {
+            limit.accepted(descriptor, on: endpoint, now: start.advanced(by: .milliseconds(milliseconds)))
+        }
+        for descriptor in Int32(10)..<26 { #expect(accept(descriptor)) }
+        #expect(!accept(26))
+        // ipc is not held back.
+        #expect(accept(27, on: "ipc:///run/bus.sock"))
+        // A message with a key: through; there is room again.
+        limit.closed(26)
+        limit.noteKey("ops", descriptor: 10)
+        #expect(accept(28))
+        #expect(!accept(29))
+        limit.closed(29)
+        // Open past the handshake's 5 s without a message: through all the same.
+        #expect(accept(30, after: 5_600))
+        #expect(limit.handshaking.count == 1)
+    }
 }

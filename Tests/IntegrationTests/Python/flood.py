@@ -1,6 +1,7 @@
 """Connection flood: opens COUNT connections to ENDPOINT (ipc://PATH or tcp://HOST:PORT), sends
 nothing on them, and holds them for SECONDS (or until stdin closes). Prints `open N failed M` once
-it has tried them all. Raises its own descriptor limit to the hard one first."""
+it has tried them all, and `held H` a second later: how many the server has not closed. Raises its
+own descriptor limit to the hard one first."""
 import resource
 import select
 import socket
@@ -23,6 +24,23 @@ for _ in range(count):
     except OSError:
         failed += 1
 print(f"open {len(held)} failed {failed}", flush=True)
+
+
+def closed(connection):
+    """Whether the server closed it (what it sent, a greeting, is read first)."""
+    connection.setblocking(False)
+    try:
+        while True:
+            if not connection.recv(4096):
+                return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+time.sleep(1)
+print(f"held {sum(1 for c in held if not closed(c))}", flush=True)
 deadline = time.monotonic() + seconds
 while time.monotonic() < deadline:
     ready, _, _ = select.select([sys.stdin], [], [], 0.2)
