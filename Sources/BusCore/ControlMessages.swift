@@ -198,6 +198,18 @@ public enum ControlOperation {
     public static let uplinkBoard = "uplink.board"
     /// Pushed to the uplink: a board of a served scope left (``StatusRequest``).
     public static let uplinkGone = "uplink.gone"
+    /// From an attached motherboard's link, when it comes up (``LinkChain``: the attaching
+    /// motherboard's link id): answered with the parent's chain (its link id, then those above
+    /// it), or `badArgument` when the attaching motherboard is in it (attaching would make a cycle).
+    public static let linkChain = "link.chain"
+    /// From the uplink to its own motherboard (``LinkChain``): the chain of motherboards above it.
+    public static let uplinkChain = "uplink.chain"
+}
+
+/// Link ids of motherboards (``EnvelopeHeader/linkTrail``), nearest first.
+public struct LinkChain: BusPayload, Hashable {
+    public var ids: [UInt64]
+    public init(ids: [UInt64]) { self.ids = ids }
 }
 
 /// How the uplink proves to its own motherboard that it is the uplink: the secret the motherboard

@@ -49,6 +49,12 @@ extension Motherboard {
                 reply(to: envelope, from: peer, with: Delivery(delivered: 0))
             case ControlOperation.uplinkAttach:
                 try attachUplink(envelope, from: peer)
+            case ControlOperation.linkChain:
+                try answerLinkChain(envelope, from: peer)
+            case ControlOperation.uplinkChain:
+                guard peer == uplink else { throw BusError(.unauthorized, "only this motherboard's own uplink says what is above it") }
+                ancestors = try PayloadCodec.decode(LinkChain.self, from: envelope.payload).ids
+                reply(to: envelope, from: peer, with: Delivery(delivered: 0))
             default:
                 throw BusError(.malformed, "unknown control operation '\(envelope.header.typeName)'")
             }

@@ -61,8 +61,25 @@ extension Motherboard {
         }
         uplink = peer
         logger.info("uplink attached", metadata: ["peer": "\(peer)"])
-        reply(to: envelope, from: peer, with: Delivery(delivered: 0))
+        // The uplink learns this motherboard's link id, to say who asks when its link comes up.
+        reply(to: envelope, from: peer, with: LinkChain(ids: [linkID]))
         for board in registry.sorted { uplinkBoardRegistered(board) }
+    }
+
+    /// `link.chain`: a motherboard attaching here names itself; it is refused when it is this one
+    /// or one above it (the attach would close a cycle), else told the chain above it.
+    func answerLinkChain(_ envelope: Envelope, from peer: PeerID) throws {
+        let asking = try PayloadCodec.decode(LinkChain.self, from: envelope.payload).ids
+        let chain = [linkID] + ancestors
+        if let cycle = asking.first(where: chain.contains) {
+            logger.error("a motherboard above this one tried to attach here: refused (a cycle)", metadata: ["link": "\(cycle)"])
+            throw BusError(
+                .badArgument,
+                cycle == linkID
+                    ? "this motherboard would attach to itself: that makes a cycle"
+                    : "the motherboard attaching is above this one: attaching here would make a cycle")
+        }
+        reply(to: envelope, from: peer, with: LinkChain(ids: chain))
     }
 
     /// A board registered: if it is in a served scope, the uplink registers it with the parent.

@@ -80,6 +80,9 @@ public final class Motherboard {
     public var uplinkSecret: String?
     /// This motherboard's mark in the link trail of the actions it sends up (random per process).
     let linkID = UInt64.random(in: 1...UInt64.max)
+    /// The link ids of the motherboards above this one (its parent first), as its uplink learned
+    /// them when its link came up: a motherboard among them may not attach here.
+    var ancestors: [UInt64] = []
     /// Actions dropped because they came back around a cycle of attached motherboards, and when
     /// that was last logged.
     var loopedActions = LogThrottle(every: .seconds(10))

@@ -92,6 +92,13 @@ final class Uplink: @unchecked Sendable {
     private var lastPing: ContinuousClock.Instant?
     private var linkUp = false
     private var attached = false
+    /// Its own motherboard's link id (told when the uplink attached), and the pending question to
+    /// the parent whether attaching makes a cycle.
+    private var localLinkID: UInt64?
+    private var chainRequest: UInt64?
+    /// The parent refused this attach: it would make a cycle of motherboards. Nothing is served
+    /// there until the configuration is fixed and the motherboard restarted.
+    private var cycle = false
     private let heartbeatInterval = Duration.milliseconds(500)
     private let livenessTimeout = Duration.milliseconds(2500)
     private let thread = HelperThread()
@@ -188,6 +195,7 @@ final class Uplink: @unchecked Sendable {
             linkUp = heard
             if heard {
                 logger.notice("link to the parent motherboard is up", metadata: ["endpoint": "\(settings.endpoint)"])
+                askChain()
                 // A later outage says its reason again.
                 diagnosis.withLock { $0 = nil }
                 lastDiagnosis = nil
@@ -253,7 +261,9 @@ final class Uplink: @unchecked Sendable {
         switch header.kind {
         case .reply where header.correlationID == attachID && !attached:
             attached = true
+            localLinkID = (try? PayloadCodec.decode(LinkChain.self, from: envelope.payload))?.ids.first
             logger.info("uplink attached to its motherboard", metadata: ["parent": "\(settings.endpoint)"])
+            if linkUp { askChain() }
         case .error where header.correlationID == attachID && !attached:
             logger.error("the motherboard refused its uplink", metadata: ["error": "\(String(decoding: envelope.payload, as: UTF8.self))"])
         case .control where header.typeName == ControlOperation.uplinkBoard:
@@ -278,6 +288,7 @@ final class Uplink: @unchecked Sendable {
     }
 
     private func boardAppeared(_ registration: Registration, now: ContinuousClock.Instant) {
+        guard !cycle else { return }
         let name = ScopedName(scope: registration.scope, name: registration.id.rawValue)
         var exported = registration
         // The parent routes requests to it; its actions are delivered here, where it lives.
@@ -298,6 +309,15 @@ final class Uplink: @unchecked Sendable {
 
     private func sendUp(_ envelope: Envelope, now: ContinuousClock.Instant) {
         let waits = Self.waits(envelope)
+        guard !cycle else {
+            if waits {
+                answerLocal(
+                    Envelope.error(
+                        BusError(.badArgument, "attaching to the parent at \(settings.endpoint) would make a cycle of motherboards; fix --attach"),
+                        correlationID: envelope.header.correlationID))
+            }
+            return
+        }
         guard linkUp else {
             if waits {
                 answerLocal(
@@ -388,10 +408,40 @@ final class Uplink: @unchecked Sendable {
     /// On the link socket: answers to what went up, and the pongs.
     private func fromParentLink(_ envelope: Envelope, now: ContinuousClock.Instant) {
         lastHeard = now
+        if let chainRequest, envelope.header.correlationID == chainRequest { return chainAnswered(envelope) }
         guard envelope.header.correlationID != 0, let pending = up.removeValue(forKey: envelope.header.correlationID) else { return }
         var answer = envelope
         answer.header.correlationID = pending.correlationID
         answerLocal(answer)
+    }
+
+    /// Asks the parent, once the link is up and the uplink knows its motherboard's link id,
+    /// whether attaching there makes a cycle (`link.chain`).
+    private func askChain() {
+        guard let localLinkID, !cycle else { return }
+        let id = makeID()
+        chainRequest = id
+        var header = EnvelopeHeader(kind: .control, correlationID: id, typeName: ControlOperation.linkChain)
+        header.flags.insert(.replyExpected)
+        _ = try? link.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(LinkChain(ids: [localLinkID]))))
+    }
+
+    /// The parent's chain goes to the local motherboard (what is above it, for the motherboards
+    /// that attach to it); a refusal (a cycle) ends what this link serves. A parent that does not
+    /// know `link.chain` (an older one) answers otherwise: nothing changes.
+    private func chainAnswered(_ envelope: Envelope) {
+        chainRequest = nil
+        if envelope.header.kind == .reply, let chain = try? PayloadCodec.decode(LinkChain.self, from: envelope.payload) {
+            let header = EnvelopeHeader(kind: .control, typeName: ControlOperation.uplinkChain)
+            _ = try? local.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(chain)))
+        } else if let error = envelope.carriedError, error.code == .badArgument {
+            cycle = true
+            logger.error(
+                "not attached: the parent refused this motherboard, which would make a cycle of motherboards; fix --attach",
+                metadata: ["parent": "\(settings.endpoint)", "answer": "\(error.message)"])
+            for board in boards.values { board.link.close() }
+            boards = [:]
+        }
     }
 
     /// On a board's socket: the parent's requests for that board, heartbeats, registration answers.

@@ -200,4 +200,32 @@ struct FederationTests {
         #expect(harness.transport.take(for: listener).count == 1)
         #expect(harness.transport.take(for: uplink).isEmpty)
     }
+
+    /// The attach that would close a cycle is refused: a motherboard asks, when its link comes
+    /// up, with its own link id; its parent refuses when that id is its own or one above it, and
+    /// otherwise answers the chain above, which the asker's uplink tells its motherboard.
+    @Test func anAttachThatWouldMakeACycleIsRefused() throws {
+        let (harness, uplink) = try edgeHarness()
+        let above: [UInt64] = [71, 72]
+        func ask(_ id: UInt64, correlation: UInt64) throws -> Envelope {
+            harness.request(
+                EnvelopeHeader(kind: .control, typeName: ControlOperation.linkChain), payload: try PayloadCodec.encode(LinkChain(ids: [id])),
+                from: far, correlation: correlation)
+            return try #require(harness.transport.take(for: far).first)
+        }
+        // Only its own uplink says what is above it.
+        harness.request(
+            EnvelopeHeader(kind: .control, typeName: ControlOperation.uplinkChain), payload: try PayloadCodec.encode(LinkChain(ids: [9])),
+            from: far, correlation: 50)
+        #expect(harness.transport.take(for: far).first?.carriedError?.code == .unauthorized)
+        harness.request(
+            EnvelopeHeader(kind: .control, typeName: ControlOperation.uplinkChain), payload: try PayloadCodec.encode(LinkChain(ids: above)),
+            from: uplink, correlation: 51)
+        #expect(harness.motherboard.ancestors == above)
+
+        #expect(try ask(harness.motherboard.linkID, correlation: 52).carriedError?.code == .badArgument)
+        #expect(try ask(72, correlation: 53).carriedError?.code == .badArgument)
+        let fine = try ask(5, correlation: 54)
+        #expect(try PayloadCodec.decode(LinkChain.self, from: fine.payload).ids == [harness.motherboard.linkID] + above)
+    }
 }
