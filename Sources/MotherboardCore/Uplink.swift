@@ -309,22 +309,13 @@ final class Uplink: @unchecked Sendable {
 
     private func sendUp(_ envelope: Envelope, now: ContinuousClock.Instant) {
         let waits = Self.waits(envelope)
-        guard !cycle else {
-            if waits {
-                answerLocal(
-                    Envelope.error(
-                        BusError(.badArgument, "attaching to the parent at \(settings.endpoint) would make a cycle of motherboards; fix --attach"),
-                        correlationID: envelope.header.correlationID))
-            }
-            return
-        }
-        guard linkUp else {
-            if waits {
-                answerLocal(
-                    Envelope.error(
-                        BusError(.unreachable, "the link to the parent motherboard at \(settings.endpoint) is down"),
-                        correlationID: envelope.header.correlationID))
-            }
+        // Nothing goes up through a refused (cycle) or down link: a waiting sender hears why.
+        let refusal: BusError? =
+            cycle
+            ? BusError(.badArgument, "attaching to the parent at \(settings.endpoint) would make a cycle of motherboards; fix --attach")
+            : linkUp ? nil : BusError(.unreachable, "the link to the parent motherboard at \(settings.endpoint) is down")
+        if let refusal {
+            if waits { answerLocal(Envelope.error(refusal, correlationID: envelope.header.correlationID)) }
             return
         }
         var request = envelope
