@@ -13,6 +13,7 @@ let package = Package(
         .library(name: "MotherboardCore", targets: ["MotherboardCore"]),
         .executable(name: "motherboard", targets: ["motherboard"]),
         .executable(name: "busctl", targets: ["busctl"]),
+        .executable(name: "boardbus-log-writer", targets: ["boardbus-log-writer"]),
         .executable(name: "BoardBusDemoLogin", targets: ["BoardBusDemoLogin"]),
         .executable(name: "BoardBusDemoDashboard", targets: ["BoardBusDemoDashboard"]),
         .executable(name: "BoardBusDemoGreeter", targets: ["BoardBusDemoGreeter"]),
@@ -46,6 +47,10 @@ let package = Package(
         // The motherboard's accept() and accept4(): keep libzmq's listeners away from the
         // descriptor limit (accept_guard.c says how and why).
         .target(name: "CBoardBusAcceptGuard"),
+        // What writes each board's log, rotating it at its limit: the C library only, so that the
+        // process beside every board stays small.
+        .target(name: "BoardBusLogWriter"),
+        .executableTarget(name: "boardbus-log-writer", dependencies: ["BoardBusLogWriter"]),
         // Envelope, header codec, errors, settings: no I/O.
         .target(name: "BusCore", dependencies: [.product(name: "Logging", package: "swift-log")]),
         // The only module that calls libzmq.
@@ -67,7 +72,7 @@ let package = Package(
         .executableTarget(
             name: "motherboard",
             dependencies: [
-                "MotherboardCore",
+                "MotherboardCore", "BoardBusLogWriter",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -180,7 +185,8 @@ let package = Package(
             ]
         ),
         // The broker's logic without I/O, and its ROUTER over real sockets.
-        .testTarget(name: "MotherboardCoreTests", dependencies: ["MotherboardCore", "BusCore", "BusZeroMQ", "BoardKitTesting"]),
+        .testTarget(
+            name: "MotherboardCoreTests", dependencies: ["MotherboardCore", "BusCore", "BusZeroMQ", "BoardKitTesting", "BoardBusLogWriter"]),
         // The socket loop, frame reuse and backlog accounting over real ZeroMQ sockets.
         .testTarget(name: "BusZeroMQTests", dependencies: ["BusZeroMQ", "BusCore", "BoardKitTesting"]),
         // Whole fleets of real processes (TestFleet): semantics, failures, attacks, protocol.

@@ -28,6 +28,7 @@ let package = Package(
                 "Counter",
                 .product(name: "motherboard", package: "BoardBus"),
                 .product(name: "busctl", package: "BoardBus"),
+                .product(name: "boardbus-log-writer", package: "BoardBus"),
             ]
         ),
     ],

@@ -33,13 +33,35 @@ public final class BoardLauncher: Sendable {
     /// not failing, so their ends are not reported (nothing restarts them).
     private let stopping = Atomic<Bool>(false)
     private let onExit: @Sendable (Int32, String, Bool) -> Void
+    private let logs: Logs
+    /// The log writers started, by pid, until they end (with their boards).
+    private let writers = Mutex<[Int32: Process]>([:])
+
+    /// How boards' output reaches `<runtime>/logs/<stem>.log`.
+    public struct Logs: Sendable {
+        /// The command run beside each board to write its log (`boardbus-log-writer`, to which
+        /// `--max-bytes N --keep K <path>` are added), reading the board's output from a pipe.
+        /// Nil: the board writes its file itself (open for append) and only the broker's
+        /// directory watch rotates it.
+        public var writer: [String]?
+        /// A log is rotated before it passes this size; 0: never (no writer is started).
+        public var maximumBytes: Int
+        public var generations: Int
+
+        public init(writer: [String]? = nil, maximumBytes: Int = 0, generations: Int = 3) {
+            self.writer = writer
+            self.maximumBytes = maximumBytes
+            self.generations = generations
+        }
+    }
 
     /// - Parameter onExit: called with the pid, a description of how it ended, and whether it
     ///   exited cleanly (status 0), for processes this launcher started.
     public init(
-        address: BusAddress, stateDirectory: String, binaryDirectory: String, logger: Logger,
+        address: BusAddress, stateDirectory: String, binaryDirectory: String, logger: Logger, logs: Logs = Logs(),
         onExit: @escaping @Sendable (Int32, String, Bool) -> Void
     ) {
+        self.logs = logs
         self.address = address
         self.stateDirectory = stateDirectory
         self.binaryDirectory = binaryDirectory
@@ -67,13 +89,7 @@ public final class BoardLauncher: Sendable {
         }
         let stem = BoardLauncher.fileStem(board)
         let logPath = "\(logDirectory)/\(stem).log"
-        // For append: every write goes to the end as it is then, so a log truncated by a rotation
-        // (ours or logrotate's copytruncate) goes on at its new end, with no hole.
-        let descriptor = open(logPath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else {
-            throw BusError(.transport, "cannot open log file \(logPath): \(String(cString: strerror(errno)))")
-        }
-        let log = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        let log = try openLog(logPath)
 
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
@@ -110,6 +126,45 @@ public final class BoardLauncher: Sendable {
         try "\(pid)\n".write(toFile: pidFile, atomically: true, encoding: .utf8)
         logger.info("started board", metadata: ["board": "\(id)", "pid": "\(pid)", "log": "\(logPath)"])
         return LaunchedProcess(pid: pid, secret: secret)
+    }
+
+    /// Where the board's standard output and error go: the write end of a pipe to a log writer
+    /// started for it, or the file itself, open for append (every write goes to the end as it is
+    /// then, so a log truncated by a rotation — the broker's or logrotate's copytruncate — goes
+    /// on at its new end, with no hole).
+    private func openLog(_ logPath: String) throws -> FileHandle {
+        guard let command = logs.writer, let executable = command.first, logs.maximumBytes > 0 else {
+            let descriptor = open(logPath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+            guard descriptor >= 0 else {
+                throw BusError(.transport, "cannot open log file \(logPath): \(String(cString: strerror(errno)))")
+            }
+            return FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        }
+        var ends: [Int32] = [-1, -1]
+        // Close-on-exec at once: the write end must reach this board only, or the writer would
+        // wait for another process's end too. (Boards are started from one thread.)
+        guard pipe(&ends) == 0, fcntl(ends[0], F_SETFD, FD_CLOEXEC) == 0, fcntl(ends[1], F_SETFD, FD_CLOEXEC) == 0 else {
+            throw BusError(.transport, "cannot make a pipe for \(logPath): \(String(cString: strerror(errno)))")
+        }
+        let readEnd = FileHandle(fileDescriptor: ends[0], closeOnDealloc: true)
+        let writeEnd = FileHandle(fileDescriptor: ends[1], closeOnDealloc: true)
+        defer { try? readEnd.close() }
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: executable)
+        writer.arguments = command.dropFirst() + ["--max-bytes", "\(logs.maximumBytes)", "--keep", "\(logs.generations)", logPath]
+        writer.standardInput = readEnd
+        writer.standardOutput = FileHandle.nullDevice
+        writer.standardError = FileHandle.nullDevice
+        writer.terminationHandler = { [weak self] finished in
+            _ = self?.writers.withLock { $0.removeValue(forKey: finished.processIdentifier) }
+        }
+        do {
+            try writer.runWithDefaultSignalMask()
+        } catch {
+            throw BusError(.transport, "cannot start the log writer for \(logPath): \(error)")
+        }
+        writers.withLock { $0[writer.processIdentifier] = writer }
+        return writeEnd
     }
 
     /// The name of a board's pid and log files: `<id>` in the root scope, `<id>@<scope>` elsewhere.
@@ -190,9 +245,10 @@ public final class BoardLauncher: Sendable {
             kill(pid, SIGKILL)
             child.process?.waitUntilExit()
         }
-        // Wait briefly for termination handlers so pid files are gone when we return.
+        // Wait briefly for termination handlers so pid files are gone when we return, and for the
+        // log writers, which end once they have written what their boards left in the pipe.
         let settle = ContinuousClock.now.advanced(by: .seconds(1))
-        while !runningPIDs.isEmpty && ContinuousClock.now < settle {
+        while (!runningPIDs.isEmpty || !writers.withLock(\.isEmpty)) && ContinuousClock.now < settle {
             try? await Task.sleep(for: .milliseconds(10))
         }
     }

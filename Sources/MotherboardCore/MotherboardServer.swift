@@ -21,8 +21,12 @@ public final class MotherboardServer: Service {
         public var exitWithParent: Bool
         /// Where to serve `/metrics` over HTTP (default: the manifest's `metricsListen`, else nowhere).
         public var metricsListen: MetricsEndpoint.Address?
-        /// Logs in `<runtime>/logs` past this size are rotated (copytruncate); 0: never. Default 10 MiB.
+        /// Logs in `<runtime>/logs` are rotated before they pass this size; 0: never. Default 10 MiB.
         public var maximumLogBytes: Int
+        /// The command that writes a board's log (`boardbus-log-writer`; its options and the
+        /// file's path are added): a log never passes the limit. Nil: boards write their files
+        /// themselves and a directory watch rotates them (copytruncate) once past the limit.
+        public var logWriter: [String]?
         /// Where else to listen (`tcp://ADDR:PORT`), besides the ipc socket: CURVE endpoints
         /// unless `insecure`. Default: the manifest's `listen`.
         public var listen: [String] = []
@@ -130,7 +134,8 @@ public final class MotherboardServer: Service {
         // The launcher reports exits from its own threads; they reach the motherboard on the loop.
         let exits = ExitForwarder()
         let launcher = BoardLauncher(
-            address: address, stateDirectory: stateDirectory, binaryDirectory: options.binaryDirectory, logger: logger
+            address: address, stateDirectory: stateDirectory, binaryDirectory: options.binaryDirectory, logger: logger,
+            logs: .init(writer: options.logWriter, maximumBytes: options.maximumLogBytes)
         ) { pid, status, clean in
             exits.forward(pid: pid, status: status, clean: clean)
         }

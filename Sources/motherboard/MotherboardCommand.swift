@@ -1,4 +1,5 @@
 import ArgumentParser
+import BoardBusLogWriter
 import BusCore
 import Foundation
 import Logging
@@ -10,7 +11,8 @@ import ServiceLifecycle
 struct MotherboardCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "motherboard",
-        abstract: "The BoardBus broker: routes outputs, activations, actions and commands between boards.")
+        abstract: "The BoardBus broker: routes outputs, activations, actions and commands between boards.",
+        subcommands: [LogWriterCommand.self])
 
     @Option(help: "The fleet manifest (JSON).")
     var manifest: String?
@@ -34,7 +36,9 @@ struct MotherboardCommand: AsyncParsableCommand {
     var metricsListen: String?
 
     @Option(
-        help: "Rotate board logs past this many bytes (copytruncate, 3 old copies; 0: never; default $BOARDBUS_LOG_MAX_BYTES, else 10485760).")
+        help:
+            "Keep each board log under this many bytes, with 3 old copies (0: never rotate; at least 4096; default $BOARDBUS_LOG_MAX_BYTES, else 10485760)."
+    )
     var logMaxBytes: Int?
 
     @Option(
@@ -85,7 +89,8 @@ struct MotherboardCommand: AsyncParsableCommand {
         if let runtimeDir { environment["BOARDBUS_RUNTIME_DIR"] = runtimeDir }
         let address = BusAddress.resolve(explicitEndpoint: bus, environment: environment, userID: getuid())
         // The executable itself (argv[0] is only a name when it was found on PATH).
-        let binaries = binDir ?? URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().path
+        let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+        let binaries = binDir ?? executable.deletingLastPathComponent().path
         let logger = Logger(label: "motherboard")
         do {
             let fleet = try manifest.map(FleetManifest.load(path:)) ?? FleetManifest()
@@ -98,6 +103,7 @@ struct MotherboardCommand: AsyncParsableCommand {
                 address: address, manifest: fleet, binaryDirectory: binaries, exitWithParent: exitWithParent, metricsListen: listen,
                 maximumLogBytes: logLimit)
             options.listen = self.listen
+            options.logWriter = LogWriterCommand.command(beside: executable)
             options.stateDirectory = stateDir
             if let maxConnections {
                 guard maxConnections > 0 else { throw BusError(.badArgument, "--max-connections must be at least 1, not \(maxConnections)") }
@@ -123,5 +129,37 @@ struct MotherboardCommand: AsyncParsableCommand {
             FileHandle.standardError.write(Data("motherboard: \(error)\n".utf8))
             throw ExitCode(1)
         }
+    }
+}
+
+/// `motherboard log-writer`: what the broker runs beside each board to write its log (standard
+/// input) to a file kept under a size, where `boardbus-log-writer` (the same, in a much smaller
+/// process) is not beside the motherboard executable. Not for people to run; hidden from help.
+struct LogWriterCommand: ParsableCommand {
+    /// The command that writes a board's log: `boardbus-log-writer` beside `motherboard`, else
+    /// `motherboard log-writer`.
+    static func command(beside motherboard: URL) -> [String] {
+        let small = motherboard.deletingLastPathComponent().appendingPathComponent("boardbus-log-writer").path
+        return FileManager.default.isExecutableFile(atPath: small) ? [small] : [motherboard.path, "log-writer"]
+    }
+
+    static let configuration = CommandConfiguration(
+        commandName: "log-writer", abstract: "Write standard input to a log file kept under a size (started by the broker).",
+        shouldDisplay: false)
+
+    @Option(help: "Rotate before the file passes this many bytes (at least 4096).")
+    var maxBytes: Int
+
+    @Option(help: "Old copies kept (.1 … .N).")
+    var keep = 3
+
+    @Argument(help: "The log file.")
+    var path: String
+
+    func run() throws {
+        // Lives as long as its board's output: a terminal's Ctrl-C or hang-up is for the board.
+        signal(SIGINT, SIG_IGN)
+        signal(SIGHUP, SIG_IGN)
+        LogWriter(path: path, maximumBytes: maxBytes, generations: keep).run(input: STDIN_FILENO)
     }
 }

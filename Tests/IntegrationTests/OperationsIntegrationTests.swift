@@ -81,17 +81,17 @@ struct OperationsIntegrationTests {
     }
 
     /// Issue: with a 1 MiB limit, a board writing 40 MiB/s grew its logs to 160 MiB (the check
-    /// ran once a second). A log is now rotated as soon as it is written past the limit, copying
-    /// one limit's worth: a board writing 40 MiB/s for 3 s keeps the directory at a small
-    /// multiple of the limit.
-    @Test func aBoardWritingFortyMebibytesASecondKeepsItsLogsNearTheLimit() async throws {
+    /// ran once a second), and rotating on every write still let a faster board go further. A
+    /// board's output now goes through its log writer, which rotates before a file passes the
+    /// limit: a board writing as fast as it can (128 MiB) never takes its logs past 4 files of
+    /// the limit, and the newest files hold its last lines.
+    @Test func aBoardWritingAsFastAsItCanNeverTakesItsLogsPastFourTimesTheLimit() async throws {
         let writer = """
-            import os, time
+            import os
             line = b'x' * 65535 + b'\\n'
-            start = time.monotonic()
-            for n in range(1920):
+            for n in range(2048):
                 os.write(1, line)
-                time.sleep(max(0, start + (n + 1) / 640 - time.monotonic()))
+            os.write(1, b'last line\\n')
 
             """
         let manifest = """
@@ -107,25 +107,69 @@ struct OperationsIntegrationTests {
                 }
             }
             var largest = 0
-            let ended = try await eventually(timeout: .seconds(60), checkingEvery: .milliseconds(2)) {
+            var samples = 0
+            let ended = try await eventually(timeout: .seconds(120), checkingEvery: .milliseconds(1)) {
                 largest = max(largest, total())
+                samples += 1
                 return fleet.brokerLog.contains("demo.chatty")
                     && fleet.brokerLog.contains("ended (exit 0) before it registered")
             }
-            largest = max(largest, total())
             #expect(ended, "\(fleet.brokerLog.suffix(2000))")
+            // The writer has written what was left in the pipe once the log ends with the last line.
+            #expect(
+                try await eventually {
+                    String(decoding: FileManager.default.contents(atPath: "\(logs)/demo.chatty.log") ?? Data(), as: UTF8.self)
+                        .hasSuffix("last line\n")
+                })
+            largest = max(largest, total())
             #expect(FileManager.default.fileExists(atPath: "\(logs)/demo.chatty.log.3"))
-            // 4 files of the limit, and what the writer adds while one rotation runs: 4–5 MiB
-            // alone, up to 14 MiB seen with the whole suite on two cores. The one-second check
-            // let the current file alone reach 40 MiB.
-            #expect(largest <= 32 * limit, "the logs reached \(largest) bytes with a limit of \(limit)")
-            print("logs of a board writing 40 MiB/s for 3 s: at most \(largest) bytes with a limit of \(limit)")
+            #expect(!FileManager.default.fileExists(atPath: "\(logs)/demo.chatty.log.4"))
+            #expect(largest <= 4 * limit, "the logs reached \(largest) bytes with a limit of \(limit)")
+            print("logs of a board writing 128 MiB as fast as it can: at most \(largest) bytes (\(samples) samples) with a limit of \(limit)")
         }
     }
 
-    /// A board's log past the size limit is copied to `.1` and truncated; the board goes on
-    /// writing at the start of the emptied file (it is open for append), so neither file has a
-    /// hole of zero bytes, and the current one stays near the limit.
+    /// Both log writers — the small `boardbus-log-writer` the broker prefers and `motherboard
+    /// log-writer` where that one is missing — keep a log the same way, and a command line that
+    /// cannot be meant is refused (exit 2) rather than guessed.
+    @Test func bothLogWritersKeepALogTheSameWay() async throws {
+        let binaries = try TestFleet.locateBinaries()
+        try await withTemporaryDirectory("log-writers") { directory in
+            let input = "\(directory)/input"
+            let lines = (0..<2000).map { "line \($0) \(String(repeating: "é", count: $0 % 40))\n" }.joined()
+            try lines.write(toFile: input, atomically: true, encoding: .utf8)
+            func run(_ command: [String], log: String?) async throws -> Int32 {
+                let process = Process()
+                process.executableURL = URL(fileURLWithPath: command[0])
+                process.arguments = Array(command.dropFirst()) + (log.map { ["--max-bytes", "4096", "--keep", "2", "\(directory)/\($0)"] } ?? [])
+                process.standardInput = FileHandle(forReadingAtPath: input)
+                process.standardError = FileHandle.nullDevice
+                try process.run()
+                #expect(try await eventually { !process.isRunning }, "\(command) did not end at the end of its input")
+                if process.isRunning { process.terminate() }
+                return process.terminationStatus
+            }
+            #expect(try await run(["\(binaries)/boardbus-log-writer"], log: "small.log") == 0)
+            #expect(try await run(["\(binaries)/motherboard", "log-writer"], log: "large.log") == 0)
+            for suffix in ["", ".1", ".2"] {
+                let small = FileManager.default.contents(atPath: "\(directory)/small.log\(suffix)")
+                let large = FileManager.default.contents(atPath: "\(directory)/large.log\(suffix)")
+                #expect(small != nil && small == large, "small.log\(suffix) and large.log\(suffix) differ")
+                #expect((small?.count ?? 0) <= 4096)
+            }
+            #expect(!FileManager.default.fileExists(atPath: "\(directory)/small.log.3"))
+            let together = ["small.log.2", "small.log.1", "small.log"].compactMap { FileManager.default.contents(atPath: "\(directory)/\($0)") }
+                .reduce(Data(), +)
+            #expect(Data(lines.utf8).suffix(together.count) == together, "the kept files are not the end of what was written")
+            for wrong in [["--max-bytes", "100", "x.log"], ["--max-bytes", "4096"], ["--max-bytes", "4096", "--keep", "0", "x.log"], ["x.log"]] {
+                #expect(try await run(["\(binaries)/boardbus-log-writer"] + wrong, log: nil) == 2, "\(wrong) was accepted")
+            }
+        }
+    }
+
+    /// A board's log past the size limit goes on in a new file, the old one kept as `.1`; since
+    /// the log writer cuts after the last whole line that fits, `.1` ends with a whole line and
+    /// the current log stays under the limit.
     @Test func logsRotateAtTheirLimitWithoutHoles() async throws {
         try await TestFleet.with(manifest: exampleManifest, brokerEnvironment: ["BOARDBUS_LOG_MAX_BYTES": "4096"]) { fleet in
             let log = "\(fleet.address.runtimeDirectory)/logs/demo.greeter.log"
@@ -145,7 +189,9 @@ struct OperationsIntegrationTests {
                 #expect(String(decoding: data, as: UTF8.self).contains("refused command"))
             }
             let size = try #require(try FileManager.default.attributesOfItem(atPath: log)[.size] as? Int)
-            #expect(size < 4096 + 64 * 1024)
+            #expect(size <= 4096)
+            let previous = try Data(contentsOf: URL(fileURLWithPath: "\(log).1"))
+            #expect(previous.count <= 4096 && previous.last == UInt8(ascii: "\n"))
         }
     }
 

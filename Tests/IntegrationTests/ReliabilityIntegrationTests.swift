@@ -142,6 +142,14 @@ struct ReliabilityIntegrationTests {
             #expect(flowsAfter)
             let call = try await fleet.busctl("call", "demo.greeter", "greet", #"{"name":"again"}"#)
             #expect(call.standardOutput.contains("Hello, again!"))
+            // The adopted board's log writer outlived the broker that started it: what the board
+            // prints after the restart still reaches its log.
+            _ = try await fleet.busctl("call", "demo.greeter", "probeAfterRestart", "{}")
+            let log = "\(fleet.address.runtimeDirectory)/logs/demo.greeter.log"
+            #expect(
+                try await eventually {
+                    String(decoding: FileManager.default.contents(atPath: log) ?? Data(), as: UTF8.self).contains("probeAfterRestart")
+                })
             // The watcher renews its subscription with the new broker (within a second) and sees
             // the changes made after it: keep changing the store until it does.
             let writer = Task {
