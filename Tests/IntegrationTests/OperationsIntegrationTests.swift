@@ -129,6 +129,44 @@ struct OperationsIntegrationTests {
         }
     }
 
+    /// A board whose log writer is killed ends at its next write (SIGPIPE, as a program piped
+    /// into a dead `tee` does) instead of running on with its output lost; the broker restarts it
+    /// with a new writer (under its restart policy), and its log goes on.
+    @Test func aBoardWhoseLogWriterIsKilledIsRestartedWithANewOne() async throws {
+        try await TestFleet.with(manifest: supervisedManifest) { fleet in
+            let log = "\(fleet.address.runtimeDirectory)/logs/demo.greeter.log"
+            /// The broker's child that writes the greeter's log.
+            func writerPID() -> Int32? {
+                let children = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(fleet.brokerPID)/task"))?.flatMap { task in
+                    ((try? String(contentsOfFile: "/proc/\(fleet.brokerPID)/task/\(task)/children", encoding: .utf8)) ?? "")
+                        .split(separator: " ").compactMap { Int32($0) }
+                } ?? []
+                return children.first { pid in
+                    let command = (try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(pid)/cmdline"))) ?? Data()
+                    return String(decoding: command, as: UTF8.self).split(separator: "\0").last.map(String.init) == log
+                }
+            }
+            let writer = try #require(writerPID())
+            let board = try #require(fleet.pid(of: "demo.greeter"))
+            #expect(kill(writer, SIGKILL) == 0)
+            // A refused command is a line in the greeter's log: its write meets a closed pipe.
+            _ = try await fleet.busctl("call", "demo.greeter", "probeBeforeRestart", "{}")
+            let restarted = try await eventually(timeout: .seconds(20)) {
+                let status = try decode(BoardInfo.self, from: try await fleet.busctl("status", "demo.greeter", "--json"))
+                return status.pid != board && status.state == .running
+            }
+            #expect(restarted)
+            let status = try decode(BoardInfo.self, from: try await fleet.busctl("status", "demo.greeter", "--json"))
+            #expect(status.lastExit?.contains("signal \(SIGPIPE)") == true, "\(status.lastExit ?? "nil")")
+            #expect(try #require(writerPID()) != writer)
+            _ = try await fleet.busctl("call", "demo.greeter", "probeAfterRestart", "{}")
+            #expect(
+                try await eventually {
+                    String(decoding: FileManager.default.contents(atPath: log) ?? Data(), as: UTF8.self).contains("probeAfterRestart")
+                })
+        }
+    }
+
     /// Both log writers — the small `boardbus-log-writer` the broker prefers and `motherboard
     /// log-writer` where that one is missing — keep a log the same way, and a command line that
     /// cannot be meant is refused (exit 2) rather than guessed.
