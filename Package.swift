@@ -157,7 +157,8 @@ let package = Package(
         .target(name: "BoardBusBaselineSupport"),
         .executableTarget(name: "zmq-baseline-proxy", dependencies: ["BoardBusBaselineSupport"], linkerSettings: [.linkedLibrary("zmq")]),
         .executableTarget(name: "zmq-baseline-echo", dependencies: ["BoardBusBaselineSupport"], linkerSettings: [.linkedLibrary("zmq")]),
-        .executableTarget(name: "bench-echo-board", dependencies: ["BoardKit"]),
+        .executableTarget(name: "zmq-baseline-client", linkerSettings: [.linkedLibrary("zmq")]),
+        .executableTarget(name: "bench-echo-board", dependencies: ["BoardKit", "BusCore"]),
         .executableTarget(
             name: "boardbus-bench",
             dependencies: [

@@ -47,6 +47,17 @@ ensure_iproute2() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq iproute2 >&2 || echo "==> iproute2 not installed: the across-hosts test runs over 127.0.0.1" >&2
 }
 
+# The counts (scripts/counts.py): valgrind, and objcopy (binutils) to drop the DWARF that
+# valgrind 3.19 cannot read from copies of the binaries.
+ensure_valgrind() {
+    if command -v valgrind >/dev/null 2>&1 && command -v objcopy >/dev/null 2>&1; then return 0; fi
+    echo "==> installing valgrind and binutils with apt-get" >&2
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq valgrind binutils >&2
+}
+
 # The bench's rows against NATS and D-Bus: Debian's nats-server and dbus-broker, and the C
 # harnesses in scripts/bench-peers built on libnats-dev and libdbus-1-dev into .build/bench-peers.
 # Anything missing that apt-get cannot install leaves those rows out (the bench says why).

@@ -1,4 +1,5 @@
 import BoardKit
+import BusCore
 import Foundation
 
 /// The benchmark's board: answers the command `echo` with the payload it was sent.
@@ -14,4 +15,7 @@ board.onCommand(Echo.self) { echo, _ in echo }
 board.onCommand(named: "echo.raw") { message, _ in message.payload }
 // Accepts any activation, so the benchmark can time an on-demand start.
 board.onAnyActivation { _, _ in }
-try await board.run()
+// A synchronous main (not `try await board.run()`), so that valgrind can run this board for
+// `scripts/bench --counts` (see runBlocking).
+let ready = board
+try runBlocking { try await ready.run() }

@@ -1,13 +1,14 @@
 import ArgumentParser
 import BoardKit
 import BoardKitTesting
+import BusCore
 import BusZeroMQ
 import Foundation
 import Histogram
 
 /// `boardbus-bench`: BoardBus against a C ZeroMQ baseline, in one run on one machine.
 @main
-struct BenchCommand: AsyncParsableCommand {
+struct BenchCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "boardbus-bench",
         abstract: "Measure BoardBus round trips, throughput, start-up and memory against a C zmq_proxy baseline.")
@@ -84,6 +85,18 @@ struct BenchCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("With --tcp-client: seconds of throughput load of each.", visibility: .hidden))
     var tcpSeconds = 2.0
 
+    @Option(
+        help: ArgumentHelp(
+            "Instead of the comparison: the client of scripts/bench --counts, this many serial echo calls (--command, --format, --bytes) to the broker at --count-endpoint.",
+            visibility: .hidden))
+    var countClient: Int?
+    @Option(help: ArgumentHelp("With --count-client: the broker's endpoint.", visibility: .hidden))
+    var countEndpoint = ""
+    @Flag(
+        help: ArgumentHelp(
+            "Instead of the comparison: print the size of the baseline's header frame (what a BoardBus header is).", visibility: .hidden))
+    var countHeaderBytes = false
+
     @Flag(help: ArgumentHelp("Only the rows across hosts (tcp+CURVE in network namespaces, cut-link times).", visibility: .hidden))
     var networkOnly = false
 
@@ -103,7 +116,22 @@ struct BenchCommand: AsyncParsableCommand {
         }
     }
 
-    func run() async throws {
+    // Synchronous, so that valgrind can run the --count-client (see runBlocking).
+    func run() throws {
+        try runBlocking { try await measure() }
+    }
+
+    func measure() async throws {
+        if countHeaderBytes {
+            print(try BaselineBench.frames(payload: Data())[0].count)
+            return
+        }
+        if let countClient {
+            try await CountClient.run(
+                endpoint: countEndpoint, requests: countClient,
+                call: EchoCall(command: command, format: command == "echo.raw" ? nil : format), payload: echoPayload(bytes: bytes))
+            return
+        }
         if let tcpClient {
             try await NetworkBench.client(
                 endpoint: tcpClient, serverKey: tcpServerKey, clientKey: tcpClientKey, baselineEndpoint: tcpBaseline, baselineKey: tcpBaselineKey,

@@ -8,7 +8,7 @@ import ServiceLifecycle
 
 /// The BoardBus broker: routes messages between board processes and starts the fleet's boards.
 @main
-struct MotherboardCommand: AsyncParsableCommand {
+struct MotherboardCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "motherboard",
         abstract: "The BoardBus broker: routes outputs, activations, actions and commands between boards.",
@@ -83,7 +83,11 @@ struct MotherboardCommand: AsyncParsableCommand {
     @Flag(help: "Stop when the parent process exits (for test harnesses).")
     var exitWithParent = false
 
-    func run() async throws {
+    func run() throws {
+        try runBlocking { try await serve() }
+    }
+
+    func serve() async throws {
         BusLogging.bootstrap()
         var environment = ProcessInfo.processInfo.environment
         if let runtimeDir { environment["BOARDBUS_RUNTIME_DIR"] = runtimeDir }

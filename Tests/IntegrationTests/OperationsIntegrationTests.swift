@@ -137,10 +137,11 @@ struct OperationsIntegrationTests {
             let log = "\(fleet.address.runtimeDirectory)/logs/demo.greeter.log"
             /// The broker's child that writes the greeter's log.
             func writerPID() -> Int32? {
-                let children = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(fleet.brokerPID)/task"))?.flatMap { task in
-                    ((try? String(contentsOfFile: "/proc/\(fleet.brokerPID)/task/\(task)/children", encoding: .utf8)) ?? "")
-                        .split(separator: " ").compactMap { Int32($0) }
-                } ?? []
+                let children =
+                    (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(fleet.brokerPID)/task"))?.flatMap { task in
+                        ((try? String(contentsOfFile: "/proc/\(fleet.brokerPID)/task/\(task)/children", encoding: .utf8)) ?? "")
+                            .split(separator: " ").compactMap { Int32($0) }
+                    } ?? []
                 return children.first { pid in
                     let command = (try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(pid)/cmdline"))) ?? Data()
                     return String(decoding: command, as: UTF8.self).split(separator: "\0").last.map(String.init) == log

@@ -1,0 +1,337 @@
+#!/usr/bin/env python3
+"""What one echo round trip costs each role, in counts that do not drift with the machine.
+
+Each role (broker, board, client; the C baseline's proxy, echo and client) runs under valgrind:
+callgrind counts the instructions of each of its threads, DHAT its heap allocations. Every load
+runs twice, with LOW and HIGH serial round trips of 100 B, and the difference divided by
+HIGH - LOW is the cost of one round trip, start-up and warm-up excluded.
+
+    scripts/counts.py [--check THRESHOLDS] [--write THRESHOLDS] [--only raw,cbor,c] [--json OUT]
+
+Run through `scripts/bench --counts` (which builds the release binaries first). With --check,
+exits 1 when a BoardBus count passes its committed threshold (scripts/test runs it).
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILT = os.path.join(ROOT, ".build", "release")
+# Copies of the release binaries without their DWARF (valgrind 3.19 cannot read DWARF 5), with
+# their symbol tables, which name the functions: set by main().
+BIN = None
+EXECUTABLES = ("motherboard", "bench-echo-board", "boardbus-bench", "zmq-baseline-proxy", "zmq-baseline-echo", "zmq-baseline-client")
+LOW, HIGH = 200, 1200
+PAYLOAD = 100
+# The size of a BoardBus request header for the echo (`boardbus-bench --count-header-bytes`):
+# the baseline's client sends a frame of this size, so both move the same bytes.
+HEADER = 40
+
+# How a thread is told apart in a callgrind file, by the exported functions it runs (Debian's
+# libzmq has no symbols for its internals): the loop thread (BoardBus's socket loop, the C
+# programs' main thread) receives messages through the libzmq API; libzmq's I/O thread waits in
+# epoll_wait and receives nothing through the API. Of each kind, the busiest thread is the one.
+LOOP_MARKS = ("SocketLoop", "zmq_proxy", "zmq_msg_recv", "zmq_recv")
+IO_MARKS = ("epoll_wait",)
+
+
+class Failure(Exception):
+    pass
+
+
+def valgrind(tool, prefix):
+    if tool == "callgrind":
+        return ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={prefix}.%p", f"--log-file={prefix}.%p.log"]
+    return ["valgrind", "--tool=dhat", f"--dhat-out-file={prefix}.%p.dhat", f"--log-file={prefix}.%p.log"]
+
+
+def wait(process, seconds, what):
+    try:
+        return process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise Failure(f"{what} did not finish in {seconds} s")
+
+
+def read_line(process, prefix, seconds, what):
+    """The first line of the process's output that starts with `prefix`, within `seconds`."""
+    deadline = time.monotonic() + seconds
+    os.set_blocking(process.stdout.fileno(), False)
+    buffer = b""
+    while time.monotonic() < deadline:
+        chunk = process.stdout.read()
+        if chunk:
+            buffer += chunk
+            for line in buffer.split(b"\n"):
+                if line.startswith(prefix):
+                    return line
+        if process.poll() is not None:
+            raise Failure(f"{what} ended ({process.returncode}) before it was ready")
+        time.sleep(0.05)
+    raise Failure(f"{what} not ready in {seconds} s")
+
+
+def stop(target, seconds):
+    """SIGTERM to a process this script started (a Popen, or the pid of one the broker started
+    for it), then waits for it to end; a Popen is reaped."""
+    pid = target.pid if isinstance(target, subprocess.Popen) else target
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    if isinstance(target, subprocess.Popen):
+        wait(target, seconds, f"pid {pid} after SIGTERM")
+        return
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    raise Failure(f"pid {pid} did not stop in {seconds} s")
+
+
+def run_boardbus(directory, tool, requests, command, content):
+    """One load of the real motherboard and echo board, each under `tool`, with the bench's client.
+    The board is started here, outside the manifest (as a board of another program would be):
+    the broker's launcher cannot spawn under valgrind."""
+    runtime, state = f"{directory}/run", f"{directory}/state"
+    environment = dict(os.environ, BOARDBUS_RUNTIME_DIR=runtime, BOARDBUS_STATE_DIR=state)
+    environment.pop("BOARDBUS_ADDRESS", None)
+    broker = subprocess.Popen(
+        valgrind(tool, f"{directory}/broker")
+        + [f"{BIN}/motherboard", "--runtime-dir", runtime, "--state-dir", state, "--log-max-bytes", "0"],
+        stdout=subprocess.PIPE, stderr=open(f"{directory}/broker.stderr", "wb"), stdin=subprocess.DEVNULL, env=environment)
+    board = None
+    try:
+        read_line(broker, b"READY", 300, "the motherboard")
+        board = subprocess.Popen(
+            valgrind(tool, f"{directory}/board") + [f"{BIN}/bench-echo-board"],
+            stdout=subprocess.PIPE, stderr=open(f"{directory}/board.stderr", "wb"), stdin=subprocess.DEVNULL,
+            env=dict(environment, BOARDBUS_BOARD_ID="bench.echo"))
+        read_line(board, b"READY", 300, "the echo board")
+        arguments = ["--count-client", str(requests), "--count-endpoint", f"ipc://{runtime}/motherboard.sock", "--command", command]
+        if content:
+            arguments += ["--format", content]
+        client = subprocess.Popen(
+            valgrind(tool, f"{directory}/client") + [f"{BIN}/boardbus-bench"] + arguments,
+            stdout=subprocess.PIPE, stderr=open(f"{directory}/client.stderr", "wb"), stdin=subprocess.DEVNULL, env=environment)
+        if wait(client, 900, "the client") != 0:
+            raise Failure(f"the client failed: {open(f'{directory}/client.stderr').read()[-2000:]}")
+    finally:
+        for process in (board, broker):
+            if process is not None and process.poll() is None:
+                stop(process, 180)
+
+
+def run_baseline(directory, tool, requests):
+    front, back = f"ipc://{directory}/front.sock", f"ipc://{directory}/back.sock"
+    proxy = subprocess.Popen(
+        valgrind(tool, f"{directory}/broker") + [f"{BIN}/zmq-baseline-proxy", front, back],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    echo = None
+    try:
+        read_line(proxy, b"READY", 300, "the baseline proxy")
+        echo = subprocess.Popen(
+            valgrind(tool, f"{directory}/board") + [f"{BIN}/zmq-baseline-echo", back],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        read_line(echo, b"READY", 300, "the baseline echo")
+        client = subprocess.Popen(
+            valgrind(tool, f"{directory}/client") + [f"{BIN}/zmq-baseline-client", front, str(requests), str(HEADER), str(PAYLOAD)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        if wait(client, 900, "the baseline client") != 0:
+            raise Failure("the baseline client failed")
+    finally:
+        for process in (echo, proxy):
+            if process is not None and process.poll() is None:
+                stop(process, 120)
+
+
+def callgrind_threads(directory, role):
+    """Instructions of each thread of one role's process: {thread number: (instructions, kind)},
+    kind 'loop', 'io' or 'other'. Thread numbers follow creation order, the same in every run."""
+    files = [path for path in glob.glob(f"{directory}/{role}.*") if re.search(r"\.\d+-\d+$", path)]
+    if not files:
+        raise Failure(f"no callgrind output for the {role} in {directory}")
+    threads = {}
+    for path in files:
+        text = open(path, errors="replace").read()
+        match = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
+        kind = "loop" if any(mark in text for mark in LOOP_MARKS) else "io" if any(mark in text for mark in IO_MARKS) else "other"
+        threads[path.rsplit("-", 1)[1]] = (int(match.group(1)) if match else 0, kind)
+    return threads
+
+
+def per_round_trip_threads(low, high):
+    """Per round trip: the busiest loop thread, the busiest I/O thread, the whole process."""
+    result = {"loop": 0.0, "io": 0.0, "process": 0.0}
+    for thread in set(low) | set(high):
+        (before, kind_before), (after, kind_after) = low.get(thread, (0, "other")), high.get(thread, (0, "other"))
+        each = (after - before) / (HIGH - LOW)
+        result["process"] += each
+        kind = "loop" if "loop" in (kind_before, kind_after) else "io" if "io" in (kind_before, kind_after) else "other"
+        if kind != "other":
+            result[kind] = max(result[kind], each)
+    return result
+
+
+def dhat_blocks(directory, role):
+    logs = [path for path in glob.glob(f"{directory}/{role}.*.log") if os.path.exists(path)]
+    for path in logs:
+        match = re.search(r"Total:\s+([\d,]+) bytes in ([\d,]+) blocks", open(path).read())
+        if match:
+            return int(match.group(2).replace(",", ""))
+    raise Failure(f"no DHAT total for the {role} in {directory}")
+
+
+LOADS = {
+    "c": ("C zmq_proxy", None, None),
+    "raw": ("BoardBus raw echo", "echo.raw", None),
+    "cbor": ("BoardBus typed CBOR echo", "echo", "cbor"),
+}
+ROLES = ("broker", "board", "client")
+
+
+def measure(load, work):
+    """Per round trip, for each role: instructions of its loop thread, its libzmq I/O thread and
+    the whole process, and its heap allocations."""
+    runs = {}
+    for tool in ("callgrind", "dhat"):
+        for requests in (LOW, HIGH):
+            directory = tempfile.mkdtemp(prefix=f"counts-{load}-{tool}-{requests}-", dir=work)
+            print(f"counts: {load} {tool} {requests} round trips", file=sys.stderr, flush=True)
+            if load == "c":
+                run_baseline(directory, tool, requests)
+            else:
+                run_boardbus(directory, tool, requests, LOADS[load][1], LOADS[load][2])
+            for role in ROLES:
+                runs[(tool, role, requests)] = callgrind_threads(directory, role) if tool == "callgrind" else dhat_blocks(directory, role)
+    results = {}
+    for role in ROLES:
+        for key, value in per_round_trip_threads(runs[("callgrind", role, LOW)], runs[("callgrind", role, HIGH)]).items():
+            results[f"{role}.{key}"] = value
+        results[f"{role}.allocations"] = (runs[("dhat", role, HIGH)] - runs[("dhat", role, LOW)]) / (HIGH - LOW)
+    return results
+
+
+def render(results):
+    rows = [
+        ("broker loop thread: instructions", "broker.loop"),
+        ("broker libzmq I/O thread: instructions", "broker.io"),
+        ("broker process: instructions", "broker.process"),
+        ("broker process: allocations", "broker.allocations"),
+        ("board loop thread: instructions", "board.loop"),
+        ("board libzmq I/O thread: instructions", "board.io"),
+        ("board process: instructions", "board.process"),
+        ("board process: allocations", "board.allocations"),
+        ("client loop thread: instructions", "client.loop"),
+        ("client libzmq I/O thread: instructions", "client.io"),
+        ("client process: instructions", "client.process"),
+        ("client process: allocations", "client.allocations"),
+    ]
+    loads = [load for load in ("c", "raw", "cbor") if load in results]
+    header = "| per round trip | " + " | ".join(LOADS[load][0] for load in loads)
+    if "c" in results:
+        header += " | " + " | ".join(f"{LOADS[load][0].split(' ', 1)[1]} / C" for load in loads if load != "c")
+    lines = [header + " |", "|" + "---|" * (header.count("|"))]
+    for label, key in rows:
+        cells = [f"{results[load].get(key, 0):,.1f}" for load in loads]
+        if "c" in results:
+            base = results["c"].get(key, 0)
+            cells += [f"{results[load].get(key, 0) / base:.2f}×" if base > 0 else "–" for load in loads if load != "c"]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# The counts a change must not raise, and the margin each gets over what was measured: a few
+# percent of instructions (what a run varies by is under 1.5 %), and no new allocation.
+CHECKED = ("broker.loop", "broker.process", "broker.allocations", "board.loop", "board.process", "board.allocations",
+           "client.loop", "client.process", "client.allocations")
+INSTRUCTION_MARGIN = 1.05
+ALLOCATION_MARGIN = 0.5
+
+
+def write_thresholds(path, results):
+    limits = {}
+    for load in results:
+        if load == "c":
+            continue
+        for key in CHECKED:
+            value = results[load][key]
+            limits[f"{load}/{key}"] = round(value + ALLOCATION_MARGIN, 1) if key.endswith("allocations") else round(value * INSTRUCTION_MARGIN)
+    document = {
+        "how": f"What one round trip may cost each BoardBus role, per scripts/counts.py: measured "
+        f"{time.strftime('%Y-%m-%d')} (valgrind {subprocess.run(['valgrind', '--version'], capture_output=True, text=True).stdout.strip()}), "
+        f"instructions +{round((INSTRUCTION_MARGIN - 1) * 100)} %, allocations +{ALLOCATION_MARGIN}. "
+        "Lower them when a change lowers the counts: scripts/bench --counts --write scripts/counts-thresholds.json",
+        "measured": {load: {key: round(results[load][key], 1) for key in sorted(results[load])} for load in results},
+        "limits": limits,
+    }
+    with open(path, "w") as file:
+        json.dump(document, file, indent=2, sort_keys=True)
+        file.write("\n")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default="c,raw,cbor", help="loads to measure: c, raw, cbor (comma-separated)")
+    parser.add_argument("--check", help="fail when a count passes its threshold in this file")
+    parser.add_argument("--write", help="write the counts measured as thresholds to this file (with the margins in it, if it exists)")
+    parser.add_argument("--json", help="also write the counts measured to this file")
+    parser.add_argument("--keep", action="store_true", help="keep valgrind's outputs (their directory is printed)")
+    arguments = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        sys.exit("counts: valgrind is missing (apt-get install valgrind)")
+    loads = [load.strip() for load in arguments.only.split(",") if load.strip()]
+    if arguments.check:
+        thresholds = json.load(open(arguments.check))
+        loads = sorted({key.split("/")[0] for key in thresholds["limits"]})
+    work = tempfile.mkdtemp(prefix="boardbus-counts-")
+    global BIN
+    BIN = f"{work}/bin"
+    os.mkdir(BIN)
+    for name in EXECUTABLES:
+        if os.path.exists(f"{BUILT}/{name}"):
+            subprocess.run(["objcopy", "--strip-debug", f"{BUILT}/{name}", f"{BIN}/{name}"], check=True)
+    try:
+        results = {load: measure(load, work) for load in loads}
+    except Failure as failure:
+        sys.exit(f"counts: {failure} (outputs kept in {work})")
+    if arguments.keep:
+        print(f"counts: valgrind's outputs are in {work}", file=sys.stderr)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    print(render(results))
+    if arguments.json:
+        with open(arguments.json, "w") as file:
+            json.dump(results, file, indent=2, sort_keys=True)
+    if arguments.write:
+        write_thresholds(arguments.write, results)
+    if arguments.check:
+        failed = []
+        for key, limit in sorted(thresholds["limits"].items()):
+            load, name = key.split("/")
+            value = results[load][name]
+            verdict = "ok" if value <= limit else "OVER"
+            print(f"{verdict:4} {key}: {value:,.1f} (limit {limit:,.1f})")
+            if value > limit:
+                failed.append(key)
+            elif value < limit * 0.9 - 1:
+                print(f"     {key} is well under its threshold: lower it (scripts/bench --counts --write {arguments.check})")
+        if failed:
+            sys.exit(f"counts: past their thresholds: {', '.join(failed)} ({arguments.check} says how they were set)")
+
+
+if __name__ == "__main__":
+    main()
