@@ -52,7 +52,9 @@ extension Motherboard {
             case ControlOperation.linkChain:
                 try answerLinkChain(envelope, from: peer)
             case ControlOperation.uplinkChain:
-                guard peer == uplink else { throw BusError(.unauthorized, "only this motherboard's own uplink says what is above it") }
+                guard peerKind(of: peer, sender: registry.board(for: peer)) == .uplink else {
+                    throw BusError(.unauthorized, "only this motherboard's own uplink says what is above it")
+                }
                 ancestors = try PayloadCodec.decode(LinkChain.self, from: envelope.payload).ids
                 reply(to: envelope, from: peer, with: Delivery(delivered: 0))
             default:

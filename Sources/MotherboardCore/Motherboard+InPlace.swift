@@ -17,28 +17,34 @@ extension Motherboard {
     /// than the correlation id (a board's command that does not already name it as source and
     /// scope, a reply that does not name its board as source and no target) or does something
     /// else (a reply to an action is counted, not relayed); when the broker must answer (an
-    /// unknown target, a late or forged reply, a retired peer); or when a string is not ASCII.
+    /// unknown target, a late or forged reply, a message the admission gate refuses); or when a
+    /// string is not ASCII.
     /// The caller then parses the message and hands it to `receive`, which routes it the same way.
     package func routeInPlace(_ header: UnsafeMutableRawBufferPointer, from peer: PeerID, now: ContinuousClock.Instant) -> InPlaceRoute? {
         // While a monitor is attached, everything takes the parsed path, where monitors look.
         guard monitors.isEmpty else { return nil }
         let bytes = UnsafeRawBufferPointer(header)
         guard let layout = try? HeaderLayout(bytes), layout.stringsAreASCII(in: bytes) else { return nil }
+        guard layout.kind == .command || layout.kind == .reply || layout.kind == .error else { return nil }
+        let sender = registry.board(for: peer)
+        // Refused at the gate: the parsed path answers why.
+        guard
+            admit(layout.kind, hasContentType: layout.contentType != nil, from: peer, sender: sender, target: { Self.string(bytes, layout.target) })
+                == nil
+        else { return nil }
         let destination: PeerID?
         switch layout.kind {
-        case .command: destination = commandInPlace(layout, header, from: peer, now: now)
-        case .reply, .error: destination = replyInPlace(layout, header, from: peer, now: now)
-        default: destination = nil
+        case .command: destination = commandInPlace(layout, header, from: peer, sender: sender, now: now)
+        default: destination = replyInPlace(layout, header, from: peer, sender: sender, now: now)
         }
         return destination.map { InPlaceRoute(peer: $0, kind: layout.kind) }
     }
 
     /// `command` and `deliver`, for a header that needs no rewriting but its correlation id.
     private func commandInPlace(
-        _ layout: HeaderLayout, _ header: UnsafeMutableRawBufferPointer, from peer: PeerID, now: ContinuousClock.Instant
+        _ layout: HeaderLayout, _ header: UnsafeMutableRawBufferPointer, from peer: PeerID, sender: LiveBoard?, now: ContinuousClock.Instant
     ) -> PeerID? {
         let bytes = UnsafeRawBufferPointer(header)
-        let sender = registry.board(for: peer)
         let scope: Scope
         if let sender {
             // A board speaks as itself: in place only when the header already says so.
@@ -47,7 +53,6 @@ extension Motherboard {
             }
             scope = sender.scope
         } else {
-            guard !retiredPeers.contains(peer) else { return nil }
             scope = Scope(Self.string(bytes, layout.scope))
         }
         guard let target = registry[ScopedName(scope: scope, name: Self.string(bytes, layout.target))] else { return nil }
@@ -64,9 +69,9 @@ extension Motherboard {
 
     /// `relayReply` and `finish`, for a reply that already names its board as source and no target.
     private func replyInPlace(
-        _ layout: HeaderLayout, _ header: UnsafeMutableRawBufferPointer, from peer: PeerID, now: ContinuousClock.Instant
+        _ layout: HeaderLayout, _ header: UnsafeMutableRawBufferPointer, from peer: PeerID, sender: LiveBoard?, now: ContinuousClock.Instant
     ) -> PeerID? {
-        guard let sender = registry.board(for: peer),
+        guard let sender,
             let request = replies.takeReply(
                 layout.correlationID, from: peer,
                 accept: { request in

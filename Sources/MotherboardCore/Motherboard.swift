@@ -88,6 +88,9 @@ public final class Motherboard {
     var loopedActions = LogThrottle(every: .seconds(10))
     /// `busctl monitor`s attached: while there is none, routing does not look at them.
     @exclusivity(unchecked) var monitors = MonitorTable()
+    /// Rules every message must pass at the admission gate (``admit(_:hasContentType:from:sender:target:)``),
+    /// after the broker's own: where who may do what is decided.
+    @exclusivity(unchecked) package var admissionRules: [AdmissionRule] = []
     private let transport: any MotherboardTransport
     let producer: (any BoardProducer)?
     let logger: Logger
@@ -143,16 +146,13 @@ public final class Motherboard {
         sender?.lastSeen = now
         (sender?.metrics ?? metrics.clients).received(envelope.header.kind)
         if !monitors.isEmpty, Self.endsAtBroker(envelope.header.kind) { observeReceived(envelope, from: peer) }
-        if sender == nil, retiredPeers.contains(peer), envelope.header.kind != .control {
-            return reply(to: envelope, from: peer, error: BusError(.notRegistered, "this board instance has completed"))
-        }
-        // A content type labels a command's payload and its reply's; anything else is JSON, which
-        // flows and actions pass on to boards that could not tell otherwise.
-        if envelope.header.contentType != nil, ![.command, .reply].contains(envelope.header.kind) {
-            return reply(
-                to: envelope, from: peer,
-                error: BusError(
-                    .badArgument, "a content type (header field 3) is for commands and replies only; send \(envelope.header.kind) as JSON"))
+        if let refusal = admit(
+            envelope.header.kind, hasContentType: envelope.header.contentType != nil, from: peer, sender: sender,
+            target: {
+                envelope.header.target
+            })
+        {
+            return reply(to: envelope, from: peer, error: refusal)
         }
         switch envelope.header.kind {
         case .register: register(envelope, from: peer, now: now, origin: origin, process: process)
