@@ -55,15 +55,27 @@ let package = Package(
         .target(name: "BusCore", dependencies: [.product(name: "Logging", package: "swift-log")]),
         // The only module that calls libzmq.
         .target(name: "BusZeroMQ", dependencies: ["CBoardBusZeroMQ", "BusCore"]),
+        // The broker's logic: routing, registry, scopes, flows, supervision, the admission gate.
+        // No I/O: driven by one thread with messages and the time.
         .target(
             name: "MotherboardCore",
             dependencies: [
-                "BusCore", "BusZeroMQ", "CBoardBusAcceptGuard",
+                "BusCore",
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+            ]
+        ),
+        // The broker as a process: sockets, security, the launcher, the gateways (Majordomo, the
+        // uplink), the metrics endpoint, systemd, logs. Only the motherboard executable links it.
+        .target(
+            name: "MotherboardDaemon",
+            dependencies: [
+                "BusCore", "BusZeroMQ", "CBoardBusAcceptGuard", "MotherboardCore",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -72,7 +84,7 @@ let package = Package(
         .executableTarget(
             name: "motherboard",
             dependencies: [
-                "MotherboardCore", "BoardBusLogWriter",
+                "MotherboardCore", "MotherboardDaemon", "BoardBusLogWriter",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -187,7 +199,8 @@ let package = Package(
         ),
         // The broker's logic without I/O, and its ROUTER over real sockets.
         .testTarget(
-            name: "MotherboardCoreTests", dependencies: ["MotherboardCore", "BusCore", "BusZeroMQ", "BoardKitTesting", "BoardBusLogWriter"]),
+            name: "MotherboardCoreTests",
+            dependencies: ["MotherboardCore", "MotherboardDaemon", "BusCore", "BusZeroMQ", "BoardKitTesting", "BoardBusLogWriter"]),
         // The socket loop, frame reuse and backlog accounting over real ZeroMQ sockets.
         .testTarget(name: "BusZeroMQTests", dependencies: ["BusZeroMQ", "BusCore", "BoardKitTesting"]),
         // Whole fleets of real processes (TestFleet): semantics, failures, attacks, protocol.

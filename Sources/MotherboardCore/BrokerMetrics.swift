@@ -110,7 +110,7 @@ public final class BrokerMetrics: @unchecked Sendable {
     }
 
     /// A tcp connection refused by the ZAP handler (any thread: swift-metrics counters are).
-    func countRefusedConnection(reason: String) {
+    package func countRefusedConnection(reason: String) {
         switch reason {
         case "key": refusedForKey.increment()
         case "limit": refusedAtLimit.increment()

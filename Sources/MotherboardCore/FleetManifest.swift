@@ -234,7 +234,7 @@ public struct FleetManifest: Sendable, Hashable, Codable {
     /// restart limits are numbers a duration can hold.
     public func validate() throws {
         _ = try ScopeTable(self)
-        if let metricsListen { _ = try MetricsEndpoint.parse(metricsListen) }
+        if let metricsListen { _ = try MetricsAddress(parsing: metricsListen) }
         for endpoint in listen where !endpoint.hasPrefix("tcp://") {
             throw BusError(.badArgument, "listen takes tcp://ADDRESS:PORT endpoints, not '\(endpoint)'")
         }

@@ -30,7 +30,7 @@ extension Motherboard {
     /// Keys removed from the allow-list: every board registered over a connection that
     /// authenticated with one of them is dropped (not kept as unreachable: its key may not come
     /// back), and so is what is kept of such boards whose link was down.
-    func revoke(keys names: Set<String>) {
+    package func revoke(keys names: Set<String>) {
         for board in registry.boards.values where board.origin.map({ names.contains($0.keyName) }) == true {
             drop(board.name, reason: "its key '\(board.origin?.keyName ?? "")' was removed from the allow-list")
         }

@@ -58,7 +58,7 @@ public final class Motherboard {
     public let settings: MotherboardSettings
     // The routing state below is touched on every message, only on the loop thread and never
     // while an access to it is open, so the runtime's exclusivity checks are skipped for it.
-    @exclusivity(unchecked) public internal(set) var counters = MotherboardCounters()
+    @exclusivity(unchecked) public package(set) var counters = MotherboardCounters()
     let scopes: ScopeTable
     var flows = FlowTable()
     @exclusivity(unchecked) var registry = BoardRegistry()
@@ -93,7 +93,7 @@ public final class Motherboard {
     @exclusivity(unchecked) package var admissionRules: [AdmissionRule] = []
     private let transport: any MotherboardTransport
     let producer: (any BoardProducer)?
-    let logger: Logger
+    package let logger: Logger
     /// Counters and histograms, in the Prometheus text format on request.
     public let metrics: BrokerMetrics
 
@@ -394,7 +394,7 @@ public final class Motherboard {
     /// board that cannot take a request is dropped. A peer that is only backlogged (alive, not
     /// reading fast enough) is kept, and the request sent to it under `correlationID` is answered
     /// `busy` at once.
-    func undeliverable(_ kind: MessageKind, to peer: PeerID, correlationID: UInt64 = 0) {
+    package func undeliverable(_ kind: MessageKind, to peer: PeerID, correlationID: UInt64 = 0) {
         counters.undeliverable += 1
         if transport.isBacklogged(peer) {
             if kind != .reply && kind != .error && correlationID != 0 {

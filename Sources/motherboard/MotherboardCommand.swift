@@ -4,6 +4,7 @@ import BusCore
 import Foundation
 import Logging
 import MotherboardCore
+import MotherboardDaemon
 import ServiceLifecycle
 
 /// The BoardBus broker: routes messages between board processes and starts the fleet's boards.

@@ -1,6 +1,7 @@
 import Testing
 
 @testable import MotherboardCore
+@testable import MotherboardDaemon
 
 @Suite("Connection limit")
 struct ConnectionLimitTests {

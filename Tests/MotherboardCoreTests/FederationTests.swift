@@ -4,6 +4,7 @@ import Logging
 import Testing
 
 @testable import MotherboardCore
+@testable import MotherboardDaemon
 
 @Suite("Boards on other hosts, and the uplink")
 struct FederationTests {

@@ -6,6 +6,7 @@ import Synchronization
 import Testing
 
 @testable import MotherboardCore
+@testable import MotherboardDaemon
 
 /// The lines a logger was given, at or above a level.
 final class RecordedLog: Sendable {

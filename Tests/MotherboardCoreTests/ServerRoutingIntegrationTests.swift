@@ -6,6 +6,7 @@ import Testing
 
 @testable import BusZeroMQ
 @testable import MotherboardCore
+@testable import MotherboardDaemon
 
 /// The server's socket handler, over real `ipc://` sockets: commands and replies go on in the
 /// frames they came in, everything else through the parsed path.

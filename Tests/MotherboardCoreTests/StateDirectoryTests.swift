@@ -5,6 +5,7 @@ import Foundation
 import Testing
 
 @testable import MotherboardCore
+@testable import MotherboardDaemon
 
 @Suite("State directory")
 struct StateDirectoryTests {

@@ -5,6 +5,7 @@ import Logging
 import Testing
 
 @testable import MotherboardCore
+@testable import MotherboardDaemon
 
 /// The supervisor's decisions on their own, with a clock the test moves.
 @Suite("Supervisor")

@@ -1,4 +1,5 @@
 import BusCore
+import MotherboardCore
 import DequeModule
 
 /// Messages for the parent held while the uplink's own connection to it is still being made (or

@@ -1,4 +1,5 @@
 import BusCore
+import MotherboardCore
 import Foundation
 
 /// The state directory: what must outlive the broker (the stores of its boards, its CURVE key

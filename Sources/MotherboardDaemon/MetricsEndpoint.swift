@@ -1,4 +1,5 @@
 import BusCore
+import MotherboardCore
 import Foundation
 import Logging
 import NIOCore
@@ -17,13 +18,7 @@ import NIOPosix
 /// Request heads are bounded by SwiftNIO's HTTP parser (80 KiB). Nothing it meets stops it: a
 /// refused or failed accept only waits for the next connection.
 public final class MetricsEndpoint: Sendable {
-    /// Where to listen: an IPv4 or IPv6 literal and a port (0: any free one).
-    public struct Address: Sendable, Hashable, CustomStringConvertible {
-        public var host: String
-        public var port: UInt16
-        public var isIPv6: Bool { host.contains(":") }
-        public var description: String { isIPv6 ? "[\(host)]:\(port)" : "\(host):\(port)" }
-    }
+    public typealias Address = MetricsAddress
 
     /// The Prometheus text format's content type.
     public static let contentType = "text/plain; version=0.0.4; charset=utf-8"
@@ -38,31 +33,7 @@ public final class MetricsEndpoint: Sendable {
     public let port: UInt16
 
     /// Reads `HOST:PORT` (`127.0.0.1:9464`, `[::1]:9464`); a host must be an IP literal.
-    public static func parse(_ text: String) throws(BusError) -> Address {
-        let host: Substring
-        let port: Substring
-        if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
-            host = text[text.index(after: text.startIndex)..<close]
-            guard text[close...].hasPrefix("]:") else { throw refusal(text) }
-            port = text[text.index(close, offsetBy: 2)...]
-        } else {
-            guard let colon = text.lastIndex(of: ":") else { throw refusal(text) }
-            host = text[..<colon]
-            port = text[text.index(after: colon)...]
-        }
-        guard let number = UInt16(port), isIPLiteral(String(host)) else { throw refusal(text) }
-        return Address(host: String(host), port: number)
-    }
-
-    private static func refusal(_ text: String) -> BusError {
-        BusError(.badArgument, "metrics address '\(text.escapedForDisplay())' is not HOST:PORT with an IP address (e.g. 127.0.0.1:9464)")
-    }
-
-    private static func isIPLiteral(_ host: String) -> Bool {
-        var v4 = in_addr()
-        var v6 = in6_addr()
-        return inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1
-    }
+    public static func parse(_ text: String) throws(BusError) -> Address { try MetricsAddress(parsing: text) }
 
     /// Starts listening; returns once the socket is bound (throws `badArgument` when it cannot be).
     public init(address: Address, metrics: BrokerMetrics, logger: Logger) async throws {

@@ -1,4 +1,5 @@
 import BusCore
+import MotherboardCore
 import BusZeroMQ
 import CBoardBusAcceptGuard
 import Foundation

@@ -1,4 +1,5 @@
 import BusCore
+import MotherboardCore
 import Foundation
 
 /// The service manager's notify protocol (`sd_notify(3)`), spoken when `NOTIFY_SOCKET` is set:

@@ -1,4 +1,5 @@
 import BusCore
+import MotherboardCore
 import BusZeroMQ
 import DequeModule
 import Foundation
