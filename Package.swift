@@ -111,10 +111,12 @@ let package = Package(
         ),
         // For users' tests: TestFleet (the real processes; children spawned with swift-subprocess)
         // and InProcessFleet (the broker's logic and boards in one process, joined in memory).
+        // What tests of any module share and that needs no bus: a seeded random generator.
+        .target(name: "BoardBusTestSupport"),
         .target(
             name: "BoardKitTesting",
             dependencies: [
-                "BoardKit", "BusCore", "MotherboardCore",
+                "BoardKit", "BusCore", "MotherboardCore", "BoardBusTestSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Subprocess", package: "swift-subprocess"),
@@ -181,7 +183,7 @@ let package = Package(
             ]
         ),
 
-        .testTarget(name: "BusCoreTests", dependencies: ["BusCore", "BoardKitTesting"]),
+        .testTarget(name: "BusCoreTests", dependencies: ["BusCore", "BoardBusTestSupport"]),
         .testTarget(
             name: "BoardKitTests",
             dependencies: [

@@ -1,4 +1,4 @@
-import BoardKitTesting
+import BoardBusTestSupport
 import Foundation
 import Testing
 
