@@ -51,8 +51,11 @@ let package = Package(
         // process beside every board stays small.
         .target(name: "BoardBusLogWriter"),
         .executableTarget(name: "boardbus-log-writer", dependencies: ["BoardBusLogWriter"]),
-        // Envelope, header codec, errors, settings: no I/O.
-        .target(name: "BusCore", dependencies: [.product(name: "Logging", package: "swift-log")]),
+        // Payload coding with no bus type in it: CBOR, the JSON fast path, payload schemas, UTF-8
+        // helpers. Foundation only.
+        .target(name: "BusCodec"),
+        // Envelope, header codec, wire messages, errors, settings, the PayloadCodec facade: no I/O.
+        .target(name: "BusCore", dependencies: ["BusCodec", .product(name: "Logging", package: "swift-log")]),
         // The only module that calls libzmq.
         .target(name: "BusZeroMQ", dependencies: ["CBoardBusZeroMQ", "BusCore"]),
         // The broker's logic: routing, registry, scopes, flows, supervision, the admission gate.
@@ -183,7 +186,8 @@ let package = Package(
             ]
         ),
 
-        .testTarget(name: "BusCoreTests", dependencies: ["BusCore", "BoardBusTestSupport"]),
+        .testTarget(name: "BusCodecTests", dependencies: ["BusCodec", "BoardBusTestSupport"]),
+        .testTarget(name: "BusCoreTests", dependencies: ["BusCore", "BusCodec", "BoardBusTestSupport"]),
         .testTarget(
             name: "BoardKitTests",
             dependencies: [

@@ -2,6 +2,7 @@ import BoardBusTestSupport
 import Foundation
 import Testing
 
+@testable import BusCodec
 @testable import BusCore
 
 /// The one-pass encoder and the in-place decoder against the tree encoder they replace on the

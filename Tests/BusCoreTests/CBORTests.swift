@@ -2,6 +2,7 @@ import BoardBusTestSupport
 import Foundation
 import Testing
 
+@testable import BusCodec
 @testable import BusCore
 
 @Suite("CBOR payload codec")

@@ -2,6 +2,7 @@ import BoardBusTestSupport
 import Foundation
 import Testing
 
+@testable import BusCodec
 @testable import BusCore
 
 /// The JSON fast path against Foundation, which defines what a JSON payload means: where the

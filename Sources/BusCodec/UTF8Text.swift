@@ -6,7 +6,7 @@ extension String {
     /// the encoding and looks up type metadata on every call: `String(decoding:)` is the fast
     /// path, and replaces each invalid sequence (never by the bytes it replaced), so the text is
     /// valid exactly when it encodes to the same bytes.
-    init?(validUTF8 bytes: UnsafeRawBufferPointer) {
+    package init?(validUTF8 bytes: UnsafeRawBufferPointer) {
         // Long text: one pass that validates and copies beats decoding and comparing, and the
         // look-up is paid once for many bytes.
         if bytes.count > 256 {

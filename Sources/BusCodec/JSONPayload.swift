@@ -32,7 +32,7 @@ import Foundation
 ///
 /// `JSONPayloadTests` compares both with Foundation on values, texts and the edges above.
 @usableFromInline
-enum JSONPayload {
+package enum JSONPayload {
     /// Thrown where the fast path cannot promise Foundation's result.
     struct FoundationNeeded: Error {}
 
@@ -41,7 +41,7 @@ enum JSONPayload {
 
     /// `value` as Foundation's `JSONEncoder` with `.sortedKeys` would write it, or nil.
     @usableFromInline
-    static func encode<T: Encodable>(_ value: T) -> Data? {
+    package static func encode<T: Encodable>(_ value: T) -> Data? {
         let notes = JSONTreeNotes()
         // Nil also for a value that encoded nothing: Foundation refuses it at the top level.
         guard let tree = try? CBOREncoding.encodeNode(value, parentPath: [], key: nil, json: notes), !notes.needsFoundation else {
@@ -60,7 +60,7 @@ enum JSONPayload {
     /// `data` decoded as Foundation's `JSONDecoder` would decode it, or nil (also when
     /// Foundation would refuse it).
     @usableFromInline
-    static func decode<T: Decodable>(_: T.Type, from data: Data) -> T? {
+    package static func decode<T: Decodable>(_: T.Type, from data: Data) -> T? {
         data.withUnsafeBytes { text -> T? in
             var transcoder = JSONTranscoder(text: text)
             defer { transcoder.discard() }

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import BusCore
+@testable import BusCodec
 
 /// The header's fields and CBOR's text strings are read with `String(validUTF8:)`, a fast path
 /// around the standard library's generic validation: it must accept and refuse exactly what that

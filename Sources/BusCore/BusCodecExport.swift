@@ -1,0 +1,3 @@
+// Payload coding (CBOR, the JSON fast path, schemas) is its own module; whoever imports BusCore
+// has it too, as before the split.
+@_exported import BusCodec
