@@ -2,64 +2,22 @@ import BusCore
 import Foundation
 
 extension Motherboard {
-    /// Questions for the broker itself, and run-time flow registration.
+    /// Questions for the broker itself, run-time flow registration, monitors, and the operations
+    /// between motherboards: looked up in ``controlOperations``; whoever may not call one is refused
+    /// before its handler runs.
     func answerControl(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
         do {
-            switch envelope.header.typeName {
-            case ControlOperation.list:
-                let waiting = manifest.boards.filter {
-                    $0.start == .always && registry[ScopedName(scope: $0.scope, name: $0.id.rawValue)] == nil
-                }.map(\.id)
-                let lost = unreachable.values.map(unreachableInfo)
-                let boards = (registry.sorted.map { info(for: $0, now: now) } + lost).sorted { ($0.scope, $0.id) < ($1.scope, $1.id) }
-                reply(to: envelope, from: peer, with: BoardList(boards: boards, waitingFor: waiting))
-            case ControlOperation.status:
-                let request = try PayloadCodec.decode(StatusRequest.self, from: envelope.payload)
-                reply(to: envelope, from: peer, with: try boardInfo(ScopedName(scope: request.scope, name: request.id.rawValue), now: now))
-            case ControlOperation.introspect:
-                let request = try PayloadCodec.decode(StatusRequest.self, from: envelope.payload)
-                let name = ScopedName(scope: request.scope, name: request.id.rawValue)
-                let board = try boardInfo(name, now: now)
-                reply(
-                    to: envelope, from: peer,
-                    with: Introspection(
-                        board: board, outputTypes: registry[name]?.registration.outputTypes ?? [], flows: flows.touching(name),
-                        schemas: registry[name]?.registration.schemas))
-            case ControlOperation.tree:
-                reply(to: envelope, from: peer, with: tree(now: now))
-            case ControlOperation.flows:
-                reply(to: envelope, from: peer, with: FlowList(flows: flows.flows, droppedOutputs: counters.droppedOutputs))
-            case ControlOperation.registerFlow:
-                guard let owner = registry.board(for: peer) else {
-                    throw BusError(.notRegistered, "only a registered board can register a flow; it owns the flow")
-                }
-                let spec = try PayloadCodec.decode(FlowSpec.self, from: envelope.payload)
-                guard !spec.sources.isEmpty else { throw BusError(.badArgument, "a flow needs at least one source") }
-                reply(to: envelope, from: peer, with: flows.add(scope: owner.scope, owner: owner.id, spec: spec))
-            case ControlOperation.removeFlow:
-                let removal = try PayloadCodec.decode(FlowRemoval.self, from: envelope.payload)
-                try flows.remove(id: removal.id, requester: registry.board(for: peer)?.id)
-                reply(to: envelope, from: peer, with: Delivery(delivered: 0))
-            case ControlOperation.metrics:
-                refreshMetrics()
-                reply(to: envelope, from: peer, with: MetricsText(text: metrics.exposition()))
-            case ControlOperation.monitor:
-                try startMonitor(envelope, from: peer, now: now)
-            case ControlOperation.ping:
-                reply(to: envelope, from: peer, with: Delivery(delivered: 0))
-            case ControlOperation.uplinkAttach:
-                try attachUplink(envelope, from: peer)
-            case ControlOperation.linkChain:
-                try answerLinkChain(envelope, from: peer)
-            case ControlOperation.uplinkChain:
-                guard peerKind(of: peer, sender: registry.board(for: peer)) == .uplink else {
-                    throw BusError(.unauthorized, "only this motherboard's own uplink says what is above it")
-                }
-                ancestors = try PayloadCodec.decode(LinkChain.self, from: envelope.payload).ids
-                reply(to: envelope, from: peer, with: Delivery(delivered: 0))
-            default:
-                throw BusError(.malformed, "unknown control operation '\(envelope.header.typeName)'")
+            guard let operation = controlOperations[envelope.header.typeName] else {
+                throw BusError(.malformed, "unknown control operation '\(envelope.header.typeName.escapedForDisplay())'")
             }
+            switch operation.caller {
+            case .anyone: break
+            case .registeredBoard(let refusal):
+                guard registry.board(for: peer) != nil else { throw BusError(.notRegistered, refusal) }
+            case .uplink(let refusal):
+                guard peerKind(of: peer, sender: registry.board(for: peer)) == .uplink else { throw BusError(.unauthorized, refusal) }
+            }
+            try operation.handle(self, envelope, peer, now)
         } catch let error as BusError {
             reply(to: envelope, from: peer, error: error)
         } catch {
@@ -67,15 +25,82 @@ extension Motherboard {
         }
     }
 
+    /// The broker's control operations, by name (``ControlOperation``).
+    static let defaultControlOperations: [String: ControlOperationHandler] = [
+        ControlOperation.list: .init { motherboard, envelope, peer, now in
+            let waiting = motherboard.manifest.boards.filter {
+                $0.start == .always && motherboard.registry[ScopedName(scope: $0.scope, name: $0.id.rawValue)] == nil
+            }.map(\.id)
+            let lost = motherboard.unreachable.values.map(motherboard.unreachableInfo)
+            let boards = (motherboard.registry.sorted.map { motherboard.info(for: $0, now: now) } + lost).sorted {
+                ($0.scope, $0.id) < ($1.scope, $1.id)
+            }
+            motherboard.reply(to: envelope, from: peer, with: BoardList(boards: boards, waitingFor: waiting))
+        },
+        ControlOperation.status: .init { motherboard, envelope, peer, now in
+            let request = try PayloadCodec.decode(StatusRequest.self, from: envelope.payload)
+            motherboard.reply(
+                to: envelope, from: peer, with: try motherboard.boardInfo(ScopedName(scope: request.scope, name: request.id.rawValue), now: now))
+        },
+        ControlOperation.introspect: .init { motherboard, envelope, peer, now in
+            let request = try PayloadCodec.decode(StatusRequest.self, from: envelope.payload)
+            let name = ScopedName(scope: request.scope, name: request.id.rawValue)
+            let board = try motherboard.boardInfo(name, now: now)
+            motherboard.reply(
+                to: envelope, from: peer,
+                with: Introspection(
+                    board: board, outputTypes: motherboard.registry[name]?.registration.outputTypes ?? [], flows: motherboard.flows.touching(name),
+                    schemas: motherboard.registry[name]?.registration.schemas))
+        },
+        ControlOperation.tree: .init { motherboard, envelope, peer, now in
+            motherboard.reply(to: envelope, from: peer, with: motherboard.tree(now: now))
+        },
+        ControlOperation.flows: .init { motherboard, envelope, peer, _ in
+            motherboard.reply(
+                to: envelope, from: peer, with: FlowList(flows: motherboard.flows.flows, droppedOutputs: motherboard.counters.droppedOutputs))
+        },
+        ControlOperation.registerFlow: .init(caller: .registeredBoard("only a registered board can register a flow; it owns the flow")) {
+            motherboard, envelope, peer, _ in
+            guard let owner = motherboard.registry.board(for: peer) else {
+                throw BusError(.notRegistered, "only a registered board can register a flow")
+            }
+            let spec = try PayloadCodec.decode(FlowSpec.self, from: envelope.payload)
+            guard !spec.sources.isEmpty else { throw BusError(.badArgument, "a flow needs at least one source") }
+            motherboard.reply(to: envelope, from: peer, with: motherboard.flows.add(scope: owner.scope, owner: owner.id, spec: spec))
+        },
+        ControlOperation.removeFlow: .init { motherboard, envelope, peer, _ in
+            let removal = try PayloadCodec.decode(FlowRemoval.self, from: envelope.payload)
+            try motherboard.flows.remove(id: removal.id, requester: motherboard.registry.board(for: peer)?.id)
+            motherboard.reply(to: envelope, from: peer, with: Delivery(delivered: 0))
+        },
+        ControlOperation.metrics: .init { motherboard, envelope, peer, _ in
+            motherboard.refreshMetrics()
+            motherboard.reply(to: envelope, from: peer, with: MetricsText(text: motherboard.metrics.exposition()))
+        },
+        ControlOperation.monitor: .init { motherboard, envelope, peer, now in try motherboard.startMonitor(envelope, from: peer, now: now) },
+        ControlOperation.ping: .init { motherboard, envelope, peer, _ in motherboard.reply(to: envelope, from: peer, with: Delivery(delivered: 0)) },
+        // Between motherboards (ours at both ends): the uplink proves itself with its secret, a
+        // child's link asks for the chain above, the uplink says what is above its motherboard.
+        ControlOperation.uplinkAttach: .init(federation: true) { motherboard, envelope, peer, _ in try motherboard.attachUplink(envelope, from: peer)
+        },
+        ControlOperation.linkChain: .init(federation: true) { motherboard, envelope, peer, _ in try motherboard.answerLinkChain(envelope, from: peer)
+        },
+        ControlOperation.uplinkChain: .init(caller: .uplink("only this motherboard's own uplink says what is above it"), federation: true) {
+            motherboard, envelope, peer, _ in
+            motherboard.ancestors = try PayloadCodec.decode(LinkChain.self, from: envelope.payload).ids
+            motherboard.reply(to: envelope, from: peer, with: Delivery(delivered: 0))
+        },
+    ]
+
     /// A live board's info, or a stopped manifest board's, or `noSuchBoard`.
-    private func boardInfo(_ name: ScopedName, now: ContinuousClock.Instant) throws -> BoardInfo {
+    fileprivate func boardInfo(_ name: ScopedName, now: ContinuousClock.Instant) throws -> BoardInfo {
         if let board = registry[name] { return info(for: board, now: now) }
         if let lost = unreachable[name] { return unreachableInfo(lost) }
         if let entry = manifest.board(named: name.name, scope: name.scope) { return stoppedInfo(entry) }
         throw notLiveError(name)
     }
 
-    private func tree(now: ContinuousClock.Instant) -> ScopeTree {
+    fileprivate func tree(now: ContinuousClock.Instant) -> ScopeTree {
         ScopeTree(
             scopes: scopes.names.map { scope in
                 var boards = registry.sorted.filter { $0.scope == scope }.map { info(for: $0, now: now) }
@@ -104,5 +129,31 @@ extension Motherboard {
             uptimeSeconds: Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18,
             activations: board.activations, commandsHandled: board.commandsHandled, actionsDelivered: board.actionsDelivered,
             restarts: supervisor.records[board.name]?.restarts ?? 0, lastExit: supervisor.records[board.name]?.lastExit, host: board.host)
+    }
+}
+
+/// One control operation: who may call it, and what answers it (on the routing loop).
+package struct ControlOperationHandler: Sendable {
+    /// Who may call an operation; anyone else is refused before it runs.
+    package enum Caller: Sendable {
+        case anyone
+        /// A registered board (it owns what the operation makes); else `notRegistered`, saying this.
+        case registeredBoard(String)
+        /// This motherboard's own uplink; else `unauthorized`, saying this.
+        case uplink(String)
+    }
+
+    package let caller: Caller
+    /// An operation between motherboards, not for clients (the last rows of PROTOCOL 5.7).
+    package let federation: Bool
+    package let handle: @Sendable (Motherboard, Envelope, PeerID, ContinuousClock.Instant) throws -> Void
+
+    package init(
+        caller: Caller = .anyone, federation: Bool = false,
+        handle: @escaping @Sendable (Motherboard, Envelope, PeerID, ContinuousClock.Instant) throws -> Void
+    ) {
+        self.caller = caller
+        self.federation = federation
+        self.handle = handle
     }
 }

@@ -91,6 +91,8 @@ public final class Motherboard {
     /// Rules every message must pass at the admission gate (``admit(_:hasContentType:from:sender:target:)``),
     /// after the broker's own: where who may do what is decided.
     @exclusivity(unchecked) package var admissionRules: [AdmissionRule] = []
+    /// The control operations the broker answers, by name (``answerControl(_:from:now:)``).
+    package var controlOperations = Motherboard.defaultControlOperations
     private let transport: any MotherboardTransport
     let producer: (any BoardProducer)?
     package let logger: Logger

@@ -79,3 +79,36 @@ struct AdmissionTests {
         #expect(harness.motherboard.replies.count == 1, "the refused error must not finish the client's request")
     }
 }
+
+/// Control operations are a table: one added (here a test-only one) is answered, and refused to
+/// callers it does not admit, without touching the broker elsewhere.
+@Suite("Control operations")
+struct ControlOperationTableTests {
+    let greeter = PeerID(Data([3]))
+
+    func control(_ harness: Harness, _ operation: String, from peer: PeerID) -> EnvelopeHeader? {
+        harness.transport.sent.removeAll()
+        harness.deliver(
+            Envelope(header: EnvelopeHeader(kind: .control, flags: .replyExpected, correlationID: 9, typeName: operation), payload: Data("{}".utf8)),
+            from: peer)
+        return harness.transport.sent.last?.envelope.header
+    }
+
+    @Test func anOperationAddedToTheTableIsAnsweredAndGuardedByItsCaller() throws {
+        let harness = try Harness()
+        harness.register("demo.greeter", peer: greeter)
+        harness.motherboard.controlOperations["test.boards"] = ControlOperationHandler(caller: .registeredBoard("boards only")) {
+            motherboard, envelope, peer, _ in
+            motherboard.reply(to: envelope, from: peer, with: Delivery(delivered: motherboard.registry.boards.count))
+        }
+        #expect(control(harness, "test.boards", from: greeter)?.kind == .reply)
+        let refused = control(harness, "test.boards", from: harness.client)
+        #expect(refused?.kind == .error && refused?.typeName == "notRegistered")
+        // Every operation has an entry; an unknown name is `malformed`; the federation ones are marked.
+        #expect(control(harness, "nosuch", from: harness.client)?.typeName == "malformed")
+        let federation = Set(Motherboard.defaultControlOperations.filter(\.value.federation).keys)
+        #expect(federation == [ControlOperation.uplinkAttach, ControlOperation.linkChain, ControlOperation.uplinkChain])
+        #expect(control(harness, ControlOperation.uplinkChain, from: harness.client)?.typeName == "unauthorized")
+        #expect(control(harness, ControlOperation.registerFlow, from: harness.client)?.typeName == "notRegistered")
+    }
+}
