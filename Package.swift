@@ -6,6 +6,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "BusCore", targets: ["BusCore"]),
+        .library(name: "BoardInterface", targets: ["BoardInterface"]),
         .library(name: "BoardKit", targets: ["BoardKit"]),
         .library(name: "BoardKitTesting", targets: ["BoardKitTesting"]),
         .library(name: "Flux", targets: ["Flux"]),
@@ -93,10 +94,13 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // What a board's interface library (`…IO`) needs: the command, action and payload protocols,
+        // ids. No I/O.
+        .target(name: "BoardInterface", dependencies: ["BusCore"]),
         .target(
             name: "BoardKit",
             dependencies: [
-                "BusCore", "BusZeroMQ",
+                "BoardInterface", "BusCore", "BusZeroMQ",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
@@ -135,9 +139,9 @@ let package = Package(
         ),
 
         // Example fleet: one executable per board, one interface library per board.
-        .target(name: "BoardBusDemoLoginIO", dependencies: ["BoardKit"], path: "Services/LoginIO"),
-        .target(name: "BoardBusDemoDashboardIO", dependencies: ["BoardKit", "BoardBusDemoLoginIO"], path: "Services/DashboardIO"),
-        .target(name: "BoardBusDemoGreeterIO", dependencies: ["BoardKit"], path: "Services/GreeterIO"),
+        .target(name: "BoardBusDemoLoginIO", dependencies: ["BoardInterface"], path: "Services/LoginIO"),
+        .target(name: "BoardBusDemoDashboardIO", dependencies: ["BoardInterface", "BoardBusDemoLoginIO"], path: "Services/DashboardIO"),
+        .target(name: "BoardBusDemoGreeterIO", dependencies: ["BoardInterface"], path: "Services/GreeterIO"),
         .executableTarget(name: "BoardBusDemoLogin", dependencies: ["BoardKit", "BoardBusDemoLoginIO"], path: "Services/Login"),
         .executableTarget(
             name: "BoardBusDemoDashboard",
@@ -148,9 +152,9 @@ let package = Package(
             name: "BoardBusDemoGreeter",
             dependencies: ["BoardKit", "BoardBusDemoGreeterIO", "BoardBusDemoLoginIO", .product(name: "Logging", package: "swift-log")],
             path: "Services/Greeter"),
-        .target(name: "BoardBusDemoPaymentIO", dependencies: ["BoardKit"], path: "Services/PaymentIO"),
-        .target(name: "BoardBusDemoTasksIO", dependencies: ["BoardKit"], path: "Services/TasksIO"),
-        .target(name: "BoardBusDemoRecorderIO", dependencies: ["BoardKit"], path: "Services/RecorderIO"),
+        .target(name: "BoardBusDemoPaymentIO", dependencies: ["BoardInterface"], path: "Services/PaymentIO"),
+        .target(name: "BoardBusDemoTasksIO", dependencies: ["BoardInterface"], path: "Services/TasksIO"),
+        .target(name: "BoardBusDemoRecorderIO", dependencies: ["BoardInterface"], path: "Services/RecorderIO"),
         .executableTarget(name: "BoardBusDemoPayment", dependencies: ["BoardKit", "BoardBusDemoPaymentIO"], path: "Services/Payment"),
         .executableTarget(
             name: "BoardBusDemoTasks",
@@ -160,12 +164,12 @@ let package = Package(
             name: "BoardBusDemoRecorder",
             dependencies: ["BoardKit", "FluxBus", "BoardBusDemoRecorderIO", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Services/Recorder"),
-        .target(name: "BoardBusDemoGateIO", dependencies: ["BoardKit"], path: "Services/GateIO"),
+        .target(name: "BoardBusDemoGateIO", dependencies: ["BoardInterface"], path: "Services/GateIO"),
         .executableTarget(name: "BoardBusDemoGate", dependencies: ["BoardKit", "BoardBusDemoGateIO"], path: "Services/Gate"),
-        .target(name: "BoardBusDemoCommentsIO", dependencies: ["BoardKit", "Flux"], path: "Services/CommentsIO"),
+        .target(name: "BoardBusDemoCommentsIO", dependencies: ["BoardInterface", "Flux"], path: "Services/CommentsIO"),
         .executableTarget(
             name: "BoardBusDemoComments", dependencies: ["BoardKit", "Flux", "FluxBus", "BoardBusDemoCommentsIO"], path: "Services/Comments"),
-        .target(name: "BoardBusDemoAnnotationFilterIO", dependencies: ["BoardKit", "Flux"], path: "Services/AnnotationFilterIO"),
+        .target(name: "BoardBusDemoAnnotationFilterIO", dependencies: ["BoardInterface", "Flux"], path: "Services/AnnotationFilterIO"),
         .executableTarget(
             name: "BoardBusDemoAnnotationFilter", dependencies: ["BoardKit", "Flux", "FluxBus", "BoardBusDemoAnnotationFilterIO"],
             path: "Services/AnnotationFilter"),

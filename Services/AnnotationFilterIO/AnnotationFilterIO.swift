@@ -1,4 +1,4 @@
-import BoardKit
+import BoardInterface
 import Flux
 
 /// The interface of the annotation filter board (`demo.annotations`), which owns the Flux store

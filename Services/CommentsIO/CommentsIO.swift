@@ -1,4 +1,4 @@
-import BoardKit
+import BoardInterface
 import Flux
 
 /// The interface of the comments board (`demo.comments`), which owns the persistent Flux store

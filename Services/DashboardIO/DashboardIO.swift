@@ -1,4 +1,4 @@
-import BoardKit
+import BoardInterface
 import BoardBusDemoLoginIO
 
 /// The interface of the dashboard board (`app.dashboard`).

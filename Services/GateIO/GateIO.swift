@@ -1,4 +1,4 @@
-import BoardKit
+import BoardInterface
 
 /// The interface of the gate board (`demo.gate`): a BarrierBoard. Activations with a ``Ticket``
 /// wait until someone sends `overcome` with a ``Signal`` (each waiter is then released as a

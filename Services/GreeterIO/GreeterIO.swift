@@ -1,4 +1,4 @@
-import BoardKit
+import BoardInterface
 
 /// The interface of the greeter board (`demo.greeter`): a board that answers commands.
 public enum GreeterIO {

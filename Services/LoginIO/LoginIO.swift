@@ -1,4 +1,4 @@
-import BoardKit
+import BoardInterface
 
 /// The interface of the login board (`auth.login`): import this to talk to it type-safely.
 public enum LoginIO {

@@ -1,4 +1,4 @@
-import BoardKit
+import BoardInterface
 
 /// The interface of the payment board (`checkout.payment` in scope `checkout`): a task board
 /// started on demand, which takes one payment, emits ``Paid`` and completes.

@@ -1,4 +1,4 @@
-import BoardKit
+import BoardInterface
 
 /// The interface of the recorder board (`demo.recorder`): it records, in order, everything that
 /// reaches it, so that a person or a test can see what flowed where.

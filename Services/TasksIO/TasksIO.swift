@@ -1,4 +1,4 @@
-import BoardKit
+import BoardInterface
 
 /// The interface of the block-task boards (`demo.tasks`, one per execution mode in tests).
 public enum TasksIO {

@@ -2,6 +2,7 @@
 // write a board, its interface library and a client. The rest of BusCore (the header codec, the
 // broker's control messages, message kinds and flags) is the wire's business, not a board's:
 // import BusCore for it explicitly.
+@_exported import BoardInterface
 @_exported import struct BusCore.BoardID
 @_exported import struct BusCore.BusAddress
 @_exported import struct BusCore.CurveKeyPair

@@ -1,4 +1,4 @@
-import BoardKit
+import BoardInterface
 
 /// The interface of a user's own payment board.
 public enum PaymentIO {
