@@ -1,19 +1,6 @@
 import BusCore
 import Foundation
 
-/// What a connection is to the broker, known from the connection itself (its registration, its
-/// attach), never from what a message says.
-package enum PeerKind: Sendable, Hashable {
-    /// A registered board: its registration bound this connection to its id and scope.
-    case board
-    /// The connection of a board instance that completed: only control is admitted from it.
-    case retired
-    /// This motherboard's uplink (it serves the boards of a parent motherboard here).
-    case uplink
-    /// Anything else: busctl, a `BusClient`, a monitor, a board not yet registered.
-    case client
-}
-
 /// A message at the gate: what a rule may look at.
 package struct AdmissionRequest {
     package let kind: MessageKind

@@ -1,0 +1,208 @@
+import BusCore
+import MotherboardCore
+import BusZeroMQ
+import CBoardBusAcceptGuard
+import Foundation
+import Logging
+import ServiceLifecycle
+
+// The routing loop's side of the daemon: the transport the motherboard sends through, the loop
+// handler that feeds it, and what other threads hand it (process exits, starts).
+/// Sends the broker's envelopes on the ROUTER socket, prefixed with the peer's routing id. Large
+/// messages toward a peer that does not read them are refused past its backlog budget, as if its
+/// queue were full.
+final class RouterTransport: MotherboardTransport {
+    private let socket: ZMQSocket
+    let backlog: ConnectionBacklog<PeerID>
+
+    init(socket: ZMQSocket, backlogBudget: Int = MotherboardSettings().maximumUnreadBytesPerPeer) {
+        self.socket = socket
+        backlog = ConnectionBacklog(budget: backlogBudget)
+    }
+
+    /// The peer of the last send that failed because the peer is gone (not merely full).
+    private var lastGone: PeerID?
+
+    func send(_ envelope: Envelope, to peer: PeerID) -> Bool {
+        guard backlog.mayQueue(envelope.payload.count, to: peer) else {
+            answerInstead(kind: envelope.header.kind, correlationID: envelope.header.correlationID, to: peer)
+            return false
+        }
+        return sent(try? socket.send(envelope, routingID: peer.bytes), to: peer)
+    }
+
+    /// Sends the frames of the message being handled on to `peer`, as they are (`header` is its
+    /// header frame, as routed).
+    func forwardReceived(to peer: PeerID, payloadBytes: Int, kind: MessageKind, header: UnsafeRawBufferPointer) -> Bool {
+        guard backlog.mayQueue(payloadBytes, to: peer) else {
+            answerInstead(kind: kind, correlationID: HeaderLayout.correlationID(in: header), to: peer)
+            return false
+        }
+        return sent(try? socket.forwardReceived(to: peer.bytes), to: peer)
+    }
+
+    /// An answer refused because its peer does not read: a small `busy` error goes in its place,
+    /// so that the request still ends with an answer (when it is read) rather than a timeout.
+    private func answerInstead(kind: MessageKind, correlationID: UInt64, to peer: PeerID) {
+        guard kind == .reply || kind == .error, correlationID != 0 else { return }
+        let error = BusError(
+            .busy, "the answer was dropped: \(backlog.queuedBytes(to: peer)) bytes of earlier answers to this connection wait unread")
+        _ = sent(try? socket.send(Envelope.error(error, correlationID: correlationID), routingID: peer.bytes), to: peer)
+    }
+
+    private func sent(_ result: ZMQSocket.SendResult?, to peer: PeerID) -> Bool {
+        if result == .peerUnreachable {
+            lastGone = peer
+            backlog.forget(peer)
+        }
+        return result == .sent
+    }
+
+    func isConnected(_ peer: PeerID) -> Bool {
+        lastGone != peer
+    }
+
+    func isBacklogged(_ peer: PeerID) -> Bool {
+        backlog.isStalled(peer)
+    }
+}
+
+/// Feeds the ROUTER's messages and ticks to the motherboard, on the socket's thread.
+final class RouterLoopHandler: SocketLoopHandler {
+    private let motherboard: Motherboard
+    private let transport: RouterTransport
+    private let clock = ContinuousClock()
+    private var heap = HeapTrim()
+    private let notifier: SystemdNotifier?
+
+    private let gate: ConnectionGate?
+    private let allowList: AllowListFile?
+    private var ticks = 0
+
+    init(
+        motherboard: Motherboard, transport: RouterTransport, notifier: SystemdNotifier? = nil, gate: ConnectionGate? = nil,
+        allowList: AllowListFile? = nil
+    ) {
+        self.motherboard = motherboard
+        self.transport = transport
+        self.notifier = notifier
+        self.gate = gate
+        self.allowList = allowList
+    }
+
+    /// A message came on a connection new to its peer: a tcp one names its CURVE key (its
+    /// `User-Id`), so that the connection can be closed if the key is revoked.
+    private func noteConnection(of peer: PeerID, on socket: ZMQSocket) {
+        let descriptor = socket.lastSourceDescriptor
+        guard transport.backlog.noteReceived(from: peer, descriptor: descriptor), let gate,
+            let user = socket.lastReceivedProperty("User-Id"), !user.isEmpty
+        else { return }
+        gate.noteKey(user, descriptor: descriptor)
+    }
+
+    /// Keys removed from the allow-list: their connections are closed and the boards registered
+    /// over them dropped, within half a second of the file's change.
+    private func revokeRemovedKeys() {
+        guard let allowList, let gate else { return }
+        allowList.refresh()
+        let revoked = allowList.takeRevoked()
+        guard !revoked.isEmpty else { return }
+        let closed = gate.close(connectionsOfKeys: revoked)
+        motherboard.revoke(keys: revoked)
+        motherboard.logger.notice(
+            "keys removed from the allow-list: their connections closed",
+            metadata: ["keys": "\(revoked.sorted().joined(separator: ","))", "connections": "\(closed)"])
+    }
+
+    /// Commands and replies that need only a new correlation id go on in the frames they came in.
+    func intercept(from routingID: Data?, header: UnsafeMutableRawBufferPointer, payloadBytes: Int, on socket: ZMQSocket) -> Bool {
+        guard let routingID else { return false }
+        let peer = PeerID(routingID)
+        noteConnection(of: peer, on: socket)
+        if transport.backlog.isStalled(peer) { return refuseStalled(peer, header: UnsafeRawBufferPointer(header)) }
+        guard let route = motherboard.routeInPlace(header, from: peer, now: clock.now) else { return false }
+        if !transport.forwardReceived(to: route.peer, payloadBytes: payloadBytes, kind: route.kind, header: UnsafeRawBufferPointer(header)) {
+            motherboard.undeliverable(route.kind, to: route.peer, correlationID: HeaderLayout.correlationID(in: UnsafeRawBufferPointer(header)))
+        }
+        return true
+    }
+
+    /// A peer that does not read what it asked for: its requests are answered `busy` (a small
+    /// answer, which the backlog lets through) and go no further. Other messages (heartbeats,
+    /// answers it gives as a board) are handled as usual.
+    private func refuseStalled(_ peer: PeerID, header: UnsafeRawBufferPointer) -> Bool {
+        guard let correlationID = HeaderLayout.answerableCorrelationID(header) else { return false }
+        motherboard.counters.refusedWhileStalled += 1
+        let error = BusError(
+            .busy, "\(transport.backlog.queuedBytes(to: peer)) bytes of answers to this connection wait unread; read them before asking for more"
+        )
+        _ = transport.send(Envelope.error(error, correlationID: correlationID), to: peer)
+        return true
+    }
+
+    func received(_ message: ReceivedMessage, on socket: ZMQSocket) {
+        guard let routingID = message.routingID else { return }
+        let peer = PeerID(routingID)
+        noteConnection(of: peer, on: socket)
+        guard case .success(let envelope) = message.content, envelope.header.kind == .register else {
+            return motherboard.receive(message.content, from: peer, now: clock.now)
+        }
+        motherboard.receive(
+            message.content, from: peer, now: clock.now, origin: Self.origin(of: message, on: socket), process: socket.lastSourceProcessID)
+    }
+
+    /// Where a registration's connection comes from, when it is a tcp one: the peer's address
+    /// and the name its key has in the allow-list (`10.0.0.2 (edge-b)`).
+    static func origin(of message: ReceivedMessage, on socket: ZMQSocket) -> PeerOrigin? {
+        // Only tcp connections went through the ZAP handler and carry a user id; ipc ones do not.
+        guard let user = socket.lastReceivedProperty("User-Id"), !user.isEmpty,
+            let address = socket.lastReceivedProperty("Peer-Address")
+        else { return nil }
+        return PeerOrigin(address: address, keyName: user)
+    }
+
+    func tick(on socket: ZMQSocket) {
+        ticks += 1
+        if ticks % 5 == 0 { revokeRemovedKeys() }
+        transport.backlog.tick()
+        heap.trimIfWorthwhile()
+        let now = clock.now
+        motherboard.tick(now: now)
+        if let notifier {
+            let (live, expected) = motherboard.alwaysOnLive
+            notifier.tick(live: live, expected: expected, now: now)
+        }
+    }
+
+    func stopping(on socket: ZMQSocket) {}
+}
+
+/// Carries process exits from the launcher's threads to the motherboard on its loop thread.
+final class ExitForwarder: @unchecked Sendable {
+    private let lock = NSLock()
+    private var loop: SocketLoop?
+    // Touched only on the loop thread, inside `execute`.
+    private var motherboard: Motherboard?
+
+    func connect(loop: SocketLoop, motherboard: Motherboard) {
+        lock.withLock {
+            self.loop = loop
+            self.motherboard = motherboard
+        }
+    }
+
+    func forward(pid: Int32, status: String, clean: Bool) {
+        guard let loop = lock.withLock({ self.loop }) else { return }
+        loop.execute { [self] _ in motherboard?.processExited(pid: pid, status: status, clean: clean, now: .now) }
+    }
+}
+
+/// Starts on-demand boards with the launcher (on the loop thread; spawning takes a millisecond).
+final class LauncherProducer: BoardProducer {
+    private let launcher: BoardLauncher
+    init(launcher: BoardLauncher) { self.launcher = launcher }
+    func start(_ board: FleetManifest.Board) throws -> LaunchedProcess { try launcher.start(board) }
+    func adoptRunning(_ board: FleetManifest.Board) -> LaunchedProcess? { launcher.adoptRunning(board) }
+    func isRunning(_ pid: Int32) -> Bool { launcher.isRunning(pid) }
+    func forgetAdopted(_ pid: Int32) { launcher.forgetAdopted(pid) }
+}
