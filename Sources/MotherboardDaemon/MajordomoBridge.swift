@@ -26,7 +26,8 @@ import Synchronization
 /// Dialects. RFC 18 as written (client `REQUEST` 0x01, `PARTIAL` 0x02, `FINAL` 0x03 with the
 /// service name; no empty frame), and the one majortomo 0.2.0 speaks (every message starts with
 /// an empty delimiter frame; the client's `REQUEST`/`PARTIAL`/`FINAL` are 0x02/0x03/0x04, as the
-/// worker's; no service frame in replies). Each peer is answered in the dialect it used.
+/// worker's; no service frame in replies). Each peer is answered in the dialect it used. The
+/// frames are read and written by ``Majordomo`` (MajordomoFrames.swift).
 final class MajordomoBridge: @unchecked Sendable {
     struct Settings: Sendable {
         var endpoint: String
@@ -46,15 +47,7 @@ final class MajordomoBridge: @unchecked Sendable {
         var maximumUnreadBytesPerPeer = MotherboardSettings().maximumUnreadBytesPerPeer
     }
 
-    enum Dialect: Sendable {
-        /// RFC 18: no delimiter; client commands 0x01–0x03, service frame in replies.
-        case rfc
-        /// majortomo 0.2.0: an empty delimiter first; client commands numbered as the worker's.
-        case delimited
-    }
-
-    static let clientHeader = Data("MDPC02".utf8)
-    static let workerHeader = Data("MDPW02".utf8)
+    typealias Dialect = Majordomo.Dialect
 
     private struct Worker {
         let id: Data
@@ -224,7 +217,7 @@ final class MajordomoBridge: @unchecked Sendable {
                 socket.drainEnvelopes(limits: settings.limits) { self.toService(name, $0, now: clock.now) }
             }
         }
-        for worker in workers.values { sendToWorker(worker.id, dialect: worker.dialect, command: 0x06) }
+        for worker in workers.values { sendToWorker(worker.id, dialect: worker.dialect, command: .disconnect) }
         for service in services.values { service.board.close() }
         router.close()
         client.close()
@@ -253,11 +246,11 @@ final class MajordomoBridge: @unchecked Sendable {
         for worker in workers.values {
             if worker.lastHeard.duration(to: now) > settings.liveness {
                 logger.notice("MDP worker dropped: no heartbeat", metadata: ["service": "\(worker.service)", "after": "\(settings.liveness)"])
-                sendToWorker(worker.id, dialect: worker.dialect, command: 0x06)
+                sendToWorker(worker.id, dialect: worker.dialect, command: .disconnect)
                 drop(worker.id, reason: "its MDP worker sent nothing for \(settings.liveness)")
             } else if worker.lastSent.duration(to: now) >= settings.heartbeatInterval {
                 workers[worker.id]?.lastSent = now
-                if !sendToWorker(worker.id, dialect: worker.dialect, command: 0x05) { drop(worker.id, reason: "its MDP worker is gone") }
+                if !sendToWorker(worker.id, dialect: worker.dialect, command: .heartbeat) { drop(worker.id, reason: "its MDP worker is gone") }
             }
         }
         guard lastServiceHeartbeat.map({ $0.duration(to: now) >= .milliseconds(500) }) ?? true else { return }
@@ -269,27 +262,16 @@ final class MajordomoBridge: @unchecked Sendable {
     // MARK: - From MDP peers
 
     private func fromPeer(_ frames: [Data], now: ContinuousClock.Instant) {
-        guard frames.count >= 3 else { return }
-        let peer = frames[0]
-        var rest = frames.dropFirst()
-        var dialect = Dialect.rfc
-        if rest.first?.isEmpty == true {
-            dialect = .delimited
-            rest = rest.dropFirst()
+        // Anything that is not MDP is dropped, as the specification says of invalid messages.
+        guard let message = Majordomo.Incoming(frames: frames) else { return }
+        switch message.sender {
+        case .client(let command): fromClient(message.peer, dialect: message.dialect, command: command, body: message.body)
+        case .worker(let command): fromWorker(message.peer, dialect: message.dialect, command: command, body: message.body, now: now)
         }
-        guard let header = rest.first, let command = rest.dropFirst().first, command.count == 1 else { return }
-        let body = Array(rest.dropFirst(2))
-        if header == Self.clientHeader {
-            fromClient(peer, dialect: dialect, command: command[command.startIndex], body: body)
-        } else if header == Self.workerHeader {
-            fromWorker(peer, dialect: dialect, command: command[command.startIndex], body: body, now: now)
-        }
-        // Anything else is not MDP: dropped, as the specification says of invalid messages.
     }
 
-    private func fromClient(_ peer: Data, dialect: Dialect, command: UInt8, body: [Data]) {
-        let request: UInt8 = dialect == .rfc ? 0x01 : 0x02
-        guard command == request, let service = body.first else { return }
+    private func fromClient(_ peer: Data, dialect: Dialect, command: Majordomo.ClientCommand?, body: [Data]) {
+        guard command == .request, let service = body.first else { return }
         let name = String(decoding: service, as: UTF8.self)
         let frames = Array(body.dropFirst())
         // A client that does not read its answers gets no more work done until it does.
@@ -402,28 +384,23 @@ final class MajordomoBridge: @unchecked Sendable {
                 .busy, "the answer was dropped: \(backlog.queuedBytes(to: peer)) bytes of earlier answers to this connection wait unread")
             return answerClient(peer, dialect: dialect, service: service, frames: [Data("error".utf8), PayloadCodec.encodeOrEmpty(error)])
         }
-        let message: [Data] =
-            switch dialect {
-            case .rfc: [peer, Self.clientHeader, Data([0x03]), service] + frames
-            case .delimited: [peer, Data(), Self.clientHeader, Data([0x04])] + frames
-            }
-        _ = try? router.send(message)
+        _ = try? router.send(Majordomo.finalToClient(peer, dialect: dialect, service: service, body: frames))
     }
 
     // MARK: - Workers
 
-    private func fromWorker(_ peer: Data, dialect: Dialect, command: UInt8, body: [Data], now: ContinuousClock.Instant) {
-        if command == 0x01 {  // READY
+    private func fromWorker(_ peer: Data, dialect: Dialect, command: Majordomo.WorkerCommand?, body: [Data], now: ContinuousClock.Instant) {
+        if command == .ready {
             guard workers[peer] == nil, let service = body.first.map({ String(decoding: $0, as: UTF8.self) }),
                 BoardID.isValid(Self.boardName(service).name)
             else {
-                sendToWorker(peer, dialect: dialect, command: 0x06)
+                sendToWorker(peer, dialect: dialect, command: .disconnect)
                 return
             }
             // `mmi.` names are the broker's own (RFC 8): no worker serves one.
             guard !Self.boardName(service).name.hasPrefix("mmi.") else {
                 logger.warning("MDP worker refused: mmi.* services are the broker's own", metadata: ["service": "\(service.escapedForDisplay())"])
-                sendToWorker(peer, dialect: dialect, command: 0x06)
+                sendToWorker(peer, dialect: dialect, command: .disconnect)
                 return
             }
             guard services[service] != nil || services.count < Settings.maximumServices else {
@@ -432,7 +409,7 @@ final class MajordomoBridge: @unchecked Sendable {
                         "MDP worker refused: the endpoint serves as many services as it may",
                         metadata: ["service": "\(service.escapedForDisplay())", "services": "\(services.count)", "refused": "\(refused)"])
                 }
-                sendToWorker(peer, dialect: dialect, command: 0x06)
+                sendToWorker(peer, dialect: dialect, command: .disconnect)
                 return
             }
             workers[peer] = Worker(id: peer, service: service, dialect: dialect, lastHeard: now, lastSent: now)
@@ -441,7 +418,7 @@ final class MajordomoBridge: @unchecked Sendable {
             // is refused, never accepted and left unserved.
             if services[service] == nil, !addService(service, now: now) {
                 workers[peer] = nil
-                sendToWorker(peer, dialect: dialect, command: 0x06)
+                sendToWorker(peer, dialect: dialect, command: .disconnect)
                 return
             }
             services[service]?.idle.append(peer)
@@ -449,26 +426,26 @@ final class MajordomoBridge: @unchecked Sendable {
         }
         guard workers[peer] != nil else {
             // Unknown (e.g. from before a restart): told to reconnect, as the specification says.
-            if command != 0x06 { sendToWorker(peer, dialect: dialect, command: 0x06) }
+            if command != .disconnect { sendToWorker(peer, dialect: dialect, command: .disconnect) }
             return
         }
         workers[peer]?.lastHeard = now
         switch command {
-        case 0x05:  // HEARTBEAT
+        case .heartbeat:
             return
-        case 0x06:  // DISCONNECT
+        case .disconnect:
             drop(peer, reason: "its MDP worker disconnected")
-        case 0x03:  // PARTIAL
+        case .partial:
             droppedPartials += 1
             if workers[peer]?.warnedPartial == false {
                 workers[peer]?.warnedPartial = true
                 logger.notice(
                     "MDP PARTIAL replies are dropped: a BoardBus reply is the FINAL one", metadata: ["service": "\(workers[peer]!.service)"])
             }
-        case 0x04:  // FINAL
+        case .final:
             finishWork(peer, body: body)
-        default:
-            sendToWorker(peer, dialect: dialect, command: 0x06)
+        case .ready, .request, nil:
+            sendToWorker(peer, dialect: dialect, command: .disconnect)
             drop(peer, reason: "its MDP worker sent an unexpected command")
         }
     }
@@ -516,7 +493,7 @@ final class MajordomoBridge: @unchecked Sendable {
             // again, which meets the same answer).
             if error.code == .idInUse || error.code == .badArgument {
                 for worker in workers.values where worker.service == name {
-                    sendToWorker(worker.id, dialect: worker.dialect, command: 0x06)
+                    sendToWorker(worker.id, dialect: worker.dialect, command: .disconnect)
                     workers[worker.id] = nil
                 }
                 service.socket.close()
@@ -578,7 +555,7 @@ final class MajordomoBridge: @unchecked Sendable {
             workers[worker]?.busyWith = token
             workers[worker]?.lastSent = .now
             let sent = sendToWorker(
-                worker, dialect: known.dialect, command: 0x02, body: [tokenFrame, Data(), Data(job.command.utf8), job.payload])
+                worker, dialect: known.dialect, command: .request, body: [tokenFrame, Data(), Data(job.command.utf8), job.payload])
             if !sent {
                 // It never reached the worker (gone since its last message): the next one takes it.
                 workerRequests[token] = nil
@@ -593,9 +570,8 @@ final class MajordomoBridge: @unchecked Sendable {
     }
 
     @discardableResult
-    private func sendToWorker(_ worker: Data, dialect: Dialect, command: UInt8, body: [Data] = []) -> Bool {
-        let prefix: [Data] = dialect == .delimited ? [worker, Data()] : [worker]
-        return (try? router.send(prefix + [Self.workerHeader, Data([command])] + body)) == .sent
+    private func sendToWorker(_ worker: Data, dialect: Dialect, command: Majordomo.WorkerCommand, body: [Data] = []) -> Bool {
+        (try? router.send(Majordomo.toWorker(worker, dialect: dialect, command: command, body: body))) == .sent
     }
 
     /// Forgets a worker; its request in flight fails; its service leaves with its last worker.
