@@ -5,7 +5,7 @@ import Foundation
 ///
 /// libzmq bounds a peer's outgoing pipe in messages (`ZMQ_SNDHWM`), not bytes, and does not say
 /// how full a pipe is, so a client that sends requests and never reads their replies would make
-/// the broker hold every large reply (600 replies of 512 KiB grew a broker by 330 MB). The kernel
+/// the broker hold every large reply. The kernel
 /// does tell how much waits unread in the connection's socket (`SIOCOUTQ` on the descriptor
 /// libzmq reports with `ZMQ_SRCFD`): while that stays above half the socket's send buffer the
 /// peer has not caught up, and everything queued since it last did is still held, in libzmq's

@@ -11,11 +11,11 @@ import Synchronization
 /// zeros where the old content was. Lines written between the copy and the truncation are lost,
 /// as with copytruncate.
 ///
-/// A file is looked at as soon as it is written (inotify's `IN_MODIFY` on the directory), not on
-/// a timer: however fast a board writes, a log is rotated right after it passes the limit, so
-/// the directory holds at most `generations + 1` files of the limit plus what a board writes
-/// while one copy is made, per board (a timer let a board writing 40 MiB/s reach 160 MiB with a
-/// limit of 1 MiB). Every file is also looked at each second, for what inotify cannot see.
+/// Board logs are written by their log writers (``BoardLauncher/Logs``), which rotate them
+/// before they pass the limit; this rotates the other files of the directory (the broker's own
+/// log under `scripts/fleet`), and boards' logs when no writer runs. A file is looked at as soon
+/// as it is written (inotify's `IN_MODIFY` on the directory), and every file each second, for
+/// what inotify cannot see; a writer faster than the copy can still take a file past the limit.
 ///
 /// Runs on a thread of its own, never on the routing loop (copying takes a while).
 public final class LogRotation: @unchecked Sendable {
