@@ -71,12 +71,23 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ]
         ),
-        // The broker as a process: sockets, security, the launcher, the gateways (Majordomo, the
-        // uplink), the metrics endpoint, systemd, logs. Only the motherboard executable links it.
+        // What stands in front of the bus and speaks another protocol (Majordomo) or to another
+        // motherboard (the uplink): each on a thread of its own, reaching the routing loop over the
+        // broker's in-process endpoint.
+        .target(
+            name: "MotherboardGateways",
+            dependencies: [
+                "BusCore", "BusZeroMQ", "MotherboardCore",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "DequeModule", package: "swift-collections"),
+            ]
+        ),
+        // The broker as a process: sockets, security, the launcher, the metrics endpoint, systemd,
+        // logs, and the gateways it is given. Only the motherboard executable links it.
         .target(
             name: "MotherboardDaemon",
             dependencies: [
-                "BusCore", "BusZeroMQ", "CBoardBusAcceptGuard", "MotherboardCore",
+                "BusCore", "BusZeroMQ", "CBoardBusAcceptGuard", "MotherboardCore", "MotherboardGateways",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "DequeModule", package: "swift-collections"),
@@ -88,7 +99,7 @@ let package = Package(
         .executableTarget(
             name: "motherboard",
             dependencies: [
-                "MotherboardCore", "MotherboardDaemon", "BoardBusLogWriter",
+                "MotherboardCore", "MotherboardDaemon", "MotherboardGateways", "BoardBusLogWriter",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -210,7 +221,9 @@ let package = Package(
         // The broker's logic without I/O, and its ROUTER over real sockets.
         .testTarget(
             name: "MotherboardCoreTests",
-            dependencies: ["MotherboardCore", "MotherboardDaemon", "BusCore", "BusZeroMQ", "BoardKitTesting", "BoardBusLogWriter"]),
+            dependencies: [
+                "MotherboardCore", "MotherboardDaemon", "MotherboardGateways", "BusCore", "BusZeroMQ", "BoardKitTesting", "BoardBusLogWriter",
+            ]),
         // The socket loop, frame reuse and backlog accounting over real ZeroMQ sockets.
         .testTarget(name: "BusZeroMQTests", dependencies: ["BusZeroMQ", "BusCore", "BoardKitTesting"]),
         // Whole fleets of real processes (TestFleet): semantics, failures, attacks, protocol.

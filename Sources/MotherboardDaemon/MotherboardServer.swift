@@ -1,5 +1,6 @@
 import BusCore
 import MotherboardCore
+import MotherboardGateways
 import BusZeroMQ
 import CBoardBusAcceptGuard
 import Foundation
@@ -182,28 +183,30 @@ public final class MotherboardServer: Service {
             name: "motherboard", socket: socket, handler: handler, tickInterval: .milliseconds(100), limits: options.settings.limits)
         exits.connect(loop: loop, motherboard: motherboard)
         loop.start()
-        var majordomo: MajordomoBridge?
-        var majordomoWatch: ConnectionWatch?
-        if let endpoint = mdp, startFailure == nil {
-            do {
-                majordomo = try MajordomoBridge(
-                    settings: .init(endpoint: endpoint, limits: options.settings.limits), context: context, localEndpoint: Self.inProcessEndpoint,
-                    curveSecretKey: security.curveSecretKey, logger: logger,
-                    beforeBind: { router in majordomoWatch = try ConnectionWatch(context: context, sockets: [router], handler: gate.handle) },
-                    connectionKey: { name, descriptor in gate.noteKey(name, descriptor: descriptor) })
-                majordomo?.start()
-                logger.info("speaking Majordomo (MDP 0.2)", metadata: ["endpoint": "\(endpoint)"])
-            } catch {
-                startFailure = error
-                logger.error("cannot serve Majordomo", metadata: ["endpoint": "\(endpoint)", "error": "\(error)"])
+        // The gateways, once the routing loop runs: each reaches it over the in-process endpoint.
+        var watches = [watch]
+        var gateways: [any Gateway] = []
+        if startFailure == nil {
+            let environment = GatewayEnvironment(
+                context: context, localEndpoint: Self.inProcessEndpoint, limits: options.settings.limits, logger: logger,
+                curveSecretKey: security.curveSecretKey,
+                watchConnections: { socket in watches.append(try ConnectionWatch(context: context, sockets: [socket], handler: gate.handle)) },
+                noteKey: { name, descriptor in gate.noteKey(name, descriptor: descriptor) })
+            var configurations: [Gateways.Configuration] = []
+            if let mdp { configurations.append(.majordomo(endpoint: mdp)) }
+            if let attach, let secret = motherboard.uplinkSecret { configurations.append(.uplink(attach, secret: secret)) }
+            for configuration in configurations {
+                do {
+                    let gateway = try Gateways.make(configuration, environment: environment)
+                    gateway.start()
+                    gateways.append(gateway)
+                    logger.info("gateway started", metadata: ["gateway": "\(gateway.description)"])
+                } catch {
+                    startFailure = error
+                    logger.error("cannot start a gateway", metadata: ["gateway": "\(configuration)", "error": "\(error)"])
+                    break
+                }
             }
-        }
-        var uplink: Uplink?
-        if let attach, let secret = motherboard.uplinkSecret, startFailure == nil {
-            uplink = try Uplink(
-                settings: attach, context: context, localEndpoint: Self.inProcessEndpoint, secret: secret, limits: options.settings.limits,
-                logger: logger)
-            uplink?.start()
         }
 
         let pidFile = "\(address.runtimeDirectory)/motherboard.pid"
@@ -217,15 +220,13 @@ public final class MotherboardServer: Service {
         }
 
         notifier?.notify("STOPPING=1\nSTATUS=stopping the fleet")
-        uplink?.stop()
-        majordomo?.stop()
+        for gateway in gateways.reversed() { gateway.stop() }
         await launcher.stopAll()
         rotation.stop()
         await metricsEndpoint?.stop()
         try? FileManager.default.removeItem(atPath: metricsFile)
         loop.stop()
-        majordomoWatch?.stop()
-        watch.stop()
+        for connections in watches { connections.stop() }
         security.zap?.stop()
         context.terminate()
         try? FileManager.default.removeItem(atPath: pidFile)

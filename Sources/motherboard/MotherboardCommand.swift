@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import MotherboardCore
 import MotherboardDaemon
+import MotherboardGateways
 import ServiceLifecycle
 
 /// The BoardBus broker: routes messages between board processes and starts the fleet's boards.

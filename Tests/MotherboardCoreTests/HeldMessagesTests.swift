@@ -3,7 +3,7 @@ import Foundation
 import Testing
 
 @testable import MotherboardCore
-@testable import MotherboardDaemon
+@testable import MotherboardGateways
 
 /// What the uplink holds while its own connection to the parent is not made yet: nothing is sent
 /// out of order, nothing waits past its deadline, and the queue does not grow past its bounds.

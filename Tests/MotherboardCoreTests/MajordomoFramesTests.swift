@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@testable import MotherboardDaemon
+@testable import MotherboardGateways
 
 /// MDP frames in both dialects, without sockets: what the endpoint reads and writes.
 @Suite("Majordomo frames")

@@ -7,6 +7,7 @@ import Testing
 
 @testable import MotherboardCore
 @testable import MotherboardDaemon
+@testable import MotherboardGateways
 
 /// The lines a logger was given, at or above a level.
 final class RecordedLog: Sendable {

@@ -28,8 +28,8 @@ import Synchronization
 /// an empty delimiter frame; the client's `REQUEST`/`PARTIAL`/`FINAL` are 0x02/0x03/0x04, as the
 /// worker's; no service frame in replies). Each peer is answered in the dialect it used. The
 /// frames are read and written by ``Majordomo`` (MajordomoFrames.swift).
-final class MajordomoBridge: @unchecked Sendable {
-    struct Settings: Sendable {
+package final class MajordomoBridge: @unchecked Sendable {
+    package struct Settings: Sendable {
         var endpoint: String
         /// How often workers are sent a heartbeat (when nothing else was sent to them).
         var heartbeatInterval: Duration = .milliseconds(2500)
@@ -41,7 +41,7 @@ final class MajordomoBridge: @unchecked Sendable {
         var queueByteLimit = 64 << 20
         /// Services the endpoint serves at once (each is a board on a socket of its own); a
         /// `READY` for one more is answered `DISCONNECT`.
-        static let maximumServices = 2_000
+        package static let maximumServices = 2_000
         var limits: BusLimits = .default
         /// Bytes of answers that may wait unread toward one MDP client (as on the main socket).
         var maximumUnreadBytesPerPeer = MotherboardSettings().maximumUnreadBytesPerPeer
@@ -119,7 +119,7 @@ final class MajordomoBridge: @unchecked Sendable {
         let worker: Data
     }
 
-    private let settings: Settings
+    let settings: Settings
     private let logger: Logger
     private let router: ZMQSocket
     private let client: ZMQSocket
@@ -187,12 +187,12 @@ final class MajordomoBridge: @unchecked Sendable {
         BusAddress(runtimeDirectory: "", endpoint: settings.endpoint).ipcPath
     }
 
-    func start() {
+    package func start() {
         thread.start(name: "mdp") { [self] in run() }
     }
 
     /// Stops the thread; the workers are told `DISCONNECT`, the services unregistered.
-    func stop() {
+    package func stop() {
         thread.stop()
     }
 

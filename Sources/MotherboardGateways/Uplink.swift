@@ -20,7 +20,7 @@ public struct UplinkSettings: Sendable, Hashable {
 
     /// From the manifest's `attach` (keys as given there, relative paths from the manifest's
     /// directory; else from the environment).
-    init(manifest attach: FleetManifest.Attach, directory: String?) throws {
+    package init(manifest attach: FleetManifest.Attach, directory: String?) throws {
         var environment = ProcessInfo.processInfo.environment
         func resolved(_ path: String) -> String {
             guard let directory, !path.hasPrefix("/"), !CurveKeyPair.isKey(path) else { return path }
@@ -53,7 +53,7 @@ public struct UplinkSettings: Sendable, Hashable {
 /// with `unreachable` and new ones are answered so at once; when it returns, every board
 /// registers again by itself (the parent answers a heartbeat it does not know with
 /// `notRegistered`).
-final class Uplink: @unchecked Sendable {
+package final class Uplink: @unchecked Sendable {
     private struct RemoteBoard {
         /// Registered with the parent on a connection of its own.
         var link: HelperBoard
@@ -70,7 +70,7 @@ final class Uplink: @unchecked Sendable {
         var deadline: ContinuousClock.Instant
     }
 
-    private let settings: UplinkSettings
+    let settings: UplinkSettings
     private let secret: String
     private let limits: BusLimits
     private let logger: Logger
@@ -143,11 +143,11 @@ final class Uplink: @unchecked Sendable {
         return socket
     }
 
-    func start() {
+    package func start() {
         thread.start(name: "uplink") { [self] in run() }
     }
 
-    func stop() {
+    package func stop() {
         thread.stop()
     }
 

@@ -1,0 +1,81 @@
+import BusCore
+import BusZeroMQ
+import Foundation
+import Logging
+import MotherboardCore
+
+/// Something in front of the bus that speaks another protocol (Majordomo) or to another
+/// motherboard (the uplink to a parent). Each runs on a thread of its own (``HelperThread``) and
+/// reaches the routing loop over the broker's in-process endpoint, as a client and as the boards
+/// it serves (``HelperBoard``). The server starts the gateways it is given once the routing loop
+/// runs, and stops them, last first, before it stops the fleet.
+///
+/// A new gateway is a file of this module and one case in ``Gateways/make(_:environment:)``.
+package protocol Gateway: AnyObject {
+    /// For logs: what it is and where (`Majordomo at ipc://…`).
+    var description: String { get }
+    func start()
+    func stop()
+}
+
+/// What the server gives every gateway.
+package struct GatewayEnvironment {
+    /// The broker's ZeroMQ context (its ZAP handler checks a gateway's tcp peers too).
+    package let context: ZMQContext
+    /// The routing loop's in-process endpoint.
+    package let localEndpoint: String
+    package let limits: BusLimits
+    package let logger: Logger
+    /// The broker's CURVE secret key, for a gateway that listens on tcp; nil without CURVE.
+    package let curveSecretKey: String?
+    /// Called with a gateway's listening socket before it binds, so that its connections count
+    /// toward the broker's limit.
+    package let watchConnections: (ZMQSocket) throws -> Void
+    /// Told the key name of each new tcp connection (for revocation) and its descriptor.
+    package let noteKey: @Sendable (String, Int32) -> Void
+
+    package init(
+        context: ZMQContext, localEndpoint: String, limits: BusLimits, logger: Logger, curveSecretKey: String?,
+        watchConnections: @escaping (ZMQSocket) throws -> Void, noteKey: @escaping @Sendable (String, Int32) -> Void
+    ) {
+        self.context = context
+        self.localEndpoint = localEndpoint
+        self.limits = limits
+        self.logger = logger
+        self.curveSecretKey = curveSecretKey
+        self.watchConnections = watchConnections
+        self.noteKey = noteKey
+    }
+}
+
+/// The gateways a motherboard can run, and how each is built.
+package enum Gateways {
+    package enum Configuration {
+        /// Majordomo (MDP 0.2) at an `ipc://` or `tcp://` endpoint.
+        case majordomo(endpoint: String)
+        /// The uplink to a parent motherboard, proving itself to its own motherboard with `secret`.
+        case uplink(UplinkSettings, secret: String)
+    }
+
+    package static func make(_ configuration: Configuration, environment: GatewayEnvironment) throws -> any Gateway {
+        switch configuration {
+        case .majordomo(let endpoint):
+            try MajordomoBridge(
+                settings: .init(endpoint: endpoint, limits: environment.limits), context: environment.context,
+                localEndpoint: environment.localEndpoint, curveSecretKey: environment.curveSecretKey, logger: environment.logger,
+                beforeBind: environment.watchConnections, connectionKey: environment.noteKey)
+        case .uplink(let settings, let secret):
+            try Uplink(
+                settings: settings, context: environment.context, localEndpoint: environment.localEndpoint, secret: secret,
+                limits: environment.limits, logger: environment.logger)
+        }
+    }
+}
+
+extension MajordomoBridge: Gateway {
+    package var description: String { "Majordomo (MDP 0.2) at \(settings.endpoint)" }
+}
+
+extension Uplink: Gateway {
+    package var description: String { "uplink to \(settings.endpoint)" }
+}
