@@ -2,12 +2,22 @@ import BusCore
 import Foundation
 
 extension Motherboard {
-    /// `command` (interaction): forwarded to a live board only; never starts one.
+    /// `command` (interaction): forwarded to the live board; to an on-demand board of the manifest
+    /// that is not running, held while the broker starts it (as an activation is) and delivered
+    /// with what is left of its deadline once it registers.
     func command(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
         let sender = registry.board(for: peer)
         let name = ScopedName(scope: scope(of: envelope, sender: sender), name: envelope.header.target)
         guard let target = registry[name] else {
             if forwardUp(envelope, name: name, from: peer, sender: sender, now: now) { return }
+            if let entry = manifest.board(named: name.name, scope: name.scope), entry.start == .onDemand, producer != nil {
+                var header = envelope.header
+                if let sender {
+                    header.source = sender.id.rawValue
+                    header.scope = sender.scope
+                }
+                return hold(Envelope(header: header, payload: envelope.payload), for: name, entry: entry, client: peer, now: now)
+            }
             return reply(to: envelope, from: peer, error: notLiveError(name))
         }
         target.commandsHandled += 1
@@ -40,7 +50,14 @@ extension Motherboard {
             if let client { reply(to: envelope, from: client, error: notLiveError(name)) }
             return
         }
-        switch supervisor.enqueue((envelope, client), for: name, limit: settings.activationQueueLimit) {
+        hold(envelope, for: name, entry: entry, client: client, now: now)
+    }
+
+    /// Holds an input (an activation or a command) for a manifest board that is not running, in a
+    /// bounded queue, starting its process unless a start is under way.
+    private func hold(_ envelope: Envelope, for name: ScopedName, entry: FleetManifest.Board, client: PeerID?, now: ContinuousClock.Instant) {
+        let input = HeldInput(envelope: envelope, client: client, since: now)
+        switch supervisor.enqueue(input, for: name, limit: settings.activationQueueLimit) {
         case .queued:
             return
         case .full:
@@ -58,7 +75,7 @@ extension Motherboard {
             return
         }
         do {
-            supervisor.willStart(name, with: (envelope, client), now: now)
+            supervisor.willStart(name, with: input, now: now)
             try startProcess(name, entry: entry, now: now)
             counters.onDemandStarts += 1
         } catch {
@@ -68,12 +85,27 @@ extension Motherboard {
         }
     }
 
-    /// A board started on demand registered: its queued inputs go to it, in order.
+    /// A board started on demand registered: its queued inputs go to it, in order; a command
+    /// with what is left of its deadline, or, when nothing is, answered `timeout` instead.
     func deliverQueuedActivations(to board: LiveBoard, now: ContinuousClock.Instant) {
         guard let start = supervisor.endStart(board.name) else { return }
-        for (envelope, client) in start.queue {
-            board.activations += 1
-            deliver(envelope, to: board, from: client, sender: nil, now: now)
+        for input in start.queue {
+            var envelope = input.envelope
+            if envelope.header.kind == .command {
+                let left = requestTimeout(milliseconds: envelope.header.timeoutMilliseconds) - input.since.duration(to: now)
+                guard left > .zero else {
+                    counters.timedOutRequests += 1
+                    if let client = input.client {
+                        reply(to: envelope, from: client, error: BusError(.timeout, "board '\(board.name)' started after the request's deadline"))
+                    }
+                    continue
+                }
+                envelope.header.timeoutMilliseconds = UInt32(clamping: max(1, left.wholeMilliseconds))
+                board.commandsHandled += 1
+            } else {
+                board.activations += 1
+            }
+            deliver(envelope, to: board, from: input.client, sender: nil, now: now)
         }
     }
 
@@ -81,8 +113,8 @@ extension Motherboard {
     func failStart(_ name: ScopedName, _ error: BusError) {
         guard let start = supervisor.endStart(name) else { return }
         logger.warning("on-demand start failed", metadata: ["board": "\(name)", "error": "\(error)"])
-        for (envelope, client) in start.queue {
-            if let client { reply(to: envelope, from: client, error: error) }
+        for input in start.queue {
+            if let client = input.client { reply(to: input.envelope, from: client, error: error) }
         }
     }
 

@@ -18,7 +18,7 @@ struct Supervisor {
         /// When it was started; for a restart, when the back-off ends.
         var since: ContinuousClock.Instant
         /// Activations waiting for it, with their senders (nil for flows), in order.
-        var queue: [(envelope: Envelope, client: PeerID?)]
+        var queue: [HeldInput]
 
         var isWaitingOutBackoff: Bool { pid == 0 }
     }
@@ -85,12 +85,12 @@ struct Supervisor {
     }
 
     /// An on-demand start is about to be made for `input`: it waits in the new start's queue.
-    mutating func willStart(_ name: ScopedName, with input: (envelope: Envelope, client: PeerID?), now: ContinuousClock.Instant) {
+    mutating func willStart(_ name: ScopedName, with input: HeldInput, now: ContinuousClock.Instant) {
         starting[name] = Start(pid: 0, since: now, queue: [input])
     }
 
-    /// Queues an activation for a board that is starting, up to `limit` inputs.
-    mutating func enqueue(_ input: (envelope: Envelope, client: PeerID?), for name: ScopedName, limit: Int) -> Queueing {
+    /// Queues an activation or a command for a board that is starting, up to `limit` inputs.
+    mutating func enqueue(_ input: HeldInput, for name: ScopedName, limit: Int) -> Queueing {
         guard var start = starting[name] else { return .notStarting }
         guard start.queue.count < limit else { return .full }
         start.queue.append(input)
@@ -178,4 +178,13 @@ struct Supervisor {
         if let start = starting[name] { return start.isWaitingOutBackoff ? .restarting : .starting }
         return hasFailed(name) ? .failed : .stopped
     }
+}
+
+/// An activation or a command held for a board that is starting: what it was, who waits for its
+/// answer (nil: a flow's delivery), and since when (a command is delivered with what is left of
+/// its deadline, or answered `timeout` when nothing is).
+struct HeldInput {
+    var envelope: Envelope
+    var client: PeerID?
+    var since: ContinuousClock.Instant
 }

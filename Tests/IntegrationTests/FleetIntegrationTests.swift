@@ -127,9 +127,11 @@ struct FleetIntegrationTests {
             #expect(unknown.standardError.hasPrefix("busctl: noSuchBoard:"))
             #expect(unknown.standardError.split(separator: "\n").count == 1)
 
-            let stopped = try await fleet.busctl("call", "demo.spare", "greet")
-            #expect(stopped.exitCode != 0)
-            #expect(stopped.standardError.hasPrefix("busctl: boardNotRunning:"))
+            // A call to an on-demand board that is not running starts it and is answered.
+            let started = try await fleet.busctl("call", "demo.spare", "greet", #"{"name":"spare"}"#)
+            #expect(started.exitCode == 0, "\(started.standardError)")
+            #expect(started.standardOutput.contains("Hello, spare!"))
+            #expect(try decode(BoardInfo.self, from: try await fleet.busctl("status", "demo.spare", "--json")).state == .running)
 
             let badJSON = try await fleet.busctl("call", "demo.greeter", "greet", "{nope")
             #expect(badJSON.exitCode == 2)

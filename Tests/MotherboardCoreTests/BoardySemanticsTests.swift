@@ -172,15 +172,23 @@ struct BoardySemanticsTests {
             correlation: 2)
         #expect(producer.started.map(\.id) == ["pay"])
         #expect(harness.transport.sent.isEmpty)
-        // Commands never start a board.
-        harness.request(EnvelopeHeader(kind: .command, target: "pay", scope: "checkout", typeName: "x"), from: harness.client, correlation: 3)
-        #expect(harness.transport.take(for: harness.client).first?.carriedError?.code == .boardNotRunning)
+        // A command waits with them (as D-Bus starts a service on a call to its name).
+        var command = EnvelopeHeader(kind: .command, target: "pay", scope: "checkout", typeName: "x")
+        command.timeoutMilliseconds = 5_000
+        harness.request(command, payload: Data("3".utf8), from: harness.client, correlation: 3)
+        #expect(harness.transport.sent.isEmpty)
+        #expect(producer.started.count == 1)
 
-        // The queued inputs reach the board right after its registration is accepted.
-        let delivered = harness.register("pay", scope: "checkout", peer: a, pid: producer.nextPID).filter { $0.header.kind == .activate }
-        #expect(delivered.map(\.payload) == [Data("1".utf8), Data("2".utf8)])
-        for activation in delivered { harness.deliver(activation.reply(), from: a) }
-        #expect(harness.transport.take(for: harness.client).map(\.header.correlationID) == [1, 2])
+        // The queued inputs reach the board right after its registration is accepted, in order;
+        // the command with what is left of its deadline.
+        harness.now = harness.now.advanced(by: .seconds(2))
+        let delivered = harness.register("pay", scope: "checkout", peer: a, pid: producer.nextPID).filter { $0.header.kind != .reply }
+        #expect(delivered.map(\.header.kind) == [.activate, .activate, .command])
+        #expect(delivered.map(\.payload) == [Data("1".utf8), Data("2".utf8), Data("3".utf8)])
+        #expect(delivered.last?.header.timeoutMilliseconds == 3_000)
+        for input in delivered { harness.deliver(input.reply(), from: a) }
+        #expect(harness.transport.take(for: harness.client).map(\.header.correlationID) == [1, 2, 3])
+        #expect(harness.motherboard.registry[ScopedName(scope: "checkout", name: "pay")]?.commandsHandled == 1)
 
         // A live board is reused, not started again.
         harness.request(EnvelopeHeader(kind: .activate, target: "pay", scope: "checkout"), from: harness.client)
@@ -190,6 +198,21 @@ struct BoardySemanticsTests {
         // An id no manifest entry can produce.
         harness.request(EnvelopeHeader(kind: .activate, target: "nobody", scope: "checkout"), from: harness.client)
         #expect(harness.transport.take(for: harness.client).last?.carriedError?.code == .noSuchBoard)
+    }
+
+    /// A command held for a board that starts after the command's deadline is answered `timeout`
+    /// and never delivered.
+    @Test func aCommandHeldPastItsDeadlineTimesOutAndIsNotDelivered() throws {
+        let producer = RecordingProducer()
+        let harness = try Harness(manifest: Self.scoped, producer: producer)
+        var command = EnvelopeHeader(kind: .command, target: "pay", scope: "checkout", typeName: "x")
+        command.timeoutMilliseconds = 1_000
+        harness.request(command, from: harness.client, correlation: 8)
+        harness.now = harness.now.advanced(by: .milliseconds(1_500))
+        let delivered = harness.register("pay", scope: "checkout", peer: a, pid: producer.nextPID).filter { $0.header.kind == .command }
+        #expect(delivered.isEmpty)
+        let answer = harness.transport.take(for: harness.client).last
+        #expect(answer?.carriedError?.code == .timeout && answer?.header.correlationID == 8)
     }
 
     @Test func theStartQueueIsBoundedAndFailsWhenTheBoardNeverComes() throws {

@@ -32,7 +32,7 @@ struct SupervisorTests {
         var supervisor = Supervisor()
         supervisor.started(LaunchedProcess(pid: 10, secret: "s"), as: svc, now: start)
         #expect(supervisor.offlineState(of: svc) == .starting)
-        let input = (envelope: Envelope(header: EnvelopeHeader(kind: .activate, target: "svc")), client: PeerID?.none)
+        let input = HeldInput(envelope: Envelope(header: EnvelopeHeader(kind: .activate, target: "svc")), client: nil, since: start)
         #expect(supervisor.enqueue(input, for: svc, limit: 1) == .queued)
         #expect(supervisor.enqueue(input, for: svc, limit: 1) == .full)
         let exit = supervisor.processExited(pid: 10, status: "signal 9", clean: false, entry: entry(.onFailure), canRestart: true, now: start)
