@@ -25,6 +25,16 @@ extension BusClient {
         return try PayloadCodec.decode(BoardInfo.self, from: reply.payload)
     }
 
+    /// Starts a manifest board that is not running, one its restart limit stopped included
+    /// (`busctl restart`); returns its status (`starting`).
+    public func restart(_ id: BoardID, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) async throws -> BoardInfo {
+        let envelope = Envelope(
+            header: EnvelopeHeader(kind: .control, typeName: ControlOperation.restart),
+            payload: try PayloadCodec.encode(StatusRequest(id: id, scope: scope)))
+        let reply = try await request(envelope, timeout: timeout)
+        return try PayloadCodec.decode(BoardInfo.self, from: reply.payload)
+    }
+
     /// Sends an interaction command to a live board and returns its raw reply payload.
     /// With `retries`, a call to a board that is not running (restarting) is tried again until the
     /// timeout: only for commands that are safe to repeat.

@@ -191,6 +191,9 @@ public enum ControlOperation {
     /// Answered with an empty `Delivery`: a liveness probe (an attached motherboard's link pings
     /// its parent with it).
     public static let ping = "ping"
+    /// Start a manifest board that is not running (``StatusRequest``), one its restart limit
+    /// stopped included (its restart count starts over); answered with its ``BoardInfo``.
+    public static let restart = "restart"
     /// From the uplink of a motherboard that serves scopes of a parent motherboard, on its own
     /// motherboard's ipc socket (``UplinkAttach``): its boards are pushed to it from then on.
     public static let uplinkAttach = "uplink.attach"

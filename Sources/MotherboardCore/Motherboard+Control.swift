@@ -79,6 +79,12 @@ extension Motherboard {
         },
         ControlOperation.monitor: .init { motherboard, envelope, peer, now in try motherboard.startMonitor(envelope, from: peer, now: now) },
         ControlOperation.ping: .init { motherboard, envelope, peer, _ in motherboard.reply(to: envelope, from: peer, with: Delivery(delivered: 0)) },
+        ControlOperation.restart: .init { motherboard, envelope, peer, now in
+            let request = try PayloadCodec.decode(StatusRequest.self, from: envelope.payload)
+            try motherboard.restart(ScopedName(scope: request.scope, name: request.id.rawValue), now: now)
+            motherboard.reply(
+                to: envelope, from: peer, with: try motherboard.boardInfo(ScopedName(scope: request.scope, name: request.id.rawValue), now: now))
+        },
         // Between motherboards (ours at both ends): the uplink proves itself with its secret, a
         // child's link asks for the chain above, the uplink says what is above its motherboard.
         ControlOperation.uplinkAttach: .init(federation: true) { motherboard, envelope, peer, _ in try motherboard.attachUplink(envelope, from: peer)
@@ -91,6 +97,20 @@ extension Motherboard {
             motherboard.reply(to: envelope, from: peer, with: Delivery(delivered: 0))
         },
     ]
+
+    /// Starts a manifest board that is not running (`busctl restart`), one its restart limit
+    /// stopped included: its limit starts over.
+    func restart(_ name: ScopedName, now: ContinuousClock.Instant) throws {
+        guard let entry = manifest.board(named: name.name, scope: name.scope) else { throw notLiveError(name) }
+        if let board = registry[name] {
+            throw BusError(
+                .badArgument, "board '\(name)' is running (pid \(board.registration.pid)); stop its process and its restart policy starts it again")
+        }
+        guard supervisor.starting[name] == nil else { throw BusError(.busy, "board '\(name)' is starting") }
+        supervisor.clearFailure(name)
+        try startProcess(name, entry: entry, now: now)
+        logger.notice("board started by hand", metadata: ["board": "\(name)"])
+    }
 
     /// A live board's info, or a stopped manifest board's, or `noSuchBoard`.
     fileprivate func boardInfo(_ name: ScopedName, now: ContinuousClock.Instant) throws -> BoardInfo {

@@ -170,6 +170,12 @@ struct Supervisor {
 
     // MARK: - What status shows
 
+    /// The board is started again by hand: its restart limit starts over.
+    mutating func clearFailure(_ name: ScopedName) {
+        records[name]?.failed = false
+        records[name]?.restartTimes = []
+    }
+
     /// Whether the board reached its restart limit.
     func hasFailed(_ name: ScopedName) -> Bool { records[name]?.failed == true }
 

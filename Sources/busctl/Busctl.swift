@@ -11,7 +11,8 @@ struct Busctl: AsyncParsableCommand {
         commandName: "busctl",
         abstract: "Inspect and drive a BoardBus fleet.",
         subcommands: [
-            List.self, Status.self, Introspect.self, Tree.self, Flows.self, Call.self, Activate.self, Emit.self, Action.self, Dispatch.self,
+            List.self, Status.self, Restart.self, Introspect.self, Tree.self, Flows.self, Call.self, Activate.self, Emit.self, Action.self,
+            Dispatch.self,
             State.self, Wait.self, Monitor.self, Metrics.self, Keys.self,
         ])
 }
@@ -67,6 +68,23 @@ extension Busctl {
                     delivered:  \(info.activations) activations, \(info.commandsHandled) commands, \(info.actionsDelivered) actions
                     restarts:   \(info.restarts)\(info.lastExit.map { " (last exit: \($0))" } ?? "")
                     """)
+            }
+        }
+    }
+
+    struct Restart: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "restart", abstract: "Start a manifest board that is not running, one its restart limit stopped included.")
+        @OptionGroup var options: GlobalOptions
+        @Argument(help: "The board id.") var id: String
+
+        func validate() throws { try options.validated { _ = try boardID(id) } }
+
+        func run() async throws {
+            try await options.withClient { client in
+                let info = try await client.restart(try boardID(id), scope: options.scope, timeout: options.deadline)
+                if options.json { return try options.printJSON(info) }
+                print("\(info.id): \(info.state)")
             }
         }
     }

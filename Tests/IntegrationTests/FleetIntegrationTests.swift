@@ -173,7 +173,8 @@ struct FleetIntegrationTests {
     @Test func busctlSubcommandsAnswerToTheirDocumentedNames() async throws {
         try await TestFleet.with(manifest: #"{"boards": []}"#) { fleet in
             let names = [
-                "list", "status", "introspect", "tree", "flows", "call", "activate", "emit", "action", "dispatch", "state", "wait", "monitor",
+                "list", "status", "restart", "introspect", "tree", "flows", "call", "activate", "emit", "action", "dispatch", "state", "wait",
+                "monitor",
                 "metrics", "keys",
             ]
             let help = try await fleet.busctl("--help")

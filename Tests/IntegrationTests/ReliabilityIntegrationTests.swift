@@ -180,4 +180,37 @@ struct ReliabilityIntegrationTests {
             #expect(status.lastExit?.contains("exit status unknown (adopted") == true, "\(status.lastExit ?? "nil")")
         }
     }
+
+    /// A board stopped by its restart limit stays down until `busctl restart` starts it again
+    /// (only a new broker did before); a running board is not restarted.
+    @Test func busctlRestartBringsBackABoardItsRestartLimitStopped() async throws {
+        let manifest = """
+            { "boards": [ { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always", "restart": "on-failure",
+                            "restartLimit": { "count": 1, "windowSeconds": 60 } } ] }
+            """
+        try await TestFleet.with(manifest: manifest) { fleet in
+            func status() async throws -> BoardInfo { try decode(BoardInfo.self, from: try await fleet.busctl("status", "demo.greeter", "--json")) }
+            // Killed twice: restarted once, then the limit holds.
+            for round in 0..<2 {
+                let pid = try await status().pid
+                #expect(pid > 0 && kill(pid, SIGKILL) == 0)
+                let next = try await eventually(timeout: .seconds(20)) {
+                    let info = try await status()
+                    return round == 0 ? (info.state == .running && info.pid != pid) : info.state == .failed
+                }
+                let seen = try await status()
+                #expect(next, "round \(round): \(seen)")
+            }
+            let refused = try await fleet.busctl("call", "demo.greeter", "greet", #"{"name":"x"}"#)
+            #expect(refused.standardError.hasPrefix("busctl: boardNotRunning:"))
+
+            let restart = try await fleet.busctl("restart", "demo.greeter")
+            #expect(restart.exitCode == 0, "\(restart.standardError)")
+            #expect(try await eventually { try await status().state == .running })
+            let call = try await fleet.busctl("call", "demo.greeter", "greet", #"{"name":"back"}"#)
+            #expect(call.standardOutput.contains("Hello, back!"))
+            let again = try await fleet.busctl("restart", "demo.greeter")
+            #expect(again.exitCode != 0 && again.standardError.hasPrefix("busctl: badArgument:"), "\(again.standardError)")
+        }
+    }
 }

@@ -53,6 +53,26 @@ struct SupervisionTests {
         #expect(failed.state == .failed && failed.restarts == 3)
         harness.request(EnvelopeHeader(kind: .activate, target: "svc"), from: harness.client, correlation: 9)
         #expect(harness.transport.take(for: harness.client).last?.carriedError?.code == .boardNotRunning)
+
+        // `busctl restart` brings it back, with its limit started over.
+        let restarted = try harness.control(ControlOperation.restart, StatusRequest(id: "svc"), from: harness.client, as: BoardInfo.self)
+        #expect(restarted.state == .starting && producer.started.count == 5)
+        harness.register("svc", scope: "", peer: PeerID(Data([0x3])), pid: producer.nextPID)
+        let running = try harness.control(ControlOperation.status, StatusRequest(id: "svc"), from: harness.client, as: BoardInfo.self)
+        #expect(running.state == .running)
+        // A running board, and one the manifest does not name, are refused.
+        #expect(throws: BusError.self) {
+            try harness.control(ControlOperation.restart, StatusRequest(id: "svc"), from: harness.client, as: BoardInfo.self)
+        }
+        #expect(throws: BusError.self) {
+            try harness.control(ControlOperation.restart, StatusRequest(id: "nosuch"), from: harness.client, as: BoardInfo.self)
+        }
+        #expect(producer.started.count == 5)
+        // The limit started over: a crash is restarted again.
+        harness.motherboard.processExited(pid: producer.nextPID, status: "exit 3", clean: false, now: harness.now)
+        harness.now = harness.now.advanced(by: .milliseconds(101))
+        harness.motherboard.tick(now: harness.now)
+        #expect(producer.started.count == 6)
     }
 
     /// Registers `svc` over a connection whose other end the kernel names `process` (an ipc
