@@ -229,7 +229,10 @@ struct CBORStreamTests {
         let missing = #expect(throws: DecodingError.self) {
             _ = try CBORDecoder().decode([Item].self, from: CBOREncoder().encode([["n": 1]] as [[String: Int]]))
         }
-        guard case .keyNotFound(let key, let context) = missing else { return }
+        guard case .keyNotFound(let key, let context) = missing else {
+            Issue.record("expected a missing key, got \(String(describing: missing))")
+            return
+        }
         #expect(key.stringValue == "tags")
         #expect(context.codingPath.map(\.stringValue) == ["Index 0"])
     }

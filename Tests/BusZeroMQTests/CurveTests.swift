@@ -18,14 +18,23 @@ struct CurveTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let keys = try CurveKeyPair.generate(name: "edge-b")
         let path = "\(directory)/edge-b.key"
-        // Even a umask that lets everyone read new files does not make the key readable.
-        let old = umask(0)
-        defer { umask(old) }
         try keys.writeSecret(to: path)
         var info = stat()
         #expect(stat(path, &info) == 0)
         #expect(info.st_mode & 0o777 == 0o600)
         #expect(try CurveKeyPair.load(path: path) == keys)
+        // Even a umask that lets everyone read new files does not make a key readable (in a
+        // process of its own: the umask is the whole process's, and suites run in parallel).
+        let busctl = "\(try TestFleet.locateBinaries())/busctl"
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", #"umask 0 && exec "$0" keys new ops --out "$1""#, busctl, "\(directory)/ops.key"]
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0)
+        #expect(stat("\(directory)/ops.key", &info) == 0 && info.st_mode & 0o777 == 0o600, "mode \(String(info.st_mode & 0o777, radix: 8))")
         // loadOrCreate keeps an existing pair.
         let again = try CurveKeyPair.loadOrCreate(path: path)
         #expect(again.keys == keys && !again.created)

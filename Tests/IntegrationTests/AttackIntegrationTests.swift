@@ -110,7 +110,7 @@ struct AttackIntegrationTests {
                     EnvelopeHeader(
                         kind: .command, flags: .replyExpected, correlationID: 100, target: GreeterIO.id.rawValue, typeName: "ping"))
                 var badVersion = good
-                badVersion[2] = 1
+                badVersion[2] = 2
                 var badUTF8 = good
                 badUTF8[badUTF8.count - 1] = 0xFF
                 var unknownKind = good
@@ -137,7 +137,7 @@ struct AttackIntegrationTests {
             for index in 1..<5 {
                 #expect(answers.0[UInt64(200 + index)]?.code == .malformed, "case \(index)")
             }
-            #expect(answers.0[200]?.message.contains("version 1") == true)
+            #expect(answers.0[200]?.message.contains("version 2") == true, "\(String(describing: answers.0[200]))")
             #expect(!answers.1)
             #expect(try await fleet.busctl("call", "demo.greeter", "ping", #"{"sequence":1}"#).exitCode == 0)
         }
