@@ -372,7 +372,10 @@ package struct HeaderLayout: Sendable, Hashable {
                     TraceContext(bytes: UnsafeRawBufferPointer(rebasing: buffer[value])) != nil
                 else {
                     throw BusError(
-                        .malformed, "trace context of \(value.count) bytes, or with a zero id (it has \(TraceContext.encodedSize), ids not zero)")
+                        .malformed,
+                        value.count == TraceContext.encodedSize
+                            ? "trace context with an all-zero trace or span id"
+                            : "trace context of \(value.count) bytes: it has \(TraceContext.encodedSize)")
                 }
                 trace = value
             case HeaderCodec.OptionalField.contentType:

@@ -26,10 +26,59 @@ struct ProtocolIntegrationTests {
             let unknown = try await fleet.busctl("call", "py.echo", "shout")
             #expect(unknown.standardError.hasPrefix("busctl: unknownCommand:"))
 
+            // The broker killed and started again: the board's next heartbeat is answered
+            // `notRegistered`, and it registers again, as 5.1 says.
+            try await fleet.restartBrokerAfterKill()
+            let back = try await eventually(timeout: .seconds(15)) {
+                (try? await fleet.busctl("call", "py.echo", "echo", #"{"again":true}"#, "--json"))?.exitCode == 0
+            }
+            #expect(back, "the Python board did not register again after the broker restarted")
+
             // SIGTERM reaches it (no signal left blocked by the spawning thread) and it says goodbye.
             #expect(await board.stop() == .terminated)
             let gone = try await eventually {
                 try await fleet.withClient { try await $0.list().boards.allSatisfy { $0.id != "py.echo" } }
+            }
+            #expect(gone)
+        }
+    }
+}
+
+/// The minimal board of PROTOCOL §8, run as printed there (with §3.1's header codec): it
+/// registers, answers, registers again after the broker is killed and started again, and says
+/// goodbye on SIGTERM. The document cannot drift from what works.
+@Suite("PROTOCOL's minimal board", .serialized, .timeLimit(.minutes(2)))
+struct DocumentedBoardTests {
+    /// The Python blocks of §3.1 (after "Python:") and §8, as one script.
+    static func documentedBoard() throws -> String {
+        let protocolURL = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../docs/PROTOCOL.md")
+        let text = try String(contentsOf: protocolURL.standardized, encoding: .utf8)
+        func block(after marker: String) throws -> String {
+            let start = try #require(text.range(of: marker))
+            let open = try #require(text.range(of: "```python\n", range: start.upperBound..<text.endIndex))
+            let close = try #require(text.range(of: "```", range: open.upperBound..<text.endIndex))
+            return String(text[open.upperBound..<close.lowerBound])
+        }
+        return try block(after: "\nPython:\n") + "\n" + block(after: "## 8. A minimal Python board")
+    }
+
+    @Test func theMinimalBoardOfSection8WorksAsPrinted() async throws {
+        try await TestFleet.with(manifest: exampleManifest) { fleet in
+            let script = "\(fleet.directory)/minimal_board.py"
+            try Self.documentedBoard().write(toFile: script, atomically: true, encoding: .utf8)
+            var environment = fleet.environment
+            environment["BOARDBUS_BOARD_ID"] = "py.minimal"
+            let board = try await ChildProcess(
+                executable: "/usr/bin/python3", arguments: [script], environment: environment, directory: fleet.directory, name: "minimal-board")
+            func answers() async -> Bool {
+                (try? await fleet.busctl("call", "py.minimal", "echo", #"{"x":1}"#, "--json"))?.standardOutput.contains(#"{"x":1}"#) == true
+            }
+            #expect(await eventually(timeout: .seconds(15)) { await answers() }, "\(board.standardError)")
+            try await fleet.restartBrokerAfterKill()
+            #expect(await eventually(timeout: .seconds(15)) { await answers() }, "it did not register again: \(board.standardError)")
+            #expect(await board.stop() == .terminated)
+            let gone = try await eventually {
+                try await fleet.withClient { try await $0.list().boards.allSatisfy { $0.id != "py.minimal" } }
             }
             #expect(gone)
         }

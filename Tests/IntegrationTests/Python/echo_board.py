@@ -6,6 +6,7 @@ import os
 import signal
 import struct
 import sys
+import time
 
 import zmq
 
@@ -42,9 +43,10 @@ def decode_header(buf):
 
 
 def serve(commands, answer):
-    """Registers as $BOARDBUS_BOARD_ID with `commands`, prints READY, heartbeats, and answers each
-    command that waits for an answer with `answer(message, payload)`: a (kind, type_name,
-    optional fields, payload) tuple. Unregisters and returns on SIGTERM."""
+    """Registers as $BOARDBUS_BOARD_ID with `commands`, prints READY, heartbeats every interval the
+    broker asked for, registers again when the broker says `notRegistered` (it restarted), and
+    answers each command that waits for an answer with `answer(message, payload)`: a (kind,
+    type_name, optional fields, payload) tuple. Unregisters and returns on SIGTERM."""
     board_id = os.environ.get("BOARDBUS_BOARD_ID", "py.board")
     running = [True]
     signal.signal(signal.SIGTERM, lambda *_: running.__setitem__(0, False))
@@ -52,25 +54,36 @@ def serve(commands, answer):
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(os.environ["BOARDBUS_ADDRESS"])
     registration = {"id": board_id, "pid": os.getpid(), "scope": "", "commands": commands, "actions": []}
-    sock.send_multipart([encode_header(REGISTER, corr=1, flags=REPLY_EXPECTED, timeout_ms=5000, source=board_id),
-                         json.dumps(registration).encode()])
+    if "BOARDBUS_BOARD_SECRET" in os.environ:
+        registration["secret"] = os.environ["BOARDBUS_BOARD_SECRET"]
+
+    def register(corr):
+        sock.send_multipart([encode_header(REGISTER, corr=corr, flags=REPLY_EXPECTED, timeout_ms=5000, source=board_id),
+                             json.dumps(registration).encode()])
+
+    register(1)
     if not sock.poll(10_000):
         sys.exit("no answer to register")
     header, payload = sock.recv_multipart()
     answer_header = decode_header(header)
     if answer_header["kind"] != REPLY or answer_header["corr"] != 1:
         sys.exit("registration refused: " + payload.decode())
-    interval = json.loads(payload)["heartbeatIntervalMilliseconds"]
+    interval = json.loads(payload)["heartbeatIntervalMilliseconds"] / 1000
     print("READY", board_id, flush=True)
+    next_heartbeat = time.monotonic() + interval
     while running[0]:
-        if sock.poll(interval):
+        if sock.poll(max(0, int((next_heartbeat - time.monotonic()) * 1000)) + 1):
             header, payload = sock.recv_multipart()
             message = decode_header(header)
             if message["kind"] == COMMAND and message["flags"] & REPLY_EXPECTED:
                 kind, type_name, optional, body = answer(message, payload)
                 sock.send_multipart([encode_header(kind, corr=message["corr"], source=board_id, type_name=type_name,
                                                    optional=optional), body])
-        sock.send_multipart([encode_header(HEARTBEAT, source=board_id), b""])
+            elif message["kind"] == ERROR and message["type_name"] == "notRegistered":
+                register(2)  # the broker restarted: its answer to a heartbeat says so
+        if time.monotonic() >= next_heartbeat:
+            sock.send_multipart([encode_header(HEARTBEAT, source=board_id), b""])
+            next_heartbeat = time.monotonic() + interval
     sock.send_multipart([encode_header(UNREGISTER, source=board_id), b""])
     sock.close()
     zmq.Context.instance().term()
