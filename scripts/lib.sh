@@ -18,7 +18,14 @@ ensure_libzmq() {
 # Debian's python3 (the one the tests run).
 ensure_prometheus_client() {
     if /usr/bin/python3 -c 'import prometheus_client.parser' 2>/dev/null; then return 0; fi
-    echo "==> installing prometheus_client from PyPI (pip --user)" >&2
+    echo "==> installing python3-prometheus-client with apt-get" >&2
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    if $sudo apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-prometheus-client >&2; then
+        return 0
+    fi
+    # Where Debian has no package for it: from PyPI, for this user only.
+    echo "==> apt-get could not install it; prometheus_client from PyPI (pip --user)" >&2
     /usr/bin/python3 -m pip install --quiet --user --break-system-packages prometheus_client >&2 \
         || /usr/bin/python3 -m pip install --quiet --user prometheus_client >&2
 }
