@@ -1,5 +1,6 @@
 import BusCore
 import Foundation
+import Synchronization
 
 /// The bus operations on raw JSON payloads, as `busctl` uses them. Typed versions are in
 /// `BusClient+Typed.swift`.
@@ -122,10 +123,18 @@ extension BusClient {
         return try PayloadCodec.decode(FlowList.self, from: reply.payload)
     }
 
-    /// Waits until every always-on board of the manifest is live.
-    public func waitForFleet(timeout: Duration = BusClient.defaultTimeout) async throws -> BoardList {
-        try await poll(timeout: timeout, what: "the fleet to be ready") {
+    /// Waits until every always-on board of the manifest is live; `progress` is told the boards
+    /// still waited for whenever they change (not when none are left).
+    public func waitForFleet(
+        timeout: Duration = BusClient.defaultTimeout, progress: (@Sendable ([BoardID]) -> Void)? = nil
+    ) async throws -> BoardList {
+        let told = Mutex<[BoardID]?>(nil)
+        return try await poll(timeout: timeout, what: "the fleet to be ready") {
             let list = try await self.list(timeout: .seconds(2))
+            if let progress, !list.waitingFor.isEmpty, told.withLock({ $0 }) != list.waitingFor {
+                told.withLock { $0 = list.waitingFor }
+                progress(list.waitingFor)
+            }
             return list.waitingFor.isEmpty ? list : nil
         } retryingOn: {
             []

@@ -353,14 +353,21 @@ extension Busctl {
         /// Arguments are checked before connecting: a bad one is exit 2 whether or not a broker runs.
         func validate() throws { try options.validated { _ = try id.map(boardID) } }
 
+        /// The broker too is waited for, within the same timeout; what is still waited for is said
+        /// on stderr as it changes.
         func run() async throws {
-            try await options.withClient { client in
+            let deadline = ContinuousClock.now.advanced(by: options.deadline)
+            try await options.withClient(waitingForBroker: deadline) { client in
+                let left = max(.zero, ContinuousClock.now.duration(to: deadline))
                 if let id {
-                    let info = try await client.waitForBoard(try boardID(id), scope: options.scope, timeout: options.deadline)
+                    let info = try await client.waitForBoard(try boardID(id), scope: options.scope, timeout: left)
                     if options.json { return try options.printJSON(info) }
                     print("\(info.id) is running (pid \(info.pid))")
                 } else {
-                    let list = try await client.waitForFleet(timeout: options.deadline)
+                    let list = try await client.waitForFleet(timeout: left) { waiting in
+                        let names = waiting.map(\.rawValue).joined(separator: ", ")
+                        FileHandle.standardError.write(Data("busctl: waiting for \(waiting.count) board(s): \(names)\n".utf8))
+                    }
                     if options.json { return try options.printJSON(list) }
                     print("fleet ready: \(list.boards.count) board(s) running")
                 }

@@ -40,7 +40,9 @@ struct GlobalOptions: ParsableArguments {
     }
 
     /// Connects, runs `body`, and turns every failure into one line on stderr and a non-zero exit.
-    func withClient(_ body: (BusClient) async throws -> Void) async throws {
+    /// With `waitingForBroker`, a broker that is not running yet is waited for until then (the
+    /// first time said on stderr), instead of `brokerNotRunning` at once.
+    func withClient(waitingForBroker deadline: ContinuousClock.Instant? = nil, _ body: (BusClient) async throws -> Void) async throws {
         var environment = ProcessInfo.processInfo.environment
         if let serverKey { environment["BOARDBUS_SERVER_KEY"] = serverKey }
         if let clientKey { environment["BOARDBUS_CLIENT_KEY"] = clientKey }
@@ -49,7 +51,20 @@ struct GlobalOptions: ParsableArguments {
         _ = try validated { try seconds(timeout, option: "--timeout", maximum: Self.maximumTimeoutSeconds) }
         if address.isTCP { address.curve = try validated { try address.tcpCredentials(environment: environment) } }
         do {
-            let client = try BusClient(address: address)
+            var said = false
+            let client: BusClient
+            while true {
+                do {
+                    client = try BusClient(address: address)
+                    break
+                } catch let error as BusError where error.code == .brokerNotRunning && deadline.map({ ContinuousClock.now < $0 }) == true {
+                    if !said {
+                        FileHandle.standardError.write(Data("busctl: waiting for the motherboard at \(address.endpoint)\n".utf8))
+                        said = true
+                    }
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+            }
             defer { client.close() }
             try await body(client)
         } catch let error as BusError {

@@ -234,6 +234,31 @@ struct OperationsIntegrationTests {
         }
     }
 
+    /// `busctl wait` started before the broker waits for it too (it said `brokerNotRunning` at
+    /// once), and says what it waits for while it waits.
+    @Test func busctlWaitWaitsForTheBrokerAndSaysForWhat() async throws {
+        let binaries = try TestFleet.locateBinaries()
+        try await withTemporaryDirectory("wait") { directory in
+            let manifest = #"{"boards": [{"id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always"}]}"#
+            try manifest.write(toFile: "\(directory)/fleet.json", atomically: true, encoding: .utf8)
+            var environment = ProcessInfo.processInfo.environment
+            environment["BOARDBUS_RUNTIME_DIR"] = "\(directory)/run"
+            environment["BOARDBUS_STATE_DIR"] = "\(directory)/state"
+            let wait = try await ChildProcess(
+                executable: "\(binaries)/busctl", arguments: ["wait", "--timeout", "60"], environment: environment, directory: directory,
+                name: "busctl-wait")
+            #expect(try await eventually { wait.standardError.contains("waiting for the motherboard") }, "\(wait.standardError)")
+            #expect(wait.isRunning)
+            let broker = try await ChildProcess(
+                executable: "\(binaries)/motherboard", arguments: ["--manifest", "\(directory)/fleet.json", "--exit-with-parent"],
+                environment: environment, directory: directory, name: "motherboard")
+            let result = try await wait.wait(timeout: .seconds(60))
+            #expect(result.exitCode == 0, "\(result.standardError)")
+            #expect(result.standardOutput.contains("fleet ready: 1 board(s) running"))
+            _ = await broker.stop()
+        }
+    }
+
     /// A metrics address the broker cannot serve (in use, not this host's, not an IP) stops it at
     /// once with one line naming the reason, before any board starts.
     @Test func aMetricsAddressTheBrokerCannotServeIsRefusedAtStart() async throws {
