@@ -191,6 +191,9 @@ let package = Package(
         .executableTarget(name: "zmq-baseline-echo", dependencies: ["BoardBusBaselineSupport"], linkerSettings: [.linkedLibrary("zmq")]),
         .executableTarget(name: "zmq-baseline-client", linkerSettings: [.linkedLibrary("zmq")]),
         .executableTarget(name: "bench-echo-board", dependencies: ["BoardKit", "BusCore"]),
+        // The fuzz harnesses (Sources/boardbus-fuzz): replays corpora when built as usual; a
+        // libFuzzer target when built by scripts/fuzz.
+        .executableTarget(name: "boardbus-fuzz", dependencies: ["BusCore", "BusCodec", "MotherboardGateways"]),
         .executableTarget(
             name: "boardbus-bench",
             dependencies: [

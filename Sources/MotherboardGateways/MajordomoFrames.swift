@@ -3,23 +3,23 @@ import Foundation
 /// Majordomo (MDP 0.2, ZeroMQ RFC 18) messages as the endpoint's ROUTER receives and sends them,
 /// in both dialects: what arrives parsed into a peer, a dialect and a named command, and what
 /// goes out built from them. Pure: no socket, no state.
-enum Majordomo {
+package enum Majordomo {
     /// How a peer frames its messages; each is answered in the one it used.
-    enum Dialect: Sendable, Hashable {
+    package enum Dialect: Sendable, Hashable {
         /// RFC 18: no delimiter; client commands 0x01–0x03, the service frame in replies.
         case rfc
         /// majortomo 0.2.0: an empty delimiter first; client commands numbered as the worker's.
         case delimited
     }
 
-    static let clientHeader = Data("MDPC02".utf8)
-    static let workerHeader = Data("MDPW02".utf8)
+    package static let clientHeader = Data("MDPC02".utf8)
+    package static let workerHeader = Data("MDPW02".utf8)
 
     /// A client's command. Its byte depends on the dialect.
-    enum ClientCommand: Sendable, Hashable {
+    package enum ClientCommand: Sendable, Hashable {
         case request, partial, final
 
-        init?(_ byte: UInt8, dialect: Dialect) {
+        package init?(_ byte: UInt8, dialect: Dialect) {
             switch (byte, dialect) {
             case (0x01, .rfc), (0x02, .delimited): self = .request
             case (0x02, .rfc), (0x03, .delimited): self = .partial
@@ -28,7 +28,7 @@ enum Majordomo {
             }
         }
 
-        func byte(in dialect: Dialect) -> UInt8 {
+        package func byte(in dialect: Dialect) -> UInt8 {
             let rfc: UInt8 =
                 switch self {
                 case .request: 0x01
@@ -40,7 +40,7 @@ enum Majordomo {
     }
 
     /// A worker's command (or the broker's to a worker): the same bytes in both dialects.
-    enum WorkerCommand: UInt8, Sendable, Hashable {
+    package enum WorkerCommand: UInt8, Sendable, Hashable {
         case ready = 0x01
         case request = 0x02
         case partial = 0x03
@@ -51,22 +51,22 @@ enum Majordomo {
 
     /// A message from an MDP peer. A command byte the dialect does not define is kept as nil:
     /// a worker is told to disconnect, a client's is ignored.
-    struct Incoming: Sendable, Hashable {
-        enum Sender: Sendable, Hashable {
+    package struct Incoming: Sendable, Hashable {
+        package enum Sender: Sendable, Hashable {
             case client(ClientCommand?)
             case worker(WorkerCommand?)
         }
 
-        let peer: Data
-        let dialect: Dialect
-        let sender: Sender
+        package let peer: Data
+        package let dialect: Dialect
+        package let sender: Sender
         /// The frames after the command.
-        let body: [Data]
+        package let body: [Data]
 
         /// The ROUTER's frames (routing id first), or nil when they are not MDP (too few frames,
         /// no `MDPC02`/`MDPW02` header, a command that is not one byte): dropped, as RFC 18 says
         /// of invalid messages.
-        init?(frames: [Data]) {
+        package init?(frames: [Data]) {
             guard frames.count >= 3 else { return nil }
             var rest = frames.dropFirst()
             var dialect = Dialect.rfc
@@ -91,7 +91,7 @@ enum Majordomo {
 
     /// The frames of a `FINAL` to a client (routing id first), in its dialect: RFC 18 names the
     /// service; majortomo's dialect does not.
-    static func finalToClient(_ peer: Data, dialect: Dialect, service: Data, body: [Data]) -> [Data] {
+    package static func finalToClient(_ peer: Data, dialect: Dialect, service: Data, body: [Data]) -> [Data] {
         switch dialect {
         case .rfc: [peer, clientHeader, Data([ClientCommand.final.byte(in: .rfc)]), service] + body
         case .delimited: [peer, Data(), clientHeader, Data([ClientCommand.final.byte(in: .delimited)])] + body
@@ -99,7 +99,7 @@ enum Majordomo {
     }
 
     /// The frames of a command to a worker (routing id first), in its dialect.
-    static func toWorker(_ peer: Data, dialect: Dialect, command: WorkerCommand, body: [Data] = []) -> [Data] {
+    package static func toWorker(_ peer: Data, dialect: Dialect, command: WorkerCommand, body: [Data] = []) -> [Data] {
         let prefix: [Data] = dialect == .delimited ? [peer, Data()] : [peer]
         return prefix + [workerHeader, Data([command.rawValue])] + body
     }

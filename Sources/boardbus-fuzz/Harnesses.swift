@@ -1,0 +1,104 @@
+import BusCodec
+import BusCore
+import Foundation
+import MotherboardGateways
+
+/// What each harness promises for any input: a property that holds, or a precondition failure
+/// (libFuzzer keeps the input that broke it).
+enum Harnesses {
+    static let all: [String: @Sendable (Data) -> Void] = [
+        "header": header, "cbor": cbor, "json": json, "mdp": mdp,
+    ]
+
+    /// The header codec: every input is refused with a `BusError`, or decodes to a header that
+    /// encodes to as many bytes and decodes back to itself.
+    static func header(_ input: Data) {
+        let header: EnvelopeHeader
+        do {
+            header = try HeaderCodec.decode(input)
+        } catch is BusError {
+            return
+        } catch {
+            preconditionFailure("HeaderCodec.decode threw \(error), not a BusError")
+        }
+        guard let again = try? HeaderCodec.encode(header) else { preconditionFailure("a decoded header does not encode") }
+        precondition(again.count == input.count, "re-encoded in \(again.count) bytes, not \(input.count)")
+        precondition((try? HeaderCodec.decode(Data(again))) == header, "decode(encode(header)) differs")
+    }
+
+    /// Representative payloads: nesting, optionals, arrays, dictionaries, enums, numbers. Equal
+    /// when every field is, a NaN to a NaN (the round trip may change its payload bits).
+    struct Sample: Codable, Equatable {
+        static func == (a: Sample, b: Sample) -> Bool {
+            a.name == b.name && a.count == b.count && sameNumber(a.ratio, b.ratio) && a.tags == b.tags && a.nested == b.nested
+                && a.mode == b.mode && a.flag == b.flag
+        }
+
+        enum Mode: String, Codable { case a, b }
+        var name: String
+        var count: Int?
+        var ratio: Double
+        var tags: [String]
+        var nested: [String: [Int]]
+        var mode: Mode?
+        var flag: Bool
+    }
+
+    /// CBOR: any input decodes or is refused with a `DecodingError`; what decodes encodes and
+    /// decodes again to the same value.
+    static func cbor(_ input: Data) {
+        let attempts: [() throws -> Void] = [
+            { try roundTrip(Sample.self, input, equal: ==) }, { try roundTrip([String: [Int]].self, input, equal: ==) },
+            { try roundTrip([Double].self, input) { $0.count == $1.count && zip($0, $1).allSatisfy(sameNumber) } },
+        ]
+        for attempt in attempts {
+            do {
+                try attempt()
+            } catch is DecodingError {
+            } catch {
+                preconditionFailure("CBOR threw \(error), not a DecodingError")
+            }
+        }
+    }
+
+    private static func roundTrip<T: Codable>(_ type: T.Type, _ input: Data, equal: (T, T) -> Bool) throws {
+        let value = try CBORDecoder().decode(type, from: input)
+        let again = try CBORDecoder().decode(type, from: try CBOREncoder().encode(value))
+        precondition(equal(again, value), "CBOR round trip differs for \(type)")
+    }
+
+    /// Equal numbers, or both NaN.
+    static func sameNumber(_ a: Double, _ b: Double) -> Bool { a == b || (a.isNaN && b.isNaN) }
+
+    /// JSON: BoardBus's fast path against Foundation on the same text: the same value or
+    /// Foundation refuses (the fast path never answers where Foundation would not), and encoding
+    /// what was decoded gives Foundation's bytes.
+    static func json(_ input: Data) {
+        differential(Sample.self, input)
+        differential([String: [Int]].self, input)
+        differential([Double].self, input)
+    }
+
+    private static func differential<T: Codable & Equatable>(_ type: T.Type, _ input: Data) {
+        let foundation = try? JSONDecoder().decode(type, from: input)
+        guard let fast = JSONPayload.decode(type, from: input) else { return }
+        guard let foundation else { preconditionFailure("the fast path read \(type) where Foundation refuses") }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        precondition(fast == foundation, "the fast path read another \(type) than Foundation")
+        if let written = JSONPayload.encode(fast) {
+            precondition(written == (try? encoder.encode(fast)), "the fast path wrote other bytes than Foundation for \(type)")
+        }
+    }
+
+    /// Majordomo frames: the input split at 0xFF bytes into frames, read as the endpoint's
+    /// ROUTER would; what a worker command reads as is written back to the same frames.
+    static func mdp(_ input: Data) {
+        let frames = input.split(separator: 0xFF, omittingEmptySubsequences: false).map { Data($0) }
+        guard let message = Majordomo.Incoming(frames: frames) else { return }
+        if case .worker(let command?) = message.sender {
+            let written = Majordomo.toWorker(message.peer, dialect: message.dialect, command: command, body: message.body)
+            precondition(written == frames, "a worker message is written back otherwise")
+        }
+    }
+}
