@@ -19,19 +19,19 @@ extension BusClient {
 
     /// One board (`busctl status ID`).
     public func status(_ id: BoardID, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) async throws -> BoardInfo {
-        let envelope = Envelope(
-            header: EnvelopeHeader(kind: .control, typeName: ControlOperation.status),
-            payload: try PayloadCodec.encode(StatusRequest(id: id, scope: scope)))
-        let reply = try await request(envelope, timeout: timeout)
-        return try PayloadCodec.decode(BoardInfo.self, from: reply.payload)
+        try await boardOperation(ControlOperation.status, id, scope: scope, timeout: timeout)
     }
 
     /// Starts a manifest board that is not running, one its restart limit stopped included
     /// (`busctl restart`); returns its status (`starting`).
     public func restart(_ id: BoardID, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) async throws -> BoardInfo {
+        try await boardOperation(ControlOperation.restart, id, scope: scope, timeout: timeout)
+    }
+
+    /// A control operation about one board (`StatusRequest`), answered with its `BoardInfo`.
+    private func boardOperation(_ operation: String, _ id: BoardID, scope: Scope, timeout: Duration) async throws -> BoardInfo {
         let envelope = Envelope(
-            header: EnvelopeHeader(kind: .control, typeName: ControlOperation.restart),
-            payload: try PayloadCodec.encode(StatusRequest(id: id, scope: scope)))
+            header: EnvelopeHeader(kind: .control, typeName: operation), payload: try PayloadCodec.encode(StatusRequest(id: id, scope: scope)))
         let reply = try await request(envelope, timeout: timeout)
         return try PayloadCodec.decode(BoardInfo.self, from: reply.payload)
     }
