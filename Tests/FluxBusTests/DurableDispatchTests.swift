@@ -118,11 +118,16 @@ struct DurableDispatchTests {
         #expect(StoreHost<[String]>.lockWait(for: .milliseconds(100)) == .zero)
         #expect(StoreHost<[String]>.lockWait(for: .seconds(25)) < .seconds(25))
         #expect(StoreHost<[String]>.lockWait(for: nil) == StorePersistence.defaultLockWait)
+        // The dispatch itself gives up without waiting out the 5 s of a request with no timeout:
+        // the bound is loose (two orders of magnitude), so that only waiting for the lock fails it.
+        let started = ContinuousClock.now
         let error = #expect(throws: BusError.self) {
             try remote.handle(dispatchRequest("add", id: "x", text: "x", timeout: .milliseconds(100)))
         }
+        let waited = started.duration(to: .now)
         #expect(error?.code == .storageFailed)
         #expect(error?.message.contains("locked") == true)
+        #expect(waited < StorePersistence.defaultLockWait / 2, "a caller waiting 100 ms was held \(waited)")
     }
 
     @Test func aFullDatabaseRefusesTheDispatchWhichIsAppliedOnceWhenSpaceIsFreed() throws {
