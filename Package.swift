@@ -193,7 +193,9 @@ let package = Package(
         .executableTarget(name: "bench-echo-board", dependencies: ["BoardKit", "BusCore"]),
         // The fuzz harnesses (Sources/boardbus-fuzz): replays corpora when built as usual; a
         // libFuzzer target when built by scripts/fuzz.
-        .executableTarget(name: "boardbus-fuzz", dependencies: ["BusCore", "BusCodec", "MotherboardGateways"]),
+        .executableTarget(
+            name: "boardbus-fuzz",
+            dependencies: ["BusCore", "BusCodec", "MotherboardCore", "MotherboardGateways", .product(name: "Logging", package: "swift-log")]),
         .executableTarget(
             name: "boardbus-bench",
             dependencies: [

@@ -7,7 +7,7 @@ import MotherboardGateways
 /// (libFuzzer keeps the input that broke it).
 enum Harnesses {
     static let all: [String: @Sendable (Data) -> Void] = [
-        "header": header, "cbor": cbor, "json": json, "mdp": mdp,
+        "header": header, "cbor": cbor, "json": json, "mdp": mdp, "route": RoutingHarness.route,
     ]
 
     /// The header codec: every input is refused with a `BusError`, or decodes to a header that
