@@ -373,6 +373,9 @@ extension AttackIntegrationTests {
                 return (peak, try other.waitReadable(timeoutMilliseconds: 10_000) && other.receive() != nil)
             }
             #expect(served)
+            // The attack happened: the broker held the frames while the connections stayed open
+            // (200 MiB were sent; PROTOCOL 7.2 says they are held), then gave them back.
+            #expect(peak - before > 100, "the broker grew by only \(peak - before) MiB: the frames were not held")
             let returned = await eventually(timeout: .seconds(15)) { residentMiB(of: broker) - before < 40 }
             #expect(returned, "broker at \(residentMiB(of: broker)) MiB after the connections closed (\(before) MiB before)")
             print(
