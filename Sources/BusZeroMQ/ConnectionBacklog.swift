@@ -16,8 +16,9 @@ import Foundation
 /// take more, and it has not since the last look. A socket that streams to a peer reading as
 /// fast as it is written can look the same at one look (one message waiting), but not for long;
 /// so a socket frozen for ``frozenTicks`` ticks counts as not caught up. The backlog counts the
-/// bytes of large messages queued toward each peer since it was last seen caught up; past the
-/// budget the peer is *stalled*: further large messages to it are refused (the caller drops them
+/// bytes of large messages queued toward each peer since it was last seen caught up; from half
+/// the budget on it looks at every large message, and past the budget without a look that found
+/// the peer caught up, the peer is *stalled*: further large messages to it are refused (the caller drops them
 /// and counts them), and the router answers its new requests `busy`, until it is seen caught up
 /// again.
 ///
@@ -92,12 +93,15 @@ package final class ConnectionBacklog<Peer: Hashable> {
         }
         entry.queued += bytes
         entry.lastSeen = ticks
-        if entry.queued > budget {
-            // Over the budget: look at the socket now rather than at the next tick.
+        if entry.queued > budget / 2 {
+            // Past half the budget, the socket is looked at for every large message rather than
+            // at the next tick; the peer is stalled only when none of those looks found it caught
+            // up before the budget was spent. One look can catch a peer that reads as fast as it
+            // is sent with its socket momentarily half full; many in a row cannot.
             noteWhatTookMore()
             if hasCaughtUp(&entry) {
                 entry.queued = bytes
-            } else {
+            } else if entry.queued > budget {
                 stalled.insert(peer)
             }
         }
