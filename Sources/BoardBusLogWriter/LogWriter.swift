@@ -28,6 +28,14 @@ public struct LogWriter: Sendable {
         self.generations = max(1, generations)
     }
 
+    /// Runs as the writer process: ignores the terminal's Ctrl-C and hang-up (they are for the
+    /// board; the writer lives as long as the board's output), then copies standard input.
+    public func runAsProcess() {
+        signal(SIGINT, SIG_IGN)
+        signal(SIGHUP, SIG_IGN)
+        run(input: STDIN_FILENO)
+    }
+
     /// Copies `input` to the log until end of file. A write the disk refuses (full, gone) drops
     /// what it held; the next write that succeeds is preceded by a line saying how much was lost.
     public func run(input: Int32) {

@@ -131,10 +131,11 @@ extension BusClient {
         let told = Mutex<[BoardID]?>(nil)
         return try await poll(timeout: timeout, what: "the fleet to be ready") {
             let list = try await self.list(timeout: .seconds(2))
-            if let progress, !list.waitingFor.isEmpty, told.withLock({ $0 }) != list.waitingFor {
-                told.withLock { $0 = list.waitingFor }
-                progress(list.waitingFor)
+            let changed = told.withLock { told in
+                defer { told = list.waitingFor }
+                return told != list.waitingFor
             }
+            if let progress, changed, !list.waitingFor.isEmpty { progress(list.waitingFor) }
             return list.waitingFor.isEmpty ? list : nil
         } retryingOn: {
             []

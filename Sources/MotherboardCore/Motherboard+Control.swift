@@ -81,9 +81,9 @@ extension Motherboard {
         ControlOperation.ping: .init { motherboard, envelope, peer, _ in motherboard.reply(to: envelope, from: peer, with: Delivery(delivered: 0)) },
         ControlOperation.restart: .init { motherboard, envelope, peer, now in
             let request = try PayloadCodec.decode(StatusRequest.self, from: envelope.payload)
-            try motherboard.restart(ScopedName(scope: request.scope, name: request.id.rawValue), now: now)
-            motherboard.reply(
-                to: envelope, from: peer, with: try motherboard.boardInfo(ScopedName(scope: request.scope, name: request.id.rawValue), now: now))
+            let name = ScopedName(scope: request.scope, name: request.id.rawValue)
+            try motherboard.restart(name, now: now)
+            motherboard.reply(to: envelope, from: peer, with: try motherboard.boardInfo(name, now: now))
         },
         // Between motherboards (ours at both ends): the uplink proves itself with its secret, a
         // child's link asks for the chain above, the uplink says what is above its motherboard.

@@ -12,10 +12,7 @@ extension Motherboard {
             if forwardUp(envelope, name: name, from: peer, sender: sender, now: now) { return }
             if let entry = manifest.board(named: name.name, scope: name.scope), entry.start == .onDemand, producer != nil {
                 var header = envelope.header
-                if let sender {
-                    header.source = sender.id.rawValue
-                    header.scope = sender.scope
-                }
+                Self.speak(&header, as: sender)
                 return hold(Envelope(header: header, payload: envelope.payload), for: name, entry: entry, client: peer, now: now)
             }
             return reply(to: envelope, from: peer, error: notLiveError(name))
@@ -124,15 +121,19 @@ extension Motherboard {
     func deliver(_ envelope: Envelope, to target: LiveBoard, from client: PeerID?, sender: LiveBoard?, now: ContinuousClock.Instant) {
         var header = envelope.header
         let clientCorrelationID = header.correlationID
-        if let sender {
-            header.source = sender.id.rawValue
-            header.scope = sender.scope
-        }
+        Self.speak(&header, as: sender)
         header.correlationID = forwardingCorrelationID(
             flags: header.flags, correlationID: header.correlationID, timeoutMilliseconds: header.timeoutMilliseconds,
             to: target.name, at: target.peer, client: client, now: now)
         if header.correlationID == 0 { header.flags.remove(.replyExpected) }
         send(Envelope(header: header, payload: envelope.payload), to: target.peer, origin: client, clientCorrelationID: clientCorrelationID)
+    }
+
+    /// A registered board speaks as itself: its id and scope, whatever its header said.
+    static func speak(_ header: inout EnvelopeHeader, as sender: LiveBoard?) {
+        guard let sender else { return }
+        header.source = sender.id.rawValue
+        header.scope = sender.scope
     }
 
     /// The correlation id a request travels under to `board` (on the connection `boardPeer`: the

@@ -17,7 +17,7 @@ struct Supervisor {
         var secret: String? = nil
         /// When it was started; for a restart, when the back-off ends.
         var since: ContinuousClock.Instant
-        /// Activations waiting for it, with their senders (nil for flows), in order.
+        /// Activations and commands waiting for it, with who waits (nil for flows), in order.
         var queue: [HeldInput]
 
         var isWaitingOutBackoff: Bool { pid == 0 }

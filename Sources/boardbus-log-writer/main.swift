@@ -30,7 +30,4 @@ while let argument = arguments.popFirst() {
     }
 }
 guard let maximumBytes, let path else { usage("--max-bytes and PATH are required") }
-// Lives as long as its board's output: a terminal's Ctrl-C or hang-up is for the board.
-signal(SIGINT, SIG_IGN)
-signal(SIGHUP, SIG_IGN)
-LogWriter(path: path, maximumBytes: maximumBytes, generations: generations).run(input: STDIN_FILENO)
+LogWriter(path: path, maximumBytes: maximumBytes, generations: generations).runAsProcess()

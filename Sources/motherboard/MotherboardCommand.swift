@@ -163,9 +163,6 @@ struct LogWriterCommand: ParsableCommand {
     var path: String
 
     func run() throws {
-        // Lives as long as its board's output: a terminal's Ctrl-C or hang-up is for the board.
-        signal(SIGINT, SIG_IGN)
-        signal(SIGHUP, SIG_IGN)
-        LogWriter(path: path, maximumBytes: maxBytes, generations: keep).run(input: STDIN_FILENO)
+        LogWriter(path: path, maximumBytes: maxBytes, generations: keep).runAsProcess()
     }
 }
