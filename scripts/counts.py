@@ -159,30 +159,30 @@ def run_baseline(directory, tool, requests):
 
 
 def callgrind_threads(directory, role):
-    """Instructions of each thread of one role's process: {thread number: (instructions, kind)},
-    kind 'loop', 'io' or 'other'. Thread numbers follow creation order, the same in every run."""
+    """Instructions of each thread of one role's process: [(instructions, kind)], kind 'loop',
+    'io' or 'other'."""
     files = [path for path in glob.glob(f"{directory}/{role}.*") if re.search(r"\.\d+-\d+$", path)]
     if not files:
         raise Failure(f"no callgrind output for the {role} in {directory}")
-    threads = {}
+    threads = []
     for path in files:
         text = open(path, errors="replace").read()
         match = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
         kind = "loop" if any(mark in text for mark in LOOP_MARKS) else "io" if any(mark in text for mark in IO_MARKS) else "other"
-        threads[path.rsplit("-", 1)[1]] = (int(match.group(1)) if match else 0, kind)
+        threads.append((int(match.group(1)) if match else 0, kind))
     return threads
 
 
 def per_round_trip_threads(low, high):
-    """Per round trip: the busiest loop thread, the busiest I/O thread, the whole process."""
-    result = {"loop": 0.0, "io": 0.0, "process": 0.0}
-    for thread in set(low) | set(high):
-        (before, kind_before), (after, kind_after) = low.get(thread, (0, "other")), high.get(thread, (0, "other"))
-        each = (after - before) / (HIGH - LOW)
-        result["process"] += each
-        kind = "loop" if "loop" in (kind_before, kind_after) else "io" if "io" in (kind_before, kind_after) else "other"
-        if kind != "other":
-            result[kind] = max(result[kind], each)
+    """Per round trip: the busiest loop thread, the busiest I/O thread, the whole process. Threads
+    are paired across the two runs by kind, not by number: threads started at the same moment
+    (a loop thread and libzmq's I/O thread) are numbered in whichever order they won the race."""
+
+    def busiest(threads, kind):
+        return max((count for count, each in threads if each == kind), default=0)
+
+    result = {kind: (busiest(high, kind) - busiest(low, kind)) / (HIGH - LOW) for kind in ("loop", "io")}
+    result["process"] = (sum(count for count, _ in high) - sum(count for count, _ in low)) / (HIGH - LOW)
     return result
 
 
