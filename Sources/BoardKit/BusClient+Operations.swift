@@ -28,6 +28,19 @@ extension BusClient {
         try await boardOperation(ControlOperation.restart, id, scope: scope, timeout: timeout)
     }
 
+    /// The broker's access policy's answer for a principal (`busctl policy check --principal`).
+    public func policyCheck(_ question: PolicyCheck, timeout: Duration = BusClient.defaultTimeout) async throws -> PolicyAnswer {
+        let envelope = Envelope(
+            header: EnvelopeHeader(kind: .control, typeName: ControlOperation.policyCheck), payload: try PayloadCodec.encode(question))
+        return try PayloadCodec.decode(PolicyAnswer.self, from: try await request(envelope, timeout: timeout).payload)
+    }
+
+    /// The access policy in force (`busctl policy show`).
+    public func policyShow(timeout: Duration = BusClient.defaultTimeout) async throws -> PolicyText {
+        let reply = try await request(Envelope(header: EnvelopeHeader(kind: .control, typeName: ControlOperation.policyShow)), timeout: timeout)
+        return try PayloadCodec.decode(PolicyText.self, from: reply.payload)
+    }
+
     /// A control operation about one board (`StatusRequest`), answered with its `BoardInfo`.
     private func boardOperation(_ operation: String, _ id: BoardID, scope: Scope, timeout: Duration) async throws -> BoardInfo {
         let envelope = Envelope(

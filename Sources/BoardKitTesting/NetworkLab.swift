@@ -176,12 +176,17 @@ public final class NetworkLab: @unchecked Sendable {
     }
 
     /// Host A's motherboard: listens on `parentEndpoint` with CURVE, the lab's `edge-b` and `ops`
-    /// keys allowed.
-    public func startParent(manifest: String, arguments: [String] = []) async throws -> ChildProcess {
-        try await startBroker(
-            manifest: manifest, named: "a", ["--listen", parentEndpoint, "--allow", "\(directory)/allowed.keys"] + arguments, in: 0,
-            runtime: runtimeA)
+    /// keys allowed, what they may do said by `policy` (written to ``policyPath``; without one, a
+    /// remote key may do nothing).
+    public func startParent(manifest: String, policy: String? = nil, arguments: [String] = []) async throws -> ChildProcess {
+        if let policy { try policy.write(toFile: policyPath, atomically: true, encoding: .utf8) }
+        return try await startBroker(
+            manifest: manifest, named: "a",
+            ["--listen", parentEndpoint, "--allow", "\(directory)/allowed.keys", "--policy", policyPath] + arguments, in: 0, runtime: runtimeA)
     }
+
+    /// Host A's access policy file (rewrite it to change the policy of the running motherboard).
+    public var policyPath: String { "\(directory)/policy.json" }
 
     /// Host B's motherboard, attached to A with the `edge-b` key (or another of the lab's keys):
     /// it serves its manifest's scopes.

@@ -64,12 +64,15 @@ public struct BusError: Error, Sendable, Hashable, CustomStringConvertible {
         public static let unreachable = Code(name: "unreachable")
         /// The payload's content type (header field 3) is one this peer does not read.
         public static let unsupportedContentType = Code(name: "unsupportedContentType")
+        /// The access policy does not let the sender's principal do this; the message names the
+        /// principal, the operation and the deciding rule.
+        public static let forbidden = Code(name: "forbidden")
 
         /// Every code this version defines (a peer may send others: keep them as they are).
         public static let defined: Set<String> = [
             noSuchBoard, boardNotRunning, typeMismatch, timeout, malformed, tooLarge, unknownCommand, idInUse, notRegistered, handlerFailed,
             brokerNotRunning, badArgument, transport, noSuchStore, unknownAction, unauthorized, busy, storageFailed, cancelled,
-            unsupportedVersion, unreachable, unsupportedContentType, outcomeUnknown,
+            unsupportedVersion, unreachable, unsupportedContentType, outcomeUnknown, forbidden,
         ].reduce(into: Set<String>()) { $0.insert($1.name) }
 
         public var description: String { name }

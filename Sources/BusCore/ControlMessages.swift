@@ -207,6 +207,47 @@ public enum ControlOperation {
     public static let linkChain = "link.chain"
     /// From the uplink to its own motherboard (``LinkChain``): the chain of motherboards above it.
     public static let uplinkChain = "uplink.chain"
+    /// The access policy's answer to a question (``PolicyCheck``), answered with ``PolicyAnswer``.
+    public static let policyCheck = "policy.check"
+    /// The access policy in force (``PolicyText``).
+    public static let policyShow = "policy.show"
+}
+
+/// The payload of `policy.check`: may `principal` do `operation` on `target` (`command` for `call`)?
+public struct PolicyCheck: BusPayload, Hashable {
+    public var principal: String
+    public var operation: String
+    public var target: String
+    public var command: String?
+    public init(principal: String, operation: String, target: String, command: String? = nil) {
+        self.principal = principal
+        self.operation = operation
+        self.target = target
+        self.command = command
+    }
+}
+
+/// The answer to `policy.check`: the decision, the rule that made it, the policy file it is from.
+public struct PolicyAnswer: BusPayload, Hashable {
+    public var allowed: Bool
+    public var rule: String
+    public var source: String?
+    public init(allowed: Bool, rule: String, source: String?) {
+        self.allowed = allowed
+        self.rule = rule
+        self.source = source
+    }
+}
+
+/// The answer to `policy.show`: the policy file's text (empty when there is none: every remote
+/// principal is denied everything) and its path.
+public struct PolicyText: BusPayload, Hashable {
+    public var source: String?
+    public var text: String
+    public init(source: String?, text: String) {
+        self.source = source
+        self.text = text
+    }
 }
 
 /// Link ids of motherboards (``EnvelopeHeader/linkTrail``), nearest first.

@@ -25,6 +25,7 @@ public final class BrokerMetrics: @unchecked Sendable {
     /// Counters of connections that are not boards (busctl, clients), together.
     let clients: BoardMetrics
     private var errors: [String: Counter] = [:]
+    private var denials: [String: Counter] = [:]
     private var restarts: [ScopedName: Counter] = [:]
     private var exported = MotherboardCounters()
     private var exportedDrops = 0
@@ -142,6 +143,16 @@ public final class BrokerMetrics: @unchecked Sendable {
     /// An error answer, by its code and the board that gave it (`motherboard` for the broker's own).
     /// A code this version does not define counts as `other`: a board choosing codes cannot make
     /// the broker keep a series per string it makes up.
+    /// A request the access policy refused (`boardbus_denied_total{principal,operation}`; the
+    /// principals are the allow-list's names, so the series are as many as its keys).
+    func countDenied(principal: String, operation: String) {
+        let key = principal + "\u{0}" + operation
+        if let counter = denials[key] { return counter.increment() }
+        let counter = Counter(label: "boardbus_denied_total", dimensions: [("principal", principal), ("operation", operation)], factory: factory)
+        denials[key] = counter
+        counter.increment()
+    }
+
     func countError(code: String, from board: String) {
         let code = BusError.Code.defined.contains(code) ? code : "other"
         let key = code + "\u{0}" + board

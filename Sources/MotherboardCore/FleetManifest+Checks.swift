@@ -7,7 +7,7 @@ import Foundation
 extension FleetManifest {
     /// The keys each kind of object of the manifest may have.
     static let knownKeys: [String: Set<String>] = [
-        "manifest": ["scopes", "boards", "flows", "metricsListen", "listen", "attach", "mdp"],
+        "manifest": ["scopes", "boards", "flows", "metricsListen", "listen", "attach", "mdp", "policy"],
         "attach": ["address", "serverKey", "clientKey", "insecure"],
         "board": ["id", "executable", "arguments", "scope", "start", "restart", "restartLimit"],
         "restartLimit": ["count", "windowSeconds"],

@@ -168,12 +168,15 @@ public struct FleetManifest: Sendable, Hashable, Codable {
     /// Where to speak Majordomo (MDP 0.2): `ipc://mdp.sock` (relative: in the runtime directory)
     /// or `tcp://ADDRESS:PORT` (`--mdp` overrides).
     public var mdp: String?
+    /// The access policy file for remote principals (relative: to the manifest's directory;
+    /// `--policy` overrides; default `<state>/policy.json`).
+    public var policy: String?
     /// The directory of the manifest file it was loaded from: relative key paths in `attach` are
     /// relative to it. Not part of the manifest's JSON.
     public var directory: String?
 
     private enum CodingKeys: String, CodingKey {
-        case scopes, boards, flows, metricsListen, listen, attach, mdp
+        case scopes, boards, flows, metricsListen, listen, attach, mdp, policy
     }
 
     /// `"attach": {"address": "tcp://10.0.0.1:7400", "serverKey": KEY-OR-FILE, "clientKey": FILE}`.
@@ -215,6 +218,7 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         listen = try container.decodeIfPresent([String].self, forKey: .listen) ?? []
         attach = try container.decodeIfPresent(Attach.self, forKey: .attach)
         mdp = try container.decodeIfPresent(String.self, forKey: .mdp)
+        policy = try container.decodeIfPresent(String.self, forKey: .policy)
     }
 
     /// Reads and checks a manifest file.

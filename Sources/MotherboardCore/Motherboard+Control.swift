@@ -77,7 +77,9 @@ extension Motherboard {
             motherboard.refreshMetrics()
             motherboard.reply(to: envelope, from: peer, with: MetricsText(text: motherboard.metrics.exposition()))
         },
-        ControlOperation.monitor: .init { motherboard, envelope, peer, now in try motherboard.startMonitor(envelope, from: peer, now: now) },
+        ControlOperation.monitor: .init { motherboard, envelope, peer, now in
+            try motherboard.startMonitor(envelope, from: peer, principal: motherboard.receivingPrincipal, now: now)
+        },
         ControlOperation.ping: .init { motherboard, envelope, peer, _ in motherboard.reply(to: envelope, from: peer, with: Delivery(delivered: 0)) },
         ControlOperation.restart: .init { motherboard, envelope, peer, now in
             let request = try PayloadCodec.decode(StatusRequest.self, from: envelope.payload)
@@ -85,6 +87,8 @@ extension Motherboard {
             try motherboard.restart(name, now: now)
             motherboard.reply(to: envelope, from: peer, with: try motherboard.boardInfo(name, now: now))
         },
+        ControlOperation.policyCheck: .init { motherboard, envelope, peer, _ in try motherboard.answerPolicyCheck(envelope, from: peer) },
+        ControlOperation.policyShow: .init { motherboard, envelope, peer, _ in motherboard.answerPolicyShow(envelope, from: peer) },
         // Between motherboards (ours at both ends): the uplink proves itself with its secret, a
         // child's link asks for the chain above, the uplink says what is above its motherboard.
         ControlOperation.uplinkAttach: .init(federation: true) { motherboard, envelope, peer, _ in try motherboard.attachUplink(envelope, from: peer)

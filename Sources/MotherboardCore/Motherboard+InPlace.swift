@@ -20,9 +20,13 @@ extension Motherboard {
     /// unknown target, a late or forged reply, a message the admission gate refuses); or when a
     /// string is not ASCII.
     /// The caller then parses the message and hands it to `receive`, which routes it the same way.
-    package func routeInPlace(_ header: UnsafeMutableRawBufferPointer, from peer: PeerID, now: ContinuousClock.Instant) -> InPlaceRoute? {
+    package func routeInPlace(
+        _ header: UnsafeMutableRawBufferPointer, from peer: PeerID, now: ContinuousClock.Instant, principal: String? = nil
+    ) -> InPlaceRoute? {
         // While a monitor is attached, everything takes the parsed path, where monitors look.
         guard monitors.isEmpty else { return nil }
+        // A remote principal's messages are asked of the access policy, on the parsed path.
+        guard principal == nil else { return nil }
         let bytes = UnsafeRawBufferPointer(header)
         guard let layout = try? HeaderLayout(bytes), layout.stringsAreASCII(in: bytes) else { return nil }
         guard layout.kind == .command || layout.kind == .reply || layout.kind == .error else { return nil }

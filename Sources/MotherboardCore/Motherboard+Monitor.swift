@@ -9,6 +9,9 @@ import Foundation
 struct MonitorTable {
     struct Monitor {
         var request: MonitorRequest
+        /// The remote principal it attached as (nil: the broker's own user), which the access
+        /// policy asks about each message it would see.
+        var principal: String?
         var sent: UInt64 = 0
         /// Selected but not sent since the last push.
         var dropped = 0
@@ -28,13 +31,14 @@ struct MonitorTable {
     static let lease: Duration = .seconds(5)
 
     /// Starts a monitor, or renews one (its filter may change; its counts go on).
-    mutating func renew(_ peer: PeerID, _ request: MonitorRequest, now: ContinuousClock.Instant) {
+    mutating func renew(_ peer: PeerID, _ request: MonitorRequest, principal: String?, now: ContinuousClock.Instant) {
         if var monitor = monitors[peer] {
             monitor.request = request
+            monitor.principal = principal
             monitor.renewedAt = now
             monitors[peer] = monitor
         } else {
-            monitors[peer] = Monitor(request: request, renewedAt: now)
+            monitors[peer] = Monitor(request: request, principal: principal, renewedAt: now)
         }
     }
 
@@ -75,7 +79,7 @@ struct MonitorTable {
 
 extension Motherboard {
     /// `monitor`: starts or renews the sender's monitor.
-    func startMonitor(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) throws {
+    func startMonitor(_ envelope: Envelope, from peer: PeerID, principal: String?, now: ContinuousClock.Instant) throws {
         let request = try PayloadCodec.decode(MonitorRequest.self, from: envelope.payload)
         try request.validate()
         // A scope the fleet does not have is refused, as for any other request naming it.
@@ -85,7 +89,7 @@ extension Motherboard {
         if !monitors.contains(peer) {
             logger.info("monitor attached", metadata: ["peer": "\(label(peer))", "monitors": "\(monitors.count + 1)"])
         }
-        monitors.renew(peer, request, now: now)
+        monitors.renew(peer, request, principal: principal, now: now)
         // Answered past the monitors: no monitor shows the monitor protocol itself.
         if envelope.header.flags.contains(.replyExpected) {
             _ = transportSend(envelope.reply(payload: PayloadCodec.encodeOrEmpty(Delivery(delivered: 0))), to: peer)
@@ -128,6 +132,13 @@ extension Motherboard {
         var base: MonitorEvent?
         for (peer, monitor) in monitors.monitors
         where monitor.request.filter.matches(kind: kind, scope: scope, source: source, target: target, type: header.typeName, trace: trace) {
+            // A remote principal's monitor sees what the access policy lets it see.
+            var payloadAllowed = true
+            if let principal = monitor.principal {
+                let seen = monitorSees(principal, scope: header.scope, boards: (source, target))
+                guard seen.sees else { continue }
+                payloadAllowed = seen.payload
+            }
             guard monitors.hasWindow(peer) else {
                 monitors.drop(peer)
                 continue
@@ -141,7 +152,7 @@ extension Motherboard {
                     trace: trace, span: header.trace?.spanIDText, dispatchID: header.dispatchID, store: isStore ? header.target : nil)
             }
             var event = base!
-            if monitor.request.payloadBytes > 0 {
+            if monitor.request.payloadBytes > 0, payloadAllowed {
                 let excerpt = MonitorEvent.excerpt(envelope.payload, limit: monitor.request.payloadBytes)
                 event.payload = excerpt.text
                 event.payloadCut = excerpt.cut

@@ -91,6 +91,16 @@ public final class Motherboard {
     /// Rules every message must pass at the admission gate (``admit(_:hasContentType:from:sender:target:)``),
     /// after the broker's own: where who may do what is decided.
     @exclusivity(unchecked) package var admissionRules: [AdmissionRule] = []
+    /// Who may do what, for remote principals (``install(policy:source:text:)``).
+    var policy = AccessPolicy()
+    var policySource: String?
+    var policyText: String?
+    var decisions: [PolicyQuestion: AccessPolicy.Decision] = [:]
+    var deniedLog = LogThrottle(every: .seconds(1))
+    /// The principal of the message ``receive(_:from:now:origin:process:principal:)`` handles.
+    var receivingPrincipal: String?
+    /// Where each control operation a remote principal was allowed is written (the audit log).
+    package var audit: ((String) -> Void)?
     /// The control operations the broker answers, by name (``answerControl(_:from:now:)``).
     package var controlOperations = Motherboard.defaultControlOperations
     private let transport: any MotherboardTransport
@@ -123,12 +133,14 @@ public final class Motherboard {
     }
 
     /// Handles one message that a transport has already parsed (or found malformed).
-    /// `origin` says where the peer's connection comes from when it is not the ipc socket (a tcp
-    /// peer's address and key name), for registrations; `process`, for an ipc peer, the pid the
-    /// kernel knows for the other end of its connection.
+    /// `principal` is the name of the remote principal the message's connection authenticated as
+    /// (its CURVE key's allow-list name), nil for a local peer; `origin` says where the peer's
+    /// connection comes from when it is not the ipc socket (a tcp peer's address and key name),
+    /// for registrations; `process`, for an ipc peer, the pid the kernel knows for the other end
+    /// of its connection.
     public func receive(
         _ message: Result<Envelope, MalformedMessage>, from peer: PeerID, now: ContinuousClock.Instant, origin: PeerOrigin? = nil,
-        process: Int32? = nil
+        process: Int32? = nil, principal: String? = nil
     ) {
         let envelope: Envelope
         switch message {
@@ -144,7 +156,14 @@ public final class Motherboard {
             }
             return
         }
+        receivingPrincipal = principal
         let sender = registry.board(for: peer)
+        // A peer that took a remote board's routing id on a connection of another principal
+        // (libzmq lets a peer choose its id) is not that board.
+        if let sender, sender.origin?.keyName != principal {
+            return reply(
+                to: envelope, from: peer, error: BusError(.forbidden, "this connection is not the one board '\(sender.name)' registered over"))
+        }
         sender?.lastSeen = now
         (sender?.metrics ?? metrics.clients).received(envelope.header.kind)
         if !monitors.isEmpty, Self.endsAtBroker(envelope.header.kind) { observeReceived(envelope, from: peer) }
@@ -156,8 +175,9 @@ public final class Motherboard {
         {
             return reply(to: envelope, from: peer, error: refusal)
         }
+        if let refusal = authorize(envelope, principal: principal, sender: sender) { return reply(to: envelope, from: peer, error: refusal) }
         switch envelope.header.kind {
-        case .register: register(envelope, from: peer, now: now, origin: origin, process: process)
+        case .register: register(envelope, from: peer, now: now, origin: origin, process: process, principal: principal)
         case .unregister: unregister(envelope, from: peer)
         case .heartbeat: heartbeat(from: peer)
         case .activate: activate(envelope, from: peer, now: now)
@@ -243,7 +263,9 @@ public final class Motherboard {
         return producer.isRunning(process)
     }
 
-    private func register(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant, origin: PeerOrigin?, process: Int32?) {
+    private func register(
+        _ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant, origin: PeerOrigin?, process: Int32?, principal: String?
+    ) {
         let registration: Registration
         do {
             registration = try PayloadCodec.decode(Registration.self, from: envelope.payload)
@@ -256,7 +278,7 @@ public final class Motherboard {
             return reply(to: envelope, from: peer, error: noScope)
         }
         let name = ScopedName(scope: registration.scope, name: registration.id.rawValue)
-        if let refusal = registrationRefusal(registration, name: name, from: peer, origin: origin) {
+        if let refusal = registrationRefusal(registration, name: name, from: peer, origin: origin, principal: principal) {
             counters.refusedRegistrations += 1
             // Said once per id and connection (a helper asks again and again); counted always.
             let level: Logger.Level = loggedRefusals.insert("\(name) \(peer)") ? .warning : .debug
@@ -288,7 +310,10 @@ public final class Motherboard {
     /// held by a live board on another connection is taken over only with that board's secret
     /// (its own re-registration on a new connection); an id whose process the broker is starting
     /// only with the secret that process was handed. The pid in the registration proves nothing.
-    private func registrationRefusal(_ registration: Registration, name: ScopedName, from peer: PeerID, origin: PeerOrigin?) -> BusError? {
+    private func registrationRefusal(
+        _ registration: Registration, name: ScopedName, from peer: PeerID, origin: PeerOrigin?, principal: String?
+    ) -> BusError? {
+        if let forbidden = registrationForbidden(principal ?? origin?.keyName, name: name) { return forbidden }
         // An id whose board is unreachable is held for it: taken again with its secret, or over
         // a connection with the same key (its motherboard restarted), never by another peer.
         if registry[name] == nil, let lost = unreachable[name], !Self.secretsMatch(lost.board.registration.secret, registration.secret),

@@ -60,4 +60,6 @@ public struct MotherboardCounters: Sendable, Hashable {
     public var timedOutRequests = 0
     /// Board processes started on demand.
     public var onDemandStarts = 0
+    /// Requests of remote principals the access policy refused (`forbidden`).
+    public var denied = 0
 }

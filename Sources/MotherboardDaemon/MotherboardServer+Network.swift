@@ -108,7 +108,7 @@ final class AllowListFile: @unchecked Sendable {
     let path: String
     private let lock = NSLock()
     private var list: CurveAllowList
-    private var stamp: (Int, Int)?
+    private var stamp: FileStamp?
     private let logger: Logger
 
     /// `list` is the one read at start (the broker does not start with an invalid one).
@@ -116,7 +116,7 @@ final class AllowListFile: @unchecked Sendable {
         self.path = path
         self.list = list
         self.logger = logger
-        stamp = Self.stamp(path)
+        stamp = FileStamp(path)
     }
 
     func name(of key: String) -> String? {
@@ -124,11 +124,6 @@ final class AllowListFile: @unchecked Sendable {
             refreshLocked()
             return list.name(of: key)
         }
-    }
-
-    private static func stamp(_ path: String) -> (Int, Int)? {
-        var info = stat()
-        return stat(path, &info) == 0 ? (info.st_mtim.tv_sec, info.st_mtim.tv_nsec ^ Int(info.st_size)) : nil
     }
 
     /// Reads the file again if it changed; returns the names whose keys it no longer has (once:
@@ -148,8 +143,8 @@ final class AllowListFile: @unchecked Sendable {
     private var revoked: Set<String> = []
 
     private func refreshLocked() {
-        let current = Self.stamp(path)
-        guard current.map({ $0 != stamp ?? (-1, -1) }) ?? (stamp != nil) else { return }
+        let current = FileStamp(path)
+        guard current != stamp else { return }
         stamp = current
         do {
             let before = Set(list.names.values)

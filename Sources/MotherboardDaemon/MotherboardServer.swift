@@ -40,6 +40,9 @@ public final class MotherboardServer: Service {
         public var curveKeyPath: String?
         /// The allow-list of client keys (default `<state>/curve/allowed.keys`).
         public var allowListPath: String?
+        /// The access policy for remote principals (default: the manifest's `policy`, else
+        /// `<state>/policy.json`; without a file, a remote principal may do nothing).
+        public var policyPath: String?
         /// The most connections all endpoints together hold (ipc, tcp, MDP); fewer when the
         /// descriptor limit leaves less room (``ConnectionLimit``). Default 8192.
         public var maximumConnections = 8192
@@ -148,6 +151,9 @@ public final class MotherboardServer: Service {
         let attach =
             try options.attach ?? options.manifest.attach.map { try UplinkSettings(manifest: $0, directory: options.manifest.directory) }
         if attach != nil { motherboard.uplinkSecret = Registration.makeSecret() }
+        let policy = try PolicyFile(path: policyPath(stateDirectory: stateDirectory), logger: logger)
+        motherboard.install(policy: policy.policy, source: policy.path, text: policy.text)
+        motherboard.audit = AuditLog(path: "\(stateDirectory)/audit.log", logger: logger).write
         var startFailure: (any Error)?
         var metricsEndpoint: MetricsEndpoint?
         let metricsFile = "\(address.runtimeDirectory)/metrics.addr"
@@ -178,7 +184,7 @@ public final class MotherboardServer: Service {
         rotation.start()
         let handler = RouterLoopHandler(
             motherboard: motherboard, transport: transport, notifier: startFailure == nil ? notifier : nil, gate: gate,
-            allowList: security.allowList)
+            allowList: security.allowList, policy: policy)
         let loop = try SocketLoop(
             name: "motherboard", socket: socket, handler: handler, tickInterval: .milliseconds(100), limits: options.settings.limits)
         exits.connect(loop: loop, motherboard: motherboard)

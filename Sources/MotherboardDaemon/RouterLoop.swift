@@ -77,17 +77,19 @@ final class RouterLoopHandler: SocketLoopHandler {
 
     private let gate: ConnectionGate?
     private let allowList: AllowListFile?
+    private let policy: PolicyFile?
     private var ticks = 0
 
     init(
         motherboard: Motherboard, transport: RouterTransport, notifier: SystemdNotifier? = nil, gate: ConnectionGate? = nil,
-        allowList: AllowListFile? = nil
+        allowList: AllowListFile? = nil, policy: PolicyFile? = nil
     ) {
         self.motherboard = motherboard
         self.transport = transport
         self.notifier = notifier
         self.gate = gate
         self.allowList = allowList
+        self.policy = policy
     }
 
     /// A message came on a connection new to its peer: a tcp one names its CURVE key (its
@@ -120,7 +122,7 @@ final class RouterLoopHandler: SocketLoopHandler {
         let peer = PeerID(routingID)
         noteConnection(of: peer, on: socket)
         if transport.backlog.isStalled(peer) { return refuseStalled(peer, header: UnsafeRawBufferPointer(header)) }
-        guard let route = motherboard.routeInPlace(header, from: peer, now: clock.now) else { return false }
+        guard let route = motherboard.routeInPlace(header, from: peer, now: clock.now, principal: Self.principal(on: socket)) else { return false }
         if !transport.forwardReceived(to: route.peer, payloadBytes: payloadBytes, kind: route.kind, header: UnsafeRawBufferPointer(header)) {
             motherboard.undeliverable(route.kind, to: route.peer, correlationID: HeaderLayout.correlationID(in: UnsafeRawBufferPointer(header)))
         }
@@ -144,11 +146,21 @@ final class RouterLoopHandler: SocketLoopHandler {
         guard let routingID = message.routingID else { return }
         let peer = PeerID(routingID)
         noteConnection(of: peer, on: socket)
+        let principal = Self.principal(on: socket)
         guard case .success(let envelope) = message.content, envelope.header.kind == .register else {
-            return motherboard.receive(message.content, from: peer, now: clock.now)
+            return motherboard.receive(message.content, from: peer, now: clock.now, principal: principal)
         }
         motherboard.receive(
-            message.content, from: peer, now: clock.now, origin: Self.origin(of: message, on: socket), process: socket.lastSourceProcessID)
+            message.content, from: peer, now: clock.now, origin: Self.origin(of: message, on: socket), process: socket.lastSourceProcessID,
+            principal: principal)
+    }
+
+    /// The remote principal of the message being handled: the name the ZAP handler gave its
+    /// connection's key (only tcp connections pass the ZAP handler; `insecure` ones included),
+    /// read from libzmq for every message, so that no routing id carries it over to another
+    /// connection. Nil on the ipc socket.
+    static func principal(on socket: ZMQSocket) -> String? {
+        socket.lastReceivedProperty("User-Id").map { $0.isEmpty ? "unnamed" : $0 }
     }
 
     /// Where a registration's connection comes from, when it is a tcp one: the peer's address
@@ -163,7 +175,10 @@ final class RouterLoopHandler: SocketLoopHandler {
 
     func tick(on socket: ZMQSocket) {
         ticks += 1
-        if ticks % 5 == 0 { revokeRemovedKeys() }
+        if ticks % 5 == 0 {
+            revokeRemovedKeys()
+            if let policy, policy.refresh() { motherboard.install(policy: policy.policy, source: policy.path, text: policy.text) }
+        }
         transport.backlog.tick()
         heap.trimIfWorthwhile()
         let now = clock.now

@@ -13,7 +13,7 @@ struct Busctl: AsyncParsableCommand {
         subcommands: [
             List.self, Status.self, Restart.self, Introspect.self, Tree.self, Flows.self, Call.self, Activate.self, Emit.self, Action.self,
             Dispatch.self,
-            State.self, Wait.self, Monitor.self, Metrics.self, Keys.self,
+            State.self, Wait.self, Monitor.self, Metrics.self, Keys.self, Policy.self,
         ])
 }
 

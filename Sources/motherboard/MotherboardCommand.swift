@@ -57,6 +57,12 @@ struct MotherboardCommand: ParsableCommand {
 
     @Option(
         help:
+            "The access policy for remote principals, JSON (default: the manifest's policy, else <state dir>/policy.json; re-read when it changes). Without one, a remote key may do nothing."
+    )
+    var policy: String?
+
+    @Option(
+        help:
             "The most connections all endpoints together hold (ipc, tcp, MDP; fewer when the descriptor limit leaves less room; tcp gets at most 3/4). Default 8192."
     )
     var maxConnections: Int?
@@ -117,6 +123,7 @@ struct MotherboardCommand: ParsableCommand {
             }
             options.curveKeyPath = curveKey
             options.allowListPath = allow
+            options.policyPath = policy
             options.insecure = insecure
             options.mdp = mdp
             if let attach {

@@ -175,7 +175,7 @@ struct FleetIntegrationTests {
             let names = [
                 "list", "status", "restart", "introspect", "tree", "flows", "call", "activate", "emit", "action", "dispatch", "state", "wait",
                 "monitor",
-                "metrics", "keys",
+                "metrics", "keys", "policy",
             ]
             let help = try await fleet.busctl("--help")
             #expect(help.exitCode == 0, "\(help.standardError)")
@@ -183,7 +183,9 @@ struct FleetIntegrationTests {
             let keysHelp = try await fleet.busctl("keys", "--help")
             #expect(keysHelp.exitCode == 0, "\(keysHelp.standardError)")
             #expect(Self.subcommands(inHelp: keysHelp.standardOutput) == ["server", "new", "show", "check"])
-            for command in names.map({ [$0] }) + [["keys", "show"], ["keys", "check"]] {
+            let policyHelp = try await fleet.busctl("policy", "--help")
+            #expect(Self.subcommands(inHelp: policyHelp.standardOutput) == ["check", "show"])
+            for command in names.map({ [$0] }) + [["keys", "show"], ["keys", "check"], ["policy", "check"], ["policy", "show"]] {
                 let result = try await fleet.run("busctl", arguments: command + ["--help"])
                 #expect(result.exitCode == 0, "\(command): \(result.standardError)")
                 #expect(result.standardOutput.contains("USAGE: busctl \(command.joined(separator: " "))"), "\(command): \(result.standardOutput)")

@@ -26,9 +26,33 @@ struct NetworkIntegrationTests {
         }
         """
 
+    /// README's access policy for its walkthrough, as printed there (the lab's operator key is
+    /// `ops` where README's is `ann`), and what the lab does beyond the walkthrough: B's clients
+    /// reply to comments, operators greet over MDP.
+    static let policy: String = {
+        let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../README.md")
+        let text = (try? String(contentsOf: readme, encoding: .utf8)) ?? ""
+        guard let marker = text.range(of: "<!-- policy: the across-machines tests run this policy as it is printed here -->"),
+            let start = text.range(of: "```json\n", range: marker.upperBound..<text.endIndex),
+            let end = text.range(of: "```", range: start.upperBound..<text.endIndex),
+            var policy = try? JSONSerialization.jsonObject(with: Data(text[start.upperBound..<end.lowerBound].utf8)) as? [String: Any],
+            let rules = policy["rules"] as? [[String: Any]]
+        else { return "README's policy block is missing" }
+        policy["groups"] = ["operators": ["ops"]]
+        policy["rules"] =
+            rules + [
+                ["name": "lab: B's clients comment", "allow": ["dispatch"], "principals": ["edge-b"], "targets": ["comments"]],
+                [
+                    "name": "lab: operators greet over MDP", "allow": ["call"], "principals": ["@operators"], "targets": ["demo.greeter"],
+                    "commands": ["greet"],
+                ],
+            ]
+        return String(decoding: try! JSONSerialization.data(withJSONObject: policy), as: UTF8.self)
+    }()
+
     @Test func aScopeOnAnotherHostServesCallsActionsAndSurvivesACutLink() async throws {
         try await NetworkLab.with { lab in
-            _ = try await lab.startParent(manifest: Self.parentManifest)
+            _ = try await lab.startParent(manifest: Self.parentManifest, policy: Self.policy)
             _ = try await lab.startEdge(manifest: Self.edgeManifest)
 
             // A sees B's board under `edge`, with B's address and key name, and calls it.
@@ -146,11 +170,11 @@ struct NetworkIntegrationTests {
     @Test func aBoardOnAnotherHostConnectsStraightToTheMotherboard() async throws {
         let manifest = #"{ "boards": [ { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always" } ] }"#
         try await NetworkLab.with { lab in
-            _ = try await lab.startParent(manifest: manifest)
-            _ = try await lab.startRemoteBoard(id: "remote.greeter", key: "ops")
-            let status = try decode(BoardInfo.self, from: try await lab.busctlA("status", "remote.greeter", "--json"))
+            _ = try await lab.startParent(manifest: manifest, policy: Self.policy)
+            _ = try await lab.startRemoteBoard(id: "far.greeter", key: "ops")
+            let status = try decode(BoardInfo.self, from: try await lab.busctlA("status", "far.greeter", "--json"))
             #expect(status.host == "\(lab.edgeAddress) (ops)", "host: \(status.host ?? "nil")")
-            let answer = try await lab.busctlA("call", "remote.greeter", "greet", #"{"name":"far"}"#)
+            let answer = try await lab.busctlA("call", "far.greeter", "greet", #"{"name":"far"}"#)
             try lab.expectOK(answer)
             #expect(answer.standardOutput.contains("Hello, far!"))
             let list = try await lab.busctlA("list")
@@ -160,7 +184,7 @@ struct NetworkIntegrationTests {
             #expect(action.standardOutput.contains("delivered to 2 board(s)"), "\(action.standardOutput)")
 
             // A store owned by a board on host B: dispatched to and watched from A.
-            _ = try await lab.startRemoteBoard(id: "remote.comments", key: "ops", executable: "BoardBusDemoComments")
+            _ = try await lab.startRemoteBoard(id: "far.comments", key: "ops", executable: "BoardBusDemoComments")
             let watch = try await lab.start(
                 lab.binaries + "/busctl", ["state", "comments", "--watch", "--count", "2", "--timeout", "30"], in: 0, runtime: lab.runtimeA)
             try await watch.waitForOutput("sequence", timeout: .seconds(30))
@@ -180,9 +204,9 @@ struct NetworkIntegrationTests {
     @Test func aRevokedKeyLosesItsLiveConnectionsAndABadAllowListLocksNobodyOut() async throws {
         let manifest = #"{ "boards": [ { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always" } ] }"#
         try await NetworkLab.with { lab in
-            let parent = try await lab.startParent(manifest: manifest)
-            let board = try await lab.startRemoteBoard(id: "remote.greeter", key: "ops")
-            try lab.expectOK(try await lab.busctlA("call", "remote.greeter", "greet", #"{"name":"far"}"#))
+            let parent = try await lab.startParent(manifest: manifest, policy: Self.policy)
+            let board = try await lab.startRemoteBoard(id: "far.greeter", key: "ops")
+            try lab.expectOK(try await lab.busctlA("call", "far.greeter", "greet", #"{"name":"far"}"#))
             let path = "\(lab.directory)/allowed.keys"
             let allowed = try String(contentsOfFile: path, encoding: .utf8)
 
@@ -204,7 +228,7 @@ struct NetworkIntegrationTests {
             let check2 = try await lab.run(lab.binaries + "/busctl", ["keys", "check", path], in: nil)
             #expect(check2.exitCode == 0 && check2.standardOutput.contains("1 key(s): edge-b"), "\(check2.standardOutput)")
             let dropped = try await eventually(timeout: .seconds(10)) {
-                try await lab.busctlA("status", "remote.greeter").standardError.contains("noSuchBoard")
+                try await lab.busctlA("status", "far.greeter").standardError.contains("noSuchBoard")
             }
             let listed = try await lab.busctlA("list").standardOutput
             #expect(dropped, "\(listed)")
@@ -213,7 +237,7 @@ struct NetworkIntegrationTests {
             #expect(refused.exitCode == 1 && refused.standardError.contains("unauthorized"), "\(refused.standardError)")
             // The board cannot register again with it.
             let later = try await lab.busctlA("list").standardOutput
-            #expect(!later.contains("remote.greeter"), "\(later)")
+            #expect(!later.contains("far.greeter"), "\(later)")
             #expect(board.isRunning)
         }
     }
@@ -229,7 +253,13 @@ struct NetworkIntegrationTests {
               "boards": [ { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "scope": "edge", "start": "always" } ],
               "attach": { "address": "tcp://127.0.0.1:\(port)", "insecure": true } }
             """
-        try await TestFleet.with(manifest: manifest, brokerArguments: ["--listen", "tcp://127.0.0.1:\(port)", "--insecure"]) { fleet in
+        // Its own plaintext peer (`insecure`) may serve `edge` and ask for the chain above.
+        let policy = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-policy-\(UUID().uuidString).json").path
+        try #"{"rules": [{"allow": ["serve"], "principals": ["insecure"], "targets": ["edge/*"]}]}"#.write(
+            toFile: policy, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: policy) }
+        try await TestFleet.with(manifest: manifest, brokerArguments: ["--listen", "tcp://127.0.0.1:\(port)", "--insecure", "--policy", policy]) {
+            fleet in
             let refused = try await eventually(timeout: .seconds(20)) {
                 fleet.brokerLog.contains("not attached: the parent refused this motherboard, which would make a cycle")
             }
@@ -246,7 +276,7 @@ struct NetworkIntegrationTests {
 
     @Test func aMotherboardWhoseKeyIsNotAllowedIsToldWhyAndServesNothingThere() async throws {
         try await NetworkLab.with { lab in
-            _ = try await lab.startParent(manifest: Self.parentManifest)
+            _ = try await lab.startParent(manifest: Self.parentManifest, policy: Self.policy)
             let edge = try await lab.startEdge(manifest: Self.edgeManifest, key: "stranger")
             #expect(
                 try await eventually(timeout: .seconds(20), checkingEvery: .milliseconds(100)) {
@@ -266,11 +296,23 @@ struct NetworkIntegrationTests {
             let endpoint = "tcp://\(lab.parentAddress):\(lab.port + 2)"
             let broker = try await lab.start(
                 lab.binaries + "/motherboard",
-                ["--runtime-dir", "\(lab.directory)/plain", "--listen", endpoint, "--insecure", "--exit-with-parent"], in: 0,
-                runtime: "\(lab.directory)/plain")
+                [
+                    "--runtime-dir", "\(lab.directory)/plain", "--listen", endpoint, "--insecure", "--exit-with-parent", "--policy",
+                    "\(lab.directory)/plain-policy.json",
+                ], in: 0, runtime: "\(lab.directory)/plain")
             try await broker.waitForOutput("READY", timeout: .seconds(60))
             #expect(broker.standardError.contains("WARNING: --insecure"))
-            try lab.expectOK(try await lab.run(lab.binaries + "/busctl", ["list", "--bus", endpoint, "--insecure"], in: 1))
+            // Plaintext peers are the principal `insecure`: with no policy, they may do nothing.
+            let before = try await lab.run(lab.binaries + "/busctl", ["list", "--bus", endpoint, "--insecure"], in: 1)
+            #expect(before.exitCode == 1 && before.standardError.contains("forbidden: 'insecure' may not control list"), "\(before.standardError)")
+            try #"{"rules": [{"allow": ["control"], "principals": ["insecure"], "targets": ["list"]}]}"#.write(
+                toFile: "\(lab.directory)/plain-policy.json", atomically: true, encoding: .utf8)
+            #expect(
+                try await eventually(timeout: .seconds(10)) {
+                    try await lab.run(lab.binaries + "/busctl", ["list", "--bus", endpoint, "--insecure"], in: 1).exitCode == 0
+                })
+            let tree = try await lab.run(lab.binaries + "/busctl", ["tree", "--bus", endpoint, "--insecure"], in: 1)
+            #expect(tree.exitCode == 1 && tree.standardError.contains("forbidden"), "\(tree.standardError)")
             // Without keys and without asking for plaintext: refused before anything is sent.
             let unasked = try await lab.run(lab.binaries + "/busctl", ["list", "--bus", endpoint], in: 1)
             #expect(unasked.exitCode == 2 && unasked.standardError.contains("BOARDBUS_INSECURE=1"), "\(unasked.standardError)")
@@ -282,11 +324,122 @@ struct NetworkIntegrationTests {
         }
     }
 
+    /// Issue: an allowed remote key could do everything: monitor every payload, remove flows,
+    /// emit as any board, call any command, take an on-demand manifest board's id. Each is tried
+    /// here with a key the policy did not grant it to, and refused `forbidden` naming the rule;
+    /// what it was granted still works; a grant removed from the file stops the next request.
+    @Test func aRemoteKeyMayDoOnlyWhatThePolicyGrants() async throws {
+        let manifest = """
+            {
+              "scopes": [ { "name": "edge" }, { "name": "vault" }, { "name": "checkout" } ],
+              "boards": [
+                { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always" },
+                { "id": "vault.greeter", "executable": "BoardBusDemoGreeter", "scope": "vault", "start": "always" },
+                { "id": "checkout.payment", "executable": "BoardBusDemoPayment", "scope": "checkout", "start": "on-demand" }
+              ]
+            }
+            """
+        try await NetworkLab.with { lab in
+            let parent = try await lab.startParent(manifest: manifest, policy: Self.policy)
+            try lab.expectOK(try await lab.busctlA("wait", "--timeout", "30"))
+            func edge(_ arguments: String...) async throws -> ChildProcess.Result {
+                try await lab.run(
+                    lab.binaries + "/busctl",
+                    arguments + [
+                        "--bus", lab.parentEndpoint, "--server-key", "\(lab.stateA)/curve/server.pub", "--client-key", "\(lab.directory)/edge-b.key",
+                    ],
+                    in: 1)
+            }
+            func expectForbidden(_ result: ChildProcess.Result, _ words: String, sourceLocation: SourceLocation = #_sourceLocation) {
+                #expect(result.exitCode == 1, "\(result.standardError)", sourceLocation: sourceLocation)
+                #expect(
+                    result.standardError.contains("forbidden: 'edge-b' may not \(words)"), "\(result.standardError)", sourceLocation: sourceLocation)
+            }
+            // Granted: greet. Not granted: another command of the same board, the vault, a monitor,
+            // the flows, an output as another board, a dispatch.
+            let greeted = try await edge("call", "demo.greeter", "greet", #"{"name":"edge"}"#)
+            try lab.expectOK(greeted)
+            expectForbidden(try await edge("call", "demo.greeter", "ping"), "call demo.greeter ping: denied by the default")
+            expectForbidden(
+                try await edge("call", "vault.greeter", "greet", #"{"name":"x"}"#, "--scope", "vault"),
+                "call vault/vault.greeter greet: denied by rule 'nobody from afar in vault'")
+            expectForbidden(try await edge("monitor", "--payload", "--count", "1", "--timeout", "5"), "monitor")
+            expectForbidden(try await edge("flows"), "control flows")
+            expectForbidden(try await edge("emit", "demo.greeter", "GreeterIO.Greeted", "{}"), "emit demo.greeter")
+            expectForbidden(try await edge("dispatch", "orders", "cancel", "{}"), "dispatch orders")
+
+            // The id of an on-demand manifest board that is not running: not B's to take, even
+            // while it is stopped; the operator's activation starts the real one.
+            let impostor = try await lab.start(
+                lab.binaries + "/BoardBusDemoGreeter", [], in: 1,
+                environment: [
+                    "BOARDBUS_ADDRESS": lab.parentEndpoint, "BOARDBUS_SERVER_KEY": "\(lab.stateA)/curve/server.pub",
+                    "BOARDBUS_CLIENT_KEY": "\(lab.directory)/edge-b.key", "BOARDBUS_BOARD_ID": "checkout.payment", "BOARDBUS_SCOPE": "checkout",
+                ], runtime: "\(lab.directory)/impostor")
+            #expect(
+                try await eventually(timeout: .seconds(20)) { impostor.standardError.contains("forbidden") }, "\(impostor.standardError.suffix(2000))"
+            )
+            #expect(impostor.standardError.contains("may not serve checkout/checkout.payment"), "\(impostor.standardError.suffix(2000))")
+            let status = try decode(BoardInfo.self, from: try await lab.busctlA("status", "checkout.payment", "--scope", "checkout", "--json"))
+            #expect(status.host == nil && status.state != .running, "\(status)")
+            // A child's key registering outside the scope it serves: refused too.
+            let outside = try await lab.start(
+                lab.binaries + "/BoardBusDemoGreeter", [], in: 1,
+                environment: [
+                    "BOARDBUS_ADDRESS": lab.parentEndpoint, "BOARDBUS_SERVER_KEY": "\(lab.stateA)/curve/server.pub",
+                    "BOARDBUS_CLIENT_KEY": "\(lab.directory)/edge-b.key", "BOARDBUS_BOARD_ID": "far.greeter",
+                ], runtime: "\(lab.directory)/outside")
+            #expect(
+                try await eventually(timeout: .seconds(20)) { outside.standardError.contains("may not register far.greeter") },
+                "\(outside.standardError.suffix(2000))")
+
+            // The operator asks the broker what the policy says, and sees it in force.
+            let check = try await lab.busctlA("policy", "check", "--principal", "edge-b", "call", "demo.greeter", "greet")
+            #expect(check.exitCode == 0 && check.standardOutput.contains("allowed: rule 'B's clients greet'"), "\(check.standardOutput)")
+            let denied = try await lab.busctlA("policy", "check", "--principal", "edge-b", "call", "demo.greeter", "ping")
+            #expect(denied.exitCode == 1 && denied.standardOutput.contains("denied: the default"), "\(denied.standardOutput)")
+            #expect(try await lab.busctlA("policy", "show").standardOutput.contains("B serves edge"))
+            // Counted, by principal and operation.
+            let metrics = try await lab.busctlA("metrics").standardOutput
+            #expect(
+                metrics.contains(#"boardbus_denied_total{principal="edge-b",operation="call"} 2"#),
+                "\(metrics.split(separator: "\n").filter { $0.contains("denied") })")
+            // An operator's allowed control operation is in the audit log.
+            try lab.expectOK(try await lab.busctlOverTCP(key: "ops", "list"))
+            let audit = (try? String(contentsOfFile: "\(lab.stateA)/audit.log", encoding: .utf8)) ?? ""
+            #expect(audit.contains("ops control list (rule 'operators look')"), "\(audit)")
+
+            // A grant removed while the connections are open: the next request is refused, and
+            // a board registered under a removed grant is dropped.
+            _ = try await lab.startRemoteBoard(id: "far.greeter", key: "ops")
+            var rules = try #require(try JSONSerialization.jsonObject(with: Data(Self.policy.utf8)) as? [String: Any])
+            rules["rules"] = (rules["rules"] as? [[String: Any]])?.filter {
+                !["B's clients greet", "operators' far boards"].contains($0["name"] as? String ?? "")
+            }
+            try JSONSerialization.data(withJSONObject: rules).write(to: URL(fileURLWithPath: lab.policyPath))
+            #expect(
+                try await eventually(timeout: .seconds(10)) {
+                    try await edge("call", "demo.greeter", "greet", #"{"name":"edge"}"#).standardError.contains("forbidden")
+                })
+            #expect(
+                try await eventually(timeout: .seconds(10)) { !(try await lab.busctlA("list").standardOutput.contains("far.greeter")) },
+                "\(parent.standardError.suffix(2000))")
+            // A file with a mistake is reported, and the policy in force stays.
+            try #"{"rules": [{"allow": ["cal"], "principals": ["edge-b"]}]}"#.write(toFile: lab.policyPath, atomically: true, encoding: .utf8)
+            #expect(
+                try await eventually(timeout: .seconds(10)) { parent.standardError.contains("access policy not changed: the new file is invalid") })
+            #expect(parent.standardError.contains("rules[0].allow[0]: unknown operation 'cal'"))
+            let file = try await lab.run(lab.binaries + "/busctl", ["policy", "check", lab.policyPath], in: nil)
+            #expect(file.exitCode == 2 && file.standardError.contains("unknown operation 'cal'"), "\(file.standardError)")
+            try lab.expectOK(try await lab.busctlOverTCP(key: "ops", "list"))
+        }
+    }
+
     @Test func theMDPEndpointOnTCPFollowsTheCURVERules() async throws {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/mdp_curve.py").path
         try await NetworkLab.with { lab in
             let mdp = "tcp://\(lab.parentAddress):\(lab.port + 3)"
-            _ = try await lab.startParent(manifest: Self.parentManifest, arguments: ["--mdp", mdp])
+            _ = try await lab.startParent(manifest: Self.parentManifest, policy: Self.policy, arguments: ["--mdp", mdp])
             try lab.expectOK(try await lab.busctlA("wait", "--timeout", "30"))
             func call(key: String) async throws -> String {
                 let result = try await lab.run(

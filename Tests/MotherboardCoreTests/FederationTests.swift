@@ -10,11 +10,16 @@ import Testing
 struct FederationTests {
     let far = PeerID(Data([0xFA]))
 
-    /// Registers `id` as a board whose connection came over tcp.
+    /// Registers `id` as a board whose connection came over tcp (the access policy lets any key
+    /// register an id the manifest does not declare).
     func registerRemote(
         _ harness: Harness, _ id: BoardID, peer: PeerID, secret: String = "s3cret", scope: Scope = .root,
         origin: PeerOrigin = PeerOrigin(address: "10.0.0.2", keyName: "edge-b")
     ) -> [Envelope] {
+        if harness.motherboard.policy.rules.isEmpty {
+            harness.motherboard.install(
+                policy: AccessPolicy(rules: [.init(name: "remote boards", allows: true, operations: [.register], principals: ["*"])]), source: nil)
+        }
         let registration = Registration(id: id, pid: 42, scope: scope, commands: ["greet"], secret: secret)
         var header = EnvelopeHeader(kind: .register, correlationID: 5, source: id.rawValue)
         header.flags.insert(.replyExpected)

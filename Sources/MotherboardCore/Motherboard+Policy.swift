@@ -1,0 +1,157 @@
+import BusCore
+import Foundation
+
+/// One question to the access policy, as cached per principal.
+struct PolicyQuestion: Hashable {
+    let principal: String
+    let operation: AccessPolicy.Operation
+    let target: String
+    let command: String?
+}
+
+/// Who may do what (PROTOCOL §5.10): the access policy, asked at the admission gate for every
+/// message of a remote principal. The principal comes with each message from the transport (the
+/// name the ZAP handler gave its connection's key), never from what the message says. A peer of
+/// the broker's own user (the ipc socket) has none and is not asked: nothing changes for it.
+extension Motherboard {
+    /// Puts `policy` in force: decisions are asked again from the next message on; boards
+    /// registered by a principal that may no longer register them are dropped, and monitors
+    /// that may no longer watch are detached.
+    package func install(policy: AccessPolicy, source: String?, text: String? = nil) {
+        self.policy = policy
+        policySource = source
+        policyText = text
+        decisions.removeAll(keepingCapacity: true)
+        for board in registry.boards.values {
+            guard let principal = board.origin?.keyName else { continue }
+            let decision = registrationDecision(principal, name: board.name)
+            if !decision.allowed { drop(board.name, reason: "the access policy no longer lets '\(principal)' register it (\(decision.rule))") }
+        }
+        for (peer, monitor) in monitors.monitors {
+            guard let principal = monitor.principal, !policy.allowsSome(principal: principal, .monitor) else { continue }
+            monitors.remove(peer)
+            logger.notice("monitor detached: the access policy no longer lets its principal watch", metadata: ["principal": "\(principal)"])
+        }
+    }
+
+    /// The policy's answer, cached until the policy changes (a bounded cache: a principal that
+    /// asks about many targets costs a rule walk per new one).
+    func decide(_ question: PolicyQuestion) -> AccessPolicy.Decision {
+        if let known = decisions[question] { return known }
+        let decision = policy.decide(principal: question.principal, question.operation, target: question.target, command: question.command)
+        if decisions.count >= 4096 { decisions.removeAll(keepingCapacity: true) }
+        decisions[question] = decision
+        return decision
+    }
+
+    /// The policy's refusal of `envelope`, if its sender's principal is remote and may not send it.
+    /// Registrations are decided with their id (``registrationDecision(_:name:)``), store changes
+    /// and heartbeats by the broker's own checks.
+    func authorize(_ envelope: Envelope, principal: String?, sender: LiveBoard?) -> BusError? {
+        guard let principal else { return nil }
+        let header = envelope.header
+        let scope = scope(of: envelope, sender: sender)
+        func named(_ name: String) -> String { ScopedName(scope: scope, name: name).description }
+        let question: PolicyQuestion
+        switch header.kind {
+        case .command: question = PolicyQuestion(principal: principal, operation: .call, target: named(header.target), command: header.typeName)
+        case .activate: question = PolicyQuestion(principal: principal, operation: .activate, target: named(header.target), command: nil)
+        case .output:
+            // A registered board emits as itself by its registration.
+            if let sender, header.source.isEmpty || header.source == sender.id.rawValue { return nil }
+            question = PolicyQuestion(principal: principal, operation: .emit, target: named(header.source), command: nil)
+        case .action: question = PolicyQuestion(principal: principal, operation: .action, target: named(header.typeName), command: nil)
+        case .dispatch: question = PolicyQuestion(principal: principal, operation: .dispatch, target: named(header.target), command: nil)
+        case .store:
+            let operation: AccessPolicy.Operation
+            switch header.typeName {
+            case StoreOperation.state: operation = .state
+            case StoreOperation.subscribe, StoreOperation.renew, StoreOperation.unsubscribe: operation = .watch
+            case StoreOperation.activateQuery, StoreOperation.releaseQuery: operation = .query
+            default: return nil
+            }
+            question = PolicyQuestion(principal: principal, operation: operation, target: named(header.target), command: nil)
+        case .control:
+            switch header.typeName {
+            // Says only that the broker answers.
+            case ControlOperation.ping: return nil
+            // A child motherboard's link asks for the chain above: any principal that may serve.
+            case ControlOperation.linkChain:
+                return policy.allowsSome(principal: principal, .serve)
+                    ? nil : denial(principal, .serve, target: "*", .byDefault)
+            // Attaching: what it then sees is decided per message (``monitorSees(_:principal:)``).
+            case ControlOperation.monitor:
+                return policy.allowsSome(principal: principal, .monitor)
+                    ? nil : denial(principal, .monitor, target: "*", .byDefault)
+            default:
+                question = PolicyQuestion(principal: principal, operation: .control, target: header.typeName, command: nil)
+            }
+        case .register, .unregister, .heartbeat, .complete, .reply, .error, .flowEvent:
+            return nil
+        }
+        let decision = decide(question)
+        guard decision.allowed else { return denial(principal, question.operation, target: question.target, decision, command: question.command) }
+        if header.kind == .control { audit?("\(principal) control \(header.typeName) (\(decision.rule))") }
+        return nil
+    }
+
+    /// Whether a remote principal may register `name`: a manifest board's id only with `serve`
+    /// (a child motherboard serving its scope), any other id with `register` or `serve`.
+    func registrationDecision(_ principal: String, name: ScopedName) -> AccessPolicy.Decision {
+        let target = name.description
+        let serve = decide(PolicyQuestion(principal: principal, operation: .serve, target: target, command: nil))
+        if manifest.board(named: name.name, scope: name.scope) != nil || serve.allowed { return serve }
+        return decide(PolicyQuestion(principal: principal, operation: .register, target: target, command: nil))
+    }
+
+    /// The refusal of a registration by a remote principal, if the policy refuses it.
+    func registrationForbidden(_ principal: String?, name: ScopedName) -> BusError? {
+        guard let principal else { return nil }
+        let decision = registrationDecision(principal, name: name)
+        guard !decision.allowed else { return nil }
+        let operation: AccessPolicy.Operation = manifest.board(named: name.name, scope: name.scope) != nil ? .serve : .register
+        return denial(principal, operation, target: name.description, decision)
+    }
+
+    /// Whether a monitor of `principal` sees a message of `scope` between `source` and `target`
+    /// (either board), and its payload.
+    func monitorSees(_ principal: String, scope: Scope, boards: (String, String)) -> (sees: Bool, payload: Bool) {
+        let names = [boards.0, boards.1].map { ScopedName(scope: scope, name: $0).description }
+        let sees = names.contains { decide(PolicyQuestion(principal: principal, operation: .monitor, target: $0, command: nil)).allowed }
+        guard sees else { return (false, false) }
+        return (true, names.contains { decide(PolicyQuestion(principal: principal, operation: .monitorPayloads, target: $0, command: nil)).allowed })
+    }
+
+    /// `forbidden`, counted and logged (at most once a second, with how many since).
+    func denial(
+        _ principal: String, _ operation: AccessPolicy.Operation, target: String, _ decision: AccessPolicy.Decision, command: String? = nil
+    ) -> BusError {
+        counters.denied += 1
+        metrics.countDenied(principal: principal, operation: operation.rawValue)
+        let what = "\(operation.rawValue) \(target.escapedForDisplay())\(command.map { " \($0.escapedForDisplay())" } ?? "")"
+        if let count = deniedLog.note() {
+            logger.notice(
+                "denied by the access policy",
+                metadata: ["principal": "\(principal)", "operation": "\(what)", "rule": "\(decision.rule)", "deniedSinceLastLine": "\(count)"])
+        }
+        return BusError(.forbidden, "'\(principal)' may not \(what): denied by \(decision.rule)")
+    }
+
+    /// `policy.check`: the policy's answer for a principal, an operation and a target.
+    func answerPolicyCheck(_ envelope: Envelope, from peer: PeerID) throws {
+        let request = try PayloadCodec.decode(PolicyCheck.self, from: envelope.payload)
+        guard let operation = AccessPolicy.Operation(rawValue: request.operation) else {
+            throw BusError(
+                .badArgument,
+                "unknown operation '\(request.operation.escapedForDisplay())' (one of: \(AccessPolicy.Operation.allCases.map(\.rawValue).joined(separator: ", ")))"
+            )
+        }
+        let decision = policy.decide(principal: request.principal, operation, target: request.target, command: request.command)
+        reply(to: envelope, from: peer, with: PolicyAnswer(allowed: decision.allowed, rule: decision.rule, source: policySource))
+    }
+
+    /// `policy.show`: the policy in force, as its file says it, and where it was read.
+    func answerPolicyShow(_ envelope: Envelope, from peer: PeerID) {
+        reply(to: envelope, from: peer, with: PolicyText(source: policySource, text: policyText ?? ""))
+    }
+}
