@@ -34,17 +34,19 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
         var trace: TraceContext?
         var contentType: String?
         var linkTrail: [UInt64]?
+        var onBehalfOf: String?
         var unknownFields = Data()
 
         init() {}
 
         init(copying other: OptionalFields) {
-            (dispatchID, flowID, trace, contentType, linkTrail, unknownFields) =
-                (other.dispatchID, other.flowID, other.trace, other.contentType, other.linkTrail, other.unknownFields)
+            (dispatchID, flowID, trace, contentType, linkTrail, onBehalfOf, unknownFields) =
+                (other.dispatchID, other.flowID, other.trace, other.contentType, other.linkTrail, other.onBehalfOf, other.unknownFields)
         }
 
         var isEmpty: Bool {
-            dispatchID == nil && flowID == nil && trace == nil && contentType == nil && linkTrail == nil && unknownFields.isEmpty
+            dispatchID == nil && flowID == nil && trace == nil && contentType == nil && linkTrail == nil && onBehalfOf == nil
+                && unknownFields.isEmpty
         }
     }
 
@@ -77,6 +79,15 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
     public var linkTrail: [UInt64]? {
         get { optional?.linkTrail }
         set { setOptional(clearing: newValue == nil) { $0.linkTrail = newValue } }
+    }
+
+    /// Optional field 6: the remote principal a gateway of the broker sends this for (an MDP
+    /// client's key name): the broker asks its access policy about that principal. Honoured only
+    /// from the broker's own user and its gateways; a remote peer that sends it is refused.
+    /// 1 to 255 bytes of printable ASCII.
+    public var onBehalfOf: String? {
+        get { optional?.onBehalfOf }
+        set { setOptional(clearing: newValue == nil) { $0.onBehalfOf = newValue } }
     }
 
     /// Optional field 2: the W3C trace context the message belongs to (since version 3).

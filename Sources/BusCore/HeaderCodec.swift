@@ -54,9 +54,11 @@ public enum HeaderCodec {
         /// The motherboards an action went up through (``EnvelopeHeader/linkTrail``): 1 to
         /// ``HeaderCodec/maximumLinkHops`` link ids, 8 bytes each, big-endian.
         public static let linkTrail: UInt8 = 5
+        /// The principal a gateway acts for (``EnvelopeHeader/onBehalfOf``): printable ASCII, 1–255 bytes.
+        public static let onBehalfOf: UInt8 = 6
 
         /// Whether this version reads `tag` into a field of its own (else it keeps it as unknown).
-        static func isKnown(_ tag: UInt8) -> Bool { (1...5).contains(tag) }
+        static func isKnown(_ tag: UInt8) -> Bool { (1...6).contains(tag) }
     }
 
     static let magic: (UInt8, UInt8) = (0x42, 0x42)
@@ -75,7 +77,8 @@ public enum HeaderCodec {
         fixedSize + 8 + header.source.utf8.count + header.target.utf8.count + header.scope.name.utf8.count + header.typeName.utf8.count
             + (header.dispatchID.map { 3 + $0.utf8.count } ?? 0) + (header.flowID == nil ? 0 : 11)
             + (header.trace == nil ? 0 : 3 + TraceContext.encodedSize) + (header.contentType.map { 3 + $0.utf8.count } ?? 0)
-            + (header.linkTrail.map { 3 + 8 * $0.count } ?? 0) + header.unknownFields.count
+            + (header.linkTrail.map { 3 + 8 * $0.count } ?? 0) + (header.onBehalfOf.map { 3 + $0.utf8.count } ?? 0)
+            + header.unknownFields.count
     }
 
     /// Checks every field against its limit; returns the encoded size. A sender calls it before
@@ -87,6 +90,9 @@ public enum HeaderCodec {
         try checkLength(header.typeName, "type name")
         if let id = header.dispatchID { try checkDispatchID(id) }
         if let type = header.contentType { try checkContentType(type) }
+        if let principal = header.onBehalfOf, !isValidPrincipal(principal.utf8) {
+            throw BusError(.badArgument, "on behalf of: \(principalRule)")
+        }
         if let trail = header.linkTrail, !(1...maximumLinkHops).contains(trail.count) {
             throw BusError(.badArgument, "a link trail has 1 to \(maximumLinkHops) motherboards, not \(trail.count)")
         }
@@ -148,6 +154,13 @@ public enum HeaderCodec {
 
     static let contentTypeRule = "content type must be 1 to \(maximumContentTypeBytes) bytes of printable ASCII"
 
+    /// A principal's name, as field 6 carries it: 1 to 255 bytes of printable ASCII, no space.
+    static func isValidPrincipal<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> Bool {
+        (1...255).contains(bytes.count) && bytes.allSatisfy { $0 > 0x20 && $0 < 0x7F }
+    }
+
+    static let principalRule = "a principal is 1 to 255 bytes of printable ASCII without spaces"
+
     private static func checkLength(_ text: String, _ field: String) throws(BusError) {
         let count = text.utf8.count
         guard count <= maximumFieldBytes else {
@@ -205,6 +218,10 @@ public enum HeaderCodec {
             writer.writeBigEndian(UInt16(8 * trail.count))
             for link in trail { writer.writeBigEndian(link) }
         }
+        if let principal = header.onBehalfOf {
+            writer.write(OptionalField.onBehalfOf)
+            writer.write(principal)
+        }
         // Not `for byte in`: a `Data`'s iterator costs more to make than most headers to write.
         if !header.unknownFields.isEmpty { header.unknownFields.withUnsafeBytes { writer.write($0) } }
         return writer.offset
@@ -233,6 +250,7 @@ public enum HeaderCodec {
                     HeaderLayout.bigEndian(buffer, at: $0, as: UInt64.self)
                 }
             }
+            if let principal = layout.onBehalfOf { header.onBehalfOf = try string(buffer, principal, field: "on behalf of") }
             header.unknownFields = layout.unknownFields(in: buffer)
         }
         return header
@@ -314,6 +332,7 @@ package struct HeaderLayout: Sendable, Hashable {
     package let trace: Range<Int>?
     package let contentType: Range<Int>?
     package let linkTrail: Range<Int>?
+    package let onBehalfOf: Range<Int>?
 
     /// Offset of the correlation id in the frame.
     static let correlationOffset = 6
@@ -353,6 +372,7 @@ package struct HeaderLayout: Sendable, Hashable {
         var trace: Range<Int>?
         var contentType: Range<Int>?
         var linkTrail: Range<Int>?
+        var onBehalfOf: Range<Int>?
         while offset < buffer.count {
             let (tag, value) = try Self.optionalField(buffer, &offset)
             switch tag {
@@ -390,10 +410,17 @@ package struct HeaderLayout: Sendable, Hashable {
                     throw BusError(.malformed, "link trail of \(value.count) bytes (1 to \(HeaderCodec.maximumLinkHops) ids of 8 bytes)")
                 }
                 linkTrail = value
+            case HeaderCodec.OptionalField.onBehalfOf:
+                guard onBehalfOf == nil else { throw BusError(.malformed, "header has two principals it is sent on behalf of") }
+                guard HeaderCodec.isValidPrincipal(UnsafeRawBufferPointer(rebasing: buffer[value])) else {
+                    throw BusError(.malformed, "on behalf of: \(HeaderCodec.principalRule)")
+                }
+                onBehalfOf = value
             default:
                 continue
             }
         }
+        self.onBehalfOf = onBehalfOf
         self.dispatchID = dispatchID
         self.flowID = flowID
         self.trace = trace

@@ -22,6 +22,10 @@ final class LiveBoard {
     /// key name); such a board whose link fails is kept as unreachable rather than dropped.
     let origin: PeerOrigin?
     var host: String? { origin?.description }
+    /// The remote principal it registered as (its key's name, or the one a gateway registered
+    /// it for); nil for the broker's own user. The access policy is asked again about it when
+    /// the policy changes.
+    var principal: String?
     /// The process at the other end of its connection, as the kernel named it at registration
     /// (ipc only): while it runs, a silent board is busy, not gone.
     let process: Int32?

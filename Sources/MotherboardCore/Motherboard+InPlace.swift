@@ -28,7 +28,7 @@ extension Motherboard {
         // A remote principal's messages are asked of the access policy, on the parsed path.
         guard principal == nil else { return nil }
         let bytes = UnsafeRawBufferPointer(header)
-        guard let layout = try? HeaderLayout(bytes), layout.stringsAreASCII(in: bytes) else { return nil }
+        guard let layout = try? HeaderLayout(bytes), layout.stringsAreASCII(in: bytes), layout.onBehalfOf == nil else { return nil }
         guard layout.kind == .command || layout.kind == .reply || layout.kind == .error else { return nil }
         let sender = registry.board(for: peer)
         // Refused at the gate: the parsed path answers why.

@@ -23,7 +23,7 @@ extension Motherboard {
         policyText = text
         decisions.removeAll(keepingCapacity: true)
         for board in registry.boards.values {
-            guard let principal = board.origin?.keyName else { continue }
+            guard let principal = board.principal else { continue }
             let decision = registrationDecision(principal, name: board.name)
             if !decision.allowed { drop(board.name, reason: "the access policy no longer lets '\(principal)' register it (\(decision.rule))") }
         }

@@ -156,7 +156,6 @@ public final class Motherboard {
             }
             return
         }
-        receivingPrincipal = principal
         let sender = registry.board(for: peer)
         // A peer that took a remote board's routing id on a connection of another principal
         // (libzmq lets a peer choose its id) is not that board.
@@ -164,6 +163,16 @@ public final class Motherboard {
             return reply(
                 to: envelope, from: peer, error: BusError(.forbidden, "this connection is not the one board '\(sender.name)' registered over"))
         }
+        // A gateway says whom it acts for; a remote peer may not say it acts for another.
+        var principal = principal
+        if let claimed = envelope.header.onBehalfOf {
+            if let own = principal {
+                return reply(
+                    to: envelope, from: peer, error: BusError(.forbidden, "'\(own)' may not send on behalf of another principal (header field 6)"))
+            }
+            principal = claimed
+        }
+        receivingPrincipal = principal
         sender?.lastSeen = now
         (sender?.metrics ?? metrics.clients).received(envelope.header.kind)
         if !monitors.isEmpty, Self.endsAtBroker(envelope.header.kind) { observeReceived(envelope, from: peer) }
@@ -293,6 +302,7 @@ public final class Motherboard {
         let board = LiveBoard(
             registration: registration, peer: peer, registeredAt: now, lastSeen: now, metrics: metrics.board(name), origin: origin,
             process: process)
+        board.principal = principal ?? origin?.keyName
         board.scheduleHeartbeats(every: settings.heartbeatInterval)
         registry.insert(board)
         unreachable[name] = nil

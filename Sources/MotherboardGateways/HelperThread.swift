@@ -47,6 +47,9 @@ extension ZMQSocket {
 struct HelperBoard {
     let socket: ZMQSocket
     var registration: Registration
+    /// The remote principal the board registers for (an MDP worker's key name), if any: the
+    /// broker asks its access policy whether that principal may register the id.
+    var onBehalfOf: String?
     private(set) var registered = false
     private var correlationID: UInt64 = 0
     private var lastAttempt: ContinuousClock.Instant?
@@ -124,6 +127,7 @@ struct HelperBoard {
         correlationID = id
         var header = EnvelopeHeader(kind: .register, correlationID: id, source: registration.id.rawValue, scope: registration.scope)
         header.flags.insert(.replyExpected)
+        header.onBehalfOf = onBehalfOf
         _ = try? socket.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(registration)))
     }
 

@@ -228,12 +228,11 @@ package final class MajordomoBridge: @unchecked Sendable {
         for _ in 0..<256 {
             var descriptor: Int32 = -1
             guard let frames = try? router.receive(sourceDescriptor: &descriptor) else { return }
-            if let peer = frames.first, backlog.noteReceived(from: peer, descriptor: descriptor),
-                let user = router.lastMessageProperty("User-Id"), !user.isEmpty
-            {
-                connectionKey(user, descriptor)
-            }
-            fromPeer(frames, now: now)
+            // The key name of a tcp peer's connection, read with every message (a routing id may
+            // move to another connection): the principal the gateway acts for.
+            let user = router.lastMessageProperty("User-Id").map { $0.isEmpty ? "unnamed" : $0 }
+            if let peer = frames.first, backlog.noteReceived(from: peer, descriptor: descriptor), let user { connectionKey(user, descriptor) }
+            fromPeer(frames, principal: user, now: now)
         }
     }
 
@@ -261,16 +260,18 @@ package final class MajordomoBridge: @unchecked Sendable {
 
     // MARK: - From MDP peers
 
-    private func fromPeer(_ frames: [Data], now: ContinuousClock.Instant) {
+    private func fromPeer(_ frames: [Data], principal: String?, now: ContinuousClock.Instant) {
         // Anything that is not MDP is dropped, as the specification says of invalid messages.
         guard let message = Majordomo.Incoming(frames: frames) else { return }
         switch message.sender {
-        case .client(let command): fromClient(message.peer, dialect: message.dialect, command: command, body: message.body)
-        case .worker(let command): fromWorker(message.peer, dialect: message.dialect, command: command, body: message.body, now: now)
+        case .client(let command):
+            fromClient(message.peer, dialect: message.dialect, command: command, body: message.body, principal: principal)
+        case .worker(let command):
+            fromWorker(message.peer, dialect: message.dialect, command: command, body: message.body, principal: principal, now: now)
         }
     }
 
-    private func fromClient(_ peer: Data, dialect: Dialect, command: Majordomo.ClientCommand?, body: [Data]) {
+    private func fromClient(_ peer: Data, dialect: Dialect, command: Majordomo.ClientCommand?, body: [Data], principal: String?) {
         guard command == .request, let service = body.first else { return }
         let name = String(decoding: service, as: UTF8.self)
         let frames = Array(body.dropFirst())
@@ -297,6 +298,7 @@ package final class MajordomoBridge: @unchecked Sendable {
         clientRequests[id] = ClientRequest(client: peer, dialect: dialect, service: service, kind: .command)
         var header = EnvelopeHeader(kind: .command, correlationID: id, target: target.name, scope: target.scope, typeName: command)
         header.flags.insert(.replyExpected)
+        header.onBehalfOf = principal
         let payload = frames.count > 1 ? frames[1] : Data("{}".utf8)
         do {
             guard try client.send(Envelope(header: header, payload: payload)) == .sent else {
@@ -389,7 +391,9 @@ package final class MajordomoBridge: @unchecked Sendable {
 
     // MARK: - Workers
 
-    private func fromWorker(_ peer: Data, dialect: Dialect, command: Majordomo.WorkerCommand?, body: [Data], now: ContinuousClock.Instant) {
+    private func fromWorker(
+        _ peer: Data, dialect: Dialect, command: Majordomo.WorkerCommand?, body: [Data], principal: String?, now: ContinuousClock.Instant
+    ) {
         if command == .ready {
             guard workers[peer] == nil, let service = body.first.map({ String(decoding: $0, as: UTF8.self) }),
                 BoardID.isValid(Self.boardName(service).name)
@@ -416,7 +420,7 @@ package final class MajordomoBridge: @unchecked Sendable {
             logger.info("MDP worker ready", metadata: ["service": "\(service)"])
             // A service that cannot be a board (no socket for it: the descriptor or socket limit)
             // is refused, never accepted and left unserved.
-            if services[service] == nil, !addService(service, now: now) {
+            if services[service] == nil, !addService(service, principal: principal, now: now) {
                 workers[peer] = nil
                 sendToWorker(peer, dialect: dialect, command: .disconnect)
                 return
@@ -603,7 +607,9 @@ package final class MajordomoBridge: @unchecked Sendable {
     // MARK: - Services as boards
 
     /// Makes the service a board on a socket of its own; false when no socket can be had.
-    private func addService(_ name: String, now: ContinuousClock.Instant) -> Bool {
+    /// A service's board, registered for `principal` (the first worker's key name, when it came
+    /// over tcp): the broker's access policy decides whether that key may serve the id.
+    private func addService(_ name: String, principal: String?, now: ContinuousClock.Instant) -> Bool {
         let board = Self.boardName(name)
         guard let id = try? BoardID(validating: board.name) else { return false }
         do {
@@ -618,6 +624,7 @@ package final class MajordomoBridge: @unchecked Sendable {
             // pid 0: an MDP worker's process is not known to the motherboard.
             let registration = Registration(id: id, pid: 0, scope: board.scope, secret: Registration.makeSecret())
             var service = Service(name: board, board: HelperBoard(socket: socket, registration: registration))
+            service.board.onBehalfOf = principal
             service.board.register(now: now, id: makeID())
             services[name] = service
         } catch {

@@ -441,14 +441,18 @@ struct NetworkIntegrationTests {
             let mdp = "tcp://\(lab.parentAddress):\(lab.port + 3)"
             _ = try await lab.startParent(manifest: Self.parentManifest, policy: Self.policy, arguments: ["--mdp", mdp])
             try lab.expectOK(try await lab.busctlA("wait", "--timeout", "30"))
-            func call(key: String) async throws -> String {
+            func call(key: String, _ command: String = "greet") async throws -> String {
                 let result = try await lab.run(
-                    "/usr/bin/python3", [script, mdp, "\(lab.stateA)/curve/server.pub", "\(lab.directory)/\(key).key"], in: 1)
+                    "/usr/bin/python3", [script, mdp, "\(lab.stateA)/curve/server.pub", "\(lab.directory)/\(key).key", command], in: 1)
                 #expect(result.exitCode == 0, "\(result.standardError)")
                 return result.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)
             }
             #expect(try await call(key: "ops") == #"{"message":"Hello, far!"}"#)
             #expect(try await call(key: "stranger") == "refused")
+            // The gateway acts for the client's key: the access policy decides what it may call.
+            let ping = try await call(key: "ops", "ping")
+            #expect(ping.contains("forbidden") && ping.contains("'ops' may not call demo.greeter ping"), "\(ping)")
+            #expect(try await call(key: "edge-b", "stats").contains("announcements"))
         }
     }
 }

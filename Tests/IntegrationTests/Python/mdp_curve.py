@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """An MDP client over tcp with CURVE (raw pyzmq, RFC 18 framing): with an allowed key it calls
-`demo.greeter`; prints the reply's last frame, or "refused" when no reply comes in 3 s.
+`demo.greeter` (command `greet`, or COMMAND); prints the reply's last frame, or "refused" when
+no reply comes in 3 s.
 
-usage: mdp_curve.py ENDPOINT SERVER_PUBLIC_KEY_FILE CLIENT_KEY_FILE
+usage: mdp_curve.py ENDPOINT SERVER_PUBLIC_KEY_FILE CLIENT_KEY_FILE [COMMAND]
 """
 import sys
 
@@ -10,6 +11,7 @@ import zmq
 import zmq.auth
 
 endpoint, server_file, client_file = sys.argv[1:4]
+command = sys.argv[4].encode() if len(sys.argv) > 4 else b"greet"
 socket = zmq.Context.instance().socket(zmq.DEALER)
 socket.setsockopt(zmq.LINGER, 0)
 socket.setsockopt(zmq.RCVTIMEO, 3000)
@@ -19,7 +21,7 @@ socket.curve_serverkey = server_public
 socket.curve_publickey = client_public
 socket.curve_secretkey = client_secret
 socket.connect(endpoint)
-socket.send_multipart([b"MDPC02", b"\x01", b"demo.greeter", b"greet", b'{"name":"far"}'])
+socket.send_multipart([b"MDPC02", b"\x01", b"demo.greeter", command, b'{"name":"far"}'])
 try:
     print(socket.recv_multipart()[-1].decode())
 except zmq.Again:
