@@ -404,6 +404,23 @@ package final class ZMQSocket {
         return String(cString: value)
     }
 
+    /// The `User-Id` of the connection the last received envelope came on (nil on one that did
+    /// not pass a ZAP handler: ipc). Asked for every message: the name is handed to libzmq as a
+    /// C string made once, not bridged from a Swift string each time.
+    package var lastReceivedUserID: String? { Self.userID(of: lastHeader) }
+
+    /// The same for the last message ``receive(sourceDescriptor:)`` received.
+    package var lastMessageUserID: String? { Self.userID(of: message) }
+
+    private static func userID(of message: UnsafeMutablePointer<zmq_msg_t>) -> String? {
+        // A static string is stored with a terminating NUL.
+        let name = UnsafeRawPointer(userIDProperty.utf8Start).assumingMemoryBound(to: CChar.self)
+        guard let value = zmq_msg_gets(message, name) else { return nil }
+        return String(cString: value)
+    }
+
+    private static let userIDProperty: StaticString = "User-Id"
+
     /// Closes the socket; later calls do nothing.
     package func close() {
         if let handle {

@@ -184,7 +184,7 @@ public final class MotherboardServer: Service {
         rotation.start()
         let handler = RouterLoopHandler(
             motherboard: motherboard, transport: transport, notifier: startFailure == nil ? notifier : nil, gate: gate,
-            allowList: security.allowList, policy: policy)
+            allowList: security.allowList, policy: policy, hasRemotePeers: security.zap != nil)
         let loop = try SocketLoop(
             name: "motherboard", socket: socket, handler: handler, tickInterval: .milliseconds(100), limits: options.settings.limits)
         exits.connect(loop: loop, motherboard: motherboard)

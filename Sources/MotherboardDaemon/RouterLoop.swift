@@ -78,12 +78,16 @@ final class RouterLoopHandler: SocketLoopHandler {
     private let gate: ConnectionGate?
     private let allowList: AllowListFile?
     private let policy: PolicyFile?
+    /// Whether any endpoint takes remote peers (tcp, the ZAP handler): else no message has a
+    /// principal, and none is asked for.
+    private let hasRemotePeers: Bool
     private var ticks = 0
 
     init(
         motherboard: Motherboard, transport: RouterTransport, notifier: SystemdNotifier? = nil, gate: ConnectionGate? = nil,
-        allowList: AllowListFile? = nil, policy: PolicyFile? = nil
+        allowList: AllowListFile? = nil, policy: PolicyFile? = nil, hasRemotePeers: Bool = true
     ) {
+        self.hasRemotePeers = hasRemotePeers
         self.motherboard = motherboard
         self.transport = transport
         self.notifier = notifier
@@ -122,7 +126,7 @@ final class RouterLoopHandler: SocketLoopHandler {
         let peer = PeerID(routingID)
         noteConnection(of: peer, on: socket)
         if transport.backlog.isStalled(peer) { return refuseStalled(peer, header: UnsafeRawBufferPointer(header)) }
-        guard let route = motherboard.routeInPlace(header, from: peer, now: clock.now, principal: Self.principal(on: socket)) else { return false }
+        guard let route = motherboard.routeInPlace(header, from: peer, now: clock.now, principal: principal(on: socket)) else { return false }
         if !transport.forwardReceived(to: route.peer, payloadBytes: payloadBytes, kind: route.kind, header: UnsafeRawBufferPointer(header)) {
             motherboard.undeliverable(route.kind, to: route.peer, correlationID: HeaderLayout.correlationID(in: UnsafeRawBufferPointer(header)))
         }
@@ -146,7 +150,7 @@ final class RouterLoopHandler: SocketLoopHandler {
         guard let routingID = message.routingID else { return }
         let peer = PeerID(routingID)
         noteConnection(of: peer, on: socket)
-        let principal = Self.principal(on: socket)
+        let principal = principal(on: socket)
         guard case .success(let envelope) = message.content, envelope.header.kind == .register else {
             return motherboard.receive(message.content, from: peer, now: clock.now, principal: principal)
         }
@@ -159,8 +163,9 @@ final class RouterLoopHandler: SocketLoopHandler {
     /// connection's key (only tcp connections pass the ZAP handler; `insecure` ones included),
     /// read from libzmq for every message, so that no routing id carries it over to another
     /// connection. Nil on the ipc socket.
-    static func principal(on socket: ZMQSocket) -> String? {
-        socket.lastReceivedProperty("User-Id").map { $0.isEmpty ? "unnamed" : $0 }
+    func principal(on socket: ZMQSocket) -> String? {
+        guard hasRemotePeers else { return nil }
+        return socket.lastReceivedUserID.map { $0.isEmpty ? "unnamed" : $0 }
     }
 
     /// Where a registration's connection comes from, when it is a tcp one: the peer's address
