@@ -1,5 +1,6 @@
 import BoardBusDemoCommentsIO
 import Flux
+import Foundation
 
 /// The WordPressFlux comments store: state per post, delete and reply actions, and queries by
 /// post that make the store "fetch" that post's comments.
@@ -8,9 +9,13 @@ final class CommentsStore: QueryStore<CommentsIO.State, CommentsIO.PostQuery>, @
         super.init(initialState: CommentsIO.State(), dispatcher: dispatcher)
     }
 
-    override func onDispatch(_ action: any Action) {
+    override func onDispatch(_ action: any Action) throws {
         switch action {
         case let reply as CommentsIO.Reply:
+            guard !reply.content.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else { throw Refusal("a comment needs content") }
+            if reply.parent != 0, state.comments[String(reply.postID)]?.contains(where: { $0.id == reply.parent }) != true {
+                throw Refusal("post \(reply.postID) has no comment \(reply.parent) to reply to")
+            }
             transaction { state in
                 state.comments[String(reply.postID), default: []].append(
                     CommentsIO.Comment(id: state.nextID, parent: reply.parent, content: reply.content))

@@ -67,12 +67,15 @@ public struct BusError: Error, Sendable, Hashable, CustomStringConvertible {
         /// The access policy does not let the sender's principal do this; the message names the
         /// principal, the operation and the deciding rule.
         public static let forbidden = Code(name: "forbidden")
+        /// The store refused the action (its handler threw a refusal): nothing was applied, and a
+        /// retry with the same dispatch id is refused the same way.
+        public static let rejected = Code(name: "rejected")
 
         /// Every code this version defines (a peer may send others: keep them as they are).
         public static let defined: Set<String> = [
             noSuchBoard, boardNotRunning, typeMismatch, timeout, malformed, tooLarge, unknownCommand, idInUse, notRegistered, handlerFailed,
             brokerNotRunning, badArgument, transport, noSuchStore, unknownAction, unauthorized, busy, storageFailed, cancelled,
-            unsupportedVersion, unreachable, unsupportedContentType, outcomeUnknown, forbidden,
+            unsupportedVersion, unreachable, unsupportedContentType, outcomeUnknown, forbidden, rejected,
         ].reduce(into: Set<String>()) { $0.insert($1.name) }
 
         public var description: String { name }

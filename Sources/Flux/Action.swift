@@ -8,3 +8,17 @@ public enum FluxError: Error, Equatable, Sendable {
     /// dispatching from `onDispatch`): Flux forbids cascades.
     case dispatchInProgress
 }
+
+/// What a store throws from ``Store/onDispatch(_:)`` to refuse an action (a cancel of an order
+/// already paid): the dispatch stops there. A ``StatefulStore`` dispatching through
+/// ``StatefulStore/stage(_:commit:)`` (as a store hosted on the bus does) keeps its state as it
+/// was; over the bus the sender gets `rejected` with `reason`, and a retry with the same dispatch
+/// id gets the same refusal.
+public struct Refusal: Error, Equatable, Sendable, CustomStringConvertible {
+    /// Why, for the sender (one sentence).
+    public var reason: String
+
+    public init(_ reason: String) { self.reason = reason }
+
+    public var description: String { reason }
+}

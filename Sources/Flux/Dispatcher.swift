@@ -12,14 +12,15 @@ public final class Dispatcher: @unchecked Sendable {
     public static let global = Dispatcher()
 
     private let lock = NSLock()
-    private var callbacks: [(token: DispatchToken, callback: (any Action) -> Void)] = []
+    private var callbacks: [(token: DispatchToken, callback: (any Action) throws -> Void)] = []
     private var nextToken = 0
     private var dispatching = false
 
     public init() {}
 
-    /// Registers a callback for every action; keep the token to unregister.
-    public func register(_ callback: @escaping (any Action) -> Void) -> DispatchToken {
+    /// Registers a callback for every action; keep the token to unregister. A callback that
+    /// throws (a store's ``Refusal``) stops the dispatch: later callbacks do not get the action.
+    public func register(_ callback: @escaping (any Action) throws -> Void) -> DispatchToken {
         lock.withLock {
             nextToken += 1
             let token = DispatchToken(value: nextToken)
@@ -33,7 +34,8 @@ public final class Dispatcher: @unchecked Sendable {
     }
 
     /// Sends `action` to every registered callback, synchronously, in registration order.
-    /// Throws ``FluxError/dispatchInProgress`` when called during another dispatch.
+    /// Throws ``FluxError/dispatchInProgress`` when called during another dispatch, and what a
+    /// callback throws (a store's ``Refusal``), which stops the dispatch there.
     public func dispatch(_ action: any Action) throws {
         let targets = try lock.withLock {
             guard !dispatching else { throw FluxError.dispatchInProgress }
@@ -41,7 +43,7 @@ public final class Dispatcher: @unchecked Sendable {
             return callbacks.map(\.callback)
         }
         defer { lock.withLock { dispatching = false } }
-        for callback in targets { callback(action) }
+        for callback in targets { try callback(action) }
     }
 
     /// Whether a dispatch is under way.

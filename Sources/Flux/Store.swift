@@ -13,15 +13,16 @@ open class Store: @unchecked Sendable {
 
     public init(dispatcher: Dispatcher = .global) {
         self.dispatcher = dispatcher
-        token = dispatcher.register { [weak self] action in self?.onDispatch(action) }
+        token = dispatcher.register { [weak self] action in try self?.onDispatch(action) }
     }
 
     deinit {
         if let token { dispatcher.unregister(token) }
     }
 
-    /// Called for every dispatched action; the default does nothing.
-    open func onDispatch(_ action: any Action) {}
+    /// Called for every dispatched action; the default does nothing. Throw a ``Refusal`` to refuse
+    /// the action (an override that never refuses need not be `throws`).
+    open func onDispatch(_ action: any Action) throws {}
 
     /// Observes changes; the observer goes when the receipt is released.
     public func onChange(_ handler: @escaping () -> Void) -> Receipt {

@@ -25,8 +25,9 @@ public final class StoreHost<State: Codable & Sendable>: StoreEndpoint, @uncheck
     private let persistence: StorePersistence?
     /// A dispatched action's change, saved and numbered, until observers are told of it.
     private var committed: Data?
-    /// Recent dispatch ids of a store that is not persistent (bounded), so retries are not applied twice.
-    private var recentDispatches: [String: UInt64] = [:]
+    /// Recent dispatch ids of a store that is not persistent (bounded), so retries are not applied
+    /// twice (or refused once and then applied).
+    private var recentDispatches: [String: StorePersistence.Outcome] = [:]
     private var recentOrder = Deque<String>()
     var queries: QueryLeases?
 
@@ -83,8 +84,10 @@ public final class StoreHost<State: Codable & Sendable>: StoreEndpoint, @uncheck
         if let id = request.dispatchID { try HeaderCodec.checkDispatchID(id) }
         let dispatchID = request.dispatchID ?? UUID().uuidString
         let lockWait = Self.lockWait(for: request.timeout)
-        if let previous = try appliedSequence(of: dispatchID, lockWait: lockWait) {
-            return DispatchAck(store: storeName, sequence: previous, applied: false)
+        switch try outcome(of: dispatchID, lockWait: lockWait) {
+        case .applied(let previous): return DispatchAck(store: storeName, sequence: previous, applied: false)
+        case .refused(let action, let reason): throw refusal(action, reason)
+        case nil: break
         }
         guard let decode = decoders[name] else {
             let known = decoders.keys.sorted().joined(separator: ", ")
@@ -92,19 +95,39 @@ public final class StoreHost<State: Codable & Sendable>: StoreEndpoint, @uncheck
         }
         let action = try decode(request.payload)
         let journal = (id: dispatchID, action: name, payload: request.payload)
-        let changed = try store.stage({ try store.dispatcher.dispatch(action) }) { _, new in
-            let next = sequence + 1
-            let payload = try PayloadCodec.encode(StoreSnapshot(store: storeName, sequence: next, state: new))
-            try persistence?.save(sequence: next, snapshot: payload, dispatch: journal, lockWait: lockWait)
-            sequence = next
-            committed = payload
+        let changed: Bool
+        do {
+            changed = try store.stage({ try store.dispatcher.dispatch(action) }) { _, new in
+                let next = sequence + 1
+                let payload = try PayloadCodec.encode(StoreSnapshot(store: storeName, sequence: next, state: new))
+                try persistence?.save(sequence: next, snapshot: payload, dispatch: journal, lockWait: lockWait)
+                sequence = next
+                committed = payload
+            }
+        } catch let refused as Refusal {
+            // Nothing applied, no sequence spent; the id is journaled as refused, with the reason
+            // as a sender is shown it (one line, at most 1 000 characters).
+            let reason = refused.reason.escapedForDisplay(limit: 1_000)
+            try persistence?.saveRefusal(sequence: sequence, dispatch: journal, reason: reason, lockWait: lockWait)
+            remember(dispatchID, .refused(action: name, reason: reason))
+            throw refusal(name, reason)
+        } catch let error as BusError {
+            throw error
+        } catch {
+            // Not a refusal: a fault of the handler. Nothing applied, nothing remembered: a retry
+            // runs it again.
+            throw BusError(.handlerFailed, "store '\(storeName)' failed on '\(name)': \(error)")
         }
         if !changed {
             // The action changed nothing: record it anyway, so that a retry is recognised.
             try persistence?.save(sequence: sequence, snapshot: nil, dispatch: journal, lockWait: lockWait)
         }
-        remember(dispatchID)
+        remember(dispatchID, .applied(sequence))
         return DispatchAck(store: storeName, sequence: sequence)
+    }
+
+    private func refusal(_ action: String, _ reason: String) -> BusError {
+        BusError(.rejected, "store '\(storeName)' refused '\(action)': \(reason)")
     }
 
     /// How long a write may wait for a lock: a little less than the sender waits (the request
@@ -114,14 +137,14 @@ public final class StoreHost<State: Codable & Sendable>: StoreEndpoint, @uncheck
         return max(.zero, min(timeout - .milliseconds(200), timeout * 0.8))
     }
 
-    private func appliedSequence(of id: String, lockWait: Duration) throws -> UInt64? {
-        if let persistence { return try persistence.sequence(ofDispatch: id, lockWait: lockWait) }
+    private func outcome(of id: String, lockWait: Duration) throws -> StorePersistence.Outcome? {
+        if let persistence { return try persistence.outcome(ofDispatch: id, lockWait: lockWait) }
         return recentDispatches[id]
     }
 
-    private func remember(_ id: String) {
+    private func remember(_ id: String, _ outcome: StorePersistence.Outcome) {
         guard persistence == nil else { return }
-        recentDispatches[id] = sequence
+        recentDispatches[id] = outcome
         recentOrder.append(id)
         if recentOrder.count > Self.recentDispatchLimit { recentDispatches[recentOrder.removeFirst()] = nil }
     }

@@ -39,8 +39,8 @@ public final class StorePersistence: @unchecked Sendable {
 
     /// The format this version writes (SQLite's `user_version`). 0 is a database from before
     /// formats were recorded (one file for a board's store in every scope); 1 adds the store's
-    /// identity.
-    public static let formatVersion = 1
+    /// identity; 2 the refusals in the journal (a database of format 1 is moved to 2 when opened).
+    public static let formatVersion = 2
 
     /// How long a write waits for a lock held by another connection when the request carries no
     /// deadline.
@@ -86,10 +86,13 @@ public final class StorePersistence: @unchecked Sendable {
                     store TEXT PRIMARY KEY, sequence INTEGER NOT NULL, snapshot BLOB NOT NULL);
                 CREATE TABLE IF NOT EXISTS dispatch_journal (
                     store TEXT NOT NULL, dispatch_id TEXT NOT NULL, sequence INTEGER NOT NULL,
-                    action TEXT NOT NULL, payload BLOB NOT NULL, PRIMARY KEY (store, dispatch_id));
+                    action TEXT NOT NULL, payload BLOB NOT NULL, refusal TEXT, PRIMARY KEY (store, dispatch_id));
                 CREATE TABLE IF NOT EXISTS store_identity (
                     board TEXT NOT NULL, scope TEXT NOT NULL, store TEXT NOT NULL);
                 """)
+        // Format 2: a refused dispatch is journaled with its reason (NULL: applied).
+        let columns = try Row.fetchAll(db, sql: "PRAGMA table_info(dispatch_journal)").map { $0["name"] as String }
+        if !columns.contains("refusal") { try db.execute(sql: "ALTER TABLE dispatch_journal ADD COLUMN refusal TEXT") }
         let recorded = try Row.fetchOne(db, sql: "SELECT board, scope, store FROM store_identity")
         if let recorded {
             let owner = (board: recorded["board"] as String, scope: recorded["scope"] as String, store: recorded["store"] as String)
@@ -188,11 +191,32 @@ public final class StorePersistence: @unchecked Sendable {
         }
     }
 
-    /// The sequence number at which a dispatch id was applied, if it was.
-    func sequence(ofDispatch id: String, lockWait: Duration = defaultLockWait) throws -> UInt64? {
+    /// What became of a dispatch id: applied at a sequence number, or its action refused with a reason.
+    enum Outcome: Equatable {
+        case applied(UInt64)
+        case refused(action: String, reason: String)
+    }
+
+    /// What became of a dispatch id, if it was dispatched before.
+    func outcome(ofDispatch id: String, lockWait: Duration = defaultLockWait) throws -> Outcome? {
         try storage("read the journal", lockWait: lockWait) { db in
-            try Int64.fetchOne(db, sql: "SELECT sequence FROM dispatch_journal WHERE store = ? AND dispatch_id = ?", arguments: [store, id])
-                .map(UInt64.init)
+            guard
+                let row = try Row.fetchOne(
+                    db, sql: "SELECT sequence, action, refusal FROM dispatch_journal WHERE store = ? AND dispatch_id = ?", arguments: [store, id])
+            else { return nil }
+            if let reason = row["refusal"] as String? { return .refused(action: row["action"], reason: reason) }
+            return .applied(UInt64(row["sequence"] as Int64))
+        }
+    }
+
+    /// Journals a refused dispatch (nothing else changes), so that a retry gets the same refusal.
+    func saveRefusal(sequence: UInt64, dispatch: (id: String, action: String, payload: Data), reason: String, lockWait: Duration = defaultLockWait)
+        throws
+    {
+        try storage("save a refusal", lockWait: lockWait, write: true) { db in
+            try db.execute(
+                sql: "INSERT INTO dispatch_journal (store, dispatch_id, sequence, action, payload, refusal) VALUES (?, ?, ?, ?, ?, ?)",
+                arguments: [store, dispatch.id, Int64(sequence), dispatch.action, dispatch.payload, reason])
         }
     }
 

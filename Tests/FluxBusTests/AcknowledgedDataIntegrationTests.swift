@@ -175,6 +175,27 @@ struct AcknowledgedDataIntegrationTests {
         }
     }
 
+    /// Issue: a store could not refuse an action: `busctl dispatch` said "applied … change N",
+    /// exit 0, while nothing changed. The comments store refuses a blank comment and a reply to a
+    /// comment that is not there: `rejected` with its reason, exit 1, no change spent, and the
+    /// same refusal for a retry with the id, after a kill -9 of the owner too.
+    @Test func aStoreRefusesAnActionAndARetryWithItsIDIsRefusedAgain() async throws {
+        try await TestFleet.with(manifest: twoScopesManifest) { fleet in
+            #expect(try await Self.dispatch(fleet, "first", id: "ok-1", scope: .root).exitCode == 0)
+            let blank = try await Self.dispatch(fleet, " ", id: "blank-1", scope: .root)
+            #expect(blank.exitCode == 1)
+            #expect(blank.standardError == "busctl: rejected: store 'comments' refused 'reply': a comment needs content\n", "\(blank.standardError)")
+            let orphan = try await fleet.run(
+                "busctl", arguments: ["dispatch", "comments", "reply", #"{"postID":1,"parent":99,"content":"hi"}"#, "--id", "orphan-1"])
+            #expect(orphan.exitCode == 1 && orphan.standardError.contains("post 1 has no comment 99 to reply to"), "\(orphan.standardError)")
+            try await Self.killOwner(fleet, scope: .root)
+            let again = try await Self.dispatch(fleet, "now with content", id: "blank-1", scope: .root)
+            #expect(again.standardError == blank.standardError)
+            let state = try await Self.contents(fleet, scope: .root)
+            #expect(state.contents == ["first"] && state.sequence == 1, "\(state)")
+        }
+    }
+
     /// The shipped unit: systemd removes `RuntimeDirectory=` at every stop and restart, so the
     /// fleet's state is in `StateDirectory=` (kept), named to the broker and its boards.
     @Test func theSystemdUnitKeepsStateInTheStateDirectory() throws {
@@ -209,7 +230,9 @@ struct AcknowledgedDataIntegrationTests {
     /// repeated in their scope and in the other) in two scopes, with `kill -9` of an owner during
     /// a dispatch and of the broker between and during them. Every outcome the client could not
     /// know is retried with its id until known; then each store holds exactly what was
-    /// acknowledged in its scope, once, and its sequence never goes back.
+    /// acknowledged in its scope, once, and its sequence never goes back. A tenth of the
+    /// dispatches are blank comments, which the store refuses: refused every time their id is
+    /// sent again in their scope, never applied.
     @Test func randomDispatchesWithKill9OfOwnersAndBrokerMatchAModelOfWhatWasAcknowledged() async throws {
         let steps = Int(ProcessInfo.processInfo.environment["BOARDBUS_MODEL_STEPS"] ?? "") ?? 2_000
         var random = SeededRandom(seed: UInt64(ProcessInfo.processInfo.environment["BOARDBUS_MODEL_SEED"] ?? "") ?? 34)
@@ -218,6 +241,8 @@ struct AcknowledgedDataIntegrationTests {
             var acknowledged: [Scope: [String: String]] = [.root: [:], "eu": [:]]
             var lastSequence: [Scope: UInt64] = [.root: 0, "eu": 0]
             var usedIDs: [String] = []
+            var refused: [Scope: Set<String>] = [.root: [], "eu": []]
+            var refusals = 0
             var divergences: [String] = []
             var ownerKills = 0
             var brokerKills = 0
@@ -244,7 +269,8 @@ struct AcknowledgedDataIntegrationTests {
                     let repeated = !usedIDs.isEmpty && random.next() % 10 < 3
                     let id = repeated ? usedIDs[Int(random.next() % UInt64(usedIDs.count))] : "d\(step)"
                     if !repeated { usedIDs.append(id) }
-                    let content = "\(scope.name.isEmpty ? "root" : scope.name):\(step)"
+                    let blank = random.next() % 10 == 0
+                    let content = blank ? "  " : "\(scope.name.isEmpty ? "root" : scope.name):\(step)"
                     let payload = try PayloadCodec.encode(CommentsIO.Reply(postID: 1, parent: 0, content: content))
                     let attack = random.next() % 60
                     let dispatching = Task {
@@ -266,6 +292,7 @@ struct AcknowledgedDataIntegrationTests {
                     var maybeApplied = false
                     let deadline = ContinuousClock.now.advanced(by: .seconds(60))
                     while case .failure(let error) = outcome, ContinuousClock.now < deadline {
+                        if (error as? BusError)?.code == .rejected { break }
                         if let error = error as? BusError, [.outcomeUnknown, .timeout].contains(error.code) {
                             maybeApplied = true
                             unknownOutcomes += 1
@@ -280,10 +307,19 @@ struct AcknowledgedDataIntegrationTests {
                                     store: CommentsIO.store, action: "reply", payload: payload, dispatchID: id, scope: scope, timeout: .seconds(5)))
                         } catch { outcome = .failure(error) }
                     }
+                    if case .failure(let error) = outcome, (error as? BusError)?.code == .rejected {
+                        refusals += 1
+                        if acknowledged[scope]![id] != nil { divergences.append("step \(step): \(id) refused in \(scope) after it was applied") }
+                        if !blank && !refused[scope]!.contains(id) { divergences.append("step \(step): \(id) refused in \(scope), not blank") }
+                        refused[scope]!.insert(id)
+                        continue
+                    }
                     guard case .success(let ack) = outcome else {
                         divergences.append("step \(step): no answer for \(id) in \(scope)")
                         continue
                     }
+                    if refused[scope]!.contains(id) { divergences.append("step \(step): \(id) refused in \(scope), then acknowledged") }
+                    if blank && ack.applied { divergences.append("step \(step): a blank comment applied in \(scope)") }
                     let known = acknowledged[scope]![id] != nil
                     if ack.applied {
                         if known { divergences.append("step \(step): \(id) applied twice in \(scope)") }
@@ -304,7 +340,7 @@ struct AcknowledgedDataIntegrationTests {
             #expect(ownerKills > 0 && brokerKills > 0)
             let total = acknowledged.values.reduce(0) { $0 + $1.count }
             print(
-                "model: \(steps) steps, \(total) acknowledged, \(ownerKills) owner kills, \(brokerKills) broker kills, \(unknownOutcomes) unknown outcomes, \(divergences.count) divergences"
+                "model: \(steps) steps, \(total) acknowledged, \(ownerKills) owner kills, \(brokerKills) broker kills, \(unknownOutcomes) unknown outcomes, \(refusals) refusals, \(divergences.count) divergences"
             )
         }
     }

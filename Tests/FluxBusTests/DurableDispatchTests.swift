@@ -13,9 +13,19 @@ final class NotesStore: StatefulStore<[String]>, @unchecked Sendable {
     struct Clear: Action, Codable {}
     /// An action the store ignores.
     struct Ignored: Action, Codable {}
-    override func onDispatch(_ action: any Action) {
+    /// An action the store refuses, with `reason`, after changing its state (the change must not stay).
+    struct Refuse: Action, Codable { var reason: String }
+    /// An action whose handler fails with something that is not a refusal.
+    struct Fault: Action, Codable {}
+    struct Broken: Error {}
+    override func onDispatch(_ action: any Action) throws {
         if let add = action as? Add { state.append(add.text) }
         if action is Clear { state = [] }
+        if let refuse = action as? Refuse {
+            state.append("half done")
+            throw Refusal(refuse.reason)
+        }
+        if action is Fault { throw Broken() }
     }
 }
 
@@ -39,6 +49,8 @@ struct DurableStoreFixture {
         remote.action(NotesStore.Add.self, named: "add")
         remote.action(NotesStore.Clear.self, named: "clear")
         remote.action(NotesStore.Ignored.self, named: "ignored")
+        remote.action(NotesStore.Refuse.self, named: "refuse")
+        remote.action(NotesStore.Fault.self, named: "fault")
         let published = PublishedChanges()
         remote.attach(StorePublisher { published.append($0) })
         return (store, remote, published)

@@ -34,6 +34,22 @@ struct FluxTests {
         #expect(seen == ["first", "second", "second"])
     }
 
+    /// A store that refuses stops the dispatch there: later stores do not get the action, and
+    /// the dispatcher may dispatch again.
+    @Test func aRefusalStopsTheDispatch() throws {
+        let dispatcher = Dispatcher()
+        var seen: [String] = []
+        _ = dispatcher.register { _ in
+            seen.append("first")
+            throw Refusal("not now")
+        }
+        _ = dispatcher.register { _ in seen.append("second") }
+        #expect(throws: Refusal("not now")) { try dispatcher.dispatch(Noop()) }
+        #expect(seen == ["first"])
+        #expect(!dispatcher.isDispatching)
+        #expect(throws: Refusal("not now")) { try dispatcher.dispatch(Noop()) }
+    }
+
     @Test func dispatchingWhileDispatchingIsRefused() throws {
         let store = CounterStore(initialState: 0, dispatcher: Dispatcher())
         try store.dispatcher.dispatch(Noop())
