@@ -179,13 +179,21 @@ public struct Board: Sendable {
         startHandlers.append(handler)
     }
 
+    /// The schemas the registration carries: the board's own and its stores'.
+    private var registeredSchemas: BoardSchemas? {
+        var all = schemas
+        let stores = storeEndpoints.compactMapValues(\.schema)
+        if !stores.isEmpty { all.stores = stores }
+        return all.isEmpty ? nil : all
+    }
+
     /// The registration the board sends to the motherboard.
     var registration: Registration {
         Registration(
             id: id, pid: getpid(), scope: scope, inputType: inputType,
             commands: Set(commandHandlers.keys).union(immediateCommandHandlers.keys).sorted(),
             actions: actionHandlers.keys.sorted(), outputTypes: outputTypes, stores: storeEndpoints.keys.sorted(),
-            secret: Board.registrationSecret, schemas: schemas.isEmpty ? nil : schemas)
+            secret: Board.registrationSecret, schemas: registeredSchemas)
     }
 
     /// This process's registration secret: the one the motherboard handed it when it started the

@@ -131,6 +131,12 @@ extension BusClient {
     }
 
     /// Every flow the broker holds (`busctl flows`).
+    /// Every store of the live boards (`busctl stores`).
+    public func stores(timeout: Duration = BusClient.defaultTimeout) async throws -> StoreList {
+        let reply = try await request(Envelope(header: EnvelopeHeader(kind: .control, typeName: ControlOperation.stores)), timeout: timeout)
+        return try PayloadCodec.decode(StoreList.self, from: reply.payload)
+    }
+
     public func flows(timeout: Duration = BusClient.defaultTimeout) async throws -> FlowList {
         let reply = try await request(Envelope(header: EnvelopeHeader(kind: .control, typeName: ControlOperation.flows)), timeout: timeout)
         return try PayloadCodec.decode(FlowList.self, from: reply.payload)

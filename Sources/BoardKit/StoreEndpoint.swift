@@ -13,6 +13,12 @@ public protocol StoreEndpoint: AnyObject, Sendable {
     /// Called when the board starts, before it registers: from then on, `publisher` sends changes
     /// to subscribers (the broker forwards them once the registration names the store).
     func attach(_ publisher: StorePublisher)
+    /// The store's state and action payloads, for `introspect` and `busctl stores` (nil: not said).
+    var schema: StoreSchema? { get }
+}
+
+extension StoreEndpoint {
+    public var schema: StoreSchema? { nil }
 }
 
 /// A `dispatch` or `store` message, as a store endpoint sees it.

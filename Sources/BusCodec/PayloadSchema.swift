@@ -107,8 +107,20 @@ public protocol PayloadSchemaProviding {
     static var schemaPlaceholder: Self { get }
 }
 
+/// The shape of a store a board owns: its state, and the payload of each action it takes.
+public struct StoreSchema: Codable, Hashable, Sendable {
+    public var state: PayloadSchema?
+    public var actions: [String: PayloadSchema]
+
+    public init(state: PayloadSchema? = nil, actions: [String: PayloadSchema] = [:]) {
+        self.state = state
+        self.actions = actions
+    }
+}
+
 /// The schemas of what a board registers: its input, each command's request and reply, each
-/// output and each action, by name (sent in its registration, shown by `introspect`).
+/// output, each action and each store it owns, by name (sent in its registration, shown by
+/// `introspect`).
 public struct BoardSchemas: Codable, Hashable, Sendable {
     public struct Command: Codable, Hashable, Sendable {
         public var request: PayloadSchema
@@ -123,17 +135,23 @@ public struct BoardSchemas: Codable, Hashable, Sendable {
     public var commands: [String: Command]
     public var outputs: [String: PayloadSchema]
     public var actions: [String: PayloadSchema]
+    /// The stores the board owns, by name (absent from registrations of boards that own none,
+    /// and of versions before stores described themselves).
+    public var stores: [String: StoreSchema]?
 
     public init(
-        input: PayloadSchema? = nil, commands: [String: Command] = [:], outputs: [String: PayloadSchema] = [:], actions: [String: PayloadSchema] = [:]
+        input: PayloadSchema? = nil, commands: [String: Command] = [:], outputs: [String: PayloadSchema] = [:],
+        actions: [String: PayloadSchema] = [:],
+        stores: [String: StoreSchema]? = nil
     ) {
         self.input = input
         self.commands = commands
         self.outputs = outputs
         self.actions = actions
+        self.stores = stores
     }
 
-    public var isEmpty: Bool { input == nil && commands.isEmpty && outputs.isEmpty && actions.isEmpty }
+    public var isEmpty: Bool { input == nil && commands.isEmpty && outputs.isEmpty && actions.isEmpty && (stores ?? [:]).isEmpty }
 }
 
 // MARK: - Recording

@@ -211,6 +211,33 @@ public enum ControlOperation {
     public static let policyCheck = "policy.check"
     /// The access policy in force (``PolicyText``).
     public static let policyShow = "policy.show"
+    /// Every store of the live boards, with its owner and actions (``StoreList``).
+    public static let stores = "stores"
+}
+
+/// One store of a live board, as `stores` lists it.
+public struct StoreInfo: BusPayload, Hashable {
+    public var store: String
+    public var scope: Scope
+    /// The board that owns it.
+    public var board: BoardID
+    /// Its actions (empty when its owner did not describe it).
+    public var actions: [String]
+    /// Its state's shape in one line, when its owner described it.
+    public var state: String?
+    public init(store: String, scope: Scope, board: BoardID, actions: [String], state: String?) {
+        self.store = store
+        self.scope = scope
+        self.board = board
+        self.actions = actions
+        self.state = state
+    }
+}
+
+/// The answer to `stores`.
+public struct StoreList: BusPayload, Hashable {
+    public var stores: [StoreInfo]
+    public init(stores: [StoreInfo]) { self.stores = stores }
 }
 
 /// The payload of `policy.check`: may `principal` do `operation` on `target` (`command` for `call`)?

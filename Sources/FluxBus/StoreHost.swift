@@ -19,6 +19,9 @@ public final class StoreHost<State: Codable & Sendable>: StoreEndpoint, @uncheck
     public let storeName: String
     public let store: StatefulStore<State>
     private var decoders: [String: (Data) throws -> any Action] = [:]
+    /// The payload schema of each action, and the state's (made once, when named).
+    private var actionSchemas: [String: PayloadSchema] = [:]
+    private lazy var stateSchema = PayloadSchema.of(State.self)
     private(set) var sequence: UInt64 = 0
     private var publisher: StorePublisher?
     private var receipt: Receipt?
@@ -50,7 +53,11 @@ public final class StoreHost<State: Codable & Sendable>: StoreEndpoint, @uncheck
     /// Lets remote clients dispatch `A` under `name` (its JSON payload is decoded as `A`).
     public func action<A: Action & Decodable>(_ type: A.Type, named name: String) {
         decoders[name] = { try PayloadCodec.decode(A.self, from: $0) }
+        actionSchemas[name] = PayloadSchema.of(A.self)
     }
+
+    /// Its state's shape and its actions' payloads (`introspect`, `busctl stores`).
+    public var schema: StoreSchema? { StoreSchema(state: stateSchema, actions: actionSchemas) }
 
     /// The current state as a ``StoreSnapshot`` payload.
     public func snapshot() throws -> Data {

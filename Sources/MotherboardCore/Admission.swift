@@ -38,6 +38,8 @@ extension Motherboard {
     /// path). A rule that must hold for every message is written here, once: the broker's own
     /// (a completed instance sends only control; a content type labels commands and replies
     /// only), then ``admissionRules`` in order. `target` is read only when there are rules.
+    /// A remote principal's message is then asked of the access policy
+    /// (``authorize(_:principal:sender:)``); the in-place path never routes one.
     func admit(
         _ kind: MessageKind, hasContentType: Bool, from peer: PeerID, sender: LiveBoard?, target: () -> String
     ) -> BusError? {

@@ -55,6 +55,17 @@ extension Motherboard {
         ControlOperation.tree: .init { motherboard, envelope, peer, now in
             motherboard.reply(to: envelope, from: peer, with: motherboard.tree(now: now))
         },
+        ControlOperation.stores: .init { motherboard, envelope, peer, _ in
+            let stores = motherboard.registry.sorted.flatMap { board in
+                board.registration.stores.map { name in
+                    let schema = board.registration.schemas?.stores?[name]
+                    return StoreInfo(
+                        store: name, scope: board.scope, board: board.id, actions: schema.map { $0.actions.keys.sorted() } ?? [],
+                        state: schema?.state?.summary)
+                }
+            }
+            motherboard.reply(to: envelope, from: peer, with: StoreList(stores: stores.sorted { ($0.scope, $0.store) < ($1.scope, $1.store) }))
+        },
         ControlOperation.flows: .init { motherboard, envelope, peer, _ in
             motherboard.reply(
                 to: envelope, from: peer, with: FlowList(flows: motherboard.flows.flows, droppedOutputs: motherboard.counters.droppedOutputs))

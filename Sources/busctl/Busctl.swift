@@ -13,7 +13,7 @@ struct Busctl: AsyncParsableCommand {
         subcommands: [
             List.self, Status.self, Restart.self, Introspect.self, Tree.self, Flows.self, Call.self, Activate.self, Emit.self, Action.self,
             Dispatch.self,
-            State.self, Wait.self, Monitor.self, Metrics.self, Keys.self, Policy.self,
+            State.self, Stores.self, Wait.self, Monitor.self, Metrics.self, Keys.self, Policy.self,
         ])
 }
 
@@ -140,6 +140,23 @@ extension Busctl {
             }
             for child in tree.scopes where child.parent == name && !child.name.isRoot {
                 printScope(child.name, in: tree, indent: indent + "  ")
+            }
+        }
+    }
+
+    struct Stores: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "stores", abstract: "List the Flux stores of the live boards, with their owners and actions.")
+        @OptionGroup var options: GlobalOptions
+
+        func run() async throws {
+            try await options.withClient { client in
+                let list = try await client.stores(timeout: options.deadline)
+                if options.json { return try options.printJSON(list) }
+                let rows = list.stores.map { store in
+                    [store.store, store.scope.isRoot ? "-" : store.scope.name, store.board.rawValue, listed(store.actions), store.state ?? "-"]
+                }
+                printTable(header: ["STORE", "SCOPE", "BOARD", "ACTIONS", "STATE"], rows: rows)
             }
         }
     }
@@ -400,6 +417,10 @@ func printSchemas(_ schemas: BoardSchemas) {
     }
     for (name, output) in schemas.outputs.sorted(by: { $0.key < $1.key }) { print("  output \(name)  \(output.summary)") }
     for (name, action) in schemas.actions.sorted(by: { $0.key < $1.key }) { print("  action \(name)  \(action.summary)") }
+    for (name, store) in (schemas.stores ?? [:]).sorted(by: { $0.key < $1.key }) {
+        print("  store \(name)  state \(store.state?.summary ?? "-")")
+        for (action, payload) in store.actions.sorted(by: { $0.key < $1.key }) { print("    dispatch \(action)  \(payload.summary)") }
+    }
 }
 
 /// A list for people: comma-separated, or "-" when empty.

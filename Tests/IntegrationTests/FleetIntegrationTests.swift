@@ -30,6 +30,32 @@ struct FleetIntegrationTests {
         }
     }
 
+    /// Issue: a client had to guess store names from file names and action payloads from rounds
+    /// of `typeMismatch`. The owner describes its stores in its registration: `busctl stores`
+    /// lists every store with its owner, actions and state, and `introspect` the payload of each
+    /// action, in every scope.
+    @Test func storesAreListedWithTheirOwnersActionsAndPayloads() async throws {
+        let manifest = """
+            { "scopes": [ { "name": "eu" } ],
+              "boards": [
+                { "id": "demo.comments", "executable": "BoardBusDemoComments", "start": "always" },
+                { "id": "demo.comments", "executable": "BoardBusDemoComments", "scope": "eu", "start": "always" },
+                { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always" } ] }
+            """
+        try await TestFleet.with(manifest: manifest) { fleet in
+            let list = try decode(StoreList.self, from: try await fleet.busctl("stores", "--json"))
+            #expect(list.stores.map { "\($0.scope.name)/\($0.store)@\($0.board)" } == ["/comments@demo.comments", "eu/comments@demo.comments"])
+            #expect(list.stores.allSatisfy { $0.actions == ["delete", "reply"] && $0.state?.contains("comments") == true }, "\(list)")
+            let table = try await fleet.busctl("stores")
+            #expect(table.standardOutput.contains("STORE") && table.standardOutput.contains("delete, reply"), "\(table.standardOutput)")
+            let introspected = try await fleet.busctl("introspect", "demo.comments")
+            #expect(introspected.standardOutput.contains("  store comments  state {"), "\(introspected.standardOutput)")
+            #expect(
+                introspected.standardOutput.contains("    dispatch reply  {content: string, parent: integer, postID: integer}"),
+                "\(introspected.standardOutput)")
+        }
+    }
+
     @Test func aCommandRoundTripsThroughBusctlCall() async throws {
         try await TestFleet.with(manifest: exampleManifest) { fleet in
             let result = try await fleet.busctl("call", "demo.greeter", "greet", #"{"name":"Ann"}"#, "--json")
@@ -173,7 +199,8 @@ struct FleetIntegrationTests {
     @Test func busctlSubcommandsAnswerToTheirDocumentedNames() async throws {
         try await TestFleet.with(manifest: #"{"boards": []}"#) { fleet in
             let names = [
-                "list", "status", "restart", "introspect", "tree", "flows", "call", "activate", "emit", "action", "dispatch", "state", "wait",
+                "list", "status", "restart", "introspect", "tree", "flows", "call", "activate", "emit", "action", "dispatch", "state", "stores",
+                "wait",
                 "monitor",
                 "metrics", "keys", "policy",
             ]
