@@ -74,6 +74,9 @@ public final class StoreHost<State: Codable & Sendable>: StoreEndpoint, @uncheck
             return try PayloadCodec.encode(dispatch(request))
         case (_, StoreOperation.state):
             return try snapshot()
+        case (_, StoreOperation.holderGone) where queries == nil:
+            // Every owner hears when any board leaves; a store without queries has nothing to release.
+            return Data()
         case (_, StoreOperation.activateQuery), (_, StoreOperation.releaseQuery), (_, StoreOperation.holderGone):
             guard let queries else { throw BusError(.unknownAction, "store '\(storeName)' takes no queries") }
             return try queries.handle(request, store: storeName)
@@ -100,7 +103,14 @@ public final class StoreHost<State: Codable & Sendable>: StoreEndpoint, @uncheck
             let known = decoders.keys.sorted().joined(separator: ", ")
             throw BusError(.unknownAction, "store '\(storeName)' has no action '\(name)' (it has: \(known))")
         }
-        let action = try decode(request.payload)
+        let action: any Action
+        do {
+            action = try decode(request.payload)
+        } catch let error as BusError where error.code == .typeMismatch {
+            // Say what the action takes, as `call` says what a command takes.
+            guard let expected = actionSchemas[name]?.summary else { throw error }
+            throw BusError(.typeMismatch, "\(error.message); '\(name)' expects \(expected)")
+        }
         let journal = (id: dispatchID, action: name, payload: request.payload)
         let changed: Bool
         do {

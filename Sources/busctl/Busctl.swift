@@ -289,6 +289,15 @@ extension Busctl {
         @Argument(help: "The action as JSON (default {}).") var payload: String?
         @Option(help: "An idempotency key: a retry with the same id is not applied twice (default: a new one, printed when the outcome is unknown).")
         var id: String?
+        @Flag(
+            help:
+                "Send it again with the same id, until --timeout, while its outcome is unknown or its store is not reachable (outcomeUnknown, timeout, boardNotRunning, noSuchStore, unreachable, storageFailed, busy): applied at most once."
+        )
+        var retries = false
+
+        /// What a retry with the same id may follow: the action was not applied, or may have been
+        /// and the id makes sure it is applied at most once.
+        static let retryable: Set<BusError.Code> = [.outcomeUnknown, .timeout, .boardNotRunning, .noSuchStore, .unreachable, .storageFailed, .busy]
 
         /// Arguments are checked before connecting: a bad one is exit 2 whether or not a broker runs.
         func validate() throws {
@@ -304,10 +313,25 @@ extension Busctl {
                     // Always an id: when the outcome is unknown, a retry with it is applied at most once.
                     let dispatchID = id ?? UUID().uuidString
                     let ack: DispatchAck
+                    let deadline = ContinuousClock.now.advanced(by: options.deadline)
                     do {
-                        ack = try await client.dispatch(
-                            store: store, action: action, payload: try jsonPayload(payload), dispatchID: dispatchID, scope: options.scope,
-                            timeout: options.deadline)
+                        var attempt = 0
+                        while true {
+                            attempt += 1
+                            // With retries, no attempt takes the whole deadline (5 s at most), so that one is left for the next.
+                            let left = ContinuousClock.now.duration(to: deadline)
+                            do {
+                                ack = try await client.dispatch(
+                                    store: store, action: action, payload: try jsonPayload(payload), dispatchID: dispatchID, scope: options.scope,
+                                    timeout: retries ? max(.milliseconds(100), min(left, .seconds(5))) : options.deadline)
+                                break
+                            } catch let error as BusError where retries && Self.retryable.contains(error.code) {
+                                guard ContinuousClock.now.duration(to: deadline) > .milliseconds(300) else { throw error }
+                                FileHandle.standardError.write(
+                                    Data("busctl: \(error.code.name) (attempt \(attempt)); sending it again with id \(dispatchID)\n".utf8))
+                                try await Task.sleep(for: .milliseconds(200))
+                            }
+                        }
                     } catch let error as BusError where [.outcomeUnknown, .timeout].contains(error.code) {
                         throw BusError(
                             error.code, "\(error.message); retry with the same dispatch id (--id \(dispatchID)): it is applied at most once")
@@ -327,20 +351,34 @@ extension Busctl {
         @Argument(help: "The store name.") var store: String
         @Flag(help: "Keep printing changes.") var watch = false
         @Option(parsing: .unconditional, help: "With --watch, stop after this many lines.") var count: String?
+        @Option(name: .customLong("for"), parsing: .unconditional, help: "With --watch, stop after this many seconds (exit 0).")
+        var duration: String?
 
         func run() async throws {
-            let limit = try options.validated { try self.count.map { try busctl.count($0, option: "--count") } }
+            let (limit, period) = try options.validated {
+                (
+                    try self.count.map { try busctl.count($0, option: "--count") },
+                    try self.duration.map { try seconds($0, option: "--for", maximum: GlobalOptions.maximumTimeoutSeconds) }
+                )
+            }
             try await options.withClient { client in
                 guard watch else {
                     let snapshot = try await client.storeState(store, scope: options.scope, timeout: options.deadline)
                     return print(options.json ? String(decoding: snapshot, as: UTF8.self) : prettyJSON(snapshot))
                 }
-                var printed = 0
-                for try await update in client.watch(store, scope: options.scope, timeout: options.deadline) {
-                    print(String(decoding: update.snapshot, as: UTF8.self))
-                    fflushStandardOutput()
-                    printed += 1
-                    if let limit, printed >= limit { return }
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        var printed = 0
+                        for try await update in client.watch(store, scope: options.scope, timeout: options.deadline) {
+                            print(String(decoding: update.snapshot, as: UTF8.self))
+                            fflushStandardOutput()
+                            printed += 1
+                            if let limit, printed >= limit { return }
+                        }
+                    }
+                    if let period { group.addTask { try await Task.sleep(for: period) } }
+                    try await group.next()
+                    group.cancelAll()
                 }
             }
         }

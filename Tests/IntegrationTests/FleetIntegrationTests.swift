@@ -56,6 +56,47 @@ struct FleetIntegrationTests {
         }
     }
 
+    /// busctl's store verbs: a dispatch whose payload does not fit says what the action takes;
+    /// `--retries` sends it again with its id until its store is there (here an on-demand owner
+    /// that is not running until an operator restarts it a second later), applied once; a watch
+    /// stops after `--for` seconds; an owner without queries says nothing when other boards leave.
+    @Test func busctlStoreVerbs() async throws {
+        let manifest = """
+            { "boards": [
+                { "id": "demo.comments", "executable": "BoardBusDemoComments", "start": "on-demand" },
+                { "id": "demo.annotations", "executable": "BoardBusDemoAnnotationFilter", "start": "always" },
+                { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always" } ] }
+            """
+        try await TestFleet.with(manifest: manifest) { fleet in
+            let wrong = try await fleet.busctl("dispatch", "annotationFilter", "toggle", #"{"filter":1}"#)
+            #expect(wrong.exitCode == 1 && wrong.standardError.contains("'toggle' expects {filter: string}"), "\(wrong.standardError)")
+
+            let reply = #"{"postID":1,"parent":0,"content":"late but once"}"#
+            async let retried = fleet.busctl(
+                "dispatch", "comments", "reply", reply, "--id", "late-1", "--retries", "--timeout", "30", timeout: .seconds(60))
+            try await Task.sleep(for: .seconds(1))
+            #expect(try await fleet.busctl("restart", "demo.comments").exitCode == 0)
+            let result = try await retried
+            #expect(result.exitCode == 0 && result.standardOutput.contains("reply applied to comments as change 1"), "\(result.standardError)")
+            #expect(result.standardError.contains("noSuchStore (attempt 1); sending it again with id late-1"), "\(result.standardError)")
+            let again = try await fleet.busctl("dispatch", "comments", "reply", reply, "--id", "late-1", "--retries")
+            #expect(again.standardOutput.contains("already applied to comments as change 1"), "\(again.standardOutput)")
+
+            let started = ContinuousClock.now
+            let watched = try await fleet.busctl("state", "annotationFilter", "--watch", "--for", "1")
+            #expect(watched.exitCode == 0 && watched.standardOutput.contains(#""sequence":0"#), "\(watched.standardError)")
+            #expect(started.duration(to: .now) < .seconds(20))
+
+            // A board leaves: the owners of stores without queries say nothing about it.
+            let greeter = try #require(fleet.pid(of: "demo.greeter"))
+            kill(greeter, SIGKILL)
+            _ = try await eventually(timeout: .seconds(10)) { fleet.pid(of: "demo.greeter") != greeter }
+            try await Task.sleep(for: .milliseconds(500))
+            let log = (try? String(contentsOfFile: "\(fleet.address.runtimeDirectory)/logs/demo.annotations.log", encoding: .utf8)) ?? "no log"
+            #expect(log != "no log" && !log.contains("takes no queries"), "\(log.suffix(2000))")
+        }
+    }
+
     @Test func aCommandRoundTripsThroughBusctlCall() async throws {
         try await TestFleet.with(manifest: exampleManifest) { fleet in
             let result = try await fleet.busctl("call", "demo.greeter", "greet", #"{"name":"Ann"}"#, "--json")
