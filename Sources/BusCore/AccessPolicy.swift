@@ -14,6 +14,9 @@ public struct AccessPolicy: Sendable, Equatable {
         case call
         /// An activation of a board (target: the board).
         case activate
+        /// A command or activation that has to wait for an on-demand board to be started (target:
+        /// the board); asked besides `call` or `activate`.
+        case start
         /// An output as a board other than the sender's own registered one (target: that board).
         case emit
         /// An action (target: `scope/action`, the scope it is sent in).

@@ -53,6 +53,13 @@ extension Motherboard {
     /// Holds an input (an activation or a command) for a manifest board that is not running, in a
     /// bounded queue, starting its process unless a start is under way.
     private func hold(_ envelope: Envelope, for name: ScopedName, entry: FleetManifest.Board, client: PeerID?, now: ContinuousClock.Instant) {
+        // A remote principal's input starts a board only where the access policy says it may.
+        if let client, let principal = receivingPrincipal {
+            let decision = decide(PolicyQuestion(principal: principal, operation: .start, target: name.description, command: nil))
+            guard decision.allowed else {
+                return reply(to: envelope, from: client, error: denial(principal, .start, target: name.description, decision))
+            }
+        }
         let input = HeldInput(envelope: envelope, client: client, since: now)
         switch supervisor.enqueue(input, for: name, limit: settings.activationQueueLimit) {
         case .queued:

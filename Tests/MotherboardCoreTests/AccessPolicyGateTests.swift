@@ -120,6 +120,28 @@ struct AccessPolicyGateTests {
         #expect(register("far.board", scope: .root).first?.carriedError?.code == .forbidden)
     }
 
+    /// Starting an on-demand board is asked of the policy too: a remote principal granted the
+    /// call but not the start waits for nothing and starts nothing.
+    @Test func startingAnOnDemandBoardIsAnOperationOfItsOwn() throws {
+        let manifest = FleetManifest(
+            scopes: [.init(name: "checkout")], boards: [.init(id: "checkout.payment", executable: "Pay", scope: "checkout", start: .onDemand)])
+        let producer = RecordingProducer()
+        let harness = try Harness(manifest: manifest, producer: producer)
+        let callOnly = #"{"rules": [{"name": "pay", "allow": ["call", "activate"], "principals": ["edge-b"], "targets": ["checkout/*"]}]}"#
+        harness.motherboard.install(policy: try AccessPolicy.parse(Data(callOnly.utf8), source: "test"), source: "test")
+        let pay = EnvelopeHeader(kind: .command, target: "checkout.payment", scope: "checkout", typeName: "pay")
+        let refused = send(harness, pay, from: remote, principal: "edge-b")
+        #expect(refused.first?.carriedError?.message.contains("'edge-b' may not start checkout/checkout.payment") == true)
+        #expect(
+            send(harness, EnvelopeHeader(kind: .activate, target: "checkout.payment", scope: "checkout"), from: remote, principal: "edge-b")
+                .first?.carriedError?.code == .forbidden)
+        #expect(producer.started.isEmpty)
+        let withStart = #"{"rules": [{"name": "pay", "allow": ["call", "start"], "principals": ["edge-b"], "targets": ["checkout/*"]}]}"#
+        harness.motherboard.install(policy: try AccessPolicy.parse(Data(withStart.utf8), source: "test"), source: "test")
+        #expect(send(harness, pay, from: remote, principal: "edge-b").isEmpty)
+        #expect(producer.started.map(\.id) == ["checkout.payment"])
+    }
+
     /// A policy change applies to what is live: a board registered under a removed grant is
     /// dropped, a decision cached before is asked again.
     @Test func aChangedPolicyAppliesToLiveBoardsAndCachedDecisions() throws {
