@@ -7,7 +7,7 @@ import MotherboardGateways
 /// (libFuzzer keeps the input that broke it).
 enum Harnesses {
     static let all: [String: @Sendable (Data) -> Void] = [
-        "header": header, "cbor": cbor, "json": json, "mdp": mdp, "route": RoutingHarness.route,
+        "header": header, "cbor": cbor, "json": json, "mdp": mdp, "route": RoutingHarness.route, "policy": policy,
     ]
 
     /// The header codec: every input is refused with a `BusError`, or decodes to a header that
@@ -99,6 +99,44 @@ enum Harnesses {
         if case .worker(let command?) = message.sender {
             let written = Majordomo.toWorker(message.peer, dialect: message.dialect, command: command, body: message.body)
             precondition(written == frames, "a worker message is written back otherwise")
+        }
+    }
+
+    /// The access policy file: every input is refused with a `badArgument` naming the file, or
+    /// reads to a policy whose every decision agrees with a plain reading of its rules (a
+    /// matching deny wins, else the first matching allow, else the default), for the names and
+    /// targets the file itself mentions.
+    static func policy(_ input: Data) {
+        let policy: AccessPolicy
+        do {
+            policy = try AccessPolicy.parse(input, source: "fuzz")
+        } catch let error as BusError {
+            precondition(error.code == .badArgument && error.message.hasPrefix("policy fuzz"), "refused otherwise: \(error)")
+            return
+        } catch {
+            preconditionFailure("not a BusError: \(error)")
+        }
+        let principals = Set(policy.rules.flatMap(\.principals) + policy.groups.values.flatMap { $0 } + ["stranger"]).filter { !$0.hasPrefix("@") }
+        let targets = Set(policy.rules.flatMap(\.targets) + ["x", "a/b"])
+        for principal in principals.sorted().prefix(8) {
+            for target in targets.sorted().prefix(8) {
+                for operation in AccessPolicy.Operation.allCases {
+                    let decision = policy.decide(principal: principal, operation, target: target, command: target)
+                    let matching = policy.rules.filter { rule in
+                        (rule.operations?.contains(operation) ?? true)
+                            && rule.principals.contains {
+                                $0 == "*" || $0 == principal
+                                    || ($0.hasPrefix("@") && policy.groups[String($0.dropFirst())]?.contains(principal) == true)
+                            }
+                            && rule.targets.contains { AccessPolicy.glob($0, target) }
+                            && (rule.commands.map { $0.contains { AccessPolicy.glob($0, target) } } ?? true)
+                    }
+                    let expected =
+                        matching.first { !$0.allows }.map { AccessPolicy.Decision(allowed: false, rule: "rule '\($0.name)'") }
+                        ?? matching.first.map { AccessPolicy.Decision(allowed: true, rule: "rule '\($0.name)'") } ?? .byDefault
+                    precondition(decision == expected, "\(principal) \(operation) \(target): \(decision), expected \(expected)")
+                }
+            }
         }
     }
 }
