@@ -8,6 +8,7 @@ import MotherboardGateways
 enum Harnesses {
     static let all: [String: @Sendable (Data) -> Void] = [
         "header": header, "cbor": cbor, "json": json, "mdp": mdp, "route": RoutingHarness.route, "policy": policy,
+        "allowlist": FileHarnesses.allowList, "manifest": FileHarnesses.manifest,
     ]
 
     /// The header codec: every input is refused with a `BusError`, or decodes to a header that

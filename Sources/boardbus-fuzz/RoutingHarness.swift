@@ -62,3 +62,44 @@ enum RoutingHarness {
         precondition((try? HeaderCodec.decode(Data(rewritten))) == expected.envelope.header, "routed in place with another header")
     }
 }
+
+/// The files an operator hands the broker: the allow-list and the manifest.
+enum FileHarnesses {
+    /// The allow-list: refused with a `badArgument` naming its line, or read to names and keys
+    /// that are valid, and that read back the same when written one `NAME KEY` a line.
+    static func allowList(_ input: Data) {
+        let list: CurveAllowList
+        do {
+            list = try CurveAllowList(parsing: String(decoding: input, as: UTF8.self), source: "fuzz")
+        } catch let error as BusError {
+            precondition(error.code == .badArgument && error.message.hasPrefix("fuzz line "), "refused otherwise: \(error)")
+            return
+        } catch {
+            preconditionFailure("not a BusError: \(error)")
+        }
+        for (key, name) in list.names { precondition(CurveKeyPair.isKey(key) && BoardID.isValid(name), "kept '\(name) \(key)'") }
+        let written = list.names.map { "\($0.value) \($0.key)" }.joined(separator: "\n")
+        precondition((try? CurveAllowList(parsing: written)) == list, "an allow-list does not read back as written")
+    }
+
+    /// The manifest: refused with a `badArgument` naming the file, or read to a manifest a
+    /// broker starts with (its scopes, boards and flows consistent).
+    static func manifest(_ input: Data) {
+        let manifest: FleetManifest
+        do {
+            manifest = try FleetManifest.parse(input, source: "fuzz")
+        } catch let error as BusError {
+            precondition(error.code == .badArgument && error.message.hasPrefix("manifest fuzz"), "refused otherwise: \(error)")
+            return
+        } catch {
+            preconditionFailure("not a BusError: \(error)")
+        }
+        var logger = Logger(label: "fuzz")
+        logger.logLevel = .critical
+        do {
+            _ = try Motherboard(manifest: manifest, transport: RoutingHarness.Recorder(), logger: logger)
+        } catch {
+            preconditionFailure("a manifest that parsed does not start a broker: \(error)")
+        }
+    }
+}
