@@ -131,6 +131,20 @@ extension BusClient {
     }
 
     /// Every flow the broker holds (`busctl flows`).
+    /// The activations of at-least-once boards that ran out of deliveries (`busctl dead-letters`).
+    public func deadLetters(timeout: Duration = BusClient.defaultTimeout) async throws -> DeadLetterList {
+        let reply = try await request(Envelope(header: EnvelopeHeader(kind: .control, typeName: ControlOperation.deadLetters)), timeout: timeout)
+        return try PayloadCodec.decode(DeadLetterList.self, from: reply.payload)
+    }
+
+    /// Delivers a dead letter again, as a new activation (`busctl dead-letters --replay ID`).
+    public func replayDeadLetter(_ id: UInt64, timeout: Duration = BusClient.defaultTimeout) async throws {
+        let envelope = Envelope(
+            header: EnvelopeHeader(kind: .control, typeName: ControlOperation.deadLettersReplay),
+            payload: try PayloadCodec.encode(DeadLetterReplay(id: id)))
+        _ = try await request(envelope, timeout: timeout)
+    }
+
     /// Every store of the live boards (`busctl stores`).
     public func stores(timeout: Duration = BusClient.defaultTimeout) async throws -> StoreList {
         let reply = try await request(Envelope(header: EnvelopeHeader(kind: .control, typeName: ControlOperation.stores)), timeout: timeout)

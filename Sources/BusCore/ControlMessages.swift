@@ -213,6 +213,47 @@ public enum ControlOperation {
     public static let policyShow = "policy.show"
     /// Every store of the live boards, with its owner and actions (``StoreList``).
     public static let stores = "stores"
+    /// The activations of at-least-once boards that ran out of deliveries (``DeadLetterList``).
+    public static let deadLetters = "dead-letters"
+    /// Delivers a dead letter again, as a new activation (``DeadLetterReplay``; answered ``Delivery``).
+    public static let deadLettersReplay = "dead-letters.replay"
+}
+
+/// An activation that ran out of deliveries: its board ended `attempts` times while holding it.
+public struct DeadLetter: BusPayload, Hashable {
+    public var id: UInt64
+    public var board: BoardID
+    public var scope: Scope
+    /// The activation's type name.
+    public var type: String
+    public var attempts: Int
+    /// Why its last delivery ended.
+    public var reason: String
+    public var payloadBytes: Int
+    /// When it was dead-lettered, in seconds since 1970.
+    public var time: Double
+    public init(id: UInt64, board: BoardID, scope: Scope, type: String, attempts: Int, reason: String, payloadBytes: Int, time: Double) {
+        self.id = id
+        self.board = board
+        self.scope = scope
+        self.type = type
+        self.attempts = attempts
+        self.reason = reason
+        self.payloadBytes = payloadBytes
+        self.time = time
+    }
+}
+
+/// The answer to `dead-letters`: oldest first.
+public struct DeadLetterList: BusPayload, Hashable {
+    public var letters: [DeadLetter]
+    public init(letters: [DeadLetter]) { self.letters = letters }
+}
+
+/// The question of `dead-letters.replay`.
+public struct DeadLetterReplay: BusPayload, Hashable {
+    public var id: UInt64
+    public init(id: UInt64) { self.id = id }
 }
 
 /// One store of a live board, as `stores` lists it.

@@ -35,18 +35,22 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
         var contentType: String?
         var linkTrail: [UInt64]?
         var onBehalfOf: String?
+        var deliveryCount: UInt32?
         var unknownFields = Data()
 
         init() {}
 
         init(copying other: OptionalFields) {
-            (dispatchID, flowID, trace, contentType, linkTrail, onBehalfOf, unknownFields) =
-                (other.dispatchID, other.flowID, other.trace, other.contentType, other.linkTrail, other.onBehalfOf, other.unknownFields)
+            (dispatchID, flowID, trace, contentType, linkTrail, onBehalfOf, deliveryCount, unknownFields) =
+                (
+                    other.dispatchID, other.flowID, other.trace, other.contentType, other.linkTrail, other.onBehalfOf, other.deliveryCount,
+                    other.unknownFields
+                )
         }
 
         var isEmpty: Bool {
             dispatchID == nil && flowID == nil && trace == nil && contentType == nil && linkTrail == nil && onBehalfOf == nil
-                && unknownFields.isEmpty
+                && deliveryCount == nil && unknownFields.isEmpty
         }
     }
 
@@ -88,6 +92,14 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
     public var onBehalfOf: String? {
         get { optional?.onBehalfOf }
         set { setOptional(clearing: newValue == nil) { $0.onBehalfOf = newValue } }
+    }
+
+    /// Optional field 7: on an activation of an at-least-once board, which delivery of it this is
+    /// (1 the first; more after its board ended before acknowledging it). The correlation id stays
+    /// the same across deliveries: with this count, the board can tell a redelivery.
+    public var deliveryCount: UInt32? {
+        get { optional?.deliveryCount }
+        set { setOptional(clearing: newValue == nil) { $0.deliveryCount = newValue } }
     }
 
     /// Optional field 2: the W3C trace context the message belongs to (since version 3).

@@ -56,9 +56,11 @@ public enum HeaderCodec {
         public static let linkTrail: UInt8 = 5
         /// The principal a gateway acts for (``EnvelopeHeader/onBehalfOf``): printable ASCII, 1–255 bytes.
         public static let onBehalfOf: UInt8 = 6
+        /// Which delivery of an activation this is (``EnvelopeHeader/deliveryCount``): u32, 4 bytes, big-endian, at least 1.
+        public static let deliveryCount: UInt8 = 7
 
         /// Whether this version reads `tag` into a field of its own (else it keeps it as unknown).
-        static func isKnown(_ tag: UInt8) -> Bool { (1...6).contains(tag) }
+        static func isKnown(_ tag: UInt8) -> Bool { (1...7).contains(tag) }
     }
 
     static let magic: (UInt8, UInt8) = (0x42, 0x42)
@@ -78,7 +80,7 @@ public enum HeaderCodec {
             + (header.dispatchID.map { 3 + $0.utf8.count } ?? 0) + (header.flowID == nil ? 0 : 11)
             + (header.trace == nil ? 0 : 3 + TraceContext.encodedSize) + (header.contentType.map { 3 + $0.utf8.count } ?? 0)
             + (header.linkTrail.map { 3 + 8 * $0.count } ?? 0) + (header.onBehalfOf.map { 3 + $0.utf8.count } ?? 0)
-            + header.unknownFields.count
+            + (header.deliveryCount == nil ? 0 : 7) + header.unknownFields.count
     }
 
     /// Checks every field against its limit; returns the encoded size. A sender calls it before
@@ -93,6 +95,7 @@ public enum HeaderCodec {
         if let principal = header.onBehalfOf, !isValidPrincipal(principal.utf8) {
             throw BusError(.badArgument, "on behalf of: \(principalRule)")
         }
+        if header.deliveryCount == 0 { throw BusError(.badArgument, "a delivery count starts at 1") }
         if let trail = header.linkTrail, !(1...maximumLinkHops).contains(trail.count) {
             throw BusError(.badArgument, "a link trail has 1 to \(maximumLinkHops) motherboards, not \(trail.count)")
         }
@@ -222,6 +225,11 @@ public enum HeaderCodec {
             writer.write(OptionalField.onBehalfOf)
             writer.write(principal)
         }
+        if let count = header.deliveryCount {
+            writer.write(OptionalField.deliveryCount)
+            writer.writeBigEndian(UInt16(4))
+            writer.writeBigEndian(count)
+        }
         // Not `for byte in`: a `Data`'s iterator costs more to make than most headers to write.
         if !header.unknownFields.isEmpty { header.unknownFields.withUnsafeBytes { writer.write($0) } }
         return writer.offset
@@ -251,6 +259,7 @@ public enum HeaderCodec {
                 }
             }
             if let principal = layout.onBehalfOf { header.onBehalfOf = try string(buffer, principal, field: "on behalf of") }
+            if let count = layout.deliveryCount { header.deliveryCount = HeaderLayout.bigEndian(buffer, at: count.lowerBound, as: UInt32.self) }
             header.unknownFields = layout.unknownFields(in: buffer)
         }
         return header
@@ -333,6 +342,7 @@ package struct HeaderLayout: Sendable, Hashable {
     package let contentType: Range<Int>?
     package let linkTrail: Range<Int>?
     package let onBehalfOf: Range<Int>?
+    package let deliveryCount: Range<Int>?
 
     /// Offset of the correlation id in the frame.
     static let correlationOffset = 6
@@ -373,6 +383,7 @@ package struct HeaderLayout: Sendable, Hashable {
         var contentType: Range<Int>?
         var linkTrail: Range<Int>?
         var onBehalfOf: Range<Int>?
+        var deliveryCount: Range<Int>?
         while offset < buffer.count {
             let (tag, value) = try Self.optionalField(buffer, &offset)
             switch tag {
@@ -416,11 +427,18 @@ package struct HeaderLayout: Sendable, Hashable {
                     throw BusError(.malformed, "on behalf of: \(HeaderCodec.principalRule)")
                 }
                 onBehalfOf = value
+            case HeaderCodec.OptionalField.deliveryCount:
+                guard deliveryCount == nil else { throw BusError(.malformed, "header has two delivery counts") }
+                guard value.count == 4, Self.bigEndian(buffer, at: value.lowerBound, as: UInt32.self) >= 1 else {
+                    throw BusError(.malformed, "a delivery count is 4 bytes, at least 1")
+                }
+                deliveryCount = value
             default:
                 continue
             }
         }
         self.onBehalfOf = onBehalfOf
+        self.deliveryCount = deliveryCount
         self.dispatchID = dispatchID
         self.flowID = flowID
         self.trace = trace

@@ -44,6 +44,8 @@ public final class BrokerMetrics: @unchecked Sendable {
     let droppedOutputs: Counter
     let refusedRegistrations: Counter
     let onDemandStarts: Counter
+    let redeliveries: Counter
+    let deadLettered: Counter
     /// Connections refused: `key` not in the allow-list, their `handshake` failed (no CURVE,
     /// another server key), or over the connection `limit`. Counted from the ZAP and connection
     /// watch threads.
@@ -78,6 +80,8 @@ public final class BrokerMetrics: @unchecked Sendable {
         droppedOutputs = counter("boardbus_dropped_outputs_total")
         refusedRegistrations = counter("boardbus_refused_registrations_total")
         onDemandStarts = counter("boardbus_on_demand_starts_total")
+        redeliveries = counter("boardbus_redeliveries_total")
+        deadLettered = counter("boardbus_dead_letters_total")
         refusedForKey = Counter(label: "boardbus_refused_connections_total", dimensions: [("reason", "key")], factory: factory)
         refusedInHandshake = Counter(label: "boardbus_refused_connections_total", dimensions: [("reason", "handshake")], factory: factory)
         refusedAtLimit = Counter(label: "boardbus_refused_connections_total", dimensions: [("reason", "limit")], factory: factory)
@@ -181,6 +185,8 @@ public final class BrokerMetrics: @unchecked Sendable {
         add(droppedOutputs, counters.droppedOutputs, exported.droppedOutputs)
         add(refusedRegistrations, counters.refusedRegistrations, exported.refusedRegistrations)
         add(onDemandStarts, counters.onDemandStarts, exported.onDemandStarts)
+        add(redeliveries, counters.redeliveries, exported.redeliveries)
+        add(deadLettered, counters.deadLettered, exported.deadLettered)
         add(monitorDropped, monitorDrops, exportedDrops)
         exported = counters
         exportedDrops = monitorDrops

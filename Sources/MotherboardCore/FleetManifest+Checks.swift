@@ -9,7 +9,7 @@ extension FleetManifest {
     static let knownKeys: [String: Set<String>] = [
         "manifest": ["scopes", "boards", "flows", "metricsListen", "listen", "attach", "mdp", "policy"],
         "attach": ["address", "serverKey", "clientKey", "insecure"],
-        "board": ["id", "executable", "arguments", "scope", "start", "restart", "restartLimit"],
+        "board": ["id", "executable", "arguments", "scope", "start", "restart", "restartLimit", "delivery", "maxDeliveries"],
         "restartLimit": ["count", "windowSeconds"],
         "scope": ["name", "parent"],
         "flow": ["from", "output", "on", "to", "scope"],
@@ -152,6 +152,9 @@ extension FleetManifest {
     /// Checks what a manifest says of numbers: restart limits a duration can hold.
     func validateNumbers() throws {
         for board in boards {
+            guard (1...100).contains(board.maxDeliveries) else {
+                throw BusError(.badArgument, "board '\(board.id)': maxDeliveries must be from 1 to 100, not \(board.maxDeliveries)")
+            }
             let limit = board.restartLimit
             guard (0...Self.maximumRestartCount).contains(limit.count) else {
                 throw BusError(

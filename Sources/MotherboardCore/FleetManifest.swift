@@ -41,6 +41,16 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         }
     }
 
+    /// What the broker promises about an activation of a board (PROTOCOL 5.3).
+    public enum DeliveryMode: String, Sendable, Hashable, Codable {
+        /// Delivered once; lost if the board ends before it handled it (the default).
+        case atMostOnce = "at-most-once"
+        /// Kept until the board acknowledges it (answers it: its handler returned) and delivered
+        /// again, with its delivery count, to the board's next instance when one ends holding it;
+        /// after `maxDeliveries` deliveries, put on the dead-letter list.
+        case atLeastOnce = "at-least-once"
+    }
+
     /// One board the fleet can produce.
     public struct Board: Sendable, Hashable, Codable {
         public var id: BoardID
@@ -52,11 +62,20 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         public var start: StartPolicy
         public var restart: RestartPolicy
         public var restartLimit: RestartLimit
+        public var delivery: DeliveryMode
+        /// With `at-least-once`: how many deliveries an activation gets before it is dead-lettered.
+        public var maxDeliveries: Int
+
+        /// The deliveries an at-least-once activation gets by default.
+        public static let defaultMaxDeliveries = 3
 
         public init(
             id: BoardID, executable: String, arguments: [String] = [], scope: Scope = .root, start: StartPolicy = .always,
-            restart: RestartPolicy = .no, restartLimit: RestartLimit = RestartLimit()
+            restart: RestartPolicy = .no, restartLimit: RestartLimit = RestartLimit(), delivery: DeliveryMode = .atMostOnce,
+            maxDeliveries: Int = Board.defaultMaxDeliveries
         ) {
+            self.delivery = delivery
+            self.maxDeliveries = maxDeliveries
             self.id = id
             self.executable = executable
             self.arguments = arguments
@@ -75,6 +94,8 @@ public struct FleetManifest: Sendable, Hashable, Codable {
             start = try container.decodeIfPresent(StartPolicy.self, forKey: .start) ?? .always
             restart = try container.decodeIfPresent(RestartPolicy.self, forKey: .restart) ?? .no
             restartLimit = try container.decodeIfPresent(RestartLimit.self, forKey: .restartLimit) ?? RestartLimit()
+            delivery = try container.decodeIfPresent(DeliveryMode.self, forKey: .delivery) ?? .atMostOnce
+            maxDeliveries = try container.decodeIfPresent(Int.self, forKey: .maxDeliveries) ?? Board.defaultMaxDeliveries
         }
     }
 

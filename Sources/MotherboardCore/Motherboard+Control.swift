@@ -98,6 +98,12 @@ extension Motherboard {
             try motherboard.restart(name, now: now)
             motherboard.reply(to: envelope, from: peer, with: try motherboard.boardInfo(name, now: now))
         },
+        ControlOperation.deadLetters: .init { motherboard, envelope, peer, _ in
+            motherboard.reply(to: envelope, from: peer, with: DeadLetterList(letters: motherboard.ledger.deadLetters.map(\.letter)))
+        },
+        ControlOperation.deadLettersReplay: .init { motherboard, envelope, peer, now in
+            try motherboard.replayDeadLetter(envelope, from: peer, now: now)
+        },
         ControlOperation.policyCheck: .init { motherboard, envelope, peer, _ in try motherboard.answerPolicyCheck(envelope, from: peer) },
         ControlOperation.policyShow: .init { motherboard, envelope, peer, _ in motherboard.answerPolicyShow(envelope, from: peer) },
         // Between motherboards (ours at both ends): the uplink proves itself with its secret, a

@@ -39,13 +39,13 @@ extension Motherboard {
     func activate(_ name: ScopedName, with envelope: Envelope, client: PeerID?, now: ContinuousClock.Instant) {
         if let target = registry[name] {
             target.activations += 1
+            if atLeastOnceEntry(name) != nil { return deliverAtLeastOnce(envelope, to: target, client: client) }
             return deliver(envelope, to: target, from: client, sender: nil, now: now)
         }
         if let client, forwardUp(envelope, name: name, from: client, sender: registry.board(for: client), now: now) { return }
         guard let entry = manifest.board(named: name.name, scope: name.scope), producer != nil else {
             logger.warning("activation of a board that is not running", metadata: ["board": "\(name)"])
-            if let client { reply(to: envelope, from: client, error: notLiveError(name)) }
-            return
+            return refuseHeld(envelope, client: client, notLiveError(name))
         }
         hold(envelope, for: name, entry: entry, client: client, now: now)
     }
@@ -65,18 +65,13 @@ extension Motherboard {
         case .queued:
             return
         case .full:
-            if let client {
-                reply(
-                    to: envelope, from: client,
-                    error: BusError(.busy, "board '\(name)' is starting and \(settings.activationQueueLimit) inputs already wait"))
-            }
-            return
+            return refuseHeld(
+                envelope, client: client, BusError(.busy, "board '\(name)' is starting and \(settings.activationQueueLimit) inputs already wait"))
         case .notStarting:
             break
         }
         if supervisor.hasFailed(name) {
-            if let client { reply(to: envelope, from: client, error: BusError(.boardNotRunning, "board '\(name)' reached its restart limit")) }
-            return
+            return refuseHeld(envelope, client: client, BusError(.boardNotRunning, "board '\(name)' reached its restart limit"))
         }
         do {
             supervisor.willStart(name, with: input, now: now)
@@ -85,7 +80,19 @@ extension Motherboard {
         } catch {
             _ = supervisor.endStart(name)
             let failure = error as? BusError ?? BusError(.boardNotRunning, "cannot start board '\(name)': \(error)")
-            if let client { reply(to: envelope, from: client, error: failure) }
+            refuseHeld(envelope, client: client, failure)
+        }
+    }
+
+    /// An input that cannot wait for its board: its sender, when it waits, gets `error`; an
+    /// at-least-once activation being delivered again goes on the dead-letter list.
+    func refuseHeld(_ envelope: Envelope, client: PeerID?, _ error: BusError) {
+        if let client { reply(to: envelope, from: client, error: error) }
+        let id = envelope.header.correlationID
+        guard envelope.header.deliveryCount != nil, DeliveryLedger.isLedgerID(id), let held = ledger.pending[id] else { return }
+        if let letter = ledger.deadLetter(id, reason: error.message, time: Date().timeIntervalSince1970) {
+            counters.deadLettered += 1
+            logger.error("activation dead-lettered", metadata: ["board": "\(held.board)", "id": "\(letter.id)", "reason": "\(error.message)"])
         }
     }
 
@@ -108,6 +115,10 @@ extension Motherboard {
                 board.commandsHandled += 1
             } else {
                 board.activations += 1
+                if atLeastOnceEntry(board.name) != nil {
+                    deliverAtLeastOnce(envelope, to: board, client: input.client)
+                    continue
+                }
             }
             deliver(envelope, to: board, from: input.client, sender: nil, now: now)
         }
@@ -117,9 +128,7 @@ extension Motherboard {
     func failStart(_ name: ScopedName, _ error: BusError) {
         guard let start = supervisor.endStart(name) else { return }
         logger.warning("on-demand start failed", metadata: ["board": "\(name)", "error": "\(error)"])
-        for input in start.queue {
-            if let client = input.client { reply(to: input.envelope, from: client, error: error) }
-        }
+        for input in start.queue { refuseHeld(input.envelope, client: input.client, error) }
     }
 
     /// Sends a request on to a live board. When its sender (`client`) expects a reply, the broker
@@ -165,6 +174,7 @@ extension Motherboard {
 
     /// A board's answer to a forwarded request: relayed to the client under its own correlation id.
     func relayReply(_ envelope: Envelope, from peer: PeerID) {
+        if acknowledgeDelivery(envelope, from: registry.board(for: peer)) { return }
         // Late (after a timeout: nobody waits for it) or forged (not from the board the request
         // went to): dropped.
         guard let request = replies.takeReply(envelope.header.correlationID, from: peer) else { return }

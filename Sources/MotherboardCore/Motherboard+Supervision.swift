@@ -55,6 +55,7 @@ extension Motherboard {
         case .restarts(let name, let backoff):
             logger.notice("restarting board", metadata: ["board": "\(name)", "after": "\(backoff)", "exit": "\(status)"])
         }
+        redeliverEndedHolding(now: now)
     }
 
     /// Starts the boards whose back-off is over.

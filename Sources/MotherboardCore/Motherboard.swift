@@ -64,6 +64,10 @@ public final class Motherboard {
     @exclusivity(unchecked) var registry = BoardRegistry()
     /// Forwarded requests and action deliveries waiting for answers (both routing paths).
     @exclusivity(unchecked) var replies = ReplyRegistry()
+    /// At-least-once activations not acknowledged yet, and the dead letters.
+    var ledger = DeliveryLedger()
+    /// At-least-once boards that ended holding activations, to deliver them again.
+    var endedHolding: [(board: LiveBoard, reason: String)] = []
     /// The board processes: starting, running, adopted, completed, and their restarts.
     var supervisor = Supervisor()
     /// Subscribers of each store's changes.
@@ -251,6 +255,7 @@ public final class Motherboard {
             failStart(name, BusError(.boardNotRunning, "board '\(name)' did not register within \(settings.startTimeout) of its start"))
         }
         restartDueBoards(now: now)
+        redeliverEndedHolding(now: now)
         if !monitors.isEmpty { tickMonitors(now: now) }
         refreshMetrics()
     }
@@ -397,6 +402,9 @@ public final class Motherboard {
         for request in replies.takeAll(waitingOn: name, peer: board.peer) {
             finish(request, .failure(failure))
         }
+        // Delivered again once the supervisor knows the process ended (at the end of
+        // processExited, else at the next tick), so that the next instance is started after it.
+        if unreachableSince == nil, atLeastOnceEntry(name) != nil, !ledger.held(by: name).isEmpty { endedHolding.append((board, reason)) }
     }
 
     // MARK: - Sending

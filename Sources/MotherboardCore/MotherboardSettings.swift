@@ -62,4 +62,8 @@ public struct MotherboardCounters: Sendable, Hashable {
     public var onDemandStarts = 0
     /// Requests of remote principals the access policy refused (`forbidden`).
     public var denied = 0
+    /// At-least-once activations delivered again after their board ended holding them.
+    public var redeliveries = 0
+    /// At-least-once activations put on the dead-letter list.
+    public var deadLettered = 0
 }

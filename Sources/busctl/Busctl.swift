@@ -13,7 +13,7 @@ struct Busctl: AsyncParsableCommand {
         subcommands: [
             List.self, Status.self, Restart.self, Introspect.self, Tree.self, Flows.self, Call.self, Activate.self, Emit.self, Action.self,
             Dispatch.self,
-            State.self, Stores.self, Wait.self, Monitor.self, Metrics.self, Keys.self, Policy.self,
+            State.self, Stores.self, DeadLetters.self, Wait.self, Monitor.self, Metrics.self, Keys.self, Policy.self,
         ])
 }
 
@@ -140,6 +140,32 @@ extension Busctl {
             }
             for child in tree.scopes where child.parent == name && !child.name.isRoot {
                 printScope(child.name, in: tree, indent: indent + "  ")
+            }
+        }
+    }
+
+    struct DeadLetters: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "dead-letters",
+            abstract: "List the activations of at-least-once boards that ran out of deliveries; --replay ID delivers one again.")
+        @OptionGroup var options: GlobalOptions
+        @Option(help: "Deliver this dead letter again, as a new activation (its delivery count starts over).") var replay: UInt64?
+
+        func run() async throws {
+            try await options.withClient { client in
+                if let replay {
+                    try await client.replayDeadLetter(replay, timeout: options.deadline)
+                    return print("dead letter \(replay) delivered again")
+                }
+                let list = try await client.deadLetters(timeout: options.deadline)
+                if options.json { return try options.printJSON(list) }
+                let rows = list.letters.map { letter in
+                    [
+                        "\(letter.id)", letter.board.rawValue, letter.scope.isRoot ? "-" : letter.scope.name, letter.type.isEmpty ? "-" : letter.type,
+                        "\(letter.attempts)", "\(letter.payloadBytes)", letter.reason.escapedForDisplay(limit: 200),
+                    ]
+                }
+                printTable(header: ["ID", "BOARD", "SCOPE", "TYPE", "DELIVERIES", "BYTES", "WHY"], rows: rows)
             }
         }
     }

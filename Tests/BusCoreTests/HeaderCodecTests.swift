@@ -119,7 +119,7 @@ struct HeaderCodecTests {
     /// Optional fields: the dispatch id has its own; a tag this version does not know is kept and
     /// encoded again unchanged; a broken or doubled field is `malformed`.
     @Test func optionalFieldsRoundTripAndUnknownOnesAreKept() throws {
-        let unknown: [UInt8] = [7, 0, 3, 0x61, 0x62, 0x63]
+        let unknown: [UInt8] = [9, 0, 3, 0x61, 0x62, 0x63]
         let header = EnvelopeHeader(kind: .dispatch, target: "comments", typeName: "reply", dispatchID: "imm1", unknownFields: Data(unknown))
         let bytes = try HeaderCodec.encode(header)
         #expect(try HeaderCodec.decode(Data(bytes)) == header)

@@ -241,7 +241,7 @@ struct FleetIntegrationTests {
         try await TestFleet.with(manifest: #"{"boards": []}"#) { fleet in
             let names = [
                 "list", "status", "restart", "introspect", "tree", "flows", "call", "activate", "emit", "action", "dispatch", "state", "stores",
-                "wait",
+                "dead-letters", "wait",
                 "monitor",
                 "metrics", "keys", "policy",
             ]

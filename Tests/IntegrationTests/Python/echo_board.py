@@ -42,10 +42,10 @@ def decode_header(buf):
                 source=fields[0], target=fields[1], scope=fields[2], type_name=fields[3], optional=optional)
 
 
-def serve(commands, answer):
+def serve(commands, answer, kinds=(COMMAND,)):
     """Registers as $BOARDBUS_BOARD_ID with `commands`, prints READY, heartbeats every interval the
     broker asked for, registers again when the broker says `notRegistered` (it restarted), and
-    answers each command that waits for an answer with `answer(message, payload)`: a (kind,
+    answers each command (each message of `kinds`) that waits for an answer with `answer(message, payload)`: a (kind,
     type_name, optional fields, payload) tuple. Unregisters and returns on SIGTERM."""
     board_id = os.environ.get("BOARDBUS_BOARD_ID", "py.board")
     running = [True]
@@ -75,7 +75,7 @@ def serve(commands, answer):
         if sock.poll(max(0, int((next_heartbeat - time.monotonic()) * 1000)) + 1):
             header, payload = sock.recv_multipart()
             message = decode_header(header)
-            if message["kind"] == COMMAND and message["flags"] & REPLY_EXPECTED:
+            if message["kind"] in kinds and message["flags"] & REPLY_EXPECTED:
                 kind, type_name, optional, body = answer(message, payload)
                 sock.send_multipart([encode_header(kind, corr=message["corr"], source=board_id, type_name=type_name,
                                                    optional=optional), body])

@@ -1,0 +1,97 @@
+import BusCore
+import DequeModule
+import Foundation
+
+/// The activations of at-least-once boards that their board has not acknowledged yet, and those
+/// that ran out of deliveries (PROTOCOL 5.3). Pure: the broker asks it and routes.
+///
+/// An activation is kept from its first delivery until its board answers it (the answer names
+/// the ledger's id as correlation id, the same on every delivery). When its board ends first,
+/// it is delivered again to the board's next instance with its delivery count one higher, until
+/// `maxDeliveries`; then it goes on the dead-letter list. Bounded in count per board and in bytes
+/// overall (a new activation past either is refused `busy`), and the dead letters in count.
+struct DeliveryLedger {
+    struct Pending {
+        let id: UInt64
+        let board: ScopedName
+        /// The activation as it came (its header's correlation id is the client's).
+        let envelope: Envelope
+        /// How many times it was handed to its board (0 while it waits for the first).
+        var deliveries: Int
+        /// Who waits for its answer, and under which id.
+        let client: PeerID?
+        let clientCorrelationID: UInt64
+    }
+
+    /// Ids the ledger makes carry this bit, so that an answer to one is told from one to a request
+    /// of the reply registry.
+    static let idBit: UInt64 = 1 << 63
+    static let maximumPerBoard = 1_024
+    static let maximumBytes = 64 << 20
+    static let maximumDeadLetters = 1_000
+
+    private(set) var pending: [UInt64: Pending] = [:]
+    private var perBoard: [ScopedName: Int] = [:]
+    private(set) var bytes = 0
+    private(set) var deadLetters = Deque<(letter: DeadLetter, envelope: Envelope)>()
+    private var nextID: UInt64 = 1
+
+    static func isLedgerID(_ id: UInt64) -> Bool { id & idBit != 0 }
+
+    /// Keeps a new activation for `board`; nil when the board's share or the bytes are spent.
+    mutating func add(_ envelope: Envelope, for board: ScopedName, client: PeerID?) -> UInt64? {
+        let size = envelope.payload.count
+        guard perBoard[board, default: 0] < Self.maximumPerBoard, bytes + size <= Self.maximumBytes else { return nil }
+        let id = Self.idBit | nextID
+        nextID += 1
+        pending[id] = Pending(
+            id: id, board: board, envelope: envelope, deliveries: 0, client: client, clientCorrelationID: envelope.header.correlationID)
+        perBoard[board, default: 0] += 1
+        bytes += size
+        return id
+    }
+
+    /// Counts a delivery of `id`; returns its delivery count.
+    mutating func delivered(_ id: UInt64) -> Int? {
+        guard pending[id] != nil else { return nil }
+        pending[id]!.deliveries += 1
+        return pending[id]!.deliveries
+    }
+
+    /// The board answered `id`: it is done with. Nil when it is not the board's (or not kept).
+    mutating func acknowledge(_ id: UInt64, by board: ScopedName) -> Pending? {
+        guard let entry = pending[id], entry.board == board else { return nil }
+        return remove(id)
+    }
+
+    /// What `board` held, unanswered, when it ended: oldest first.
+    func held(by board: ScopedName) -> [Pending] {
+        pending.values.filter { $0.board == board && $0.deliveries > 0 }.sorted { $0.id < $1.id }
+    }
+
+    @discardableResult
+    mutating func remove(_ id: UInt64) -> Pending? {
+        guard let entry = pending.removeValue(forKey: id) else { return nil }
+        perBoard[entry.board, default: 1] -= 1
+        if perBoard[entry.board] == 0 { perBoard[entry.board] = nil }
+        bytes -= entry.envelope.payload.count
+        return entry
+    }
+
+    /// Takes `id` off the ledger onto the dead-letter list (the oldest letter goes past the bound).
+    mutating func deadLetter(_ id: UInt64, reason: String, time: Double) -> DeadLetter? {
+        guard let entry = remove(id) else { return nil }
+        let letter = DeadLetter(
+            id: id & ~Self.idBit, board: BoardID(stringLiteral: entry.board.name), scope: entry.board.scope, type: entry.envelope.header.typeName,
+            attempts: entry.deliveries, reason: reason, payloadBytes: entry.envelope.payload.count, time: time)
+        deadLetters.append((letter, entry.envelope))
+        if deadLetters.count > Self.maximumDeadLetters { deadLetters.removeFirst() }
+        return letter
+    }
+
+    /// Takes a dead letter off the list, to deliver it again.
+    mutating func takeDeadLetter(_ id: UInt64) -> (letter: DeadLetter, envelope: Envelope)? {
+        guard let index = deadLetters.firstIndex(where: { $0.letter.id == id }) else { return nil }
+        return deadLetters.remove(at: index)
+    }
+}

@@ -1,0 +1,110 @@
+import BusCore
+import Foundation
+
+/// At-least-once activations (PROTOCOL 5.3): kept in the ``DeliveryLedger`` until their board
+/// answers them, delivered again to its next instance when it ends first, dead-lettered after
+/// the board's `maxDeliveries`.
+extension Motherboard {
+    /// The manifest entry of `name` when it takes activations at least once.
+    func atLeastOnceEntry(_ name: ScopedName) -> FleetManifest.Board? {
+        guard let entry = manifest.board(named: name.name, scope: name.scope), entry.delivery == .atLeastOnce else { return nil }
+        return entry
+    }
+
+    /// Hands an activation to a live at-least-once board: a new one is put on the ledger (or
+    /// refused `busy` when the ledger is full); one delivered again keeps its id. The board sees
+    /// the ledger's id as correlation id and the delivery count in header field 7.
+    func deliverAtLeastOnce(_ envelope: Envelope, to target: LiveBoard, client: PeerID?) {
+        var id = envelope.header.correlationID
+        if envelope.header.deliveryCount == nil || !DeliveryLedger.isLedgerID(id) || ledger.pending[id] == nil {
+            guard let added = ledger.add(envelope, for: target.name, client: client) else {
+                counters.undeliverable += 1
+                logger.warning("at-least-once activation refused: its ledger is full", metadata: ["board": "\(target.name)"])
+                if let client {
+                    reply(
+                        to: envelope, from: client,
+                        error: BusError(.busy, "board '\(target.name)' holds as many unacknowledged activations as it may"))
+                }
+                return
+            }
+            id = added
+        }
+        guard let count = ledger.delivered(id) else { return }
+        var header = envelope.header
+        header.correlationID = id
+        header.flags.insert(.replyExpected)
+        header.deliveryCount = UInt32(clamping: count)
+        if count > 1 { counters.redeliveries += 1 }
+        send(Envelope(header: header, payload: envelope.payload), to: target.peer, origin: client)
+    }
+
+    /// A board answered an at-least-once activation: it is done with; its sender, if it waits,
+    /// gets the answer. Returns false when `envelope` answers nothing on the ledger.
+    func acknowledgeDelivery(_ envelope: Envelope, from sender: LiveBoard?) -> Bool {
+        let id = envelope.header.correlationID
+        guard DeliveryLedger.isLedgerID(id), let sender else { return false }
+        guard let entry = ledger.acknowledge(id, by: sender.name) else { return true }
+        if let client = entry.client, entry.envelope.header.flags.contains(.replyExpected) {
+            var header = envelope.header
+            header.correlationID = entry.clientCorrelationID
+            header.source = sender.id.rawValue
+            header.target = ""
+            header.deliveryCount = nil
+            send(Envelope(header: header, payload: envelope.payload), to: client)
+        }
+        return true
+    }
+
+    /// `board` ended holding unanswered at-least-once activations: each goes to its next instance
+    /// (started as an on-demand activation would start it), or, past its deliveries, on the
+    /// dead-letter list (its waiting sender told so).
+    func redeliverEndedHolding(now: ContinuousClock.Instant) {
+        guard !endedHolding.isEmpty else { return }
+        let ended = endedHolding
+        endedHolding = []
+        for (board, reason) in ended { redeliver(heldBy: board, reason: reason, now: now) }
+    }
+
+    func redeliver(heldBy board: LiveBoard, reason: String, now: ContinuousClock.Instant) {
+        guard !ledger.pending.isEmpty, let entry = atLeastOnceEntry(board.name) else { return }
+        for held in ledger.held(by: board.name) {
+            guard held.deliveries < entry.maxDeliveries else {
+                let why = "its board ended \(held.deliveries) time(s) while holding it (last: \(reason))"
+                guard let letter = ledger.deadLetter(held.id, reason: why, time: Date().timeIntervalSince1970) else { continue }
+                counters.deadLettered += 1
+                logger.error(
+                    "activation dead-lettered",
+                    metadata: ["board": "\(board.name)", "id": "\(letter.id)", "type": "\(letter.type)", "reason": "\(why)"])
+                if let client = held.client, held.envelope.header.flags.contains(.replyExpected) {
+                    reply(
+                        to: held.envelope, from: client,
+                        error: BusError(
+                            .outcomeUnknown, "board '\(board.name)' \(why); the activation is dead letter \(letter.id) (busctl dead-letters)"))
+                }
+                continue
+            }
+            var header = held.envelope.header
+            header.correlationID = held.id
+            header.deliveryCount = UInt32(clamping: held.deliveries + 1)
+            logger.notice(
+                "activation delivered again", metadata: ["board": "\(board.name)", "delivery": "\(held.deliveries + 1)", "after": "\(reason)"])
+            activate(board.name, with: Envelope(header: header, payload: held.envelope.payload), client: nil, now: now)
+        }
+    }
+
+    /// `dead-letters.replay`: the letter is delivered again as a new activation (its count starts over).
+    func replayDeadLetter(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) throws {
+        let request = try PayloadCodec.decode(DeadLetterReplay.self, from: envelope.payload)
+        guard let (letter, original) = ledger.takeDeadLetter(request.id) else {
+            throw BusError(.badArgument, "no dead letter \(request.id) (busctl dead-letters lists them)")
+        }
+        var header = original.header
+        header.correlationID = 0
+        header.flags.remove(.replyExpected)
+        header.deliveryCount = nil
+        activate(
+            ScopedName(scope: letter.scope, name: letter.board.rawValue), with: Envelope(header: header, payload: original.payload), client: nil,
+            now: now)
+        reply(to: envelope, from: peer, with: Delivery(delivered: 1))
+    }
+}

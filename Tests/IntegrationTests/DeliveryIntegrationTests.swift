@@ -1,0 +1,71 @@
+import BoardKit
+import BoardKitTesting
+import BusCore
+import Foundation
+import Testing
+
+/// At-least-once activations between real processes: a board written in Python from PROTOCOL.md
+/// (`Python/delivery_board.py`) logs each activation it is handed with its delivery count.
+@Suite("At-least-once activations", .serialized, .timeLimit(.minutes(3)))
+struct DeliveryIntegrationTests {
+    static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/delivery_board.py").path
+
+    /// The board `py.pay`, on demand, at least once, 3 deliveries; its log and poison marker in `directory`.
+    static func manifest(_ directory: String) -> String {
+        """
+        { "boards": [ { "id": "py.pay", "executable": "/usr/bin/python3", "arguments": ["\(script)", "\(directory)/deliveries.log", "\(directory)/poison"],
+                        "start": "on-demand", "delivery": "at-least-once", "maxDeliveries": 3 } ] }
+        """
+    }
+
+    static func log(_ directory: String) -> [String] {
+        ((try? String(contentsOfFile: "\(directory)/deliveries.log", encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    }
+
+    /// Issue: an activation accepted by a board that was then killed was never delivered again.
+    /// Now it goes to the restarted board with delivery count 2, and its sender gets the answer.
+    @Test func anActivationHeldByAKilledBoardIsDeliveredAgainToTheNextInstance() async throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try await TestFleet.with(manifest: Self.manifest(directory)) { fleet in
+            async let activated = fleet.busctl("activate", "py.pay", #""hold""#, "--timeout", "40", timeout: .seconds(60))
+            #expect(try await eventually(timeout: .seconds(20)) { Self.log(directory) == [#""hold" 1"#] }, "\(Self.log(directory))")
+            let pid = try #require(fleet.pid(of: "py.pay"))
+            #expect(kill(pid, SIGKILL) == 0)
+            let result = try await activated
+            #expect(result.exitCode == 0, "\(result.standardError)")
+            #expect(Self.log(directory) == [#""hold" 1"#, #""hold" 2"#])
+            #expect(fleet.pid(of: "py.pay") != pid)
+            #expect(fleet.brokerLog.contains("activation delivered again"))
+        }
+    }
+
+    /// A poison input kills every instance it is handed to: after 3 deliveries it is a dead letter
+    /// (its sender told so), `busctl dead-letters` lists it, and `--replay` delivers it again.
+    @Test func aPoisonInputIsDeadLetteredAndReplayed() async throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        FileManager.default.createFile(atPath: "\(directory)/poison", contents: Data())
+        try await TestFleet.with(manifest: Self.manifest(directory)) { fleet in
+            let poisoned = try await fleet.busctl("activate", "py.pay", #""poison""#, "--timeout", "40", timeout: .seconds(60))
+            #expect(poisoned.exitCode == 1 && poisoned.standardError.contains("ended 3 time(s) while holding it"), "\(poisoned.standardError)")
+            #expect(Self.log(directory) == [#""poison" 1"#, #""poison" 2"#, #""poison" 3"#])
+            let list = try decode(DeadLetterList.self, from: try await fleet.busctl("dead-letters", "--json"))
+            let letter = try #require(list.letters.first)
+            #expect(list.letters.count == 1 && letter.board == "py.pay" && letter.attempts == 3, "\(list)")
+            #expect(try await fleet.busctl("dead-letters").standardOutput.contains("DELIVERIES"))
+
+            try FileManager.default.removeItem(atPath: "\(directory)/poison")
+            let replayed = try await fleet.busctl("dead-letters", "--replay", "\(letter.id)")
+            #expect(replayed.exitCode == 0 && replayed.standardOutput.contains("delivered again"), "\(replayed.standardError)")
+            #expect(try await eventually(timeout: .seconds(20)) { Self.log(directory).last == #""poison" 1"# && Self.log(directory).count == 4 })
+            #expect(try decode(DeadLetterList.self, from: try await fleet.busctl("dead-letters", "--json")).letters.isEmpty)
+        }
+    }
+
+    func temporaryDirectory() throws -> String {
+        var template = Array("\(NSTemporaryDirectory())/boardbus-delivery-XXXXXX".utf8CString)
+        guard mkdtemp(&template) != nil else { throw BusError(.transport, "mkdtemp failed") }
+        return String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}

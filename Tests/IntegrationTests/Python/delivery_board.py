@@ -1,0 +1,30 @@
+"""An at-least-once board for the tests, written from docs/PROTOCOL.md (5.3, header field 7):
+it appends each activation it is handed, with its delivery count, to LOG; it holds one whose
+payload is "hold" (without answering) on its first delivery, and dies at once on one whose
+payload is "poison" while the file POISON exists; it answers everything else.
+
+usage: delivery_board.py LOG POISON"""
+import os
+import struct
+import sys
+import time
+
+from echo_board import REPLY, serve
+
+ACTIVATE, DELIVERY_COUNT = 4, 7
+log, poison = sys.argv[1:3]
+
+
+def handle(message, payload):
+    field = message["optional"].get(DELIVERY_COUNT)
+    count = struct.unpack(">I", field)[0] if field else 0
+    with open(log, "a") as out:
+        out.write(f"{payload.decode()} {count}\n")
+    if payload == b'"hold"' and count == 1:
+        time.sleep(120)  # the test kills it here
+    if payload == b'"poison"' and os.path.exists(poison):
+        os._exit(3)
+    return REPLY, "", (), b'{"done":true}'
+
+
+serve([], handle, kinds=(ACTIVATE,))

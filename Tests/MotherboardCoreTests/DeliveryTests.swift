@@ -1,0 +1,139 @@
+import BusCore
+import Foundation
+import Logging
+import Testing
+
+@testable import MotherboardCore
+
+/// At-least-once activations: kept until their board answers them, delivered again to the next
+/// instance when it ends holding them, dead-lettered after `maxDeliveries`.
+@Suite("At-least-once activations")
+struct DeliveryTests {
+    let first = PeerID(Data([0xA1]))
+    let second = PeerID(Data([0xA2]))
+    let third = PeerID(Data([0xA3]))
+
+    static func manifest(_ delivery: FleetManifest.DeliveryMode) -> FleetManifest {
+        FleetManifest(boards: [.init(id: "pay", executable: "Pay", start: .onDemand, delivery: delivery, maxDeliveries: 3)])
+    }
+
+    /// Activates `pay` from the client, waiting for the answer (correlation 77).
+    func activate(_ harness: Harness, _ payload: String = "A-1") {
+        harness.request(EnvelopeHeader(kind: .activate, target: "pay", typeName: "Pay"), payload: Data(payload.utf8), from: harness.client)
+    }
+
+    /// Registers `pay` as the process the producer started last; returns what it is handed.
+    func start(_ harness: Harness, _ producer: RecordingProducer, as peer: PeerID) -> [Envelope] {
+        harness.register("pay", scope: .root, peer: peer, pid: producer.nextPID).filter { $0.header.kind != .reply }
+    }
+
+    func crash(_ harness: Harness, _ producer: RecordingProducer) {
+        harness.motherboard.processExited(pid: producer.nextPID, status: "signal 9", clean: false, now: harness.now)
+    }
+
+    @Test func anActivationHeldByABoardThatDiesIsDeliveredAgainWithItsCountAndAnsweredOnce() throws {
+        let producer = RecordingProducer()
+        let harness = try Harness(manifest: Self.manifest(.atLeastOnce), producer: producer)
+        activate(harness)
+        let delivered = start(harness, producer, as: first)
+        #expect(delivered.map(\.header.deliveryCount) == [1])
+        let id = try #require(delivered.first?.header.correlationID)
+        #expect(delivered.first?.header.flags.contains(.replyExpected) == true)
+
+        crash(harness, producer)
+        #expect(producer.started.count == 2)
+        let again = start(harness, producer, as: second)
+        #expect(again.map(\.header.deliveryCount) == [2])
+        #expect(again.map(\.header.correlationID) == [id])
+        #expect(again.map(\.payload) == [Data("A-1".utf8)])
+        #expect(harness.transport.take(for: harness.client).isEmpty)
+        #expect(harness.motherboard.counters.redeliveries == 1)
+
+        // Its answer is the acknowledgement: relayed to the client once, and the ledger is empty.
+        harness.deliver(again[0].reply(payload: Data("paid".utf8), source: "pay"), from: second)
+        let answer = harness.transport.take(for: harness.client)
+        #expect(answer.map(\.header.correlationID) == [77])
+        #expect(answer.map(\.payload) == [Data("paid".utf8)])
+        #expect(harness.motherboard.ledger.pending.isEmpty)
+        // A late answer of the first instance, or a second one, changes nothing.
+        harness.deliver(again[0].reply(payload: Data("again".utf8), source: "pay"), from: second)
+        #expect(harness.transport.take(for: harness.client).isEmpty)
+    }
+
+    /// A poison input: every instance that takes it dies. After `maxDeliveries` it is a dead letter
+    /// (the client told so), listed, and replayed as a new activation.
+    @Test func aPoisonInputEndsOnTheDeadLetterListAndCanBeReplayed() throws {
+        let producer = RecordingProducer()
+        let harness = try Harness(manifest: Self.manifest(.atLeastOnce), producer: producer)
+        activate(harness, "poison")
+        for (attempt, peer) in [first, second, third].enumerated() {
+            #expect(start(harness, producer, as: peer).map(\.header.deliveryCount) == [UInt32(attempt + 1)])
+            crash(harness, producer)
+        }
+        #expect(producer.started.count == 3)
+        let told = harness.transport.take(for: harness.client)
+        #expect(told.first?.carriedError?.code == .outcomeUnknown)
+        #expect(told.first?.carriedError?.message.contains("ended 3 time(s) while holding it") == true)
+
+        harness.request(EnvelopeHeader(kind: .control, typeName: ControlOperation.deadLetters), from: harness.client)
+        let list = try PayloadCodec.decode(DeadLetterList.self, from: try #require(harness.transport.take(for: harness.client).first).payload)
+        let letter = try #require(list.letters.first)
+        #expect(list.letters.count == 1 && letter.board == "pay" && letter.attempts == 3 && letter.type == "Pay" && letter.payloadBytes == 6)
+        #expect(harness.motherboard.counters.deadLettered == 1)
+
+        harness.request(
+            EnvelopeHeader(kind: .control, typeName: ControlOperation.deadLettersReplay),
+            payload: try PayloadCodec.encode(DeadLetterReplay(id: letter.id)),
+            from: harness.client)
+        #expect(harness.transport.take(for: harness.client).map(\.header.kind) == [.reply])
+        let replayed = start(harness, producer, as: PeerID(Data([0xA4])))
+        #expect(replayed.map(\.header.deliveryCount) == [1])
+        #expect(replayed.map(\.payload) == [Data("poison".utf8)])
+        #expect(harness.motherboard.ledger.deadLetters.isEmpty)
+        harness.request(
+            EnvelopeHeader(kind: .control, typeName: ControlOperation.deadLettersReplay),
+            payload: try PayloadCodec.encode(DeadLetterReplay(id: letter.id)),
+            from: harness.client)
+        #expect(harness.transport.take(for: harness.client).first?.carriedError?.code == .badArgument)
+    }
+
+    /// The default is what it was: an activation lost with its board is not delivered again.
+    @Test func atMostOnceIsTheDefaultAndUnchanged() throws {
+        let producer = RecordingProducer()
+        let harness = try Harness(manifest: Self.manifest(.atMostOnce), producer: producer)
+        activate(harness)
+        let delivered = start(harness, producer, as: first)
+        #expect(delivered.map(\.header.deliveryCount) == [nil])
+        crash(harness, producer)
+        #expect(producer.started.count == 1)
+        #expect(harness.transport.take(for: harness.client).first?.carriedError?.code == .outcomeUnknown)
+        #expect(harness.motherboard.ledger.pending.isEmpty)
+    }
+
+    /// Bounded: past its share, a board's new at-least-once activation is refused `busy`.
+    @Test func theLedgerIsBoundedPerBoard() throws {
+        var ledger = DeliveryLedger()
+        let name = ScopedName(scope: .root, name: "pay")
+        for _ in 0..<DeliveryLedger.maximumPerBoard {
+            #expect(ledger.add(Envelope(header: EnvelopeHeader(kind: .activate)), for: name, client: nil) != nil)
+        }
+        #expect(ledger.add(Envelope(header: EnvelopeHeader(kind: .activate)), for: name, client: nil) == nil)
+        #expect(ledger.add(Envelope(header: EnvelopeHeader(kind: .activate)), for: ScopedName(scope: .root, name: "other"), client: nil) != nil)
+        let big = Envelope(header: EnvelopeHeader(kind: .activate), payload: Data(count: DeliveryLedger.maximumBytes + 1))
+        #expect(ledger.add(big, for: ScopedName(scope: .root, name: "third"), client: nil) == nil)
+    }
+
+    /// The delivery count travels in header field 7 and is refused at 0 or of another size.
+    @Test func theDeliveryCountIsHeaderFieldSeven() throws {
+        var header = EnvelopeHeader(kind: .activate, target: "pay")
+        header.deliveryCount = 4_000_000_000
+        #expect(try HeaderCodec.decode(Data(HeaderCodec.encode(header))).deliveryCount == 4_000_000_000)
+        header.deliveryCount = 0
+        #expect(throws: BusError.self) { try HeaderCodec.encode(header) }
+        var bytes = try HeaderCodec.encode(EnvelopeHeader(kind: .activate))
+        bytes += [7, 0, 4, 0, 0, 0, 0]
+        #expect((try? HeaderCodec.decode(Data(bytes))) == nil)
+        bytes = try HeaderCodec.encode(EnvelopeHeader(kind: .activate)) + [7, 0, 2, 0, 1]
+        #expect((try? HeaderCodec.decode(Data(bytes))) == nil)
+    }
+}
