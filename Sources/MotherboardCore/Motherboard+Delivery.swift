@@ -16,7 +16,7 @@ extension Motherboard {
     /// the ledger's id as correlation id and the delivery count in header field 7.
     func deliverAtLeastOnce(_ envelope: Envelope, to target: LiveBoard, client: PeerID?) {
         var id = envelope.header.correlationID
-        if envelope.header.deliveryCount == nil || !DeliveryLedger.isLedgerID(id) || ledger.pending[id] == nil {
+        if envelope.header.deliveryCount == nil || !DeliveryLedger.isLedgerID(id) || ledger.pending[id]?.board != target.name {
             guard let added = ledger.add(envelope, for: target.name, client: client) else {
                 counters.undeliverable += 1
                 logger.warning("at-least-once activation refused: its ledger is full", metadata: ["board": "\(target.name)"])

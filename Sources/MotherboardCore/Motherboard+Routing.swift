@@ -31,6 +31,8 @@ extension Motherboard {
             header.source = sender.id.rawValue
         }
         header.scope = name.scope
+        // The delivery count is the broker's to set (an at-least-once redelivery), never a sender's.
+        header.deliveryCount = nil
         activate(name, with: Envelope(header: header, payload: envelope.payload), client: peer, now: now)
     }
 

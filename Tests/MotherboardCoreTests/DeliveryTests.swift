@@ -97,6 +97,23 @@ struct DeliveryTests {
         #expect(harness.transport.take(for: harness.client).first?.carriedError?.code == .badArgument)
     }
 
+    /// A sender cannot pass its activation off as the redelivery of another's: the delivery count
+    /// and the correlation id it sends are not the ledger's.
+    @Test func aSenderCannotForgeARedelivery() throws {
+        let producer = RecordingProducer()
+        let harness = try Harness(manifest: Self.manifest(.atLeastOnce), producer: producer)
+        activate(harness, "genuine")
+        let id = try #require(start(harness, producer, as: first).first?.header.correlationID)
+        var forged = EnvelopeHeader(kind: .activate, target: "pay", typeName: "Pay")
+        forged.deliveryCount = 1
+        harness.request(forged, payload: Data("forged".utf8), from: PeerID(Data([0xEE])), correlation: id)
+        let handed = harness.transport.take(for: first)
+        #expect(handed.map(\.header.deliveryCount) == [1])
+        #expect(handed.first?.header.correlationID != id)
+        #expect(harness.motherboard.ledger.pending[id]?.envelope.payload == Data("genuine".utf8))
+        #expect(harness.motherboard.ledger.pending.count == 2)
+    }
+
     /// The default is what it was: an activation lost with its board is not delivered again.
     @Test func atMostOnceIsTheDefaultAndUnchanged() throws {
         let producer = RecordingProducer()
