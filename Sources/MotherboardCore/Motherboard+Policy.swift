@@ -57,8 +57,9 @@ extension Motherboard {
         case .command: question = PolicyQuestion(principal: principal, operation: .call, target: named(header.target), command: header.typeName)
         case .activate: question = PolicyQuestion(principal: principal, operation: .activate, target: named(header.target), command: nil)
         case .output:
-            // A registered board emits as itself by its registration.
-            if let sender, header.source.isEmpty || header.source == sender.id.rawValue { return nil }
+            // A registered board emits as itself (the broker ignores the source it writes), by its
+            // registration.
+            if sender != nil { return nil }
             question = PolicyQuestion(principal: principal, operation: .emit, target: named(header.source), command: nil)
         case .action: question = PolicyQuestion(principal: principal, operation: .action, target: named(header.typeName), command: nil)
         case .dispatch: question = PolicyQuestion(principal: principal, operation: .dispatch, target: named(header.target), command: nil)

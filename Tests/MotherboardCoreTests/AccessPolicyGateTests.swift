@@ -40,6 +40,16 @@ struct AccessPolicyGateTests {
         return harness.transport.take(for: peer)
     }
 
+    /// Registers `edge/edge.sensor` over a tcp connection of `edge-b`; returns its peer.
+    func registerSensor(_ harness: Harness) throws -> PeerID {
+        let registration = Registration(id: "edge.sensor", pid: 42, scope: "edge", commands: ["read"], secret: "s")
+        let sensor = PeerID(Data([0xE5]))
+        harness.motherboard.receive(
+            .success(Envelope(header: EnvelopeHeader(kind: .register, source: "edge.sensor"), payload: try PayloadCodec.encode(registration))),
+            from: sensor, now: harness.now, origin: PeerOrigin(address: "10.0.0.2", keyName: "edge-b"), principal: "edge-b")
+        return sensor
+    }
+
     @Test func aRemotePrincipalCallsWhatItIsGrantedAndNothingElse() throws {
         let harness = try harness()
         let greet = EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet")
@@ -146,11 +156,7 @@ struct AccessPolicyGateTests {
     /// dropped, a decision cached before is asked again.
     @Test func aChangedPolicyAppliesToLiveBoardsAndCachedDecisions() throws {
         let harness = try harness()
-        let registration = Registration(id: "edge.sensor", pid: 42, scope: "edge", commands: ["read"], secret: "s")
-        let sensor = PeerID(Data([0xE5]))
-        harness.motherboard.receive(
-            .success(Envelope(header: EnvelopeHeader(kind: .register, source: "edge.sensor"), payload: try PayloadCodec.encode(registration))),
-            from: sensor, now: harness.now, origin: PeerOrigin(address: "10.0.0.2", keyName: "edge-b"), principal: "edge-b")
+        _ = try registerSensor(harness)
         #expect(try harness.list().boards.map(\.id).contains("edge.sensor"))
         #expect(send(harness, EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"), from: remote, principal: "edge-b").isEmpty)
         harness.motherboard.install(policy: AccessPolicy(), source: nil)
@@ -163,11 +169,7 @@ struct AccessPolicyGateTests {
     /// that board.
     @Test func aBoardsRoutingIDOnAnotherPrincipalsConnectionIsRefused() throws {
         let harness = try harness()
-        let registration = Registration(id: "edge.sensor", pid: 42, scope: "edge", commands: ["read"], secret: "s")
-        let sensor = PeerID(Data([0xE5]))
-        harness.motherboard.receive(
-            .success(Envelope(header: EnvelopeHeader(kind: .register, source: "edge.sensor"), payload: try PayloadCodec.encode(registration))),
-            from: sensor, now: harness.now, origin: PeerOrigin(address: "10.0.0.2", keyName: "edge-b"), principal: "edge-b")
+        let sensor = try registerSensor(harness)
         _ = harness.transport.take(for: sensor)
         for principal in [nil, "ops"] {
             let answer = send(harness, EnvelopeHeader(kind: .unregister), from: sensor, principal: principal)
