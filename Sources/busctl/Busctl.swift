@@ -123,10 +123,15 @@ extension Busctl {
     struct Tree: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "tree", abstract: "Show the motherboard scopes and their boards.")
         @OptionGroup var options: GlobalOptions
+        @Flag(help: "Print it as a Graphviz graph, with the flows and action subscriptions (render with `dot -Tsvg`).") var dot = false
 
         func run() async throws {
             try await options.withClient { client in
                 let tree = try await client.tree(timeout: options.deadline)
+                if dot {
+                    let flows = try await client.flows(timeout: options.deadline)
+                    return print(FleetGraph.dot(tree: tree, flows: flows.flows, actions: true))
+                }
                 if options.json { return try options.printJSON(tree) }
                 printScope(.root, in: tree, indent: "")
             }
@@ -191,9 +196,12 @@ extension Busctl {
         static let configuration = CommandConfiguration(commandName: "flows", abstract: "List the flows, in the order they run.")
         @OptionGroup var options: GlobalOptions
 
+        @Flag(help: "Print them as a Graphviz graph of the scopes and boards they join (render with `dot -Tsvg`).") var dot = false
+
         func run() async throws {
             try await options.withClient { client in
                 let list = try await client.flows(timeout: options.deadline)
+                if dot { return print(FleetGraph.dot(tree: try await client.tree(timeout: options.deadline), flows: list.flows, actions: false)) }
                 if options.json { return try options.printJSON(list) }
                 let rows = list.flows.map { flow in
                     ["\(flow.id)", flow.scope.isRoot ? "-" : flow.scope.name, flow.owner?.rawValue ?? "manifest", "\(flow.runs)", flow.description]

@@ -97,6 +97,31 @@ struct FleetIntegrationTests {
         }
     }
 
+    /// `tree --dot` and `flows --dot` are Graphviz: every name quoted (a flow's output type with
+    /// a quote and a backslash stays inside its label), braces balanced, stopped boards dashed.
+    @Test func theFleetAsAGraph() async throws {
+        let manifest = #"""
+            { "scopes": [ { "name": "eu" } ],
+              "boards": [
+                { "id": "auth.login", "executable": "BoardBusDemoLogin", "start": "always" },
+                { "id": "app.dashboard", "executable": "BoardBusDemoDashboard", "start": "always" },
+                { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "scope": "eu", "start": "on-demand" } ],
+              "flows": [ { "from": "auth.login", "output": "Lo\"gin\\Ok", "to": "app.dashboard" } ] }
+            """#
+        try await TestFleet.with(manifest: manifest) { fleet in
+            let tree = try await fleet.busctl("tree", "--dot")
+            #expect(tree.exitCode == 0, "\(tree.standardError)")
+            let text = tree.standardOutput
+            #expect(text.hasPrefix("digraph fleet {") && text.hasSuffix("}\n"))
+            #expect(text.filter { $0 == "{" }.count == text.filter { $0 == "}" }.count)
+            #expect(text.contains(#""/auth.login" -> "/app.dashboard" [label="Lo\"gin\\Ok"];"#), "\(text)")
+            #expect(text.contains(#""eu/demo.greeter" [label="demo.greeter\nstopped", style=dashed"#), "\(text)")
+            #expect(text.contains(#"subgraph "cluster_eu" {"#))
+            let flows = try await fleet.busctl("flows", "--dot")
+            #expect(flows.standardOutput.contains(#"[label="Lo\"gin\\Ok"]"#) && !flows.standardOutput.contains("action:"), "\(flows.standardOutput)")
+        }
+    }
+
     @Test func aCommandRoundTripsThroughBusctlCall() async throws {
         try await TestFleet.with(manifest: exampleManifest) { fleet in
             let result = try await fleet.busctl("call", "demo.greeter", "greet", #"{"name":"Ann"}"#, "--json")
