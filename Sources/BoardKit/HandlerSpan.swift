@@ -56,11 +56,14 @@ enum HandlerSpan {
         "\(header.kind) \(header.typeName)"
     }
 
-    /// The tracer's context with the sender's span as parent, read from the W3C `traceparent`.
+    /// The tracer's context with the sender's span as parent, read from the W3C `traceparent` (and
+    /// `tracestate`).
     private static func context(of header: EnvelopeHeader, _ tracer: some Tracing.Tracer) -> InstrumentationContext {
         var context = InstrumentationContext.topLevel
         if let trace = header.trace {
-            tracer.extract(["traceparent": trace.traceparent], into: &context, using: TraceparentCarrier())
+            var carrier = ["traceparent": trace.traceparent]
+            carrier["tracestate"] = trace.state
+            tracer.extract(carrier, into: &context, using: TraceparentCarrier())
         }
         return context
     }
@@ -70,7 +73,11 @@ enum HandlerSpan {
     private static func trace(of span: some Span, _ tracer: some Tracing.Tracer, else incoming: TraceContext?) -> TraceContext? {
         var carrier: [String: String] = [:]
         tracer.inject(span.context, into: &carrier, using: TraceparentCarrier())
-        if let text = carrier["traceparent"], let trace = TraceContext(traceparent: text) { return trace }
+        if let text = carrier["traceparent"], var trace = TraceContext(traceparent: text) {
+            // The tracer's own tracestate if it writes one, else the one that came.
+            trace.state = carrier["tracestate"].flatMap { TraceContext.isValidState($0.utf8) ? $0 : nil } ?? incoming?.state
+            return trace
+        }
         return incoming?.childSpan()
     }
 }

@@ -58,9 +58,11 @@ public enum HeaderCodec {
         public static let onBehalfOf: UInt8 = 6
         /// Which delivery of an activation this is (``EnvelopeHeader/deliveryCount``): u32, 4 bytes, big-endian, at least 1.
         public static let deliveryCount: UInt8 = 7
+        /// The trace context's W3C `tracestate` (``TraceContext/state``): printable ASCII, 1–512 bytes; only with field 2.
+        public static let traceState: UInt8 = 8
 
         /// Whether this version reads `tag` into a field of its own (else it keeps it as unknown).
-        static func isKnown(_ tag: UInt8) -> Bool { (1...7).contains(tag) }
+        static func isKnown(_ tag: UInt8) -> Bool { (1...8).contains(tag) }
     }
 
     static let magic: (UInt8, UInt8) = (0x42, 0x42)
@@ -80,7 +82,7 @@ public enum HeaderCodec {
             + (header.dispatchID.map { 3 + $0.utf8.count } ?? 0) + (header.flowID == nil ? 0 : 11)
             + (header.trace == nil ? 0 : 3 + TraceContext.encodedSize) + (header.contentType.map { 3 + $0.utf8.count } ?? 0)
             + (header.linkTrail.map { 3 + 8 * $0.count } ?? 0) + (header.onBehalfOf.map { 3 + $0.utf8.count } ?? 0)
-            + (header.deliveryCount == nil ? 0 : 7) + header.unknownFields.count
+            + (header.deliveryCount == nil ? 0 : 7) + (header.trace?.state.map { 3 + $0.utf8.count } ?? 0) + header.unknownFields.count
     }
 
     /// Checks every field against its limit; returns the encoded size. A sender calls it before
@@ -96,6 +98,9 @@ public enum HeaderCodec {
             throw BusError(.badArgument, "on behalf of: \(principalRule)")
         }
         if header.deliveryCount == 0 { throw BusError(.badArgument, "a delivery count starts at 1") }
+        if let state = header.trace?.state, !TraceContext.isValidState(state.utf8) {
+            throw BusError(.badArgument, "trace state: \(traceStateRule)")
+        }
         if let trail = header.linkTrail, !(1...maximumLinkHops).contains(trail.count) {
             throw BusError(.badArgument, "a link trail has 1 to \(maximumLinkHops) motherboards, not \(trail.count)")
         }
@@ -164,6 +169,8 @@ public enum HeaderCodec {
 
     static let principalRule = "a principal is 1 to 255 bytes of printable ASCII without spaces"
 
+    static let traceStateRule = "a trace state is 1 to \(TraceContext.maximumStateBytes) bytes of printable ASCII"
+
     private static func checkLength(_ text: String, _ field: String) throws(BusError) {
         let count = text.utf8.count
         guard count <= maximumFieldBytes else {
@@ -230,6 +237,10 @@ public enum HeaderCodec {
             writer.writeBigEndian(UInt16(4))
             writer.writeBigEndian(count)
         }
+        if let state = header.trace?.state {
+            writer.write(OptionalField.traceState)
+            writer.write(state)
+        }
         // Not `for byte in`: a `Data`'s iterator costs more to make than most headers to write.
         if !header.unknownFields.isEmpty { header.unknownFields.withUnsafeBytes { writer.write($0) } }
         return writer.offset
@@ -251,7 +262,10 @@ public enum HeaderCodec {
         if !layout.optionalFields.isEmpty {
             if let id = layout.dispatchID { header.dispatchID = try string(buffer, id, field: "dispatch id") }
             if let flow = layout.flowID { header.flowID = FlowID(HeaderLayout.bigEndian(buffer, at: flow.lowerBound, as: UInt64.self)) }
-            if let trace = layout.trace { header.trace = TraceContext(bytes: UnsafeRawBufferPointer(rebasing: buffer[trace])) }
+            if let trace = layout.trace {
+                header.trace = TraceContext(bytes: UnsafeRawBufferPointer(rebasing: buffer[trace]))
+                if let state = layout.traceState { header.trace?.state = try string(buffer, state, field: "trace state") }
+            }
             if let type = layout.contentType { header.contentType = contentType(buffer, type) }
             if let trail = layout.linkTrail {
                 header.linkTrail = stride(from: trail.lowerBound, to: trail.upperBound, by: 8).map {
@@ -343,6 +357,7 @@ package struct HeaderLayout: Sendable, Hashable {
     package let linkTrail: Range<Int>?
     package let onBehalfOf: Range<Int>?
     package let deliveryCount: Range<Int>?
+    package let traceState: Range<Int>?
 
     /// Offset of the correlation id in the frame.
     static let correlationOffset = 6
@@ -384,6 +399,7 @@ package struct HeaderLayout: Sendable, Hashable {
         var linkTrail: Range<Int>?
         var onBehalfOf: Range<Int>?
         var deliveryCount: Range<Int>?
+        var traceState: Range<Int>?
         while offset < buffer.count {
             let (tag, value) = try Self.optionalField(buffer, &offset)
             switch tag {
@@ -433,10 +449,18 @@ package struct HeaderLayout: Sendable, Hashable {
                     throw BusError(.malformed, "a delivery count is 4 bytes, at least 1")
                 }
                 deliveryCount = value
+            case HeaderCodec.OptionalField.traceState:
+                guard traceState == nil else { throw BusError(.malformed, "header has two trace states") }
+                guard TraceContext.isValidState(UnsafeRawBufferPointer(rebasing: buffer[value])) else {
+                    throw BusError(.malformed, HeaderCodec.traceStateRule)
+                }
+                traceState = value
             default:
                 continue
             }
         }
+        if traceState != nil, trace == nil { throw BusError(.malformed, "a trace state (field 8) without a trace context (field 2)") }
+        self.traceState = traceState
         self.onBehalfOf = onBehalfOf
         self.deliveryCount = deliveryCount
         self.dispatchID = dispatchID

@@ -111,6 +111,8 @@ public struct MonitorEvent: BusPayload, Hashable {
     /// The W3C trace id and the sender's span id, when the message carries a trace context.
     public var trace: String?
     public var span: String?
+    /// The W3C `tracestate` carried with the trace context (header field 8).
+    public var traceState: String?
     public var dispatchID: String?
     /// For store traffic (dispatch, store): the store's name (the target is its owner board).
     public var store: String?
@@ -121,8 +123,9 @@ public struct MonitorEvent: BusPayload, Hashable {
     public init(
         time: Double, scope: String, kind: String, source: String, target: String, type: String, correlationID: UInt64, payloadBytes: Int,
         error: String? = nil, roundTripMicroseconds: Int? = nil, trace: String? = nil, span: String? = nil, dispatchID: String? = nil,
-        store: String? = nil, payload: String? = nil, payloadCut: Bool? = nil
+        store: String? = nil, payload: String? = nil, payloadCut: Bool? = nil, traceState: String? = nil
     ) {
+        self.traceState = traceState
         self.time = time
         self.scope = scope
         self.kind = kind
@@ -250,8 +253,8 @@ extension MonitorPush {
             Self.append(event.type, to: &out)
             out += ",\"correlationID\":\(event.correlationID),\"payloadBytes\":\(event.payloadBytes)"
             for (key, value) in [
-                ("error", event.error), ("trace", event.trace), ("span", event.span), ("dispatchID", event.dispatchID), ("store", event.store),
-                ("payload", event.payload),
+                ("error", event.error), ("trace", event.trace), ("span", event.span), ("traceState", event.traceState),
+                ("dispatchID", event.dispatchID), ("store", event.store), ("payload", event.payload),
             ] {
                 guard let value else { continue }
                 out += ",\"\(key)\":"

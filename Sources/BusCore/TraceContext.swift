@@ -12,6 +12,18 @@ public struct TraceContext: Sendable, Hashable, Codable, CustomStringConvertible
     public var spanID: UInt64
     /// W3C trace flags; bit 0 is "sampled".
     public var flags: UInt8
+    /// The W3C `tracestate` that travels with it (vendors' entries, `key=value` separated by
+    /// commas), as header field 8: printable ASCII, 1 to ``maximumStateBytes`` bytes. Kept as it
+    /// came; a handler's messages carry it on.
+    public var state: String?
+
+    /// The longest `tracestate` carried (the W3C recommendation: 512 characters).
+    public static let maximumStateBytes = 512
+
+    /// Whether `state` can be carried as header field 8.
+    public static func isValidState<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> Bool {
+        (1...maximumStateBytes).contains(bytes.count) && bytes.allSatisfy { $0 >= 0x20 && $0 <= 0x7E }
+    }
 
     /// Size of the field's value in the header.
     public static let encodedSize = 25

@@ -149,7 +149,8 @@ extension Motherboard {
                     correlationID: correlationID, payloadBytes: envelope.payload.count,
                     error: header.kind == .error ? header.typeName : nil,
                     roundTripMicroseconds: roundTrip.map { Int($0.wholeMicroseconds) },
-                    trace: trace, span: header.trace?.spanIDText, dispatchID: header.dispatchID, store: isStore ? header.target : nil)
+                    trace: trace, span: header.trace?.spanIDText, dispatchID: header.dispatchID, store: isStore ? header.target : nil,
+                    traceState: header.trace?.state)
             }
             var event = base!
             if monitor.request.payloadBytes > 0, payloadAllowed {

@@ -107,10 +107,18 @@ struct TraceOption: ParsableArguments {
     @Option(name: .customLong("trace-id"), help: "Start a trace with this id (32 lowercase hex digits, not all zero).")
     var traceID: String?
 
+    @Option(name: .customLong("trace-state"), help: "With --trace or --trace-id: the W3C tracestate to carry (printable ASCII, at most 512 bytes).")
+    var traceState: String?
+
     func validate() throws {
         if let traceID, !TraceContext.isTraceID(traceID) {
             FileHandle.standardError.write(
                 Data("busctl: badArgument: '\(traceID.escapedForDisplay())' is not a trace id (32 lowercase hex digits, not all zero)\n".utf8))
+            throw ExitCode(2)
+        }
+        if let traceState, !TraceContext.isValidState(traceState.utf8) {
+            FileHandle.standardError.write(
+                Data("busctl: badArgument: --trace-state takes 1 to \(TraceContext.maximumStateBytes) bytes of printable ASCII\n".utf8))
             throw ExitCode(2)
         }
     }
@@ -120,6 +128,7 @@ struct TraceOption: ParsableArguments {
         guard trace || traceID != nil else { return try await body() }
         var context = TraceContext.newTrace()
         if let traceID, let given = TraceContext(traceparent: "00-\(traceID)-\(context.spanIDText)-01") { context = given }
+        context.state = traceState
         FileHandle.standardError.write(Data("trace \(context.traceID)\n".utf8))
         try await BusTrace.$current.withValue(context) { try await body() }
     }

@@ -23,6 +23,17 @@ struct HandlerSpanTests {
         }
     }
 
+    /// The tracestate that came with the message is what the handler sends under, with a tracer
+    /// (which writes none of its own here) and without one.
+    @Test func theTraceStateIsCarriedOnWithOrWithoutATracer() async {
+        var traced = trace
+        traced.state = "vendor=a1"
+        let header = EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet", trace: traced)
+        #expect(await HandlerSpan.run(header, tracer: InMemoryTracer()) { BusTrace.current }?.state == "vendor=a1")
+        #expect(HandlerSpan.runNow(header, tracer: InMemoryTracer()) { BusTrace.current }?.state == "vendor=a1")
+        #expect(await HandlerSpan.run(header, tracer: nil) { BusTrace.current }?.state == "vendor=a1")
+    }
+
     @Test func withoutATracerTheHandlerKeepsTheTraceWithASpanOfItsOwn() async {
         let seen = await HandlerSpan.run(EnvelopeHeader(kind: .activate, trace: trace), tracer: nil) { BusTrace.current }
         #expect(seen?.traceID == trace.traceID && seen?.spanID != trace.spanID && seen?.flags == trace.flags)

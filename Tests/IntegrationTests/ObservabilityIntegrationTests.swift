@@ -45,7 +45,7 @@ struct ObservabilityIntegrationTests {
             #expect(try await eventually { try await Self.monitorsAttached(fleet) == 2 })
             // Untraced traffic in between, which `--trace` must leave out.
             #expect(try await fleet.busctl("call", "demo.greeter", "greet", #"{"name":"Zoë"}"#).exitCode == 0)
-            let login = try await fleet.busctl("activate", "auth.login", #"{"username":"ann"}"#, "--trace")
+            let login = try await fleet.busctl("activate", "auth.login", #"{"username":"ann"}"#, "--trace", "--trace-state", "vendor=a1,other=b2")
             #expect(login.exitCode == 0, "\(login.standardError)")
             let trace = try #require(login.standardError.split(separator: "\n").first { $0.hasPrefix("trace ") }).dropFirst(6)
             #expect(TraceContext.isTraceID(String(trace)))
@@ -64,6 +64,9 @@ struct ObservabilityIntegrationTests {
             ] {
                 #expect(hops.contains(hop), "\(hop) not in \(hops)")
             }
+            // And its W3C tracestate, carried on by each board's handler (header field 8).
+            let states = Set(all.events.filter { $0.trace == String(trace) }.map { $0.traceState ?? "none" })
+            #expect(states == ["vendor=a1,other=b2"], "\(states)")
             let first = try #require(all.events.firstIndex { $0.trace == String(trace) })
             #expect(all.events[first].kind == "activation" && all.events[first].target == "auth.login")
             // The untraced call is there, with its payload and round trip, but in no trace.
