@@ -65,7 +65,10 @@ public final class BusClient: Sendable {
     /// Sends a message that expects no reply.
     public func send(_ envelope: Envelope) throws {
         var envelope = envelope
-        if envelope.header.trace == nil, let trace = BusTrace.current { envelope.header.trace = trace }
+        if envelope.header.trace == nil, let trace = BusTrace.current {
+            envelope.header.trace = trace
+            envelope.header.traceState = BusTrace.currentState
+        }
         try checkSize(envelope)
         connection.send(envelope)
     }
@@ -78,7 +81,10 @@ public final class BusClient: Sendable {
     /// request leaves and its reply resumes the caller without any executor switch.
     public nonisolated(nonsending) func request(_ envelope: Envelope, timeout: Duration = BusClient.defaultTimeout) async throws -> Envelope {
         var request = envelope
-        if request.header.trace == nil, let trace = BusTrace.current { request.header.trace = trace }
+        if request.header.trace == nil, let trace = BusTrace.current {
+            request.header.trace = trace
+            request.header.traceState = BusTrace.currentState
+        }
         try checkSize(request)
         request.header.flags.insert(.replyExpected)
         request.header.correlationID = state.makeCorrelationID()

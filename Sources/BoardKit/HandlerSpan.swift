@@ -19,7 +19,9 @@ enum HandlerSpan {
     static func run<T>(_ header: EnvelopeHeader, tracer: (any Tracer)? = bootstrapped, _ body: () async throws -> T) async rethrows -> T {
         guard let tracer else {
             guard let trace = header.trace else { return try await body() }
-            return try await BusTrace.$current.withValue(trace.childSpan()) { try await body() }
+            return try await BusTrace.$current.withValue(trace.childSpan()) {
+                try await BusTrace.$currentState.withValue(header.traceState) { try await body() }
+            }
         }
         return try await inSpan(of: tracer, header, body)
     }
@@ -28,7 +30,7 @@ enum HandlerSpan {
     static func runNow<T>(_ header: EnvelopeHeader, tracer: (any Tracer)? = bootstrapped, _ body: () throws -> T) rethrows -> T {
         guard let tracer else {
             guard let trace = header.trace else { return try body() }
-            return try BusTrace.$current.withValue(trace.childSpan()) { try body() }
+            return try BusTrace.$current.withValue(trace.childSpan()) { try BusTrace.$currentState.withValue(header.traceState) { try body() } }
         }
         return try inSpanNow(of: tracer, header, body)
     }
@@ -39,7 +41,8 @@ enum HandlerSpan {
         try await tracer.withSpan(name(of: header), context: context(of: header, tracer), ofKind: .server) { span in
             span.attributes["boardbus.board"] = header.target
             span.attributes["boardbus.kind"] = "\(header.kind)"
-            return try await BusTrace.$current.withValue(trace(of: span, tracer, else: header.trace)) { try await body() }
+            let (trace, state) = trace(of: span, tracer, else: header)
+            return try await BusTrace.$current.withValue(trace) { try await BusTrace.$currentState.withValue(state) { try await body() } }
         }
     }
 
@@ -47,7 +50,8 @@ enum HandlerSpan {
         try tracer.withSpan(name(of: header), context: context(of: header, tracer), ofKind: .server) { span in
             span.attributes["boardbus.board"] = header.target
             span.attributes["boardbus.kind"] = "\(header.kind)"
-            return try BusTrace.$current.withValue(trace(of: span, tracer, else: header.trace)) { try body() }
+            let (trace, state) = trace(of: span, tracer, else: header)
+            return try BusTrace.$current.withValue(trace) { try BusTrace.$currentState.withValue(state) { try body() } }
         }
     }
 
@@ -62,7 +66,7 @@ enum HandlerSpan {
         var context = InstrumentationContext.topLevel
         if let trace = header.trace {
             var carrier = ["traceparent": trace.traceparent]
-            carrier["tracestate"] = trace.state
+            carrier["tracestate"] = header.traceState
             tracer.extract(carrier, into: &context, using: TraceparentCarrier())
         }
         return context
@@ -70,15 +74,14 @@ enum HandlerSpan {
 
     /// The span's own context as the tracer writes it (`traceparent`), or, when the tracer writes
     /// none, the message's trace with a new span id.
-    private static func trace(of span: some Span, _ tracer: some Tracing.Tracer, else incoming: TraceContext?) -> TraceContext? {
+    private static func trace(of span: some Span, _ tracer: some Tracing.Tracer, else incoming: EnvelopeHeader) -> (TraceContext?, String?) {
         var carrier: [String: String] = [:]
         tracer.inject(span.context, into: &carrier, using: TraceparentCarrier())
-        if let text = carrier["traceparent"], var trace = TraceContext(traceparent: text) {
+        if let text = carrier["traceparent"], let trace = TraceContext(traceparent: text) {
             // The tracer's own tracestate if it writes one, else the one that came.
-            trace.state = carrier["tracestate"].flatMap { TraceContext.isValidState($0.utf8) ? $0 : nil } ?? incoming?.state
-            return trace
+            return (trace, carrier["tracestate"].flatMap { TraceContext.isValidState($0.utf8) ? $0 : nil } ?? incoming.traceState)
         }
-        return incoming?.childSpan()
+        return (incoming.trace?.childSpan(), incoming.trace == nil ? nil : incoming.traceState)
     }
 }
 

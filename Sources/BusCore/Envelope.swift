@@ -67,15 +67,17 @@ public struct Envelope: Sendable, Hashable, Codable {
     /// routed by its correlation id alone (the broker would clear a target anyway), so that the
     /// broker can send it on in the frames it came in, whoever asked.
     public func reply(payload: Data = Data(), source: String = "") -> Envelope {
-        Envelope(
-            header: EnvelopeHeader(kind: .reply, correlationID: header.correlationID, source: source, trace: header.trace),
-            payload: payload
-        )
+        var answer = Envelope(
+            header: EnvelopeHeader(kind: .reply, correlationID: header.correlationID, source: source, trace: header.trace), payload: payload)
+        if let state = header.traceState { answer.header.traceState = state }
+        return answer
     }
 
     /// An error reply to this request (with no target, as ``reply(payload:source:)``).
     public func errorReply(_ error: BusError, source: String = "") -> Envelope {
-        Envelope.error(error, correlationID: header.correlationID, source: source, trace: header.trace)
+        var answer = Envelope.error(error, correlationID: header.correlationID, source: source, trace: header.trace)
+        if let state = header.traceState { answer.header.traceState = state }
+        return answer
     }
 
     /// An `error` answer to the request the sender knows by `correlationID`: the code in the type

@@ -36,21 +36,22 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
         var linkTrail: [UInt64]?
         var onBehalfOf: String?
         var deliveryCount: UInt32?
+        var traceState: String?
         var unknownFields = Data()
 
         init() {}
 
         init(copying other: OptionalFields) {
-            (dispatchID, flowID, trace, contentType, linkTrail, onBehalfOf, deliveryCount, unknownFields) =
+            (dispatchID, flowID, trace, contentType, linkTrail, onBehalfOf, deliveryCount, traceState, unknownFields) =
                 (
                     other.dispatchID, other.flowID, other.trace, other.contentType, other.linkTrail, other.onBehalfOf, other.deliveryCount,
-                    other.unknownFields
+                    other.traceState, other.unknownFields
                 )
         }
 
         var isEmpty: Bool {
             dispatchID == nil && flowID == nil && trace == nil && contentType == nil && linkTrail == nil && onBehalfOf == nil
-                && deliveryCount == nil && unknownFields.isEmpty
+                && deliveryCount == nil && traceState == nil && unknownFields.isEmpty
         }
     }
 
@@ -100,6 +101,14 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
     public var deliveryCount: UInt32? {
         get { optional?.deliveryCount }
         set { setOptional(clearing: newValue == nil) { $0.deliveryCount = newValue } }
+    }
+
+    /// Optional field 8: the W3C `tracestate` of the trace context in field 2 (vendors' `key=value`
+    /// entries, comma-separated): printable ASCII, 1 to ``TraceContext/maximumStateBytes`` bytes,
+    /// only with a trace context. It goes wherever the trace context goes.
+    public var traceState: String? {
+        get { optional?.traceState }
+        set { setOptional(clearing: newValue == nil) { $0.traceState = newValue } }
     }
 
     /// Optional field 2: the W3C trace context the message belongs to (since version 3).

@@ -58,7 +58,7 @@ public enum HeaderCodec {
         public static let onBehalfOf: UInt8 = 6
         /// Which delivery of an activation this is (``EnvelopeHeader/deliveryCount``): u32, 4 bytes, big-endian, at least 1.
         public static let deliveryCount: UInt8 = 7
-        /// The trace context's W3C `tracestate` (``TraceContext/state``): printable ASCII, 1–512 bytes; only with field 2.
+        /// The trace context's W3C `tracestate` (``EnvelopeHeader/traceState``): printable ASCII, 1–512 bytes; only with field 2.
         public static let traceState: UInt8 = 8
 
         /// Whether this version reads `tag` into a field of its own (else it keeps it as unknown).
@@ -82,7 +82,7 @@ public enum HeaderCodec {
             + (header.dispatchID.map { 3 + $0.utf8.count } ?? 0) + (header.flowID == nil ? 0 : 11)
             + (header.trace == nil ? 0 : 3 + TraceContext.encodedSize) + (header.contentType.map { 3 + $0.utf8.count } ?? 0)
             + (header.linkTrail.map { 3 + 8 * $0.count } ?? 0) + (header.onBehalfOf.map { 3 + $0.utf8.count } ?? 0)
-            + (header.deliveryCount == nil ? 0 : 7) + (header.trace?.state.map { 3 + $0.utf8.count } ?? 0) + header.unknownFields.count
+            + (header.deliveryCount == nil ? 0 : 7) + (header.traceState.map { 3 + $0.utf8.count } ?? 0) + header.unknownFields.count
     }
 
     /// Checks every field against its limit; returns the encoded size. A sender calls it before
@@ -98,8 +98,9 @@ public enum HeaderCodec {
             throw BusError(.badArgument, "on behalf of: \(principalRule)")
         }
         if header.deliveryCount == 0 { throw BusError(.badArgument, "a delivery count starts at 1") }
-        if let state = header.trace?.state, !TraceContext.isValidState(state.utf8) {
-            throw BusError(.badArgument, "trace state: \(traceStateRule)")
+        if let state = header.traceState {
+            guard TraceContext.isValidState(state.utf8) else { throw BusError(.badArgument, "trace state: \(traceStateRule)") }
+            guard header.trace != nil else { throw BusError(.badArgument, "a trace state (field 8) goes with a trace context (field 2)") }
         }
         if let trail = header.linkTrail, !(1...maximumLinkHops).contains(trail.count) {
             throw BusError(.badArgument, "a link trail has 1 to \(maximumLinkHops) motherboards, not \(trail.count)")
@@ -237,7 +238,7 @@ public enum HeaderCodec {
             writer.writeBigEndian(UInt16(4))
             writer.writeBigEndian(count)
         }
-        if let state = header.trace?.state {
+        if let state = header.traceState {
             writer.write(OptionalField.traceState)
             writer.write(state)
         }
@@ -262,10 +263,8 @@ public enum HeaderCodec {
         if !layout.optionalFields.isEmpty {
             if let id = layout.dispatchID { header.dispatchID = try string(buffer, id, field: "dispatch id") }
             if let flow = layout.flowID { header.flowID = FlowID(HeaderLayout.bigEndian(buffer, at: flow.lowerBound, as: UInt64.self)) }
-            if let trace = layout.trace {
-                header.trace = TraceContext(bytes: UnsafeRawBufferPointer(rebasing: buffer[trace]))
-                if let state = layout.traceState { header.trace?.state = try string(buffer, state, field: "trace state") }
-            }
+            if let trace = layout.trace { header.trace = TraceContext(bytes: UnsafeRawBufferPointer(rebasing: buffer[trace])) }
+            if let state = layout.traceState { header.traceState = try string(buffer, state, field: "trace state") }
             if let type = layout.contentType { header.contentType = contentType(buffer, type) }
             if let trail = layout.linkTrail {
                 header.linkTrail = stride(from: trail.lowerBound, to: trail.upperBound, by: 8).map {

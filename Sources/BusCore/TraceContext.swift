@@ -12,12 +12,7 @@ public struct TraceContext: Sendable, Hashable, Codable, CustomStringConvertible
     public var spanID: UInt64
     /// W3C trace flags; bit 0 is "sampled".
     public var flags: UInt8
-    /// The W3C `tracestate` that travels with it (vendors' entries, `key=value` separated by
-    /// commas), as header field 8: printable ASCII, 1 to ``maximumStateBytes`` bytes. Kept as it
-    /// came; a handler's messages carry it on.
-    public var state: String?
-
-    /// The longest `tracestate` carried (the W3C recommendation: 512 characters).
+    /// The longest `tracestate` carried (``EnvelopeHeader/traceState``) (the W3C recommendation: 512 characters).
     public static let maximumStateBytes = 512
 
     /// Whether `state` can be carried as header field 8.
@@ -138,4 +133,7 @@ extension SystemRandomNumberGenerator {
 /// that trace unless the message names one already; `busctl --trace` starts one.
 public enum BusTrace {
     @TaskLocal public static var current: TraceContext?
+    /// The W3C `tracestate` that goes with ``current`` (header field 8), read only when there is a
+    /// current trace. Kept apart from it so that a trace context stays a plain value, free to copy.
+    @TaskLocal public static var currentState: String?
 }

@@ -150,7 +150,7 @@ extension Motherboard {
                     error: header.kind == .error ? header.typeName : nil,
                     roundTripMicroseconds: roundTrip.map { Int($0.wholeMicroseconds) },
                     trace: trace, span: header.trace?.spanIDText, dispatchID: header.dispatchID, store: isStore ? header.target : nil,
-                    traceState: header.trace?.state)
+                    traceState: header.traceState)
             }
             var event = base!
             if monitor.request.payloadBytes > 0, payloadAllowed {

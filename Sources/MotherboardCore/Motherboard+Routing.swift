@@ -232,7 +232,8 @@ extension Motherboard {
         }
         let source = ScopedName(scope: scope(of: envelope, sender: sender), name: sourceName)
         let delivered = runFlows(
-            .output, from: source, typeName: envelope.header.typeName, payload: envelope.payload, trace: envelope.header.trace, now: now)
+            .output, from: source, typeName: envelope.header.typeName, payload: envelope.payload, trace: envelope.header.trace,
+            traceState: envelope.header.traceState, now: now)
         if delivered == 0 {
             counters.droppedOutputs += 1
             logger.debug("output dropped: no flow", metadata: ["board": "\(source)", "type": "\(envelope.header.typeName)"])
@@ -244,7 +245,8 @@ extension Motherboard {
     /// the trace of the output (or completion) that triggered it.
     @discardableResult
     func runFlows(
-        _ trigger: FlowSpec.Trigger, from source: ScopedName, typeName: String, payload: Data, trace: TraceContext?, now: ContinuousClock.Instant
+        _ trigger: FlowSpec.Trigger, from source: ScopedName, typeName: String, payload: Data, trace: TraceContext?, traceState: String? = nil,
+        now: ContinuousClock.Instant
     ) -> Int {
         var ran = 0
         for flow in flows.matching(scope: source.scope, source: source.name, trigger: trigger) {
@@ -260,16 +262,18 @@ extension Motherboard {
             flows.countRun(flow.id)
             ran += 1
             if let target = flow.spec.target {
-                let header = EnvelopeHeader(
+                var header = EnvelopeHeader(
                     kind: .activate, source: source.name, target: target.rawValue, scope: source.scope, typeName: typeName, trace: trace)
+                if let traceState { header.traceState = traceState }
                 activate(
                     ScopedName(scope: source.scope, name: target.rawValue), with: Envelope(header: header, payload: payload), client: nil, now: now)
             } else if let owner = flow.owner, let board = registry[ScopedName(scope: flow.scope, name: owner.rawValue)] {
                 // The flow id is field 4; it goes in the correlation id too (a flowEvent is never
                 // answered) for boards built before field 4, which read it there.
-                let header = EnvelopeHeader(
+                var header = EnvelopeHeader(
                     kind: .flowEvent, correlationID: flow.id.rawValue, source: source.name, target: owner.rawValue,
                     scope: source.scope, typeName: typeName, flowID: flow.id, trace: trace)
+                if let traceState { header.traceState = traceState }
                 send(Envelope(header: header, payload: payload), to: board.peer)
             }
         }
@@ -337,7 +341,7 @@ extension Motherboard {
         drop(board.name, reason: "completed (isDone: \(completion.isDone))")
         let ran = runFlows(
             .completion, from: board.name, typeName: Completion.busTypeName, payload: PayloadCodec.encodeOrEmpty(completion),
-            trace: envelope.header.trace, now: now)
+            trace: envelope.header.trace, traceState: envelope.header.traceState, now: now)
         reply(to: envelope, from: peer, with: Delivery(delivered: ran))
     }
 }

@@ -128,9 +128,9 @@ struct TraceOption: ParsableArguments {
         guard trace || traceID != nil else { return try await body() }
         var context = TraceContext.newTrace()
         if let traceID, let given = TraceContext(traceparent: "00-\(traceID)-\(context.spanIDText)-01") { context = given }
-        context.state = traceState
+
         FileHandle.standardError.write(Data("trace \(context.traceID)\n".utf8))
-        try await BusTrace.$current.withValue(context) { try await body() }
+        try await BusTrace.$current.withValue(context) { try await BusTrace.$currentState.withValue(traceState) { try await body() } }
     }
 }
 

@@ -144,26 +144,31 @@ struct HeaderCodecTests {
     /// The W3C tracestate travels as field 8 beside the trace context: kept as written, refused
     /// past 512 bytes, outside printable ASCII, or without a trace context.
     @Test func theTraceStateIsFieldEightWithItsTrace() throws {
-        var trace = TraceContext.newTrace()
-        trace.state = "vendor=a1,other=b2"
-        let header = EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet", trace: trace)
-        #expect(try HeaderCodec.decode(Data(HeaderCodec.encode(header))).trace?.state == "vendor=a1,other=b2")
-        #expect(try HeaderCodec.decode(Data(HeaderCodec.encode(header))).trace == trace)
+        var header = EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet", trace: TraceContext.newTrace())
+        header.traceState = "vendor=a1,other=b2"
+        #expect(try HeaderCodec.decode(Data(HeaderCodec.encode(header))) == header)
         for (state, accepted) in [
             (String(repeating: "k", count: 512), true), (String(repeating: "k", count: 513), false), ("caf\u{E9}=1", false), ("a\nb", false),
             ("", false),
         ] {
             var sent = header
-            sent.trace?.state = state
+            sent.traceState = state
             #expect(((try? HeaderCodec.encode(sent)) != nil) == accepted, "\(state.prefix(20)) (\(state.utf8.count) bytes)")
         }
+        var alone = EnvelopeHeader(kind: .command)
+        alone.traceState = "a=b"
+        #expect(throws: BusError.self) { try HeaderCodec.encode(alone) }
         let plain = try HeaderCodec.encode(EnvelopeHeader(kind: .command))
-        let alone = try #require(throws: BusError.self) { try HeaderCodec.decode(Data(plain + [8, 0, 3, 0x61, 0x3D, 0x62])) }
-        #expect(alone.code == .malformed && alone.message.contains("without a trace context"))
+        let refused = try #require(throws: BusError.self) { try HeaderCodec.decode(Data(plain + [8, 0, 3, 0x61, 0x3D, 0x62])) }
+        #expect(refused.code == .malformed && refused.message.contains("without a trace context"))
         let withTrace = try HeaderCodec.encode(EnvelopeHeader(kind: .command, trace: TraceContext.newTrace()))
-        #expect(try HeaderCodec.decode(Data(withTrace + [8, 0, 3, 0x61, 0x3D, 0x62])).trace?.state == "a=b")
+        #expect(try HeaderCodec.decode(Data(withTrace + [8, 0, 3, 0x61, 0x3D, 0x62])).traceState == "a=b")
         #expect((try? HeaderCodec.decode(Data(withTrace + [8, 0, 2, 0xC3, 0xA9]))) == nil)
         #expect((try? HeaderCodec.decode(Data(withTrace + [8, 0, 1, 0x61, 8, 0, 1, 0x62]))) == nil)
+        // An answer carries the request's trace state as it carries its trace context.
+        let request = Envelope(header: header)
+        #expect(request.reply().header.traceState == "vendor=a1,other=b2")
+        #expect(request.errorReply(BusError(.busy, "x")).header.traceState == "vendor=a1,other=b2")
     }
 
     /// A flow event names its flow in field 4 (8 bytes, big-endian), not in the correlation id.
