@@ -404,8 +404,9 @@ package final class ZMQSocket {
         return String(cString: value)
     }
 
-    /// The `User-Id` of the connection the last received envelope came on (nil on one that did
-    /// not pass a ZAP handler: ipc). Asked for every message: the name is handed to libzmq as a
+    /// The `User-Id` of the connection the last received envelope came on: the remote principal
+    /// the ZAP handler named (`unnamed` if it named none), nil on a connection that did not pass
+    /// a ZAP handler (ipc). Asked for every message: the name is handed to libzmq as a
     /// C string made once, not bridged from a Swift string each time.
     package var lastReceivedUserID: String? { Self.userID(of: lastHeader) }
 
@@ -416,7 +417,7 @@ package final class ZMQSocket {
         // A static string is stored with a terminating NUL.
         let name = UnsafeRawPointer(userIDProperty.utf8Start).assumingMemoryBound(to: CChar.self)
         guard let value = zmq_msg_gets(message, name) else { return nil }
-        return String(cString: value)
+        return value.pointee == 0 ? "unnamed" : String(cString: value)
     }
 
     private static let userIDProperty: StaticString = "User-Id"

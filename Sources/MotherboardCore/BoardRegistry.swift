@@ -26,6 +26,8 @@ final class LiveBoard {
     /// it for); nil for the broker's own user. The access policy is asked again about it when
     /// the policy changes.
     var principal: String?
+    /// With at-least-once delivery (the manifest's), the deliveries an activation gets; nil for at most once.
+    var maxDeliveries: Int?
     /// The process at the other end of its connection, as the kernel named it at registration
     /// (ipc only): while it runs, a silent board is busy, not gone.
     let process: Int32?

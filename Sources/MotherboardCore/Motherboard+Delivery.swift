@@ -5,10 +5,11 @@ import Foundation
 /// answers them, delivered again to its next instance when it ends first, dead-lettered after
 /// the board's `maxDeliveries`.
 extension Motherboard {
-    /// The manifest entry of `name` when it takes activations at least once.
-    func atLeastOnceEntry(_ name: ScopedName) -> FleetManifest.Board? {
+    /// How many deliveries the manifest gives an activation of `name`, when it takes them at
+    /// least once (looked up once, when the board registers: ``LiveBoard/maxDeliveries``).
+    func maxDeliveries(of name: ScopedName) -> Int? {
         guard let entry = manifest.board(named: name.name, scope: name.scope), entry.delivery == .atLeastOnce else { return nil }
-        return entry
+        return entry.maxDeliveries
     }
 
     /// Hands an activation to a live at-least-once board: a new one is put on the ledger (or
@@ -66,15 +67,11 @@ extension Motherboard {
     }
 
     func redeliver(heldBy board: LiveBoard, reason: String, now: ContinuousClock.Instant) {
-        guard !ledger.pending.isEmpty, let entry = atLeastOnceEntry(board.name) else { return }
+        guard !ledger.pending.isEmpty, let maxDeliveries = board.maxDeliveries else { return }
         for held in ledger.held(by: board.name) {
-            guard held.deliveries < entry.maxDeliveries else {
+            guard held.deliveries < maxDeliveries else {
                 let why = "its board ended \(held.deliveries) time(s) while holding it (last: \(reason))"
-                guard let letter = ledger.deadLetter(held.id, reason: why, time: Date().timeIntervalSince1970) else { continue }
-                counters.deadLettered += 1
-                logger.error(
-                    "activation dead-lettered",
-                    metadata: ["board": "\(board.name)", "id": "\(letter.id)", "type": "\(letter.type)", "reason": "\(why)"])
+                guard let letter = deadLetter(held.id, reason: why) else { continue }
                 if let client = held.client, held.envelope.header.flags.contains(.replyExpected) {
                     reply(
                         to: held.envelope, from: client,
@@ -90,6 +87,16 @@ extension Motherboard {
                 "activation delivered again", metadata: ["board": "\(board.name)", "delivery": "\(held.deliveries + 1)", "after": "\(reason)"])
             activate(board.name, with: Envelope(header: header, payload: held.envelope.payload), client: nil, now: now)
         }
+    }
+
+    /// Puts `id` on the dead-letter list: counted and logged.
+    func deadLetter(_ id: UInt64, reason: String) -> DeadLetter? {
+        guard let letter = ledger.deadLetter(id, reason: reason, time: Date().timeIntervalSince1970) else { return nil }
+        counters.deadLettered += 1
+        let board = ScopedName(scope: letter.scope, name: letter.board.rawValue)
+        logger.error(
+            "activation dead-lettered", metadata: ["board": "\(board)", "id": "\(letter.id)", "type": "\(letter.type)", "reason": "\(reason)"])
+        return letter
     }
 
     /// `dead-letters.replay`: the letter is delivered again as a new activation (its count starts over).

@@ -24,7 +24,7 @@ extension Motherboard {
         decisions.removeAll(keepingCapacity: true)
         for board in registry.boards.values {
             guard let principal = board.principal else { continue }
-            let decision = registrationDecision(principal, name: board.name)
+            let decision = registrationDecision(principal, name: board.name).decision
             if !decision.allowed { drop(board.name, reason: "the access policy no longer lets '\(principal)' register it (\(decision.rule))") }
         }
         for (peer, monitor) in monitors.monitors {
@@ -96,22 +96,21 @@ extension Motherboard {
         return nil
     }
 
-    /// Whether a remote principal may register `name`: a manifest board's id only with `serve`
-    /// (a child motherboard serving its scope), any other id with `register` or `serve`.
-    func registrationDecision(_ principal: String, name: ScopedName) -> AccessPolicy.Decision {
+    /// Whether a remote principal may register `name`, and as which operation: a manifest board's
+    /// id only with `serve` (a child motherboard serving its scope), any other id with `register`
+    /// or `serve`.
+    func registrationDecision(_ principal: String, name: ScopedName) -> (operation: AccessPolicy.Operation, decision: AccessPolicy.Decision) {
         let target = name.description
         let serve = decide(PolicyQuestion(principal: principal, operation: .serve, target: target, command: nil))
-        if manifest.board(named: name.name, scope: name.scope) != nil || serve.allowed { return serve }
-        return decide(PolicyQuestion(principal: principal, operation: .register, target: target, command: nil))
+        if manifest.board(named: name.name, scope: name.scope) != nil || serve.allowed { return (.serve, serve) }
+        return (.register, decide(PolicyQuestion(principal: principal, operation: .register, target: target, command: nil)))
     }
 
     /// The refusal of a registration by a remote principal, if the policy refuses it.
     func registrationForbidden(_ principal: String?, name: ScopedName) -> BusError? {
         guard let principal else { return nil }
-        let decision = registrationDecision(principal, name: name)
-        guard !decision.allowed else { return nil }
-        let operation: AccessPolicy.Operation = manifest.board(named: name.name, scope: name.scope) != nil ? .serve : .register
-        return denial(principal, operation, target: name.description, decision)
+        let (operation, decision) = registrationDecision(principal, name: name)
+        return decision.allowed ? nil : denial(principal, operation, target: name.description, decision)
     }
 
     /// Whether a monitor of `principal` sees a message of `scope` between `source` and `target`

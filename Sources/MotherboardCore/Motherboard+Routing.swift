@@ -41,7 +41,7 @@ extension Motherboard {
     func activate(_ name: ScopedName, with envelope: Envelope, client: PeerID?, now: ContinuousClock.Instant) {
         if let target = registry[name] {
             target.activations += 1
-            if atLeastOnceEntry(name) != nil { return deliverAtLeastOnce(envelope, to: target, client: client) }
+            if target.maxDeliveries != nil { return deliverAtLeastOnce(envelope, to: target, client: client) }
             return deliver(envelope, to: target, from: client, sender: nil, now: now)
         }
         if let client, forwardUp(envelope, name: name, from: client, sender: registry.board(for: client), now: now) { return }
@@ -91,11 +91,8 @@ extension Motherboard {
     func refuseHeld(_ envelope: Envelope, client: PeerID?, _ error: BusError) {
         if let client { reply(to: envelope, from: client, error: error) }
         let id = envelope.header.correlationID
-        guard envelope.header.deliveryCount != nil, DeliveryLedger.isLedgerID(id), let held = ledger.pending[id] else { return }
-        if let letter = ledger.deadLetter(id, reason: error.message, time: Date().timeIntervalSince1970) {
-            counters.deadLettered += 1
-            logger.error("activation dead-lettered", metadata: ["board": "\(held.board)", "id": "\(letter.id)", "reason": "\(error.message)"])
-        }
+        guard envelope.header.deliveryCount != nil, DeliveryLedger.isLedgerID(id) else { return }
+        _ = deadLetter(id, reason: error.message)
     }
 
     /// A board started on demand registered: its queued inputs go to it, in order; a command
@@ -117,7 +114,7 @@ extension Motherboard {
                 board.commandsHandled += 1
             } else {
                 board.activations += 1
-                if atLeastOnceEntry(board.name) != nil {
+                if board.maxDeliveries != nil {
                     deliverAtLeastOnce(envelope, to: board, client: input.client)
                     continue
                 }

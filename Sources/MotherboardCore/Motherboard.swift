@@ -308,6 +308,7 @@ public final class Motherboard {
             registration: registration, peer: peer, registeredAt: now, lastSeen: now, metrics: metrics.board(name), origin: origin,
             process: process)
         board.principal = principal ?? origin?.keyName
+        board.maxDeliveries = maxDeliveries(of: name)
         board.scheduleHeartbeats(every: settings.heartbeatInterval)
         registry.insert(board)
         unreachable[name] = nil
@@ -404,7 +405,7 @@ public final class Motherboard {
         }
         // Delivered again once the supervisor knows the process ended (at the end of
         // processExited, else at the next tick), so that the next instance is started after it.
-        if unreachableSince == nil, atLeastOnceEntry(name) != nil, !ledger.held(by: name).isEmpty { endedHolding.append((board, reason)) }
+        if unreachableSince == nil, board.maxDeliveries != nil, !ledger.held(by: name).isEmpty { endedHolding.append((board, reason)) }
     }
 
     // MARK: - Sending

@@ -164,8 +164,7 @@ final class RouterLoopHandler: SocketLoopHandler {
     /// read from libzmq for every message, so that no routing id carries it over to another
     /// connection. Nil on the ipc socket.
     func principal(on socket: ZMQSocket) -> String? {
-        guard hasRemotePeers else { return nil }
-        return socket.lastReceivedUserID.map { $0.isEmpty ? "unnamed" : $0 }
+        hasRemotePeers ? socket.lastReceivedUserID : nil
     }
 
     /// Where a registration's connection comes from, when it is a tcp one: the peer's address

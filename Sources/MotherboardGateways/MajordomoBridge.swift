@@ -230,7 +230,7 @@ package final class MajordomoBridge: @unchecked Sendable {
             guard let frames = try? router.receive(sourceDescriptor: &descriptor) else { return }
             // The key name of a tcp peer's connection, read with every message (a routing id may
             // move to another connection): the principal the gateway acts for.
-            let user = router.lastMessageUserID.map { $0.isEmpty ? "unnamed" : $0 }
+            let user = router.lastMessageUserID
             if let peer = frames.first, backlog.noteReceived(from: peer, descriptor: descriptor), let user { connectionKey(user, descriptor) }
             fromPeer(frames, principal: user, now: now)
         }

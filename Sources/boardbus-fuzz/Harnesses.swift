@@ -1,6 +1,7 @@
 import BusCodec
 import BusCore
 import Foundation
+import MotherboardCore
 import MotherboardGateways
 
 /// What each harness promises for any input: a property that holds, or a precondition failure
@@ -8,7 +9,7 @@ import MotherboardGateways
 enum Harnesses {
     static let all: [String: @Sendable (Data) -> Void] = [
         "header": header, "cbor": cbor, "json": json, "mdp": mdp, "route": RoutingHarness.route, "policy": policy,
-        "allowlist": FileHarnesses.allowList, "manifest": FileHarnesses.manifest,
+        "allowlist": allowList, "manifest": manifest,
     ]
 
     /// The header codec: every input is refused with a `BusError`, or decodes to a header that
@@ -108,15 +109,7 @@ enum Harnesses {
     /// matching deny wins, else the first matching allow, else the default), for the names and
     /// targets the file itself mentions.
     static func policy(_ input: Data) {
-        let policy: AccessPolicy
-        do {
-            policy = try AccessPolicy.parse(input, source: "fuzz")
-        } catch let error as BusError {
-            precondition(error.code == .badArgument && error.message.hasPrefix("policy fuzz"), "refused otherwise: \(error)")
-            return
-        } catch {
-            preconditionFailure("not a BusError: \(error)")
-        }
+        guard let policy = parsed(orRefusedAs: "policy fuzz", { try AccessPolicy.parse(input, source: "fuzz") }) else { return }
         let principals = Set(policy.rules.flatMap(\.principals) + policy.groups.values.flatMap { $0 } + ["stranger"]).filter { !$0.hasPrefix("@") }
         let targets = Set(policy.rules.flatMap(\.targets) + ["x", "a/b"])
         for principal in principals.sorted().prefix(8) {
@@ -138,6 +131,40 @@ enum Harnesses {
                     precondition(decision == expected, "\(principal) \(operation) \(target): \(decision), expected \(expected)")
                 }
             }
+        }
+    }
+
+    /// The allow-list: refused with a `badArgument` naming its line, or read to names and keys
+    /// that are valid, and that read back the same when written one `NAME KEY` a line.
+    static func allowList(_ input: Data) {
+        guard let list = parsed(orRefusedAs: "fuzz line ", { try CurveAllowList(parsing: String(decoding: input, as: UTF8.self), source: "fuzz") })
+        else { return }
+        for (key, name) in list.names { precondition(CurveKeyPair.isKey(key) && BoardID.isValid(name), "kept '\(name) \(key)'") }
+        let written = list.names.map { "\($0.value) \($0.key)" }.joined(separator: "\n")
+        precondition((try? CurveAllowList(parsing: written)) == list, "an allow-list does not read back as written")
+    }
+
+    /// The manifest: refused with a `badArgument` naming the file, or read to a manifest a
+    /// broker starts with (its scopes, boards and flows consistent).
+    static func manifest(_ input: Data) {
+        guard let manifest = parsed(orRefusedAs: "manifest fuzz", { try FleetManifest.parse(input, source: "fuzz") }) else { return }
+        do {
+            _ = try Motherboard(manifest: manifest, transport: RoutingHarness.Recorder(), logger: RoutingHarness.quietLogger)
+        } catch {
+            preconditionFailure("a manifest that parsed does not start a broker: \(error)")
+        }
+    }
+
+    /// What an operator's file reads to, or nil when it is refused as the promise says: a
+    /// `badArgument` whose message starts with `prefix` (the file, or its line).
+    private static func parsed<T>(orRefusedAs prefix: String, _ parse: () throws -> T) -> T? {
+        do {
+            return try parse()
+        } catch let error as BusError {
+            precondition(error.code == .badArgument && error.message.hasPrefix(prefix), "refused otherwise: \(error)")
+            return nil
+        } catch {
+            preconditionFailure("not a BusError: \(error)")
         }
     }
 }

@@ -18,6 +18,12 @@ enum RoutingHarness {
     }
 
     static let client = PeerID(Data([0xC0]))
+    /// A broker's logger that says nothing below critical (a harness builds brokers by the thousand).
+    static let quietLogger: Logger = {
+        var logger = Logger(label: "fuzz")
+        logger.logLevel = .critical
+        return logger
+    }()
     static let boards: [(BoardID, PeerID)] = [("demo.greeter", PeerID(Data([3]))), ("app.dashboard", PeerID(Data([2])))]
     static let now = ContinuousClock.now
 
@@ -25,9 +31,7 @@ enum RoutingHarness {
     /// (correlation id 41 from the client), so that replies have something to match.
     static func broker() -> (Motherboard, Recorder) {
         let recorder = Recorder()
-        var logger = Logger(label: "fuzz")
-        logger.logLevel = .critical
-        let motherboard = try! Motherboard(manifest: FleetManifest(), transport: recorder, logger: logger)
+        let motherboard = try! Motherboard(manifest: FleetManifest(), transport: recorder, logger: quietLogger)
         for (index, (id, peer)) in boards.enumerated() {
             var header = EnvelopeHeader(kind: .register, flags: .replyExpected, correlationID: UInt64(index + 1), source: id.rawValue)
             header.timeoutMilliseconds = 1_000
@@ -60,46 +64,5 @@ enum RoutingHarness {
         let expected = parsedSent.sent[0]
         precondition(expected.peer == route.peer, "routed in place to another peer than the parsed path")
         precondition((try? HeaderCodec.decode(Data(rewritten))) == expected.envelope.header, "routed in place with another header")
-    }
-}
-
-/// The files an operator hands the broker: the allow-list and the manifest.
-enum FileHarnesses {
-    /// The allow-list: refused with a `badArgument` naming its line, or read to names and keys
-    /// that are valid, and that read back the same when written one `NAME KEY` a line.
-    static func allowList(_ input: Data) {
-        let list: CurveAllowList
-        do {
-            list = try CurveAllowList(parsing: String(decoding: input, as: UTF8.self), source: "fuzz")
-        } catch let error as BusError {
-            precondition(error.code == .badArgument && error.message.hasPrefix("fuzz line "), "refused otherwise: \(error)")
-            return
-        } catch {
-            preconditionFailure("not a BusError: \(error)")
-        }
-        for (key, name) in list.names { precondition(CurveKeyPair.isKey(key) && BoardID.isValid(name), "kept '\(name) \(key)'") }
-        let written = list.names.map { "\($0.value) \($0.key)" }.joined(separator: "\n")
-        precondition((try? CurveAllowList(parsing: written)) == list, "an allow-list does not read back as written")
-    }
-
-    /// The manifest: refused with a `badArgument` naming the file, or read to a manifest a
-    /// broker starts with (its scopes, boards and flows consistent).
-    static func manifest(_ input: Data) {
-        let manifest: FleetManifest
-        do {
-            manifest = try FleetManifest.parse(input, source: "fuzz")
-        } catch let error as BusError {
-            precondition(error.code == .badArgument && error.message.hasPrefix("manifest fuzz"), "refused otherwise: \(error)")
-            return
-        } catch {
-            preconditionFailure("not a BusError: \(error)")
-        }
-        var logger = Logger(label: "fuzz")
-        logger.logLevel = .critical
-        do {
-            _ = try Motherboard(manifest: manifest, transport: RoutingHarness.Recorder(), logger: logger)
-        } catch {
-            preconditionFailure("a manifest that parsed does not start a broker: \(error)")
-        }
     }
 }
