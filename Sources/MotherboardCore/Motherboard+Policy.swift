@@ -52,44 +52,42 @@ extension Motherboard {
         let header = envelope.header
         let scope = scope(of: envelope, sender: sender)
         func named(_ name: String) -> String { ScopedName(scope: scope, name: name).description }
-        let question: PolicyQuestion
+        let operation: AccessPolicy.Operation
+        var target = named(header.target)
+        var command: String?
         switch header.kind {
-        case .command: question = PolicyQuestion(principal: principal, operation: .call, target: named(header.target), command: header.typeName)
-        case .activate: question = PolicyQuestion(principal: principal, operation: .activate, target: named(header.target), command: nil)
+        case .command: (operation, command) = (.call, header.typeName)
+        case .activate: operation = .activate
         case .output:
             // A registered board emits as itself (the broker ignores the source it writes), by its
             // registration.
             if sender != nil { return nil }
-            question = PolicyQuestion(principal: principal, operation: .emit, target: named(header.source), command: nil)
-        case .action: question = PolicyQuestion(principal: principal, operation: .action, target: named(header.typeName), command: nil)
-        case .dispatch: question = PolicyQuestion(principal: principal, operation: .dispatch, target: named(header.target), command: nil)
+            (operation, target) = (.emit, named(header.source))
+        case .action: (operation, target) = (.action, named(header.typeName))
+        case .dispatch: operation = .dispatch
         case .store:
-            let operation: AccessPolicy.Operation
             switch header.typeName {
             case StoreOperation.state: operation = .state
             case StoreOperation.subscribe, StoreOperation.renew, StoreOperation.unsubscribe: operation = .watch
             case StoreOperation.activateQuery, StoreOperation.releaseQuery: operation = .query
             default: return nil
             }
-            question = PolicyQuestion(principal: principal, operation: operation, target: named(header.target), command: nil)
         case .control:
             switch header.typeName {
             // Says only that the broker answers.
             case ControlOperation.ping: return nil
             // A child motherboard's link asks for the chain above: any principal that may serve.
             case ControlOperation.linkChain:
-                return policy.allowsSome(principal: principal, .serve)
-                    ? nil : denial(principal, .serve, target: "*", .byDefault)
-            // Attaching: what it then sees is decided per message (``monitorSees(_:principal:)``).
+                return policy.allowsSome(principal: principal, .serve) ? nil : denial(principal, .serve, target: "*", .byDefault)
+            // Attaching: what it then sees is decided per message (``monitorSees(_:scope:boards:)``).
             case ControlOperation.monitor:
-                return policy.allowsSome(principal: principal, .monitor)
-                    ? nil : denial(principal, .monitor, target: "*", .byDefault)
-            default:
-                question = PolicyQuestion(principal: principal, operation: .control, target: header.typeName, command: nil)
+                return policy.allowsSome(principal: principal, .monitor) ? nil : denial(principal, .monitor, target: "*", .byDefault)
+            default: (operation, target) = (.control, header.typeName)
             }
         case .register, .unregister, .heartbeat, .complete, .reply, .error, .flowEvent:
             return nil
         }
+        let question = PolicyQuestion(principal: principal, operation: operation, target: target, command: command)
         let decision = decide(question)
         guard decision.allowed else { return denial(principal, question.operation, target: question.target, decision, command: question.command) }
         if header.kind == .control { audit?("\(principal) control \(header.typeName) (\(decision.rule))") }
