@@ -68,7 +68,6 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
-                .product(name: "Prometheus", package: "swift-prometheus"),
             ]
         ),
         // What stands in front of the bus and speaks another protocol (Majordomo) or to another
@@ -94,6 +93,8 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ]
         ),
         .executableTarget(

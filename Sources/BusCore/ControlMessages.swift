@@ -25,12 +25,17 @@ public struct Registration: BusPayload, Hashable {
     /// The shapes of the payloads it takes and sends, derived from its Codable types (for
     /// `introspect`); absent from boards that declare none.
     public var schemas: BoardSchemas?
+    /// Set by a gateway that serves several boards over one connection: each of its messages
+    /// names the board it is from (source and scope), and the broker's name the board they are
+    /// for (target and scope). A connection serves either one board or only such boards.
+    public var sharesConnection: Bool?
 
     public init(
         id: BoardID, pid: Int32, scope: Scope = .root, inputType: String? = nil, commands: [String] = [], actions: [String] = [],
-        outputTypes: [String] = [], stores: [String] = [], secret: String? = nil, schemas: BoardSchemas? = nil
+        outputTypes: [String] = [], stores: [String] = [], secret: String? = nil, schemas: BoardSchemas? = nil, sharesConnection: Bool? = nil
     ) {
         self.schemas = schemas
+        self.sharesConnection = sharesConnection
         self.id = id
         self.pid = pid
         self.scope = scope
@@ -54,6 +59,7 @@ public struct Registration: BusPayload, Hashable {
         stores = try container.decodeIfPresent([String].self, forKey: .stores) ?? []
         secret = try container.decodeIfPresent(String.self, forKey: .secret)
         schemas = try container.decodeIfPresent(BoardSchemas.self, forKey: .schemas)
+        sharesConnection = try container.decodeIfPresent(Bool.self, forKey: .sharesConnection)
     }
 
     /// A new registration secret: 32 random bytes from the system's generator, as hex.
@@ -90,12 +96,17 @@ public struct BoardInfo: BusPayload, Hashable {
     /// For a board connected over tcp: its address (`10.0.0.2:41234`) and the name its key has
     /// in the allow-list, e.g. `10.0.0.2 (edge-b)`. Absent for boards on the broker's ipc socket.
     public var host: String?
+    /// The broker's name for the board's connection while it runs (`:` and the routing id in
+    /// hex, as monitors name a connection): the boards a gateway serves over one connection
+    /// share it.
+    public var connection: String?
 
     public init(
         id: BoardID, scope: Scope, pid: Int32, state: BoardState, start: String, inputType: String?,
         commands: [String], actions: [String], uptimeSeconds: Double, activations: Int, commandsHandled: Int,
-        actionsDelivered: Int, restarts: Int = 0, lastExit: String? = nil, host: String? = nil
+        actionsDelivered: Int, restarts: Int = 0, lastExit: String? = nil, host: String? = nil, connection: String? = nil
     ) {
+        self.connection = connection
         self.id = id
         self.scope = scope
         self.pid = pid
@@ -130,6 +141,7 @@ public struct BoardInfo: BusPayload, Hashable {
         restarts = try container.decodeIfPresent(Int.self, forKey: .restarts) ?? 0
         lastExit = try container.decodeIfPresent(String.self, forKey: .lastExit)
         host = try container.decodeIfPresent(String.self, forKey: .host)
+        connection = try container.decodeIfPresent(String.self, forKey: .connection)
     }
 }
 

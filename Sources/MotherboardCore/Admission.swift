@@ -29,11 +29,12 @@ extension Motherboard {
     func peerKind(of peer: PeerID, sender: LiveBoard?) -> PeerKind {
         if sender != nil { return .board }
         if peer == uplink { return .uplink }
+        if registry.isGateway(peer) { return .gateway }
         return retiredPeers.contains(peer) ? .retired : .client
     }
 
     /// The admission gate: the one place where a message is admitted before it is routed, by the
-    /// parsed path (``receive(_:from:now:origin:process:)``, which answers the refusal) and the
+    /// parsed path (``receive(_:from:now:remote:process:)``, which answers the refusal) and the
     /// in-place path (``routeInPlace(_:from:now:)``, which leaves a refused message to the parsed
     /// path). A rule that must hold for every message is written here, once: the broker's own
     /// (a completed instance sends only control; a content type labels commands and replies

@@ -20,8 +20,8 @@ final class LiveBoard {
     let metrics: BoardMetrics
     /// Where its connection comes from when it is not the broker's ipc socket (tcp: address and
     /// key name); such a board whose link fails is kept as unreachable rather than dropped.
-    let origin: PeerOrigin?
-    var host: String? { origin?.description }
+    let remote: RemotePeer?
+    var host: String? { remote?.description }
     /// The remote principal it registered as (its key's name, or the one a gateway registered
     /// it for); nil for the broker's own user. The access policy is asked again about it when
     /// the policy changes.
@@ -36,9 +36,9 @@ final class LiveBoard {
 
     init(
         registration: Registration, peer: PeerID, registeredAt: ContinuousClock.Instant, lastSeen: ContinuousClock.Instant, metrics: BoardMetrics,
-        origin: PeerOrigin? = nil, process: Int32? = nil
+        remote: RemotePeer? = nil, process: Int32? = nil
     ) {
-        self.origin = origin
+        self.remote = remote
         self.process = process
         self.metrics = metrics
         self.registration = registration
@@ -65,18 +65,24 @@ final class LiveBoard {
         return true
     }
 
+    /// Registered over a gateway's connection, which serves several boards: its messages name
+    /// it (source and scope), and so do the broker's to it (target and scope).
+    var sharesConnection: Bool { registration.sharesConnection == true }
     var id: BoardID { registration.id }
     var scope: Scope { registration.scope }
     var name: ScopedName { ScopedName(scope: registration.scope, name: registration.id.rawValue) }
 }
 
-/// The live boards, by scoped name and by peer, with the two indexes a message may need: the
+/// The live boards, by scoped name and by peer (a gateway's connection: by peer and the name its
+/// messages give), with the two indexes a message may need: the
 /// boards that own a store and the boards subscribed to an action, both by scoped name. They are
 /// kept as boards come and go, so that routing a store operation or an action looks one entry
 /// up rather than scanning every live board.
 struct BoardRegistry {
     private(set) var boards: [ScopedName: LiveBoard] = [:]
     private var boardsByPeer: [PeerID: LiveBoard] = [:]
+    /// The boards of each gateway connection (registered with `sharesConnection`).
+    private(set) var gatewayBoards: [PeerID: [ScopedName: LiveBoard]] = [:]
     /// Owners of each store, in registration order (the first is the one that is used).
     private var storeOwners: [ScopedName: [LiveBoard]] = [:]
     /// Subscribers of each action name, sorted by id.
@@ -88,21 +94,44 @@ struct BoardRegistry {
         boards[name]
     }
 
+    /// The board of a connection that serves one board.
     func board(for peer: PeerID) -> LiveBoard? {
         boardsByPeer[peer]
     }
 
+    /// The board a message from `peer` comes from: its connection's, or, on a gateway's
+    /// connection, the one its header names as source (in its scope).
+    @inline(__always) func board(for peer: PeerID, _ header: EnvelopeHeader) -> LiveBoard? {
+        if let board = boardsByPeer[peer] { return board }
+        guard !gatewayBoards.isEmpty, let served = gatewayBoards[peer] else { return nil }
+        return served[ScopedName(scope: header.scope, name: header.source)]
+    }
+
+    /// The board a message to `peer` goes to: its connection's, or the gateway board its header
+    /// names as target.
+    func board(receiving header: EnvelopeHeader, at peer: PeerID) -> LiveBoard? {
+        if let board = boardsByPeer[peer] { return board }
+        guard !gatewayBoards.isEmpty, let served = gatewayBoards[peer] else { return nil }
+        return served[ScopedName(scope: header.scope, name: header.target)]
+    }
+
+    /// Whether `peer` is a gateway's connection (it serves boards registered with `sharesConnection`).
+    func isGateway(_ peer: PeerID) -> Bool {
+        !gatewayBoards.isEmpty && gatewayBoards[peer] != nil
+    }
+
     mutating func insert(_ board: LiveBoard) {
-        if let previous = boards[board.name] {
-            boardsByPeer[previous.peer] = nil
-            unindex(previous)
-        }
+        if let previous = boards[board.name] { unlink(previous) }
         if let old = boardsByPeer[board.peer], old.name != board.name {
             boards[old.name] = nil
             unindex(old)
         }
         boards[board.name] = board
-        boardsByPeer[board.peer] = board
+        if board.sharesConnection {
+            gatewayBoards[board.peer, default: [:]][board.name] = board
+        } else {
+            boardsByPeer[board.peer] = board
+        }
         for store in Set(board.registration.stores) {
             storeOwners[ScopedName(scope: board.scope, name: store), default: []].append(board)
         }
@@ -117,9 +146,19 @@ struct BoardRegistry {
     @discardableResult
     mutating func remove(_ name: ScopedName) -> LiveBoard? {
         guard let board = boards.removeValue(forKey: name) else { return nil }
-        boardsByPeer[board.peer] = nil
-        unindex(board)
+        unlink(board)
         return board
+    }
+
+    /// Takes `board` out of the peer indexes and the store and action indexes.
+    private mutating func unlink(_ board: LiveBoard) {
+        if board.sharesConnection {
+            gatewayBoards[board.peer]?[board.name] = nil
+            if gatewayBoards[board.peer]?.isEmpty == true { gatewayBoards[board.peer] = nil }
+        } else if boardsByPeer[board.peer] === board {
+            boardsByPeer[board.peer] = nil
+        }
+        unindex(board)
     }
 
     private mutating func unindex(_ board: LiveBoard) {

@@ -2,11 +2,26 @@ import BusCore
 import CoreMetrics
 import Foundation
 import Synchronization
-import class Prometheus.PrometheusCollectorRegistry
-import struct Prometheus.PrometheusMetricsFactory
 
-/// The broker's metrics, kept through the swift-metrics API in a Prometheus registry of its own
-/// (so that several brokers in one test process do not mix): messages in and out per board and
+/// Where the broker's named series (counters and gauges made through the swift-metrics API) are
+/// kept, and how they read in the Prometheus text format. The daemon gives each broker a
+/// Prometheus registry of its own (several brokers in one test process do not mix); the core
+/// links no metrics backend.
+public protocol MetricsSeriesStore: Sendable {
+    var factory: any MetricsFactory { get }
+    /// The series in the text exposition format (version 0.0.4).
+    func render() -> String
+}
+
+/// No named series: a broker without a backend (the in-process fleet) renders only its boards'
+/// message counters and round trips.
+public struct UnkeptSeries: MetricsSeriesStore {
+    public init() {}
+    public var factory: any MetricsFactory { NOOPMetricsHandler.instance }
+    public func render() -> String { "" }
+}
+
+/// The broker's metrics, kept through the swift-metrics API in a ``MetricsSeriesStore``: messages in and out per board and
 /// kind, errors by code, the round trip of routed commands, activations, restarts, queue depths,
 /// monitors. ``exposition()`` renders them in the Prometheus text format (`busctl metrics`,
 /// `/metrics`).
@@ -19,8 +34,8 @@ import struct Prometheus.PrometheusMetricsFactory
 /// metric's label sets on every new series, which made thousands of boards registering cost the
 /// broker seconds of CPU (quadratic in the boards).
 public final class BrokerMetrics: @unchecked Sendable {
-    public let registry: PrometheusCollectorRegistry
-    let factory: PrometheusMetricsFactory
+    public let series: any MetricsSeriesStore
+    let factory: any MetricsFactory
 
     /// Counters of connections that are not boards (busctl, clients), together.
     let clients: BoardMetrics
@@ -60,10 +75,9 @@ public final class BrokerMetrics: @unchecked Sendable {
         .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5), .seconds(10),
     ]
 
-    public init() {
-        registry = PrometheusCollectorRegistry()
-        var factory = PrometheusMetricsFactory(registry: registry)
-        factory.defaultDurationHistogramBuckets = Self.durationBuckets
+    public init(series: any MetricsSeriesStore = UnkeptSeries()) {
+        self.series = series
+        let factory = series.factory
         self.factory = factory
         clients = BoardMetrics(key: Self.clientsKey, changed: changed)
         func gauge(_ name: String) -> Gauge { Gauge(label: name, dimensions: [], factory: factory) }
@@ -201,10 +215,10 @@ public final class BrokerMetrics: @unchecked Sendable {
         }
     }
 
-    /// The Prometheus text exposition format (version 0.0.4): the registry's series, then each
+    /// The Prometheus text exposition format (version 0.0.4): the named series, then each
     /// board's message counts and round-trip histogram as of the last flush.
     public func exposition() -> String {
-        var text = registry.emitToString()
+        var text = series.render()
         // Named by their keys here, not in each snapshot (2 000 boards' snapshots are kept).
         let series = boardMetrics.withLock { boards in
             boards.compactMap { key, board in board.snapshot.map { BoardSeries.Named(board: key.name, scope: Self.scopeLabel(key.scope), series: $0) }

@@ -13,9 +13,11 @@ extension Motherboard {
             switch operation.caller {
             case .anyone: break
             case .registeredBoard(let refusal):
-                guard registry.board(for: peer) != nil else { throw BusError(.notRegistered, refusal) }
+                guard registry.board(for: peer, envelope.header) != nil else { throw BusError(.notRegistered, refusal) }
             case .uplink(let refusal):
-                guard peerKind(of: peer, sender: registry.board(for: peer)) == .uplink else { throw BusError(.unauthorized, refusal) }
+                guard peerKind(of: peer, sender: registry.board(for: peer, envelope.header)) == .uplink else {
+                    throw BusError(.unauthorized, refusal)
+                }
             }
             try operation.handle(self, envelope, peer, now)
         } catch let error as BusError {
@@ -72,7 +74,7 @@ extension Motherboard {
         },
         ControlOperation.registerFlow: .init(caller: .registeredBoard("only a registered board can register a flow; it owns the flow")) {
             motherboard, envelope, peer, _ in
-            guard let owner = motherboard.registry.board(for: peer) else {
+            guard let owner = motherboard.registry.board(for: peer, envelope.header) else {
                 throw BusError(.notRegistered, "only a registered board can register a flow")
             }
             let spec = try PayloadCodec.decode(FlowSpec.self, from: envelope.payload)
@@ -81,7 +83,7 @@ extension Motherboard {
         },
         ControlOperation.removeFlow: .init { motherboard, envelope, peer, _ in
             let removal = try PayloadCodec.decode(FlowRemoval.self, from: envelope.payload)
-            try motherboard.flows.remove(id: removal.id, requester: motherboard.registry.board(for: peer)?.id)
+            try motherboard.flows.remove(id: removal.id, requester: motherboard.registry.board(for: peer, envelope.header)?.id)
             motherboard.reply(to: envelope, from: peer, with: Delivery(delivered: 0))
         },
         ControlOperation.metrics: .init { motherboard, envelope, peer, _ in
@@ -169,7 +171,8 @@ extension Motherboard {
             inputType: registration.inputType, commands: registration.commands, actions: registration.actions,
             uptimeSeconds: Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18,
             activations: board.activations, commandsHandled: board.commandsHandled, actionsDelivered: board.actionsDelivered,
-            restarts: supervisor.records[board.name]?.restarts ?? 0, lastExit: supervisor.records[board.name]?.lastExit, host: board.host)
+            restarts: supervisor.records[board.name]?.restarts ?? 0, lastExit: supervisor.records[board.name]?.lastExit, host: board.host,
+            connection: ":\(board.peer)")
     }
 }
 

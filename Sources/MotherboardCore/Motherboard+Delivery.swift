@@ -36,7 +36,7 @@ extension Motherboard {
         header.flags.insert(.replyExpected)
         header.deliveryCount = UInt32(clamping: count)
         if count > 1 { counters.redeliveries += 1 }
-        send(Envelope(header: header, payload: envelope.payload), to: target.peer, origin: client)
+        send(Envelope(header: header, payload: envelope.payload), to: target.peer, forwardedFrom: client)
     }
 
     /// A board answered an at-least-once activation: it is done with; its sender, if it waits,

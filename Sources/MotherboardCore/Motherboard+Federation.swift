@@ -24,17 +24,17 @@ struct UnreachableBoard {
 extension Motherboard {
     /// Drops a board whose link failed: a board on another host is kept as unreachable.
     func lose(_ board: LiveBoard, reason: String, now: ContinuousClock.Instant = .now) {
-        drop(board.name, reason: reason, unreachableSince: board.origin == nil ? nil : now)
+        drop(board.name, reason: reason, unreachableSince: board.remote == nil ? nil : now)
     }
 
     /// Keys removed from the allow-list: every board registered over a connection that
     /// authenticated with one of them is dropped (not kept as unreachable: its key may not come
     /// back), and so is what is kept of such boards whose link was down.
     package func revoke(keys names: Set<String>) {
-        for board in registry.boards.values where board.origin.map({ names.contains($0.keyName) }) == true {
-            drop(board.name, reason: "its key '\(board.origin?.keyName ?? "")' was removed from the allow-list")
+        for board in registry.boards.values where board.remote.map({ names.contains($0.keyName) }) == true {
+            drop(board.name, reason: "its key '\(board.remote?.keyName ?? "")' was removed from the allow-list")
         }
-        for (name, lost) in unreachable where lost.board.origin.map({ names.contains($0.keyName) }) == true {
+        for (name, lost) in unreachable where lost.board.remote.map({ names.contains($0.keyName) }) == true {
             unreachable[name] = nil
         }
     }
@@ -56,7 +56,7 @@ extension Motherboard {
     /// `uplink.attach`: the uplink proves itself; the boards of the served scopes are pushed to it.
     func attachUplink(_ envelope: Envelope, from peer: PeerID) throws {
         let request = try PayloadCodec.decode(UplinkAttach.self, from: envelope.payload)
-        guard registry.board(for: peer) == nil, Self.secretsMatch(uplinkSecret, request.secret) else {
+        guard registry.board(for: peer, envelope.header) == nil, Self.secretsMatch(uplinkSecret, request.secret) else {
             throw BusError(.unauthorized, "only this motherboard's own uplink may attach")
         }
         uplink = peer
@@ -122,7 +122,7 @@ extension Motherboard {
         header.correlationID = forwardingCorrelationID(
             flags: header.flags, correlationID: clientCorrelationID, timeoutMilliseconds: header.timeoutMilliseconds, to: name, at: uplink,
             client: peer, clientIsBoard: false, now: now)
-        send(Envelope(header: header, payload: envelope.payload), to: uplink, origin: peer, clientCorrelationID: clientCorrelationID)
+        send(Envelope(header: header, payload: envelope.payload), to: uplink, forwardedFrom: peer, clientCorrelationID: clientCorrelationID)
         return true
     }
 

@@ -31,6 +31,8 @@ extension Motherboard {
         guard let layout = try? HeaderLayout(bytes), layout.stringsAreASCII(in: bytes), layout.onBehalfOf == nil else { return nil }
         guard layout.kind == .command || layout.kind == .reply || layout.kind == .error else { return nil }
         let sender = registry.board(for: peer)
+        // A gateway's boards are named in each message: the parsed path finds which.
+        if sender == nil, registry.isGateway(peer) { return nil }
         // Refused at the gate: the parsed path answers why.
         guard
             admit(layout.kind, hasContentType: layout.contentType != nil, from: peer, sender: sender, target: { Self.string(bytes, layout.target) })

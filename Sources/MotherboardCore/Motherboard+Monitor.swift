@@ -99,17 +99,17 @@ extension Motherboard {
     /// How a connection is shown: its board id, or `:` and its routing id in hex.
     func label(_ peer: PeerID) -> String {
         if let board = registry.board(for: peer) { return board.id.rawValue }
-        return ":" + peer.bytes.map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+        return ":\(peer)"
     }
 
     /// A message the broker sends (routed on, or its own answer), shown to the monitors that
-    /// select it. `origin` is the connection it came from, when the broker routes it on.
+    /// select it. `forwardedFrom` is the connection it came from, when the broker routes it on.
     /// `clientCorrelationID` is the id its sender knows a forwarded request by (its answer is
     /// shown under the same one).
-    func observeSent(_ envelope: Envelope, to peer: PeerID, origin: PeerID?, roundTrip: Duration?, clientCorrelationID: UInt64? = nil) {
+    func observeSent(_ envelope: Envelope, to peer: PeerID, forwardedFrom sender: PeerID?, roundTrip: Duration?, clientCorrelationID: UInt64? = nil) {
         let header = envelope.header
         guard let kind = MonitorEvent.kindName(header.kind) else { return }
-        let source = !header.source.isEmpty ? header.source : origin.map(label) ?? "motherboard"
+        let source = !header.source.isEmpty ? header.source : sender.map(label) ?? "motherboard"
         observe(
             envelope, kind: kind, source: source, target: label(peer), roundTrip: roundTrip,
             correlationID: clientCorrelationID ?? header.correlationID)
@@ -120,7 +120,7 @@ extension Motherboard {
     func observeReceived(_ envelope: Envelope, from peer: PeerID) {
         let header = envelope.header
         guard let kind = MonitorEvent.kindName(header.kind), header.kind != .control || header.typeName != ControlOperation.monitor else { return }
-        let source = registry.board(for: peer)?.id.rawValue ?? (header.source.isEmpty ? label(peer) : header.source)
+        let source = registry.board(for: peer, header)?.id.rawValue ?? (header.source.isEmpty ? label(peer) : header.source)
         observe(envelope, kind: kind, source: source, target: "motherboard", roundTrip: nil, correlationID: header.correlationID)
     }
 

@@ -6,7 +6,7 @@ extension Motherboard {
     /// that is not running, held while the broker starts it (as an activation is) and delivered
     /// with what is left of its deadline once it registers.
     func command(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        let sender = registry.board(for: peer)
+        let sender = registry.board(for: peer, envelope.header)
         let name = ScopedName(scope: scope(of: envelope, sender: sender), name: envelope.header.target)
         guard let target = registry[name] else {
             if forwardUp(envelope, name: name, from: peer, sender: sender, now: now) { return }
@@ -24,7 +24,7 @@ extension Motherboard {
     /// `activate` (nextToBoard): to the live board in the sender's scope, or, when the manifest can
     /// produce it, to a process started for it (the input waits in a bounded queue until it registers).
     func activate(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        let sender = registry.board(for: peer)
+        let sender = registry.board(for: peer, envelope.header)
         let name = ScopedName(scope: scope(of: envelope, sender: sender), name: envelope.header.target)
         var header = envelope.header
         if let sender {
@@ -44,7 +44,7 @@ extension Motherboard {
             if target.maxDeliveries != nil { return deliverAtLeastOnce(envelope, to: target, client: client) }
             return deliver(envelope, to: target, from: client, sender: nil, now: now)
         }
-        if let client, forwardUp(envelope, name: name, from: client, sender: registry.board(for: client), now: now) { return }
+        if let client, forwardUp(envelope, name: name, from: client, sender: registry.board(for: client, envelope.header), now: now) { return }
         guard let entry = manifest.board(named: name.name, scope: name.scope), producer != nil else {
             logger.warning("activation of a board that is not running", metadata: ["board": "\(name)"])
             return refuseHeld(envelope, client: client, notLiveError(name))
@@ -141,7 +141,7 @@ extension Motherboard {
             flags: header.flags, correlationID: header.correlationID, timeoutMilliseconds: header.timeoutMilliseconds,
             to: target.name, at: target.peer, client: client, now: now)
         if header.correlationID == 0 { header.flags.remove(.replyExpected) }
-        send(Envelope(header: header, payload: envelope.payload), to: target.peer, origin: client, clientCorrelationID: clientCorrelationID)
+        send(Envelope(header: header, payload: envelope.payload), to: target.peer, forwardedFrom: client, clientCorrelationID: clientCorrelationID)
     }
 
     /// A registered board speaks as itself: its id and scope, whatever its header said.
@@ -173,10 +173,15 @@ extension Motherboard {
 
     /// A board's answer to a forwarded request: relayed to the client under its own correlation id.
     func relayReply(_ envelope: Envelope, from peer: PeerID) {
-        if acknowledgeDelivery(envelope, from: registry.board(for: peer)) { return }
+        let sender = registry.board(for: peer, envelope.header)
+        if acknowledgeDelivery(envelope, from: sender) { return }
         // Late (after a timeout: nobody waits for it) or forged (not from the board the request
-        // went to): dropped.
-        guard let request = replies.takeReply(envelope.header.correlationID, from: peer) else { return }
+        // went to, on its connection, and on a gateway's connection, named): dropped.
+        let gateway = sender?.sharesConnection ?? registry.isGateway(peer)
+        guard
+            let request = replies.takeReply(
+                envelope.header.correlationID, from: peer, accept: { !gateway || $0.board == sender?.name })
+        else { return }
         finish(request, .success(envelope))
     }
 
@@ -222,7 +227,7 @@ extension Motherboard {
     /// A registered board always speaks as itself; an unregistered client (busctl `emit`) may name
     /// the source and scope it emits for, to test flows.
     func routeOutput(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        let sender = registry.board(for: peer)
+        let sender = registry.board(for: peer, envelope.header)
         let sourceName = sender?.id.rawValue ?? envelope.header.source
         guard BoardID.isValid(sourceName) else {
             return reply(to: envelope, from: peer, error: BusError(.badArgument, "output without a valid source board id"))
@@ -284,13 +289,13 @@ extension Motherboard {
     /// ran, and the sender's `Delivery` counts the subscribers that did (a subscriber that dies or
     /// misses the deadline is not counted). So an acknowledged action was handled.
     func deliverAction(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        let sender = registry.board(for: peer)
-        let origin = scope(of: envelope, sender: sender)
-        if let noScope = noScopeError(origin) {
+        let sender = registry.board(for: peer, envelope.header)
+        let sendingScope = scope(of: envelope, sender: sender)
+        if let noScope = noScopeError(sendingScope) {
             return reply(to: envelope, from: peer, error: noScope)
         }
         if envelope.header.linkTrail?.contains(linkID) == true { return dropLoopedAction(envelope, from: peer, now: now) }
-        let subscribers = scopes.chain(from: origin).flatMap { scope in
+        let subscribers = scopes.chain(from: sendingScope).flatMap { scope in
             registry.subscribers(of: envelope.header.typeName, in: scope).filter { $0.peer != peer }
         }
         // Past this motherboard's own scopes, the action bubbles on in the parent motherboard,
@@ -304,7 +309,7 @@ extension Motherboard {
         let timeout = requestTimeout(milliseconds: envelope.header.timeoutMilliseconds)
         var header = envelope.header
         header.source = sender?.id.rawValue ?? ""
-        header.scope = origin
+        header.scope = sendingScope
         for subscriber in subscribers {
             header.target = subscriber.id.rawValue
             subscriber.actionsDelivered += 1
@@ -316,7 +321,7 @@ extension Motherboard {
                 header.correlationID = 0
             }
             send(
-                Envelope(header: header, payload: envelope.payload), to: subscriber.peer, origin: peer,
+                Envelope(header: header, payload: envelope.payload), to: subscriber.peer, forwardedFrom: peer,
                 clientCorrelationID: envelope.header.correlationID)
         }
         if goesUp, let uplink {
@@ -329,11 +334,12 @@ extension Motherboard {
     /// registry and refuses later messages from that instance; its process then exits. Activating
     /// the id again starts a fresh instance.
     func complete(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        guard let board = registry.board(for: peer) else {
+        guard let board = registry.board(for: peer, envelope.header) else {
             return reply(to: envelope, from: peer, error: BusError(.notRegistered, "only a registered board can complete"))
         }
         let completion = (try? PayloadCodec.decode(Completion.self, from: envelope.payload)) ?? Completion(isDone: true)
-        retiredPeers.insert(peer)
+        // A gateway's connection goes on serving its other boards.
+        if !board.sharesConnection { retiredPeers.insert(peer) }
         supervisor.completed(board.name)
         drop(board.name, reason: "completed (isDone: \(completion.isDone))")
         let ran = runFlows(

@@ -101,7 +101,7 @@ public final class Motherboard {
     var policyText: String?
     var decisions: [PolicyQuestion: AccessPolicy.Decision] = [:]
     var deniedLog = LogThrottle(every: .seconds(1))
-    /// The principal of the message ``receive(_:from:now:origin:process:principal:)`` handles.
+    /// The principal of the message ``receive(_:from:now:remote:process:principal:)`` handles.
     var receivingPrincipal: String?
     /// Where each control operation a remote principal was allowed is written (the audit log).
     package var audit: ((String) -> Void)?
@@ -138,12 +138,12 @@ public final class Motherboard {
 
     /// Handles one message that a transport has already parsed (or found malformed).
     /// `principal` is the name of the remote principal the message's connection authenticated as
-    /// (its CURVE key's allow-list name), nil for a local peer; `origin` says where the peer's
+    /// (its CURVE key's allow-list name), nil for a local peer; `remote` says where the peer's
     /// connection comes from when it is not the ipc socket (a tcp peer's address and key name),
     /// for registrations; `process`, for an ipc peer, the pid the kernel knows for the other end
     /// of its connection.
     public func receive(
-        _ message: Result<Envelope, MalformedMessage>, from peer: PeerID, now: ContinuousClock.Instant, origin: PeerOrigin? = nil,
+        _ message: Result<Envelope, MalformedMessage>, from peer: PeerID, now: ContinuousClock.Instant, remote: RemotePeer? = nil,
         process: Int32? = nil, principal: String? = nil
     ) {
         let envelope: Envelope
@@ -160,10 +160,10 @@ public final class Motherboard {
             }
             return
         }
-        let sender = registry.board(for: peer)
+        let sender = registry.board(for: peer, envelope.header)
         // A peer that took a remote board's routing id on a connection of another principal
         // (libzmq lets a peer choose its id) is not that board.
-        if let sender, sender.origin?.keyName != principal {
+        if let sender, sender.remote?.keyName != principal {
             return reply(
                 to: envelope, from: peer, error: BusError(.forbidden, "this connection is not the one board '\(sender.name)' registered over"))
         }
@@ -190,9 +190,9 @@ public final class Motherboard {
         }
         if let refusal = authorize(envelope, principal: principal, sender: sender) { return reply(to: envelope, from: peer, error: refusal) }
         switch envelope.header.kind {
-        case .register: register(envelope, from: peer, now: now, origin: origin, process: process, principal: principal)
+        case .register: register(envelope, from: peer, now: now, remote: remote, process: process, principal: principal)
         case .unregister: unregister(envelope, from: peer)
-        case .heartbeat: heartbeat(from: peer)
+        case .heartbeat: heartbeat(envelope.header, from: peer)
         case .activate: activate(envelope, from: peer, now: now)
         case .command: command(envelope, from: peer, now: now)
         case .output: routeOutput(envelope, from: peer, now: now)
@@ -241,7 +241,7 @@ public final class Motherboard {
                 logger.notice("board answers again", metadata: ["board": "\(board.name)", "busyFor": "\(since.duration(to: now))"])
             }
             if board.takeHeartbeat(at: now, every: settings.heartbeatInterval) {
-                send(Envelope(header: EnvelopeHeader(kind: .heartbeat, target: board.id.rawValue)), to: board.peer)
+                send(Envelope(header: EnvelopeHeader(kind: .heartbeat, target: board.id.rawValue, scope: board.scope)), to: board.peer)
             }
         }
         for board in silent { lose(board, reason: "no heartbeat for \(settings.livenessTimeout)", now: now) }
@@ -278,7 +278,7 @@ public final class Motherboard {
     }
 
     private func register(
-        _ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant, origin: PeerOrigin?, process: Int32?, principal: String?
+        _ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant, remote: RemotePeer?, process: Int32?, principal: String?
     ) {
         let registration: Registration
         do {
@@ -292,7 +292,26 @@ public final class Motherboard {
             return reply(to: envelope, from: peer, error: noScope)
         }
         let name = ScopedName(scope: registration.scope, name: registration.id.rawValue)
-        if let refusal = registrationRefusal(registration, name: name, from: peer, origin: origin, principal: principal) {
+        // A connection serves one board, or (a gateway's) only boards that share it.
+        if registration.sharesConnection == true ? registry.board(for: peer) != nil : registry.isGateway(peer) {
+            return reply(
+                to: envelope, from: peer,
+                error: BusError(
+                    .badArgument,
+                    "this connection serves \(registration.sharesConnection == true ? "a board of its own" : "boards that share it"); register this board on another"
+                ))
+        }
+        // The broker's messages to such a board name it by id and scope, which an action delivered
+        // from a child scope or a store's fan-out would not.
+        if registration.sharesConnection == true, !registration.actions.isEmpty || !registration.stores.isEmpty {
+            return reply(
+                to: envelope, from: peer,
+                error: BusError(
+                    .badArgument,
+                    "a board that shares a gateway's connection takes commands, activations and flow events; it subscribes to no action and owns no store"
+                ))
+        }
+        if let refusal = registrationRefusal(registration, name: name, from: peer, remote: remote, principal: principal) {
             counters.refusedRegistrations += 1
             // Said once per id and connection (a helper asks again and again); counted always.
             let level: Logger.Level = loggedRefusals.insert("\(name) \(peer)") ? .warning : .debug
@@ -305,15 +324,15 @@ public final class Motherboard {
         }
         // Its counters only once it is accepted: a refused name leaves nothing behind.
         let board = LiveBoard(
-            registration: registration, peer: peer, registeredAt: now, lastSeen: now, metrics: metrics.board(name), origin: origin,
+            registration: registration, peer: peer, registeredAt: now, lastSeen: now, metrics: metrics.board(name), remote: remote,
             process: process)
-        board.principal = principal ?? origin?.keyName
+        board.principal = principal ?? remote?.keyName
         board.maxDeliveries = maxDeliveries(of: name)
         board.scheduleHeartbeats(every: settings.heartbeatInterval)
         registry.insert(board)
         unreachable[name] = nil
         logger.info(
-            "board registered", metadata: ["board": "\(board.name)", "pid": "\(registration.pid)", "host": "\(origin?.description ?? "local")"])
+            "board registered", metadata: ["board": "\(board.name)", "pid": "\(registration.pid)", "host": "\(remote?.description ?? "local")"])
         uplinkBoardRegistered(board)
         let accepted = RegistrationAccepted(
             heartbeatIntervalMilliseconds: settings.heartbeatInterval.wholeMilliseconds,
@@ -327,13 +346,13 @@ public final class Motherboard {
     /// (its own re-registration on a new connection); an id whose process the broker is starting
     /// only with the secret that process was handed. The pid in the registration proves nothing.
     private func registrationRefusal(
-        _ registration: Registration, name: ScopedName, from peer: PeerID, origin: PeerOrigin?, principal: String?
+        _ registration: Registration, name: ScopedName, from peer: PeerID, remote: RemotePeer?, principal: String?
     ) -> BusError? {
-        if let forbidden = registrationForbidden(principal ?? origin?.keyName, name: name) { return forbidden }
+        if let forbidden = registrationForbidden(principal ?? remote?.keyName, name: name) { return forbidden }
         // An id whose board is unreachable is held for it: taken again with its secret, or over
         // a connection with the same key (its motherboard restarted), never by another peer.
         if registry[name] == nil, let lost = unreachable[name], !Self.secretsMatch(lost.board.registration.secret, registration.secret),
-            origin == nil || origin?.keyName != lost.board.origin?.keyName
+            remote == nil || remote?.keyName != lost.board.remote?.keyName
         {
             return BusError(
                 .idInUse,
@@ -367,16 +386,17 @@ public final class Motherboard {
     }
 
     private func unregister(_ envelope: Envelope, from peer: PeerID) {
-        if let board = registry.board(for: peer) { drop(board.name, reason: "unregistered") }
+        if let board = registry.board(for: peer, envelope.header) { drop(board.name, reason: "unregistered") }
         reply(to: envelope, from: peer, with: Delivery(delivered: 0))
     }
 
-    private func heartbeat(from peer: PeerID) {
+    private func heartbeat(_ header: EnvelopeHeader, from peer: PeerID) {
         // A heartbeat from a peer we do not know means the board registered with an earlier
-        // broker: tell it to register again.
-        if registry.board(for: peer) == nil && !retiredPeers.contains(peer) {
+        // broker: tell it to register again (a gateway: the board its heartbeat named).
+        if registry.board(for: peer, header) == nil && !retiredPeers.contains(peer) {
             let error = BusError(.notRegistered, "this motherboard does not know you; register again")
-            send(Envelope(header: EnvelopeHeader(kind: .error, typeName: error.code.name), payload: PayloadCodec.encodeOrEmpty(error)), to: peer)
+            let answer = EnvelopeHeader(kind: .error, target: header.source, scope: header.scope, typeName: error.code.name)
+            send(Envelope(header: answer, payload: PayloadCodec.encodeOrEmpty(error)), to: peer)
         }
     }
 
@@ -420,13 +440,15 @@ public final class Motherboard {
         transport.isConnected(peer)
     }
 
-    /// Sends a message the broker routes on (from `origin`) or makes itself, shown to monitors;
+    /// Sends a message the broker routes on (from `forwardedFrom`) or makes itself, shown to monitors;
     /// `roundTrip` is how long the board took, for an answer to a forwarded request.
-    func send(_ envelope: Envelope, to peer: PeerID, origin: PeerID? = nil, roundTrip: Duration? = nil, clientCorrelationID: UInt64? = nil) {
+    func send(
+        _ envelope: Envelope, to peer: PeerID, forwardedFrom sender: PeerID? = nil, roundTrip: Duration? = nil, clientCorrelationID: UInt64? = nil
+    ) {
         if !monitors.isEmpty {
-            observeSent(envelope, to: peer, origin: origin, roundTrip: roundTrip, clientCorrelationID: clientCorrelationID)
+            observeSent(envelope, to: peer, forwardedFrom: sender, roundTrip: roundTrip, clientCorrelationID: clientCorrelationID)
         }
-        countSent(envelope.header, to: registry.board(for: peer))
+        countSent(envelope.header, to: registry.board(receiving: envelope.header, at: peer))
         if !transport.send(envelope, to: peer) { undeliverable(envelope.header.kind, to: peer, correlationID: envelope.header.correlationID) }
     }
 

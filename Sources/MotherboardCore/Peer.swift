@@ -34,7 +34,7 @@ public struct PeerID: Hashable, Sendable, CustomStringConvertible {
 
 /// Where a connection that is not on the ipc socket comes from: a tcp peer's address and the
 /// name its key has in the allow-list (the ZAP handler's user id).
-public struct PeerOrigin: Sendable, Hashable, CustomStringConvertible {
+public struct RemotePeer: Sendable, Hashable, CustomStringConvertible {
     public var address: String
     public var keyName: String
 
@@ -56,6 +56,9 @@ package enum PeerKind: Sendable, Hashable {
     case retired
     /// This motherboard's uplink (it serves the boards of a parent motherboard here).
     case uplink
+    /// A gateway's connection (it registered boards that share it), in a message that names none
+    /// of them.
+    case gateway
     /// Anything else: busctl, a `BusClient`, a monitor, a board not yet registered.
     case client
 }

@@ -95,8 +95,9 @@ public final class MotherboardServer: Service {
             try? FileManager.default.removeItem(atPath: path)  // stale socket of a killed broker
         }
 
-        // Room for the helpers' sockets: one per MDP service and per board served to a parent.
-        let context = try ZMQContext(maximumSockets: Int32(MajordomoBridge.Settings.maximumServices * 2 + 1024))
+        // Room for the helpers' sockets: the MDP endpoint's three (its services share one
+        // connection) and one per board served to a parent.
+        let context = try ZMQContext(maximumSockets: 4096)
         let socket = try ZMQSocket(context: context, kind: .router)
         // Hard cap: frames far beyond the soft limit disconnect the peer inside libzmq; those
         // between the two get a typed `tooLarge` answer from the broker.
@@ -111,7 +112,7 @@ public final class MotherboardServer: Service {
             // A connection that has not finished its handshake (greeting, CURVE) in 5 s is closed:
             // an idle peer without a key holds a descriptor for no longer.
             .handshakeInterval(.seconds(5)))
-        let metrics = BrokerMetrics()
+        let metrics = BrokerMetrics(series: PrometheusSeries())
         let plan = ConnectionLimit.plan(
             descriptorLimit: descriptors.now, inUse: DescriptorLimit.inUse(), configuredMaximum: options.maximumConnections)
         boardbus_accept_guard_start(Int32(clamping: plan.ceiling))

@@ -155,7 +155,7 @@ final class RouterLoopHandler: SocketLoopHandler {
             return motherboard.receive(message.content, from: peer, now: clock.now, principal: principal)
         }
         motherboard.receive(
-            message.content, from: peer, now: clock.now, origin: Self.origin(of: message, on: socket), process: socket.lastSourceProcessID,
+            message.content, from: peer, now: clock.now, remote: Self.remotePeer(of: message, on: socket), process: socket.lastSourceProcessID,
             principal: principal)
     }
 
@@ -169,12 +169,12 @@ final class RouterLoopHandler: SocketLoopHandler {
 
     /// Where a registration's connection comes from, when it is a tcp one: the peer's address
     /// and the name its key has in the allow-list (`10.0.0.2 (edge-b)`).
-    static func origin(of message: ReceivedMessage, on socket: ZMQSocket) -> PeerOrigin? {
+    static func remotePeer(of message: ReceivedMessage, on socket: ZMQSocket) -> RemotePeer? {
         // Only tcp connections went through the ZAP handler and carry a user id; ipc ones do not.
         guard let user = socket.lastReceivedProperty("User-Id"), !user.isEmpty,
             let address = socket.lastReceivedProperty("Peer-Address")
         else { return nil }
-        return PeerOrigin(address: address, keyName: user)
+        return RemotePeer(address: address, keyName: user)
     }
 
     func tick(on socket: ZMQSocket) {

@@ -39,8 +39,9 @@ extension ZMQSocket {
     }
 }
 
-/// A board a helper keeps registered on a DEALER of its own (the uplink's boards with the parent,
-/// the MDP services with their motherboard): heartbeats while registered, registration again
+/// A board a helper keeps registered (the uplink's boards with the parent, each on a DEALER of
+/// its own; the MDP services with their motherboard, all on one that they share, each message
+/// naming its board): heartbeats while registered, registration again
 /// while not (a second after a refusal, doubling up to a minute while the refusals go on: an id
 /// another child motherboard holds is not asked for every second for ever), and what the
 /// broker's answers say about it.
@@ -51,7 +52,8 @@ struct HelperBoard {
     /// broker asks its access policy whether that principal may register the id.
     var onBehalfOf: String?
     private(set) var registered = false
-    private var correlationID: UInt64 = 0
+    /// The correlation id of its last registration.
+    private(set) var correlationID: UInt64 = 0
     private var lastAttempt: ContinuousClock.Instant?
     /// How long after a refused registration the next one goes.
     private(set) var retryAfter: Duration = .seconds(1)
@@ -116,7 +118,7 @@ struct HelperBoard {
     /// correlation id).
     mutating func keepAlive(now: ContinuousClock.Instant, id: UInt64) {
         if registered {
-            _ = try? socket.send(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: registration.id.rawValue)))
+            _ = try? socket.send(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: registration.id.rawValue, scope: registration.scope)))
         } else if lastAttempt.map({ $0.duration(to: now) >= retryAfter }) ?? true {
             register(now: now, id: id)
         }
@@ -131,9 +133,11 @@ struct HelperBoard {
         _ = try? socket.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(registration)))
     }
 
-    /// Unregisters (when registered) and closes the socket.
+    /// Unregisters (when registered) and closes its socket, unless it shares it.
     func close() {
-        if registered { _ = try? socket.send(Envelope(header: EnvelopeHeader(kind: .unregister))) }
-        socket.close()
+        if registered {
+            _ = try? socket.send(Envelope(header: EnvelopeHeader(kind: .unregister, source: registration.id.rawValue, scope: registration.scope)))
+        }
+        if registration.sharesConnection != true { socket.close() }
     }
 }

@@ -9,10 +9,11 @@ import Synchronization
 /// A Majordomo (MDP 0.2, ZeroMQ RFC 18) endpoint for the motherboard: MDP clients call boards,
 /// MDP workers become boards.
 ///
-/// It runs on a thread of its own with a ROUTER for MDP peers and DEALERs to its motherboard's
-/// ipc socket: one as a client (the MDP clients' requests go through it as BoardBus commands), and
-/// one per service that MDP workers serve (registered as a board of that id; the commands it gets
-/// are handed to the service's workers as MDP `REQUEST`s).
+/// It runs on a thread of its own with a ROUTER for MDP peers and two DEALERs to its motherboard's
+/// in-process endpoint: one as a client (the MDP clients' requests go through it as BoardBus
+/// commands), and one for every service MDP workers serve, each registered over it as a board of
+/// that id that shares the connection (every message on it names its board; the commands a
+/// service gets are handed to its workers as MDP `REQUEST`s).
 ///
 /// Mapping. Client → board: service name = board id (`scope/id` outside the root scope); body
 /// frame 0 = command name, frame 1 = JSON payload (optional, `{}`); `FINAL` with one frame, the
@@ -39,7 +40,7 @@ package final class MajordomoBridge: @unchecked Sendable {
         var queueLimit = 1_000
         /// Bytes of the requests waiting for a busy service's workers; more are answered `busy`.
         var queueByteLimit = 64 << 20
-        /// Services the endpoint serves at once (each is a board on a socket of its own); a
+        /// Services the endpoint serves at once (each a board on the services' one connection); a
         /// `READY` for one more is answered `DISCONNECT`.
         package static let maximumServices = 2_000
         var limits: BusLimits = .default
@@ -51,7 +52,7 @@ package final class MajordomoBridge: @unchecked Sendable {
 
     private struct Worker {
         let id: Data
-        let service: String
+        let service: ScopedName
         let dialect: Dialect
         var lastHeard: ContinuousClock.Instant
         var lastSent: ContinuousClock.Instant
@@ -73,13 +74,12 @@ package final class MajordomoBridge: @unchecked Sendable {
     /// A service MDP workers serve: a board on the motherboard.
     private struct Service {
         let name: ScopedName
-        /// Registered with the motherboard on a connection of its own.
+        /// Registered with the motherboard on the services' connection.
         var board: HelperBoard
         var idle = Deque<Data>()
         var queue = Deque<Job>()
         /// The payload bytes of the queued jobs.
         var queuedBytes = 0
-        var socket: ZMQSocket { board.socket }
 
         mutating func enqueue(_ job: Job, first: Bool = false) {
             if first { queue.prepend(job) } else { queue.append(job) }
@@ -114,7 +114,7 @@ package final class MajordomoBridge: @unchecked Sendable {
 
     /// A worker's request in flight: the motherboard's correlation id on the service's socket.
     private struct WorkerRequest {
-        let service: String
+        let service: ScopedName
         let correlationID: UInt64
         let worker: Data
     }
@@ -123,10 +123,12 @@ package final class MajordomoBridge: @unchecked Sendable {
     private let logger: Logger
     private let router: ZMQSocket
     private let client: ZMQSocket
-    private let context: ZMQContext
-    private let localEndpoint: String
+    /// The connection every service is registered over, as a board that shares it.
+    private let servicesSocket: ZMQSocket
     private var workers: [Data: Worker] = [:]
-    private var services: [String: Service] = [:]
+    private var services: [ScopedName: Service] = [:]
+    /// The services whose registration waits for its answer, by its correlation id.
+    private var registrations: [UInt64: ScopedName] = [:]
     private var clientRequests: [UInt64: ClientRequest] = [:]
     private var workerRequests: [UInt64: WorkerRequest] = [:]
     private var nextID: UInt64 = 1
@@ -153,11 +155,10 @@ package final class MajordomoBridge: @unchecked Sendable {
         self.connectionKey = connectionKey
         self.settings = settings
         self.logger = logger
-        self.context = context
-        self.localEndpoint = localEndpoint
         backlog = ConnectionBacklog(budget: settings.maximumUnreadBytesPerPeer)
         router = try ZMQSocket(context: context, kind: .router)
         client = try ZMQSocket(context: context, kind: .dealer)
+        servicesSocket = try ZMQSocket(context: context, kind: .dealer)
         do {
             try router.set(
                 .linger(.zero), .routerMandatory(true), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000),
@@ -173,11 +174,14 @@ package final class MajordomoBridge: @unchecked Sendable {
             }
             try beforeBind(router)
             try router.bind(settings.endpoint)
-            try client.set(.linger(.zero), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000))
-            try client.connect(localEndpoint)
+            for socket in [client, servicesSocket] {
+                try socket.set(.linger(.zero), .sendHighWaterMark(100_000), .receiveHighWaterMark(100_000))
+                try socket.connect(localEndpoint)
+            }
         } catch {
             router.close()
             client.close()
+            servicesSocket.close()
             throw error
         }
     }
@@ -207,20 +211,16 @@ package final class MajordomoBridge: @unchecked Sendable {
         let clock = ContinuousClock()
         while thread.isRunning {
             tick(now: clock.now)
-            let names = Array(services.keys)
-            let sockets = [router, client] + names.map { services[$0]!.socket }
-            let ready = ZMQSocket.poll(sockets, timeoutMilliseconds: 100)
+            let ready = ZMQSocket.poll([router, client, servicesSocket], timeoutMilliseconds: 100)
             if ready[0] { drainPeers(now: clock.now) }
             if ready[1] { client.drainEnvelopes(limits: settings.limits) { self.fromMotherboard($0) } }
-            for (index, name) in names.enumerated() where ready[index + 2] {
-                guard let socket = services[name]?.socket else { continue }
-                socket.drainEnvelopes(limits: settings.limits) { self.toService(name, $0, now: clock.now) }
-            }
+            if ready[2] { servicesSocket.drainEnvelopes(limits: settings.limits) { self.toServices($0, now: clock.now) } }
         }
         for worker in workers.values { sendToWorker(worker.id, dialect: worker.dialect, command: .disconnect) }
         for service in services.values { service.board.close() }
         router.close()
         client.close()
+        servicesSocket.close()
         if let path = ipcPath { try? FileManager.default.removeItem(atPath: path) }
     }
 
@@ -255,7 +255,11 @@ package final class MajordomoBridge: @unchecked Sendable {
         guard lastServiceHeartbeat.map({ $0.duration(to: now) >= .milliseconds(500) }) ?? true else { return }
         lastServiceHeartbeat = now
         for name in services.keys { services[name]?.dropExpired(now: now) }
-        for name in services.keys { services[name]?.board.keepAlive(now: now, id: makeID()) }
+        for name in services.keys {
+            let id = makeID()
+            services[name]?.board.keepAlive(now: now, id: id)
+            if services[name]?.board.correlationID == id { registrations[id] = name }
+        }
     }
 
     // MARK: - From MDP peers
@@ -395,15 +399,16 @@ package final class MajordomoBridge: @unchecked Sendable {
         _ peer: Data, dialect: Dialect, command: Majordomo.WorkerCommand?, body: [Data], principal: String?, now: ContinuousClock.Instant
     ) {
         if command == .ready {
-            guard workers[peer] == nil, let service = body.first.map({ String(decoding: $0, as: UTF8.self) }),
-                BoardID.isValid(Self.boardName(service).name)
+            guard workers[peer] == nil, let asked = body.first.map({ String(decoding: $0, as: UTF8.self) }),
+                BoardID.isValid(Self.boardName(asked).name), Self.boardName(asked).scope.isRoot || BoardID.isValid(Self.boardName(asked).scope.name)
             else {
                 sendToWorker(peer, dialect: dialect, command: .disconnect)
                 return
             }
+            let service = Self.boardName(asked)
             // `mmi.` names are the broker's own (RFC 8): no worker serves one.
-            guard !Self.boardName(service).name.hasPrefix("mmi.") else {
-                logger.warning("MDP worker refused: mmi.* services are the broker's own", metadata: ["service": "\(service.escapedForDisplay())"])
+            guard !service.name.hasPrefix("mmi.") else {
+                logger.warning("MDP worker refused: mmi.* services are the broker's own", metadata: ["service": "\(asked.escapedForDisplay())"])
                 sendToWorker(peer, dialect: dialect, command: .disconnect)
                 return
             }
@@ -411,20 +416,14 @@ package final class MajordomoBridge: @unchecked Sendable {
                 if let refused = refusedServices.note(now: now) {
                     logger.warning(
                         "MDP worker refused: the endpoint serves as many services as it may",
-                        metadata: ["service": "\(service.escapedForDisplay())", "services": "\(services.count)", "refused": "\(refused)"])
+                        metadata: ["service": "\(asked.escapedForDisplay())", "services": "\(services.count)", "refused": "\(refused)"])
                 }
                 sendToWorker(peer, dialect: dialect, command: .disconnect)
                 return
             }
             workers[peer] = Worker(id: peer, service: service, dialect: dialect, lastHeard: now, lastSent: now)
             logger.info("MDP worker ready", metadata: ["service": "\(service)"])
-            // A service that cannot be a board (no socket for it: the descriptor or socket limit)
-            // is refused, never accepted and left unserved.
-            if services[service] == nil, !addService(service, principal: principal, now: now) {
-                workers[peer] = nil
-                sendToWorker(peer, dialect: dialect, command: .disconnect)
-                return
-            }
+            if services[service] == nil { addService(service, principal: principal, now: now) }
             services[service]?.idle.append(peer)
             return dispatch(service)
         }
@@ -468,17 +467,34 @@ package final class MajordomoBridge: @unchecked Sendable {
                 ?? BusError(.handlerFailed, String(decoding: reply[1].prefix(1000), as: UTF8.self))
             envelope = Envelope.error(error, correlationID: request.correlationID)
         } else {
-            var header = EnvelopeHeader(kind: .reply, correlationID: request.correlationID)
-            header.source = request.service
-            envelope = Envelope(header: header, payload: reply.first ?? Data())
+            envelope = Envelope(header: EnvelopeHeader(kind: .reply, correlationID: request.correlationID), payload: reply.first ?? Data())
         }
-        _ = try? services[request.service]?.socket.send(envelope)
+        send(envelope, as: request.service)
         services[request.service]?.idle.append(peer)
         dispatch(request.service)
     }
 
+    /// Sends to the motherboard on the services' connection, as the service `name` (source, scope).
+    private func send(_ envelope: Envelope, as name: ScopedName) {
+        var envelope = envelope
+        envelope.header.source = name.name
+        envelope.header.scope = name.scope
+        _ = try? servicesSocket.send(envelope)
+    }
+
+    /// A message on the services' connection: an answer to a registration (by its correlation id),
+    /// else for the service it names (target and scope).
+    private func toServices(_ envelope: Envelope, now: ContinuousClock.Instant) {
+        let header = envelope.header
+        if header.kind == .reply || header.kind == .error, header.correlationID != 0 {
+            guard let name = registrations.removeValue(forKey: header.correlationID) else { return }
+            return toService(name, envelope, now: now)
+        }
+        toService(ScopedName(scope: header.scope, name: header.target), envelope, now: now)
+    }
+
     /// A command from the motherboard for a service: to an idle worker, else queued.
-    private func toService(_ name: String, _ envelope: Envelope, now: ContinuousClock.Instant) {
+    private func toService(_ name: ScopedName, _ envelope: Envelope, now: ContinuousClock.Instant) {
         guard var service = services[name] else { return }
         let header = envelope.header
         switch service.board.read(envelope) {
@@ -500,7 +516,6 @@ package final class MajordomoBridge: @unchecked Sendable {
                     sendToWorker(worker.id, dialect: worker.dialect, command: .disconnect)
                     workers[worker.id] = nil
                 }
-                service.socket.close()
                 services[name] = nil
             }
             return
@@ -520,7 +535,7 @@ package final class MajordomoBridge: @unchecked Sendable {
                         .busy,
                         "the MDP workers of '\(name)' are busy and \(service.queue.count) requests (\(service.queuedBytes) bytes) wait; at most \(settings.queueLimit) and \(settings.queueByteLimit) bytes"
                     )
-                    _ = try? service.socket.send(Envelope.error(error, correlationID: job.correlationID))
+                    send(Envelope.error(error, correlationID: job.correlationID), as: name)
                 }
                 services[name] = service
                 return
@@ -531,12 +546,12 @@ package final class MajordomoBridge: @unchecked Sendable {
         default:
             guard header.flags.contains(.replyExpected), header.correlationID != 0 else { return }
             let error = BusError(.unknownCommand, "an MDP worker takes commands only, not a \(header.kind)")
-            _ = try? service.socket.send(Envelope.error(error, correlationID: header.correlationID))
+            send(Envelope.error(error, correlationID: header.correlationID), as: name)
         }
     }
 
     /// Hands queued commands to idle workers, the longest idle first.
-    private func dispatch(_ name: String) {
+    private func dispatch(_ name: ScopedName) {
         let now = ContinuousClock.now
         while var service = services[name], !service.queue.isEmpty, let worker = service.idle.popFirst() {
             guard let known = workers[worker] else {
@@ -586,7 +601,7 @@ package final class MajordomoBridge: @unchecked Sendable {
                 .outcomeUnknown,
                 "board '\(gone.service)' stopped after the request was delivered, before it answered (\(reason)); whether it was carried out is unknown"
             )
-            _ = try? services[gone.service]?.socket.send(Envelope.error(error, correlationID: request.correlationID))
+            send(Envelope.error(error, correlationID: request.correlationID), as: gone.service)
         }
         guard var service = services[gone.service] else { return }
         service.idle.removeAll { $0 == worker }
@@ -597,7 +612,7 @@ package final class MajordomoBridge: @unchecked Sendable {
         // The last worker left: the board goes, and what waited for it fails.
         for job in service.queue where job.correlationID != 0 {
             let error = BusError(.boardNotRunning, "board '\(gone.service)' has no MDP worker left")
-            _ = try? service.socket.send(Envelope.error(error, correlationID: job.correlationID))
+            send(Envelope.error(error, correlationID: job.correlationID), as: gone.service)
         }
         service.board.close()
         services[gone.service] = nil
@@ -606,31 +621,18 @@ package final class MajordomoBridge: @unchecked Sendable {
 
     // MARK: - Services as boards
 
-    /// Makes the service a board on a socket of its own; false when no socket can be had.
-    /// A service's board, registered for `principal` (the first worker's key name, when it came
-    /// over tcp): the broker's access policy decides whether that key may serve the id.
-    private func addService(_ name: String, principal: String?, now: ContinuousClock.Instant) -> Bool {
-        let board = Self.boardName(name)
-        guard let id = try? BoardID(validating: board.name) else { return false }
-        do {
-            let socket = try ZMQSocket(context: context, kind: .dealer)
-            do {
-                try socket.set(.linger(.zero), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000))
-                try socket.connect(localEndpoint)
-            } catch {
-                socket.close()
-                throw error
-            }
-            // pid 0: an MDP worker's process is not known to the motherboard.
-            let registration = Registration(id: id, pid: 0, scope: board.scope, secret: Registration.makeSecret())
-            var service = Service(name: board, board: HelperBoard(socket: socket, registration: registration))
-            service.board.onBehalfOf = principal
-            service.board.register(now: now, id: makeID())
-            services[name] = service
-        } catch {
-            logger.error("cannot connect an MDP service to the motherboard", metadata: ["service": "\(name)", "error": "\(error)"])
-            return false
-        }
-        return true
+    /// Registers the service as a board on the services' connection, for `principal` (the first
+    /// worker's key name, when it came over tcp): the broker's access policy decides whether
+    /// that key may serve the id.
+    private func addService(_ name: ScopedName, principal: String?, now: ContinuousClock.Instant) {
+        guard let id = try? BoardID(validating: name.name) else { return }
+        // pid 0: an MDP worker's process is not known to the motherboard.
+        let registration = Registration(id: id, pid: 0, scope: name.scope, secret: Registration.makeSecret(), sharesConnection: true)
+        var service = Service(name: name, board: HelperBoard(socket: servicesSocket, registration: registration))
+        service.board.onBehalfOf = principal
+        let correlationID = makeID()
+        service.board.register(now: now, id: correlationID)
+        registrations[correlationID] = name
+        services[name] = service
     }
 }

@@ -192,8 +192,9 @@ struct MajordomoIntegrationTests {
     }
 
     /// Issue: of 2 000 `READY`s only about 1 020 became boards (a socket each, and libzmq's
-    /// default of 1 023 sockets a context); the rest were accepted and never served. The context
-    /// has room for the endpoint's maximum (2 000 services); past it, `READY` is `DISCONNECT`.
+    /// default of 1 023 sockets a context); the rest were accepted and never served. Now every
+    /// service is a board on the endpoint's one connection to the broker, up to the endpoint's
+    /// maximum (2 000 services); past it, `READY` is `DISCONNECT`.
     @Test func everyServiceIsServedOrRefusedNoneIsLeftUnserved() async throws {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/mdp_many.py").path
         try await TestFleet.with(manifest: Self.manifest) { fleet in
@@ -205,6 +206,10 @@ struct MajordomoIntegrationTests {
                 try await fleet.withClient { client in try await client.list().boards.filter { $0.id.rawValue.hasPrefix("many.") }.count } == 2_000
             }
             #expect(served)
+            let connections = try await fleet.withClient { client in
+                Set(try await client.list().boards.filter { $0.id.rawValue.hasPrefix("many.") }.map(\.connection))
+            }
+            #expect(connections.count == 1 && connections.first??.hasPrefix(":") == true, "\(connections.prefix(3))")
             let result = try await workers.wait(timeout: .seconds(60))
             #expect(result.standardOutput.contains("disconnected 50"), "\(result.standardOutput) \(result.standardError)")
             #expect(fleet.brokerLog.contains("the endpoint serves as many services as it may"))

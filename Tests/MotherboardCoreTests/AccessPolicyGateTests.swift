@@ -46,7 +46,7 @@ struct AccessPolicyGateTests {
         let sensor = PeerID(Data([0xE5]))
         harness.motherboard.receive(
             .success(Envelope(header: EnvelopeHeader(kind: .register, source: "edge.sensor"), payload: try PayloadCodec.encode(registration))),
-            from: sensor, now: harness.now, origin: PeerOrigin(address: "10.0.0.2", keyName: "edge-b"), principal: "edge-b")
+            from: sensor, now: harness.now, remote: RemotePeer(address: "10.0.0.2", keyName: "edge-b"), principal: "edge-b")
         return sensor
     }
 

@@ -3,6 +3,7 @@ import Foundation
 import Testing
 
 @testable import MotherboardCore
+import MotherboardDaemon
 
 /// The broker's metrics on their own: counts reach the exposition at a flush, the round-trip
 /// histogram is cumulative, and nothing a peer sends can make the broker keep a series per string.
@@ -11,7 +12,7 @@ struct BrokerMetricsTests {
     let greeter = ScopedName(scope: "", name: "demo.greeter")
 
     @Test func countsReachTheExpositionAtAFlush() {
-        let metrics = BrokerMetrics()
+        let metrics = BrokerMetrics(series: PrometheusSeries())
         let board = metrics.board(greeter)
         for _ in 0..<3 { board.sent(.command) }
         board.received(.reply)
@@ -28,7 +29,7 @@ struct BrokerMetricsTests {
     /// The counters keep only what counted since the last flush; the totals add up across
     /// flushes, with kinds that start counting later falling in among those that counted before.
     @Test func totalsAddUpAcrossFlushesAsNewKindsAppear() {
-        let metrics = BrokerMetrics()
+        let metrics = BrokerMetrics(series: PrometheusSeries())
         let board = metrics.board(greeter)
         func line(_ direction: String, _ kind: String) -> String? {
             metrics.exposition().split(separator: "\n").first {
@@ -55,7 +56,7 @@ struct BrokerMetricsTests {
     /// Only what counted is kept and shown: a board that never answered a request has no
     /// histogram, and a kind it never sent or received has no line (the snapshot is sparse).
     @Test func aQuietBoardShowsOnlyWhatItCounted() {
-        let metrics = BrokerMetrics()
+        let metrics = BrokerMetrics(series: PrometheusSeries())
         let board = metrics.board(greeter)
         board.received(.heartbeat)
         board.sent(.heartbeat)
@@ -71,7 +72,7 @@ struct BrokerMetricsTests {
     }
 
     @Test func theRoundTripHistogramIsCumulativeWithSumAndCount() {
-        let metrics = BrokerMetrics()
+        let metrics = BrokerMetrics(series: PrometheusSeries())
         let board = metrics.board(greeter)
         for nanoseconds: Int64 in [40_000, 50_000, 300_000, 20_000_000_000, -5] { board.recordRoundTrip(nanoseconds) }
         metrics.flushBoards()
@@ -88,7 +89,7 @@ struct BrokerMetricsTests {
 
     /// A board answering with made-up error codes: all of them count as `other`.
     @Test func madeUpErrorCodesShareOneSeries() {
-        let metrics = BrokerMetrics()
+        let metrics = BrokerMetrics(series: PrometheusSeries())
         for index in 0..<1000 { metrics.countError(code: "code\(index)\"\n", from: "demo.greeter") }
         metrics.countError(code: BusError.Code.busy.name, from: "demo.greeter")
         let text = metrics.exposition()
@@ -99,7 +100,7 @@ struct BrokerMetricsTests {
 
     /// A board that is not in the manifest leaves no series behind.
     @Test func aForgottenBoardsSeriesGo() {
-        let metrics = BrokerMetrics()
+        let metrics = BrokerMetrics(series: PrometheusSeries())
         let board = metrics.board(greeter)
         board.sent(.command)
         board.recordRoundTrip(1000)
@@ -112,7 +113,7 @@ struct BrokerMetricsTests {
     /// Counts made between a flush and the board being forgotten do not bring its series back
     /// at the next flush, and a flush with nothing counted keeps what was shown.
     @Test func aBoardForgottenBeforeTheFlushStaysForgotten() {
-        let metrics = BrokerMetrics()
+        let metrics = BrokerMetrics(series: PrometheusSeries())
         let other = ScopedName(scope: "", name: "demo.other")
         metrics.board(other).sent(.command)
         metrics.flushBoards()

@@ -14,7 +14,7 @@ struct FederationTests {
     /// register an id the manifest does not declare).
     func registerRemote(
         _ harness: Harness, _ id: BoardID, peer: PeerID, secret: String = "s3cret", scope: Scope = .root,
-        origin: PeerOrigin = PeerOrigin(address: "10.0.0.2", keyName: "edge-b")
+        remote: RemotePeer = RemotePeer(address: "10.0.0.2", keyName: "edge-b")
     ) -> [Envelope] {
         if harness.motherboard.policy.rules.isEmpty {
             harness.motherboard.install(
@@ -25,7 +25,7 @@ struct FederationTests {
         header.flags.insert(.replyExpected)
         harness.motherboard.receive(
             .success(Envelope(header: header, payload: try! PayloadCodec.encode(registration))), from: peer, now: harness.now,
-            origin: origin)
+            remote: remote)
         return harness.transport.take(for: peer)
     }
 
@@ -52,7 +52,7 @@ struct FederationTests {
         // from a new connection without the secret... unless it is that key (its motherboard restarted).
         let impostor = PeerID(Data([0xBA, 0xD0]))
         let stolen = registerRemote(
-            harness, "sensor", peer: impostor, secret: "guess", origin: PeerOrigin(address: "10.0.0.9", keyName: "mallory"))
+            harness, "sensor", peer: impostor, secret: "guess", remote: RemotePeer(address: "10.0.0.9", keyName: "mallory"))
         #expect(stolen.map(\.header.typeName) == ["idInUse"])
         harness.register("sensor", peer: impostor, secret: "guess")
         #expect(try harness.list().boards.map(\.state) == [.unreachable])

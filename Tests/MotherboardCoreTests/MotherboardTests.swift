@@ -4,6 +4,7 @@ import Logging
 import Testing
 
 @testable import MotherboardCore
+import MotherboardDaemon
 
 /// Records what the broker sends, in memory (the unit-test transport).
 final class RecordingTransport: MotherboardTransport {
@@ -41,7 +42,8 @@ final class Harness {
     let client = PeerID(Data([0xC0]))
 
     init(manifest: FleetManifest = FleetManifest()) throws {
-        motherboard = try Motherboard(manifest: manifest, transport: transport, logger: Logger(label: "test"))
+        motherboard = try Motherboard(
+            manifest: manifest, transport: transport, logger: Logger(label: "test"), metrics: BrokerMetrics(series: PrometheusSeries()))
     }
 
     init(manifest: FleetManifest, makeMotherboard: (RecordingTransport) throws -> Motherboard) throws {
