@@ -46,7 +46,7 @@ extension ZMQSocket {
 /// another child motherboard holds is not asked for every second for ever), and what the
 /// broker's answers say about it.
 struct HelperBoard {
-    let socket: ZMQSocket
+    let connection: any HelperConnection
     var registration: Registration
     /// The remote principal the board registers for (an MDP worker's key name), if any: the
     /// broker asks its access policy whether that principal may register the id.
@@ -59,8 +59,8 @@ struct HelperBoard {
     private(set) var retryAfter: Duration = .seconds(1)
     static let longestRetry: Duration = .seconds(60)
 
-    init(socket: ZMQSocket, registration: Registration) {
-        self.socket = socket
+    init(connection: any HelperConnection, registration: Registration) {
+        self.connection = connection
         self.registration = registration
     }
 
@@ -118,7 +118,7 @@ struct HelperBoard {
     /// correlation id).
     mutating func keepAlive(now: ContinuousClock.Instant, id: UInt64) {
         if registered {
-            _ = try? socket.send(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: registration.id.rawValue, scope: registration.scope)))
+            connection.sendToBroker(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: registration.id.rawValue, scope: registration.scope)))
         } else if lastAttempt.map({ $0.duration(to: now) >= retryAfter }) ?? true {
             register(now: now, id: id)
         }
@@ -130,14 +130,29 @@ struct HelperBoard {
         var header = EnvelopeHeader(kind: .register, correlationID: id, source: registration.id.rawValue, scope: registration.scope)
         header.flags.insert(.replyExpected)
         header.onBehalfOf = onBehalfOf
-        _ = try? socket.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(registration)))
+        connection.sendToBroker(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(registration)))
     }
 
     /// Unregisters (when registered) and closes its socket, unless it shares it.
     func close() {
         if registered {
-            _ = try? socket.send(Envelope(header: EnvelopeHeader(kind: .unregister, source: registration.id.rawValue, scope: registration.scope)))
+            connection.sendToBroker(Envelope(header: EnvelopeHeader(kind: .unregister, source: registration.id.rawValue, scope: registration.scope)))
         }
-        if registration.sharesConnection != true { socket.close() }
+        if registration.sharesConnection != true { connection.close() }
+    }
+}
+
+/// Where a helper board's messages to its broker go: a socket of its own, or a connection it
+/// shares with others (a gateway's).
+package protocol HelperConnection: AnyObject {
+    /// Sends, or drops when the connection cannot take it (the board's heartbeats and
+    /// registrations are sent again).
+    func sendToBroker(_ envelope: Envelope)
+    func close()
+}
+
+extension ZMQSocket: HelperConnection {
+    package func sendToBroker(_ envelope: Envelope) {
+        _ = try? send(envelope)
     }
 }

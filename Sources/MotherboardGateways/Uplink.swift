@@ -55,11 +55,11 @@ public struct UplinkSettings: Sendable, Hashable {
 /// `notRegistered`).
 package final class Uplink: @unchecked Sendable {
     private struct RemoteBoard {
-        /// Registered with the parent on a connection of its own.
+        /// Registered with the parent on a connection of its own, `socket`.
         var link: HelperBoard
+        let socket: ZMQSocket
         /// The parent's last refusal, logged once rather than at every retry.
         var lastRefusal: String?
-        var socket: ZMQSocket { link.socket }
     }
 
     /// A request in flight through the uplink: where its answer goes.
@@ -300,7 +300,7 @@ package final class Uplink: @unchecked Sendable {
         } else {
             do {
                 let socket = try Self.parentSocket(context: context, settings: settings)
-                boards[name] = RemoteBoard(link: HelperBoard(socket: socket, registration: exported))
+                boards[name] = RemoteBoard(link: HelperBoard(connection: socket, registration: exported), socket: socket)
             } catch {
                 return logger.error("cannot connect a board to the parent", metadata: ["board": "\(name)", "error": "\(error)"])
             }

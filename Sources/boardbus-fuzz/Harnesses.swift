@@ -93,14 +93,72 @@ enum Harnesses {
         }
     }
 
-    /// Majordomo frames: the input split at 0xFF bytes into frames, read as the endpoint's
-    /// ROUTER would; what a worker command reads as is written back to the same frames.
+    /// Majordomo frames: the input split at 0xFE bytes into messages and at 0xFF into frames,
+    /// read as the endpoint's ROUTER would; what a worker command reads as is written back to
+    /// the same frames. Then the messages go through the endpoint's session (the motherboard
+    /// accepting every registration and answering every request), half a second apart: every
+    /// message it sends a peer is MDP, every envelope to the motherboard encodes, it never
+    /// serves more services than it may.
     static func mdp(_ input: Data) {
-        let frames = input.split(separator: 0xFF, omittingEmptySubsequences: false).map { Data($0) }
-        guard let message = Majordomo.Incoming(frames: frames) else { return }
-        if case .worker(let command?) = message.sender {
-            let written = Majordomo.toWorker(message.peer, dialect: message.dialect, command: command, body: message.body)
-            precondition(written == frames, "a worker message is written back otherwise")
+        let messages = input.split(separator: 0xFE, omittingEmptySubsequences: false).map {
+            $0.split(separator: 0xFF, omittingEmptySubsequences: false).map { Data($0) }
+        }
+        for frames in messages {
+            guard let message = Majordomo.Incoming(frames: frames) else { continue }
+            if case .worker(let command?) = message.sender {
+                let written = Majordomo.toWorker(message.peer, dialect: message.dialect, command: command, body: message.body)
+                precondition(written == frames, "a worker message is written back otherwise")
+            }
+        }
+        let links = RecordingLinks()
+        let session = MajordomoSession(settings: .init(endpoint: "ipc:///fuzz"), links: links, logger: RoutingHarness.quietLogger)
+        var now = ContinuousClock.now
+        for frames in messages {
+            session.fromPeer(frames, principal: nil, now: now)
+            now = now.advanced(by: .milliseconds(500))
+            session.tick(now: now)
+            for envelope in links.take() {
+                precondition((try? envelope.frames()) != nil, "the session sent the motherboard an envelope that does not encode")
+                if envelope.header.kind == .register || envelope.header.kind == .command {
+                    session.toServices(envelope.reply(payload: Data("{}".utf8)), now: now)
+                }
+            }
+            for request in links.requests {
+                session.fromMotherboard(request.reply(payload: Data("{}".utf8)))
+            }
+            links.requests.removeAll()
+            precondition(session.serviceNames.count <= MajordomoBridge.Settings.maximumServices)
+        }
+        for sent in links.toPeers {
+            precondition(Majordomo.Incoming(frames: sent) != nil, "the session sent a peer frames that are not MDP")
+        }
+        session.close()
+    }
+
+    /// Links that keep what the session sends.
+    final class RecordingLinks: MajordomoLinks {
+        var toPeers: [[Data]] = []
+        var requests: [Envelope] = []
+        private var toBroker: [Envelope] = []
+
+        func toPeer(_ frames: [Data]) -> Bool {
+            toPeers.append(frames)
+            return true
+        }
+        func isStalled(_ client: Data) -> Bool { false }
+        func mayQueue(_ bytes: Int, to client: Data) -> Bool { true }
+        func queuedBytes(to client: Data) -> Int { 0 }
+        func toMotherboard(_ envelope: Envelope) throws -> Bool {
+            _ = try envelope.frames()
+            requests.append(envelope)
+            return true
+        }
+        func sendToBroker(_ envelope: Envelope) { toBroker.append(envelope) }
+        func close() {}
+
+        func take() -> [Envelope] {
+            defer { toBroker.removeAll() }
+            return toBroker
         }
     }
 

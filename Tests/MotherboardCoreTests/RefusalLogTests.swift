@@ -64,7 +64,7 @@ struct RefusalLogTests {
         let socket = try ZMQSocket(context: context, kind: .dealer)
         defer { socket.close() }
         try socket.set(.linger(.zero))
-        var board = HelperBoard(socket: socket, registration: Registration(id: "edge.sensor", pid: 0))
+        var board = HelperBoard(connection: socket, registration: Registration(id: "edge.sensor", pid: 0))
         let now = ContinuousClock.now
         var id: UInt64 = 1
         func refuse() {

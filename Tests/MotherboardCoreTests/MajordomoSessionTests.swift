@@ -1,0 +1,179 @@
+import BusCore
+import Foundation
+import Logging
+import MotherboardCore
+import Testing
+
+@testable import MotherboardGateways
+
+/// The Majordomo endpoint's state machine without a socket: MDP frames and the motherboard's
+/// envelopes in, what it sends out recorded.
+@Suite("Majordomo session")
+struct MajordomoSessionTests {
+    final class Links: MajordomoLinks {
+        /// Frames to MDP peers, routing id first.
+        var toPeers: [[Data]] = []
+        /// On the services' connection.
+        var asServices: [Envelope] = []
+        /// As a client of the motherboard.
+        var requests: [Envelope] = []
+        var gone: Set<Data> = []
+        var stalled: Set<Data> = []
+
+        func toPeer(_ frames: [Data]) -> Bool {
+            guard !gone.contains(frames[0]) else { return false }
+            toPeers.append(frames)
+            return true
+        }
+        func isStalled(_ client: Data) -> Bool { stalled.contains(client) }
+        func mayQueue(_ bytes: Int, to client: Data) -> Bool { !stalled.contains(client) }
+        func queuedBytes(to client: Data) -> Int { stalled.contains(client) ? 1 << 25 : 0 }
+        func toMotherboard(_ envelope: Envelope) throws -> Bool {
+            requests.append(envelope)
+            return true
+        }
+        func sendToBroker(_ envelope: Envelope) { asServices.append(envelope) }
+        func close() {}
+
+        /// The commands sent to `worker` (REQUEST, HEARTBEAT, DISCONNECT…), in order.
+        func commands(to worker: Data) -> [Majordomo.WorkerCommand] {
+            toPeers.filter { $0[0] == worker }.compactMap { Majordomo.WorkerCommand(rawValue: $0[2].first ?? 0) }
+        }
+    }
+
+    let links = Links()
+    let session: MajordomoSession
+    var now = ContinuousClock.now
+    let alice = Data("alice".utf8)
+    let bob = Data("bob".utf8)
+    let client = Data("client".utf8)
+
+    init() {
+        session = MajordomoSession(settings: .init(endpoint: "ipc:///nonexistent"), links: links, logger: Logger(label: "test"))
+    }
+
+    func worker(_ peer: Data, _ command: Majordomo.WorkerCommand, _ body: [Data] = []) {
+        session.fromPeer([peer, Majordomo.workerHeader, Data([command.rawValue])] + body, principal: nil, now: now)
+    }
+
+    /// A worker says READY for `service` and the motherboard accepts the service's registration.
+    func ready(_ peer: Data, _ service: String) throws {
+        worker(peer, .ready, [Data(service.utf8)])
+        if let registration = links.asServices.last(where: { $0.header.kind == .register }) {
+            session.toServices(registration.reply(payload: Data("{}".utf8)), now: now)
+        }
+    }
+
+    func command(_ target: ScopedName, correlation: UInt64, timeout: UInt32 = 5_000) {
+        var header = EnvelopeHeader(
+            kind: .command, flags: .replyExpected, correlationID: correlation, timeoutMilliseconds: timeout, target: target.name,
+            scope: target.scope, typeName: "work")
+        header.source = ""
+        session.toServices(Envelope(header: header, payload: Data("{}".utf8)), now: now)
+    }
+
+    /// The token frame of the last REQUEST to `peer`.
+    func token(of peer: Data) throws -> Data {
+        let request = try #require(links.toPeers.last { $0[0] == peer && $0[2] == Data([Majordomo.WorkerCommand.request.rawValue]) })
+        return request[3]
+    }
+
+    @Test func servicesAreBoardsOnOneConnectionAndWorkGoesToTheirWorkers() throws {
+        try ready(alice, "orders")
+        try ready(bob, "shop/payment")
+        let registrations = links.asServices.filter { $0.header.kind == .register }
+        #expect(registrations.count == 2)
+        for registration in registrations {
+            let payload = try PayloadCodec.decode(Registration.self, from: registration.payload)
+            #expect(payload.sharesConnection == true)
+            #expect(registration.header.source == payload.id.rawValue && registration.header.scope == payload.scope)
+        }
+        #expect(session.serviceNames == [ScopedName(scope: .root, name: "orders"), ScopedName(scope: "shop", name: "payment")])
+
+        // A command for shop/payment goes to bob, whose FINAL answers it as that board.
+        command(ScopedName(scope: "shop", name: "payment"), correlation: 41)
+        let request = try #require(links.toPeers.last)
+        #expect(request[0] == bob && Array(request[5...]) == [Data("work".utf8), Data("{}".utf8)])
+        worker(bob, .final, [try token(of: bob), Data(), Data("paid".utf8)])
+        let reply = try #require(links.asServices.last)
+        #expect(reply.header.kind == .reply && reply.header.correlationID == 41)
+        #expect(reply.header.source == "payment" && reply.header.scope == "shop")
+        #expect(reply.payload == Data("paid".utf8))
+        // A FINAL with a token it was not handed answers nothing.
+        let sent = links.asServices.count
+        worker(bob, .final, [Data(count: 8), Data(), Data("forged".utf8)])
+        #expect(links.asServices.count == sent)
+    }
+
+    @Test mutating func aBusyServiceQueuesAndDropsWhatNobodyWaitsForAnyMore() throws {
+        try ready(alice, "orders")
+        let orders = ScopedName(scope: .root, name: "orders")
+        command(orders, correlation: 1)
+        command(orders, correlation: 2, timeout: 100)
+        command(orders, correlation: 3)
+        #expect(links.commands(to: alice).filter { $0 == .request }.count == 1)
+        // Request 2's caller stopped waiting: after 1 is answered, 3 is handed, never 2.
+        now = now.advanced(by: .milliseconds(200))
+        worker(alice, .final, [try token(of: alice), Data(), Data("one".utf8)])
+        let handed = try #require(links.toPeers.last)
+        #expect(handed[0] == alice && handed[2] == Data([Majordomo.WorkerCommand.request.rawValue]))
+        worker(alice, .final, [try token(of: alice), Data(), Data("three".utf8)])
+        #expect(links.asServices.filter { $0.header.kind == .reply }.map(\.header.correlationID) == [1, 3])
+    }
+
+    @Test mutating func aSilentWorkerIsDroppedItsWorkFailsAndItsServiceGoesWithTheLastOne() throws {
+        try ready(alice, "orders")
+        let orders = ScopedName(scope: .root, name: "orders")
+        command(orders, correlation: 7)
+        command(orders, correlation: 8)
+        now = now.advanced(by: .seconds(11))
+        session.tick(now: now)
+        #expect(links.commands(to: alice).last == .disconnect)
+        let errors = links.asServices.filter { $0.header.kind == .error }
+        #expect(errors.map(\.header.correlationID) == [7, 8])
+        #expect(errors.map { $0.carriedError?.code } == [.outcomeUnknown, .boardNotRunning])
+        #expect(errors.allSatisfy { $0.header.source == "orders" })
+        #expect(links.asServices.last?.header.kind == .unregister && links.asServices.last?.header.source == "orders")
+        #expect(session.serviceNames.isEmpty)
+    }
+
+    @Test func aWorkerThatCannotBeReachedLeavesItsJobToTheNext() throws {
+        try ready(alice, "orders")
+        try ready(bob, "orders")
+        links.gone.insert(alice)
+        command(ScopedName(scope: .root, name: "orders"), correlation: 5)
+        #expect(links.commands(to: bob) == [.request])
+        #expect(links.asServices.filter { $0.header.kind == .error }.isEmpty)
+    }
+
+    @Test func clientsCallBoardsForTheirPrincipalAndAStalledClientIsTurnedAway() throws {
+        let frames = [client, Majordomo.clientHeader, Data([0x01]), Data("shop/payment".utf8), Data("pay".utf8), Data(#"{"cents":5}"#.utf8)]
+        session.fromPeer(frames, principal: "edge-b", now: now)
+        let request = try #require(links.requests.last)
+        #expect(request.header.target == "payment" && request.header.scope == "shop" && request.header.typeName == "pay")
+        #expect(request.header.onBehalfOf == "edge-b")
+        session.fromMotherboard(request.reply(payload: Data("ok".utf8)))
+        #expect(links.toPeers.last == Majordomo.finalToClient(client, dialect: .rfc, service: Data("shop/payment".utf8), body: [Data("ok".utf8)]))
+
+        links.stalled.insert(client)
+        session.fromPeer(frames, principal: nil, now: now)
+        #expect(links.requests.count == 1)
+        let refusal = try #require(links.toPeers.last)
+        #expect(refusal.suffix(2).first == Data("error".utf8))
+        // An answer that may not wait toward it is replaced by a small `busy`, sent as it is.
+        session.fromMotherboard(Envelope(header: EnvelopeHeader(kind: .reply, correlationID: 999)))
+        links.requests.removeAll()
+        links.stalled.remove(client)
+        session.fromPeer(frames, principal: nil, now: now)
+        links.stalled.insert(client)
+        session.fromMotherboard(try #require(links.requests.last).reply(payload: Data(count: 1 << 20)))
+        let replaced = try #require(links.toPeers.last)
+        #expect(replaced.suffix(2).first == Data("error".utf8) && replaced.last!.count < 1_000)
+    }
+
+    @Test func noWorkerServesAnMMIName() throws {
+        worker(alice, .ready, [Data("mmi.service".utf8)])
+        #expect(links.commands(to: alice) == [.disconnect])
+        #expect(links.asServices.isEmpty)
+    }
+}
