@@ -195,4 +195,39 @@ struct DurableDispatchTests {
         #expect(error?.code == .badArgument)
         #expect(store.state.isEmpty)
     }
+
+    /// A refusal is journaled like a change: when the database cannot take it, the sender gets
+    /// `storageFailed` (not `rejected`), nothing is remembered, and a retry decides again; once
+    /// journaled, the refusal is the id's answer, across a restart of the owner too.
+    @Test func aRefusalTheDatabaseCannotJournalIsNotRememberedAndItsRetryDecidesAgain() throws {
+        let fixture = try DurableStoreFixture()
+        defer { fixture.remove() }
+        var (store, remote, published) = try fixture.open()
+        _ = try remote.handle(dispatchRequest("add", id: "a", text: "first"))
+        func refuse() throws -> Data {
+            try remote.handle(
+                StoreRequest(
+                    kind: .dispatch, operation: "refuse", dispatchID: "r1", sender: "", payload: Data(#"{"reason":"closed"}"#.utf8),
+                    timeout: .milliseconds(300)))
+        }
+
+        let other = try lockingConnection(fixture.path)
+        try other.writeWithoutTransaction { db in try db.execute(sql: "BEGIN IMMEDIATE") }
+        for _ in 0..<2 {
+            let error = #expect(throws: BusError.self) { try refuse() }
+            #expect(error?.code == .storageFailed)
+            #expect(store.state == ["first"])
+        }
+        try other.writeWithoutTransaction { db in try db.execute(sql: "ROLLBACK") }
+        let journaled = #expect(throws: BusError.self) { try refuse() }
+        #expect(journaled?.code == .rejected && journaled?.message.contains("closed") == true)
+        #expect(store.state == ["first"])
+        #expect(published.sequences == [1])
+
+        // The owner restarts: the id is still answered with its refusal, and nothing runs again.
+        (store, remote, published) = try fixture.open()
+        let again = #expect(throws: BusError.self) { try refuse() }
+        #expect(again?.code == .rejected && again?.message.contains("closed") == true)
+        #expect(store.state == ["first"])
+    }
 }
