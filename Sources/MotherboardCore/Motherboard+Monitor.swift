@@ -111,7 +111,8 @@ extension Motherboard {
         guard let kind = MonitorEvent.kindName(header.kind) else { return }
         let source = !header.source.isEmpty ? header.source : sender.map(label) ?? "motherboard"
         observe(
-            envelope, kind: kind, source: source, target: label(peer), roundTrip: roundTrip,
+            envelope, kind: kind, source: source, target: registry.board(receiving: header, at: peer)?.id.rawValue ?? label(peer),
+            roundTrip: roundTrip,
             correlationID: clientCorrelationID ?? header.correlationID)
     }
 
