@@ -120,6 +120,8 @@ package final class MajordomoSession {
 
     /// The services served now.
     package var serviceNames: [ScopedName] { services.keys.sorted() }
+    /// Registrations waiting for their answer.
+    package var pendingRegistrations: Int { registrations.count }
 
     /// Every worker is told `DISCONNECT`, every service unregistered.
     package func close() {
@@ -152,9 +154,14 @@ package final class MajordomoSession {
         lastServiceHeartbeat = now
         for name in services.keys { services[name]?.dropExpired(now: now) }
         for name in services.keys {
-            let id = makeID()
+            let (id, previous) = (makeID(), services[name]?.board.correlationID ?? 0)
             services[name]?.board.keepAlive(now: now, id: id)
-            if services[name]?.board.correlationID == id { registrations[id] = name }
+            // A registration asked again (its answer never came: the broker restarted) replaces
+            // the one before: unanswered ids do not pile up while the broker is away.
+            if services[name]?.board.correlationID == id {
+                registrations[previous] = nil
+                registrations[id] = name
+            }
         }
     }
 

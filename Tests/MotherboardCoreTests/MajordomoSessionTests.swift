@@ -171,6 +171,28 @@ struct MajordomoSessionTests {
         #expect(replaced.suffix(2).first == Data("error".utf8) && replaced.last!.count < 1_000)
     }
 
+    /// While the motherboard does not answer, the service registers again and again; a late
+    /// answer to an earlier registration is not taken for the last one.
+    @Test mutating func aServiceRegistersAgainUntilAnsweredAndOnlyTheLastAnswerCounts() throws {
+        worker(alice, .ready, [Data("orders".utf8)])
+        func later() {
+            now = now.advanced(by: .milliseconds(1_100))
+            worker(alice, .heartbeat)
+            session.tick(now: now)
+        }
+        for _ in 0..<3 { later() }
+        let registrations = links.asServices.filter { $0.header.kind == .register }
+        #expect(registrations.count == 4)
+        #expect(session.pendingRegistrations == 1)
+        session.toServices(try #require(registrations.first).reply(payload: Data("{}".utf8)), now: now)
+        // Not registered by a stale answer: it still asks.
+        later()
+        #expect(links.asServices.last?.header.kind == .register)
+        session.toServices(try #require(links.asServices.last).reply(payload: Data("{}".utf8)), now: now)
+        later()
+        #expect(links.asServices.last?.header.kind == .heartbeat)
+    }
+
     @Test func noWorkerServesAnMMIName() throws {
         worker(alice, .ready, [Data("mmi.service".utf8)])
         #expect(links.commands(to: alice) == [.disconnect])
