@@ -301,14 +301,14 @@ public final class Motherboard {
                     "this connection serves \(registration.sharesConnection == true ? "a board of its own" : "boards that share it"); register this board on another"
                 ))
         }
-        // The broker's messages to such a board name it by id and scope, which an action delivered
-        // from a child scope or a store's fan-out would not.
-        if registration.sharesConnection == true, !registration.actions.isEmpty || !registration.stores.isEmpty {
+        // The broker's messages to such a board name it (or the store it owns) and its scope,
+        // which an action delivered from a child scope would not.
+        if registration.sharesConnection == true, !registration.actions.isEmpty {
             return reply(
                 to: envelope, from: peer,
                 error: BusError(
                     .badArgument,
-                    "a board that shares a gateway's connection takes commands, activations and flow events; it subscribes to no action and owns no store"
+                    "a board that shares a gateway's connection subscribes to no action (an action from a child scope would not name its scope)"
                 ))
         }
         if let refusal = registrationRefusal(registration, name: name, from: peer, remote: remote, principal: principal) {

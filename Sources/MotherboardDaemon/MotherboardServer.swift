@@ -95,8 +95,8 @@ public final class MotherboardServer: Service {
             try? FileManager.default.removeItem(atPath: path)  // stale socket of a killed broker
         }
 
-        // Room for the helpers' sockets: the MDP endpoint's three (its services share one
-        // connection) and one per board served to a parent.
+        // Room to spare for the broker's sockets, their monitors and the gateways' three each
+        // (their boards share one connection): libzmq's default is 1 023.
         let context = try ZMQContext(maximumSockets: 4096)
         let socket = try ZMQSocket(context: context, kind: .router)
         // Hard cap: frames far beyond the soft limit disconnect the peer inside libzmq; those

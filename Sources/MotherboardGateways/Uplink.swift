@@ -38,15 +38,15 @@ public struct UplinkSettings: Sendable, Hashable {
 
 /// The link of a motherboard that serves scopes of a parent motherboard (on another host).
 ///
-/// It runs on a thread of its own with three kinds of DEALER sockets: one to its own motherboard's
+/// It runs on a thread of its own with three DEALER sockets: one to its own motherboard's
 /// in-process endpoint (where it attached with the uplink secret; the boards of the served scopes are
-/// pushed to it), one per served board to the parent (registered there as that board: the
-/// parent routes to it as to any board, and the uplink hands each request to its own motherboard
-/// and the answer back), and one more to the parent for what goes up (clients' requests for the
-/// parent's scopes, actions bubbling on). Every connection to the parent is CURVE, pings with
-/// ZMTP heartbeats, and sends only when connected. The parent may be heard on the boards'
-/// connections before the link's own one is made: what goes up meanwhile waits for it, in order,
-/// within its deadline (``HeldMessages``).
+/// pushed to it), one to the parent that every served board is registered over (as boards that
+/// share it, PROTOCOL 5.1b: the parent routes to each as to any board, naming it, and the uplink
+/// hands each request to its own motherboard and the answer back), and one more to the parent
+/// for what goes up (clients' requests for the parent's scopes, actions bubbling on). Both
+/// connections to the parent are CURVE, ping with ZMTP heartbeats, and send only when connected.
+/// The parent may be heard on the boards' connection before the link's own one is made: what
+/// goes up meanwhile waits for it, in order, within its deadline (``HeldMessages``).
 ///
 /// The link is up while the parent was heard from within the liveness timeout (it heartbeats each
 /// registered board; the uplink pings it too, `control ping`). When it goes down, requests waiting on it fail
@@ -55,9 +55,8 @@ public struct UplinkSettings: Sendable, Hashable {
 /// `notRegistered`).
 package final class Uplink: @unchecked Sendable {
     private struct RemoteBoard {
-        /// Registered with the parent on a connection of its own, `socket`.
+        /// Registered with the parent on the served boards' connection.
         var link: HelperBoard
-        let socket: ZMQSocket
         /// The parent's last refusal, logged once rather than at every retry.
         var lastRefusal: String?
     }
@@ -74,10 +73,13 @@ package final class Uplink: @unchecked Sendable {
     private let secret: String
     private let limits: BusLimits
     private let logger: Logger
-    private let context: ZMQContext
     private let local: ZMQSocket
     private let link: ZMQSocket
+    /// The connection to the parent every served board is registered over.
+    private let served: ZMQSocket
     private var boards: [ScopedName: RemoteBoard] = [:]
+    /// The boards whose registration waits for the parent's answer, by its correlation id.
+    private var registrations: [UInt64: ScopedName] = [:]
     /// Requests from the parent, handed to the local motherboard, by the local correlation id.
     private var down: [UInt64: Pending] = [:]
     /// Requests sent up, by the correlation id they travel under to the parent.
@@ -115,11 +117,17 @@ package final class Uplink: @unchecked Sendable {
         self.secret = secret
         self.limits = limits
         self.logger = logger
-        self.context = context
         local = try ZMQSocket(context: context, kind: .dealer)
         try local.set(.linger(.zero), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000))
         try local.connect(localEndpoint)
         link = try Self.parentSocket(context: context, settings: settings)
+        do {
+            served = try Self.parentSocket(context: context, settings: settings)
+        } catch {
+            local.close()
+            link.close()
+            throw error
+        }
     }
 
     /// A DEALER to the parent: CURVE, ZMTP pings, quick reconnects, sends only when connected.
@@ -167,21 +175,54 @@ package final class Uplink: @unchecked Sendable {
                 _ = try? local.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(UplinkAttach(secret: secret))))
             }
             tick(now: now)
-            let names = Array(boards.keys)
-            let sockets = [local, link] + names.map { boards[$0]!.socket }
             // While messages wait for the link's connection (or for the parent to take more), look
             // again soon.
-            let ready = ZMQSocket.poll(sockets, timeoutMilliseconds: held.isEmpty ? 100 : 5)
+            let ready = ZMQSocket.poll([local, link, served], timeoutMilliseconds: held.isEmpty ? 100 : 5)
             if ready[0] { local.drainEnvelopes(limits: limits) { self.fromLocal($0, attachID: attachID, now: clock.now) } }
             if ready[1] { link.drainEnvelopes(limits: limits) { self.fromParentLink($0, now: clock.now) } }
-            for (index, name) in names.enumerated() where ready[index + 2] {
-                guard let socket = boards[name]?.socket else { continue }
-                socket.drainEnvelopes(limits: limits) { self.fromParent($0, board: name, now: clock.now) }
-            }
+            if ready[2] { served.drainEnvelopes(limits: limits) { self.toServed($0, now: clock.now) } }
         }
         for board in boards.values { board.link.close() }
         local.close()
         link.close()
+        served.close()
+    }
+
+    /// Registers `name` with the parent (again), remembering which registration the answer is for.
+    private func register(_ name: ScopedName, now: ContinuousClock.Instant) {
+        guard let previous = boards[name]?.link.correlationID else { return }
+        let id = makeID()
+        boards[name]?.link.register(now: now, id: id)
+        registrations[previous] = nil
+        registrations[id] = name
+    }
+
+    /// A message of the parent on the served boards' connection: an answer to a registration (by
+    /// its correlation id), a store request for the board that owns the store, else for the
+    /// board it names.
+    private func toServed(_ envelope: Envelope, now: ContinuousClock.Instant) {
+        lastHeard = now
+        let header = envelope.header
+        if header.kind == .reply || header.kind == .error, header.correlationID != 0 {
+            guard let name = registrations.removeValue(forKey: header.correlationID) else { return }
+            return fromParent(envelope, board: name, now: now)
+        }
+        if header.kind == .dispatch || header.kind == .store {
+            // `holder.gone` is the parent's about its own holders: nothing to hand down.
+            guard header.typeName != StoreOperation.holderGone else { return }
+            let owner = boards.keys.filter { $0.scope == header.scope && boards[$0]?.link.registration.stores.contains(header.target) == true }.min()
+            guard let owner else { return }
+            return fromParent(envelope, board: owner, now: now)
+        }
+        fromParent(envelope, board: ScopedName(scope: header.scope, name: header.target), now: now)
+    }
+
+    /// Sends to the parent on the served boards' connection, as board `name`.
+    private func send(_ envelope: Envelope, as name: ScopedName) {
+        var envelope = envelope
+        envelope.header.source = name.name
+        envelope.header.scope = name.scope
+        _ = try? served.send(envelope)
     }
 
     private func makeID() -> UInt64 {
@@ -213,7 +254,14 @@ package final class Uplink: @unchecked Sendable {
             var ping = EnvelopeHeader(kind: .control, correlationID: makeID(), typeName: ControlOperation.ping)
             ping.flags.insert(.replyExpected)
             _ = try? link.send(Envelope(header: ping))
-            for name in boards.keys { boards[name]?.link.keepAlive(now: now, id: makeID()) }
+            for name in boards.keys {
+                let (id, previous) = (makeID(), boards[name]?.link.correlationID ?? 0)
+                boards[name]?.link.keepAlive(now: now, id: id)
+                if boards[name]?.link.correlationID == id {
+                    registrations[previous] = nil
+                    registrations[id] = name
+                }
+            }
         }
         // Once the parent has been silent for 3 s (not while the link is first being made), and
         // every 10 s after that while it stays so.
@@ -276,12 +324,10 @@ package final class Uplink: @unchecked Sendable {
             boards.removeValue(forKey: name)?.link.close()
         case .reply, .error:
             // A local board's answer to the parent's request.
-            guard let pending = down.removeValue(forKey: header.correlationID), let name = pending.board,
-                let socket = boards[name]?.socket
-            else { return }
+            guard let pending = down.removeValue(forKey: header.correlationID), let name = pending.board, boards[name] != nil else { return }
             var answer = envelope
             answer.header.correlationID = pending.correlationID
-            _ = try? socket.send(answer)
+            send(answer, as: name)
         default:
             // A request for the parent (a client's, or an action bubbling on).
             sendUp(envelope, now: now)
@@ -295,17 +341,13 @@ package final class Uplink: @unchecked Sendable {
         // The parent routes requests to it; its actions are delivered here, where it lives.
         exported.actions = []
         exported.secret = boards[name]?.link.registration.secret ?? Registration.makeSecret()
+        exported.sharesConnection = true
         if boards[name] != nil {
             boards[name]?.link.registration = exported
         } else {
-            do {
-                let socket = try Self.parentSocket(context: context, settings: settings)
-                boards[name] = RemoteBoard(link: HelperBoard(connection: socket, registration: exported), socket: socket)
-            } catch {
-                return logger.error("cannot connect a board to the parent", metadata: ["board": "\(name)", "error": "\(error)"])
-            }
+            boards[name] = RemoteBoard(link: HelperBoard(connection: served, registration: exported))
         }
-        boards[name]?.link.register(now: now, id: makeID())
+        register(name, now: now)
     }
 
     private func sendUp(_ envelope: Envelope, now: ContinuousClock.Instant) {
@@ -436,9 +478,8 @@ package final class Uplink: @unchecked Sendable {
         }
     }
 
-    /// On a board's socket: the parent's requests for that board, heartbeats, registration answers.
+    /// For a served board: the parent's requests, heartbeats, registration answers.
     private func fromParent(_ envelope: Envelope, board name: ScopedName, now: ContinuousClock.Instant) {
-        lastHeard = now
         guard var board = boards[name] else { return }
         let header = envelope.header
         let wasRegistered = board.link.registered
@@ -456,8 +497,8 @@ package final class Uplink: @unchecked Sendable {
             }
             board.lastRefusal = refusal
             // Not known (a cut link, a restarted parent): again at once; refused: at the next tick.
-            if error.code == .notRegistered { board.link.register(now: now, id: makeID()) }
             boards[name] = board
+            if error.code == .notRegistered { register(name, now: now) }
             return
         case .request:
             break
@@ -470,7 +511,7 @@ package final class Uplink: @unchecked Sendable {
             // it knows through the link, which register without them).
             guard header.flags.contains(.replyExpected), header.correlationID != 0 else { return }
             let error = BusError(.malformed, "a \(header.kind) is not routed across the link to board '\(name)'")
-            _ = try? board.socket.send(Envelope.error(error, correlationID: header.correlationID))
+            send(Envelope.error(error, correlationID: header.correlationID), as: name)
         }
     }
 

@@ -274,6 +274,39 @@ struct NetworkIntegrationTests {
         }
     }
 
+    /// The boards an attached motherboard serves to its parent are registered there over one
+    /// connection (PROTOCOL 5.1b), each called as itself.
+    @Test func theBoardsServedToAParentShareOneConnectionAndAreEachCalled() async throws {
+        let port = try freeLoopbackPort()
+        let policy = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-policy-\(UUID().uuidString).json").path
+        try #"{"rules": [{"allow": ["serve"], "principals": ["insecure"], "targets": ["edge/*"]}]}"#.write(
+            toFile: policy, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: policy) }
+        let parent = #"{ "scopes": [ { "name": "edge" } ], "boards": [] }"#
+        let child = """
+            { "scopes": [ { "name": "edge" } ],
+              "boards": [ { "id": "north", "executable": "BoardBusDemoGreeter", "scope": "edge", "start": "always" },
+                          { "id": "south", "executable": "BoardBusDemoGreeter", "scope": "edge", "start": "always" } ],
+              "attach": { "address": "tcp://127.0.0.1:\(port)", "insecure": true } }
+            """
+        try await TestFleet.with(manifest: parent, brokerArguments: ["--listen", "tcp://127.0.0.1:\(port)", "--insecure", "--policy", policy]) {
+            parent in
+            try await TestFleet.with(manifest: child) { _ in
+                var served: [BoardInfo] = []
+                let both = try await eventually(timeout: .seconds(20), checkingEvery: .milliseconds(100)) {
+                    served = try await parent.withClient { client in try await client.list().boards.filter { $0.scope == "edge" } }
+                    return served.count == 2
+                }
+                #expect(both, "\(served.map(\.id)) \(parent.brokerLog.suffix(2000))")
+                #expect(Set(served.map(\.connection)).count == 1 && served.first?.connection != nil, "\(served.map(\.connection))")
+                for id in ["north", "south"] {
+                    let greeting = try await parent.busctl("call", id, "greet", #"{"name":"\#(id)"}"#, "--scope", "edge")
+                    #expect(greeting.exitCode == 0 && greeting.standardOutput.contains("Hello, \(id)!"), "\(greeting.standardError)")
+                }
+            }
+        }
+    }
+
     @Test func aMotherboardWhoseKeyIsNotAllowedIsToldWhyAndServesNothingThere() async throws {
         try await NetworkLab.with { lab in
             _ = try await lab.startParent(manifest: Self.parentManifest, policy: Self.policy)

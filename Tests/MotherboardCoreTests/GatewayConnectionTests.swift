@@ -119,15 +119,28 @@ struct GatewayConnectionTests {
         #expect(harness.register("payment", peer: gateway).first?.carriedError?.code == .badArgument)
         #expect(try harness.list().boards.map(\.id) == ["greeter", "orders"])
         #expect(harness.motherboard.registry.isGateway(gateway))
-        // Actions and stores are not for such boards: an action from a child scope would not
-        // name its subscriber's scope.
-        for registration in [
-            Registration(id: "audit", pid: 0, actions: ["logout"], sharesConnection: true),
-            Registration(id: "ledger", pid: 0, stores: ["ledger"], sharesConnection: true),
-        ] {
-            harness.request(
-                EnvelopeHeader(kind: .register, source: registration.id.rawValue), payload: try PayloadCodec.encode(registration), from: gateway)
-            #expect(harness.transport.take(for: gateway).first?.carriedError?.code == .badArgument)
-        }
+        // Actions are not for such boards: an action from a child scope would not name its
+        // subscriber's scope.
+        let audit = Registration(id: "audit", pid: 0, actions: ["logout"], sharesConnection: true)
+        harness.request(EnvelopeHeader(kind: .register, source: "audit"), payload: try PayloadCodec.encode(audit), from: gateway)
+        #expect(harness.transport.take(for: gateway).first?.carriedError?.code == .badArgument)
+    }
+
+    /// A shared board may own a store: what the broker sends for it names the store and its scope.
+    @Test func aStoreOfASharedBoardIsReachedByItsNameAndScope() throws {
+        let harness = try harness()
+        let ledger = Registration(id: "books", pid: 0, scope: "shop", stores: ["ledger"], sharesConnection: true)
+        harness.request(
+            EnvelopeHeader(kind: .register, source: "books", scope: "shop"), payload: try PayloadCodec.encode(ledger), from: gateway, correlation: 3)
+        #expect(harness.transport.take(for: gateway).map(\.header.kind) == [.reply])
+        harness.request(
+            EnvelopeHeader(kind: .dispatch, target: "ledger", scope: "shop", typeName: "add"), payload: Data("{}".utf8), from: harness.client,
+            correlation: 9)
+        let dispatch = try #require(harness.transport.take(for: gateway).first)
+        #expect(dispatch.header.kind == .dispatch && dispatch.header.target == "ledger" && dispatch.header.scope == "shop")
+        harness.deliver(
+            Envelope(header: EnvelopeHeader(kind: .reply, correlationID: dispatch.header.correlationID, source: "books", scope: "shop")),
+            from: gateway)
+        #expect(harness.transport.take(for: harness.client).map(\.header.correlationID) == [9])
     }
 }
