@@ -54,80 +54,35 @@ public struct UplinkSettings: Sendable, Hashable {
 /// registers again by itself (the parent answers a heartbeat it does not know with
 /// `notRegistered`).
 package final class Uplink: @unchecked Sendable {
-    private struct RemoteBoard {
-        /// Registered with the parent on the served boards' connection.
-        var link: HelperBoard
-        /// The parent's last refusal, logged once rather than at every retry.
-        var lastRefusal: String?
-    }
-
-    /// A request in flight through the uplink: where its answer goes.
-    private struct Pending {
-        /// Down: the board socket (by name) the parent's request came on; nil: up, to the local side.
-        var board: ScopedName?
-        var correlationID: UInt64
-        var deadline: ContinuousClock.Instant
-    }
-
     let settings: UplinkSettings
-    private let secret: String
     private let limits: BusLimits
-    private let logger: Logger
-    private let local: ZMQSocket
-    private let link: ZMQSocket
-    /// The connection to the parent every served board is registered over.
-    private let served: ZMQSocket
-    private var boards: [ScopedName: RemoteBoard] = [:]
-    /// The boards whose registration waits for the parent's answer, by its correlation id.
-    private var registrations: [UInt64: ScopedName] = [:]
-    /// Requests from the parent, handed to the local motherboard, by the local correlation id.
-    private var down: [UInt64: Pending] = [:]
-    /// Requests sent up, by the correlation id they travel under to the parent.
-    private var up: [UInt64: Pending] = [:]
-    /// What goes up while the link's connection is not made yet (the parent heard on the boards'
-    /// connections already) or the parent pushes back, in order.
-    private var held = HeldMessages(capacity: 10_000, byteCapacity: 64 << 20)
-    /// The longest a message waits for the link's connection: a handshake that has not finished by
-    /// then is not about to (and a shorter deadline keeps three quarters of its own).
-    private let longestHold = Duration.seconds(5)
-    private var nextID: UInt64 = 1
-    private var lastHeard: ContinuousClock.Instant?
-    private var lastPing: ContinuousClock.Instant?
-    private var linkUp = false
-    private var attached = false
-    /// Its own motherboard's link id (told when the uplink attached), and the pending question to
-    /// the parent whether attaching makes a cycle.
-    private var localLinkID: UInt64?
-    private var chainRequest: UInt64?
-    /// The parent refused this attach: it would make a cycle of motherboards. Nothing is served
-    /// there until the configuration is fixed and the motherboard restarted.
-    private var cycle = false
-    private let heartbeatInterval = Duration.milliseconds(500)
-    private let livenessTimeout = Duration.milliseconds(2500)
+    private let sockets: UplinkSockets
+    private let session: UplinkSession
     private let thread = HelperThread()
-    /// While the link is down, why (a probe of the parent's endpoint, on a thread of its own):
-    /// when it was last asked, and the last answer logged.
-    private var lastDiagnosis: ContinuousClock.Instant?
-    private let startedAt = ContinuousClock.now
-    private let diagnosis = Mutex<String?>(nil)
 
     /// Sockets in `context` (the motherboard's, whose in-process endpoint `localEndpoint` is).
     init(settings: UplinkSettings, context: ZMQContext, localEndpoint: String, secret: String, limits: BusLimits, logger: Logger) throws {
         self.settings = settings
-        self.secret = secret
         self.limits = limits
-        self.logger = logger
-        local = try ZMQSocket(context: context, kind: .dealer)
-        try local.set(.linger(.zero), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000))
-        try local.connect(localEndpoint)
-        link = try Self.parentSocket(context: context, settings: settings)
+        let local = try ZMQSocket(context: context, kind: .dealer)
+        let link: ZMQSocket
+        let served: ZMQSocket
         do {
-            served = try Self.parentSocket(context: context, settings: settings)
+            try local.set(.linger(.zero), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000))
+            try local.connect(localEndpoint)
+            link = try Self.parentSocket(context: context, settings: settings)
+            do {
+                served = try Self.parentSocket(context: context, settings: settings)
+            } catch {
+                link.close()
+                throw error
+            }
         } catch {
             local.close()
-            link.close()
             throw error
         }
+        sockets = UplinkSockets(local: local, link: link, served: served, settings: settings, logger: logger)
+        session = UplinkSession(endpoint: settings.endpoint, secret: secret, links: sockets, logger: logger)
     }
 
     /// A DEALER to the parent: CURVE, ZMTP pings, quick reconnects, sends only when connected.
@@ -150,7 +105,6 @@ package final class Uplink: @unchecked Sendable {
         }
         return socket
     }
-
     package func start() {
         thread.start(name: "uplink") { [self] in run() }
     }
@@ -159,128 +113,55 @@ package final class Uplink: @unchecked Sendable {
         thread.stop()
     }
 
-    // MARK: - Loop
-
     private func run() {
         let clock = ContinuousClock()
-        var attachID: UInt64 = 0
-        var lastAttach: ContinuousClock.Instant?
+        let (local, link, served) = (sockets.local, sockets.link, sockets.served)
         while thread.isRunning {
-            let now = clock.now
-            if !attached, lastAttach.map({ $0.duration(to: now) > .seconds(1) }) ?? true {
-                attachID = makeID()
-                lastAttach = now
-                var header = EnvelopeHeader(kind: .control, correlationID: attachID, typeName: ControlOperation.uplinkAttach)
-                header.flags.insert(.replyExpected)
-                _ = try? local.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(UplinkAttach(secret: secret))))
-            }
-            tick(now: now)
+            session.tick(now: clock.now)
             // While messages wait for the link's connection (or for the parent to take more), look
             // again soon.
-            let ready = ZMQSocket.poll([local, link, served], timeoutMilliseconds: held.isEmpty ? 100 : 5)
-            if ready[0] { local.drainEnvelopes(limits: limits) { self.fromLocal($0, attachID: attachID, now: clock.now) } }
-            if ready[1] { link.drainEnvelopes(limits: limits) { self.fromParentLink($0, now: clock.now) } }
-            if ready[2] { served.drainEnvelopes(limits: limits) { self.toServed($0, now: clock.now) } }
+            let ready = ZMQSocket.poll([local, link, served], timeoutMilliseconds: session.holdsMessages ? 5 : 100)
+            if ready[0] { local.drainEnvelopes(limits: limits) { session.fromLocal($0, now: clock.now) } }
+            if ready[1] { link.drainEnvelopes(limits: limits) { session.fromParentLink($0, now: clock.now) } }
+            if ready[2] { served.drainEnvelopes(limits: limits) { session.toServed($0, now: clock.now) } }
         }
-        for board in boards.values { board.link.close() }
+        session.close()
         local.close()
         link.close()
         served.close()
     }
+}
 
-    /// Registers `name` with the parent (again), remembering which registration the answer is for.
-    private func register(_ name: ScopedName, now: ContinuousClock.Instant) {
-        guard let previous = boards[name]?.link.correlationID else { return }
-        let id = makeID()
-        boards[name]?.link.register(now: now, id: id)
-        registrations[previous] = nil
-        registrations[id] = name
+/// The session's links over the uplink's sockets (its thread only, but for the probe's thread,
+/// which logs what it found under `diagnosis`).
+private final class UplinkSockets: UplinkLinks, @unchecked Sendable {
+    let local: ZMQSocket
+    let link: ZMQSocket
+    /// The connection to the parent every served board is registered over.
+    let served: ZMQSocket
+    let settings: UplinkSettings
+    let logger: Logger
+    /// The last reason logged for the parent's silence.
+    private let diagnosis = Mutex<String?>(nil)
+
+    init(local: ZMQSocket, link: ZMQSocket, served: ZMQSocket, settings: UplinkSettings, logger: Logger) {
+        self.local = local
+        self.link = link
+        self.served = served
+        self.settings = settings
+        self.logger = logger
     }
 
-    /// A message of the parent on the served boards' connection: an answer to a registration (by
-    /// its correlation id), a store request for the board that owns the store, else for the
-    /// board it names.
-    private func toServed(_ envelope: Envelope, now: ContinuousClock.Instant) {
-        lastHeard = now
-        let header = envelope.header
-        if header.kind == .reply || header.kind == .error, header.correlationID != 0 {
-            guard let name = registrations.removeValue(forKey: header.correlationID) else { return }
-            return fromParent(envelope, board: name, now: now)
-        }
-        if header.kind == .dispatch || header.kind == .store {
-            // `holder.gone` is the parent's about its own holders: nothing to hand down.
-            guard header.typeName != StoreOperation.holderGone else { return }
-            let owner = boards.keys.filter { $0.scope == header.scope && boards[$0]?.link.registration.stores.contains(header.target) == true }.min()
-            guard let owner else { return }
-            return fromParent(envelope, board: owner, now: now)
-        }
-        fromParent(envelope, board: ScopedName(scope: header.scope, name: header.target), now: now)
-    }
-
-    /// Sends to the parent on the served boards' connection, as board `name`.
-    private func send(_ envelope: Envelope, as name: ScopedName) {
-        var envelope = envelope
-        envelope.header.source = name.name
-        envelope.header.scope = name.scope
-        _ = try? served.send(envelope)
-    }
-
-    private func makeID() -> UInt64 {
-        defer { nextID &+= 1 }
-        return nextID
-    }
-
-    /// Pings, registrations, heartbeats, the link's state and expired requests.
-    private func tick(now: ContinuousClock.Instant) {
-        let heard = lastHeard.map { $0.duration(to: now) < livenessTimeout } ?? false
-        if heard != linkUp {
-            linkUp = heard
-            if heard {
-                logger.notice("link to the parent motherboard is up", metadata: ["endpoint": "\(settings.endpoint)"])
-                askChain()
-                // A later outage says its reason again.
-                diagnosis.withLock { $0 = nil }
-                lastDiagnosis = nil
-            } else {
-                logger.warning("link to the parent motherboard is down", metadata: ["endpoint": "\(settings.endpoint)"])
-                for name in boards.keys { boards[name]?.link.lose() }
-                _ = held.removeAll()
-                failUp(BusError(.unreachable, "the link to the parent motherboard at \(settings.endpoint) is down"))
-            }
-        }
-        if lastPing.map({ $0.duration(to: now) >= heartbeatInterval }) ?? true {
-            lastPing = now
-            // Any answer from the parent is proof it is there; this one costs it nothing.
-            var ping = EnvelopeHeader(kind: .control, correlationID: makeID(), typeName: ControlOperation.ping)
-            ping.flags.insert(.replyExpected)
-            _ = try? link.send(Envelope(header: ping))
-            for name in boards.keys {
-                let (id, previous) = (makeID(), boards[name]?.link.correlationID ?? 0)
-                boards[name]?.link.keepAlive(now: now, id: id)
-                if boards[name]?.link.correlationID == id {
-                    registrations[previous] = nil
-                    registrations[id] = name
-                }
-            }
-        }
-        // Once the parent has been silent for 3 s (not while the link is first being made), and
-        // every 10 s after that while it stays so.
-        let silentSince = lastHeard ?? startedAt
-        if !linkUp, silentSince.duration(to: now) >= .seconds(3), lastDiagnosis.map({ $0.duration(to: now) >= .seconds(10) }) ?? true {
-            lastDiagnosis = now
-            diagnose()
-        }
-        sendHeld(now: now)
-        for (id, pending) in up where pending.deadline <= now {
-            up[id] = nil
-            answerLocal(Envelope.error(BusError(.timeout, "the parent motherboard did not answer in time"), correlationID: pending.correlationID))
-        }
-        for (id, pending) in down where pending.deadline.advanced(by: .seconds(5)) <= now { down[id] = nil }
-    }
+    func toLocal(_ envelope: Envelope) { _ = try? local.send(envelope) }
+    func toParent(_ envelope: Envelope) throws -> Bool { try link.send(envelope) == .sent }
+    func sendToBroker(_ envelope: Envelope) { _ = try? served.send(envelope) }
+    /// The served boards' connection is the uplink's to close.
+    func close() {}
+    func forgetDiagnosis() { diagnosis.withLock { $0 = nil } }
 
     /// Says in the log why the parent is not heard (its key refused, nothing listening, no
     /// answer), once per reason: the link's own sockets retry quietly.
-    private func diagnose() {
+    func diagnose() {
         var probed = BusAddress(runtimeDirectory: FileManager.default.temporaryDirectory.path, endpoint: settings.endpoint)
         probed.curve = settings.credentials
         probed.insecureTCP = settings.credentials == nil
@@ -303,229 +184,4 @@ package final class Uplink: @unchecked Sendable {
         thread.start()
     }
 
-    // MARK: - From the local motherboard
-
-    private func fromLocal(_ envelope: Envelope, attachID: UInt64, now: ContinuousClock.Instant) {
-        let header = envelope.header
-        switch header.kind {
-        case .reply where header.correlationID == attachID && !attached:
-            attached = true
-            localLinkID = (try? PayloadCodec.decode(LinkChain.self, from: envelope.payload))?.ids.first
-            logger.info("uplink attached to its motherboard", metadata: ["parent": "\(settings.endpoint)"])
-            if linkUp { askChain() }
-        case .error where header.correlationID == attachID && !attached:
-            logger.error("the motherboard refused its uplink", metadata: ["error": "\(String(decoding: envelope.payload, as: UTF8.self))"])
-        case .control where header.typeName == ControlOperation.uplinkBoard:
-            guard let registration = try? PayloadCodec.decode(Registration.self, from: envelope.payload) else { return }
-            boardAppeared(registration, now: now)
-        case .control where header.typeName == ControlOperation.uplinkGone:
-            guard let gone = try? PayloadCodec.decode(StatusRequest.self, from: envelope.payload) else { return }
-            let name = ScopedName(scope: gone.scope, name: gone.id.rawValue)
-            boards.removeValue(forKey: name)?.link.close()
-        case .reply, .error:
-            // A local board's answer to the parent's request.
-            guard let pending = down.removeValue(forKey: header.correlationID), let name = pending.board, boards[name] != nil else { return }
-            var answer = envelope
-            answer.header.correlationID = pending.correlationID
-            send(answer, as: name)
-        default:
-            // A request for the parent (a client's, or an action bubbling on).
-            sendUp(envelope, now: now)
-        }
-    }
-
-    private func boardAppeared(_ registration: Registration, now: ContinuousClock.Instant) {
-        guard !cycle else { return }
-        let name = ScopedName(scope: registration.scope, name: registration.id.rawValue)
-        var exported = registration
-        // The parent routes requests to it; its actions are delivered here, where it lives.
-        exported.actions = []
-        exported.secret = boards[name]?.link.registration.secret ?? Registration.makeSecret()
-        exported.sharesConnection = true
-        if boards[name] != nil {
-            boards[name]?.link.registration = exported
-        } else {
-            boards[name] = RemoteBoard(link: HelperBoard(connection: served, registration: exported))
-        }
-        register(name, now: now)
-    }
-
-    private func sendUp(_ envelope: Envelope, now: ContinuousClock.Instant) {
-        let waits = Self.waits(envelope)
-        // Nothing goes up through a refused (cycle) or down link: a waiting sender hears why.
-        let refusal: BusError? =
-            cycle
-            ? BusError(.badArgument, "attaching to the parent at \(settings.endpoint) would make a cycle of motherboards; fix --attach")
-            : linkUp ? nil : BusError(.unreachable, "the link to the parent motherboard at \(settings.endpoint) is down")
-        if let refusal {
-            if waits { answerLocal(Envelope.error(refusal, correlationID: envelope.header.correlationID)) }
-            return
-        }
-        var request = envelope
-        let timeout = envelope.header.timeoutMilliseconds > 0 ? Duration.milliseconds(Int64(envelope.header.timeoutMilliseconds)) : .seconds(25)
-        if waits {
-            let id = makeID()
-            up[id] = Pending(board: nil, correlationID: envelope.header.correlationID, deadline: now.advanced(by: timeout))
-            request.header.correlationID = id
-        }
-        // Behind what is held already, in order (the loop's tick offers it to the connection);
-        // else straight to the socket, which refuses it while its connection is not made
-        // (ZMQ_IMMEDIATE) or the parent's queue is full: then it is held. It waits at most three
-        // quarters of its timeout, so that the sender, and the motherboard it asked, hear why
-        // before their own deadline.
-        if held.isEmpty {
-            do {
-                if try link.send(request) == .sent { return }
-            } catch {
-                return notSent(
-                    request, waits: waits, BusError(.unreachable, "could not send to the parent motherboard at \(settings.endpoint): \(error)"))
-            }
-        }
-        guard held.hold(request, now: now, until: now.advanced(by: min(timeout * 3 / 4, longestHold))) else {
-            return notSent(request, waits: waits, BusError(.unreachable, "the parent motherboard at \(settings.endpoint) is not connected"))
-        }
-    }
-
-    /// Offers what is held to the link's connection; answers `unreachable` for what could not
-    /// leave before its deadline or failed to send.
-    private func sendHeld(now: ContinuousClock.Instant) {
-        guard !held.isEmpty else { return }
-        let expired = held.flush(now: now) { message in
-            var envelope = message.envelope
-            // The parent gets what is left of the deadline, not the whole of it again.
-            if envelope.header.timeoutMilliseconds > 0 {
-                let waited = message.since.duration(to: now).wholeMilliseconds
-                envelope.header.timeoutMilliseconds = UInt32(max(1, Int(envelope.header.timeoutMilliseconds) - waited))
-            }
-            do {
-                return try link.send(envelope) == .sent ? .left : .refused
-            } catch {
-                notSent(
-                    envelope, waits: Self.waits(envelope),
-                    BusError(.unreachable, "could not send to the parent motherboard at \(settings.endpoint): \(error)"))
-                return .left
-            }
-        }
-        for message in expired {
-            notSent(
-                message.envelope, waits: Self.waits(message.envelope),
-                BusError(
-                    .unreachable,
-                    "the parent motherboard at \(settings.endpoint) did not take the request in time (the link's connection is not made, or is full)")
-            )
-        }
-    }
-
-    private static func waits(_ envelope: Envelope) -> Bool {
-        envelope.header.flags.contains(.replyExpected) && envelope.header.correlationID != 0
-    }
-
-    /// A message that never left: its sender, if it waits, is answered with `error`.
-    private func notSent(_ request: Envelope, waits: Bool, _ error: BusError) {
-        guard waits, let pending = up.removeValue(forKey: request.header.correlationID) else { return }
-        answerLocal(Envelope.error(error, correlationID: pending.correlationID))
-    }
-
-    private func answerLocal(_ envelope: Envelope) {
-        _ = try? local.send(envelope)
-    }
-
-    private func failUp(_ error: BusError) {
-        for (id, pending) in up {
-            up[id] = nil
-            answerLocal(Envelope.error(error, correlationID: pending.correlationID))
-        }
-    }
-
-    // MARK: - From the parent
-
-    /// On the link socket: answers to what went up, and the pongs.
-    private func fromParentLink(_ envelope: Envelope, now: ContinuousClock.Instant) {
-        lastHeard = now
-        if let chainRequest, envelope.header.correlationID == chainRequest { return chainAnswered(envelope) }
-        guard envelope.header.correlationID != 0, let pending = up.removeValue(forKey: envelope.header.correlationID) else { return }
-        var answer = envelope
-        answer.header.correlationID = pending.correlationID
-        answerLocal(answer)
-    }
-
-    /// Asks the parent, once the link is up and the uplink knows its motherboard's link id,
-    /// whether attaching there makes a cycle (`link.chain`).
-    private func askChain() {
-        guard let localLinkID, !cycle else { return }
-        let id = makeID()
-        chainRequest = id
-        var header = EnvelopeHeader(kind: .control, correlationID: id, typeName: ControlOperation.linkChain)
-        header.flags.insert(.replyExpected)
-        _ = try? link.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(LinkChain(ids: [localLinkID]))))
-    }
-
-    /// The parent's chain goes to the local motherboard (what is above it, for the motherboards
-    /// that attach to it); a refusal (a cycle) ends what this link serves. A parent that does not
-    /// know `link.chain` (an older one) answers otherwise: nothing changes.
-    private func chainAnswered(_ envelope: Envelope) {
-        chainRequest = nil
-        if envelope.header.kind == .reply, let chain = try? PayloadCodec.decode(LinkChain.self, from: envelope.payload) {
-            let header = EnvelopeHeader(kind: .control, typeName: ControlOperation.uplinkChain)
-            _ = try? local.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(chain)))
-        } else if let error = envelope.carriedError, error.code == .badArgument {
-            cycle = true
-            logger.error(
-                "not attached: the parent refused this motherboard, which would make a cycle of motherboards; fix --attach",
-                metadata: ["parent": "\(settings.endpoint)", "answer": "\(error.message)"])
-            for board in boards.values { board.link.close() }
-            boards = [:]
-        }
-    }
-
-    /// For a served board: the parent's requests, heartbeats, registration answers.
-    private func fromParent(_ envelope: Envelope, board name: ScopedName, now: ContinuousClock.Instant) {
-        guard var board = boards[name] else { return }
-        let header = envelope.header
-        let wasRegistered = board.link.registered
-        switch board.link.read(envelope) {
-        case .heartbeat, .otherAnswer:
-            return
-        case .accepted:
-            boards[name] = board
-            logger.info("board registered with the parent", metadata: ["board": "\(name)"])
-            return
-        case .refused(let error):
-            let refusal = error.description
-            if wasRegistered || refusal != board.lastRefusal {
-                logger.warning("the parent does not have this board registered", metadata: ["board": "\(name)", "answer": "\(refusal)"])
-            }
-            board.lastRefusal = refusal
-            // Not known (a cut link, a restarted parent): again at once; refused: at the next tick.
-            boards[name] = board
-            if error.code == .notRegistered { register(name, now: now) }
-            return
-        case .request:
-            break
-        }
-        switch header.kind {
-        case .command, .activate, .dispatch, .store:
-            forwardDown(envelope, board: name, now: now)
-        default:
-            // Nothing else is the parent's to send a board (it never sends actions to the boards
-            // it knows through the link, which register without them).
-            guard header.flags.contains(.replyExpected), header.correlationID != 0 else { return }
-            let error = BusError(.malformed, "a \(header.kind) is not routed across the link to board '\(name)'")
-            send(Envelope.error(error, correlationID: header.correlationID), as: name)
-        }
-    }
-
-    /// A request of the parent for a board of a served scope, handed to the local motherboard.
-    private func forwardDown(_ envelope: Envelope, board name: ScopedName, now: ContinuousClock.Instant) {
-        let header = envelope.header
-        var request = envelope
-        request.header.scope = name.scope
-        if header.flags.contains(.replyExpected) && header.correlationID != 0 {
-            let id = makeID()
-            let timeout = header.timeoutMilliseconds > 0 ? Duration.milliseconds(Int64(header.timeoutMilliseconds)) : .seconds(25)
-            down[id] = Pending(board: name, correlationID: header.correlationID, deadline: now.advanced(by: timeout))
-            request.header.correlationID = id
-        }
-        answerLocal(request)
-    }
 }
