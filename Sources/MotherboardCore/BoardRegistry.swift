@@ -39,6 +39,7 @@ final class LiveBoard {
         remote: RemotePeer? = nil, process: Int32? = nil
     ) {
         self.remote = remote
+        self.sharesConnection = registration.sharesConnection == true
         self.process = process
         self.metrics = metrics
         self.registration = registration
@@ -67,7 +68,7 @@ final class LiveBoard {
 
     /// Registered over a gateway's connection, which serves several boards: its messages name
     /// it (source and scope), and so do the broker's to it (target and scope).
-    var sharesConnection: Bool { registration.sharesConnection == true }
+    let sharesConnection: Bool
     var id: BoardID { registration.id }
     var scope: Scope { registration.scope }
     var name: ScopedName { ScopedName(scope: registration.scope, name: registration.id.rawValue) }
@@ -82,7 +83,12 @@ struct BoardRegistry {
     private(set) var boards: [ScopedName: LiveBoard] = [:]
     private var boardsByPeer: [PeerID: LiveBoard] = [:]
     /// The boards of each gateway connection (registered with `sharesConnection`).
-    private(set) var gatewayBoards: [PeerID: [ScopedName: LiveBoard]] = [:]
+    private(set) var gatewayBoards: [PeerID: [ScopedName: LiveBoard]] = [:] {
+        didSet { hasGateways = !gatewayBoards.isEmpty }
+    }
+    /// Whether any connection is a gateway's: a plain load on every message, so that a broker
+    /// without gateways pays nothing for them.
+    private(set) var hasGateways = false
     /// Owners of each store, in registration order (the first is the one that is used).
     private var storeOwners: [ScopedName: [LiveBoard]] = [:]
     /// Subscribers of each action name, sorted by id.
@@ -99,25 +105,14 @@ struct BoardRegistry {
         boardsByPeer[peer]
     }
 
-    /// The board a message from `peer` comes from: its connection's, or, on a gateway's
-    /// connection, the one its header names as source (in its scope).
-    @inline(__always) func board(for peer: PeerID, _ header: EnvelopeHeader) -> LiveBoard? {
-        if let board = boardsByPeer[peer] { return board }
-        guard !gatewayBoards.isEmpty, let served = gatewayBoards[peer] else { return nil }
-        return served[ScopedName(scope: header.scope, name: header.source)]
-    }
-
-    /// The board a message to `peer` goes to: its connection's, or the gateway board its header
-    /// names as target.
-    func board(receiving header: EnvelopeHeader, at peer: PeerID) -> LiveBoard? {
-        if let board = boardsByPeer[peer] { return board }
-        guard !gatewayBoards.isEmpty, let served = gatewayBoards[peer] else { return nil }
-        return served[ScopedName(scope: header.scope, name: header.target)]
+    /// The board `name` on the gateway connection `peer`.
+    func gatewayBoard(_ peer: PeerID, _ name: ScopedName) -> LiveBoard? {
+        gatewayBoards[peer]?[name]
     }
 
     /// Whether `peer` is a gateway's connection (it serves boards registered with `sharesConnection`).
-    func isGateway(_ peer: PeerID) -> Bool {
-        !gatewayBoards.isEmpty && gatewayBoards[peer] != nil
+    @inline(__always) func isGateway(_ peer: PeerID) -> Bool {
+        hasGateways && gatewayBoards[peer] != nil
     }
 
     mutating func insert(_ board: LiveBoard) {

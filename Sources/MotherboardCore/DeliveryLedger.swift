@@ -2,6 +2,37 @@ import BusCore
 import DequeModule
 import Foundation
 
+/// Where the broker writes its ledger's changes, so that a broker started again (after a crash
+/// too) delivers what was not answered: the daemon gives a file in its state directory. Called
+/// on the routing loop before the broker acts on the change.
+public protocol DeliveryJournal: AnyObject {
+    /// An activation kept, with its delivery count as it is about to be handed over. When this
+    /// throws, the activation is refused (`storageFailed`), never delivered unkept.
+    func put(_ delivery: JournaledDelivery) throws
+    /// It is done with (answered, or dead-lettered: then ``putDeadLetter(_:envelope:)``).
+    func remove(_ id: UInt64)
+    func putDeadLetter(_ letter: DeadLetter, envelope: Envelope)
+    /// A dead letter replayed.
+    func removeDeadLetter(_ id: UInt64)
+}
+
+/// An activation on the ledger as the journal keeps it.
+public struct JournaledDelivery: Sendable {
+    public var id: UInt64
+    public var board: ScopedName
+    /// How many times it was handed to its board.
+    public var deliveries: Int
+    /// As it came (its sender's correlation id in its header).
+    public var envelope: Envelope
+
+    public init(id: UInt64, board: ScopedName, deliveries: Int, envelope: Envelope) {
+        self.id = id
+        self.board = board
+        self.deliveries = deliveries
+        self.envelope = envelope
+    }
+}
+
 /// The activations of at-least-once boards that their board has not acknowledged yet, and those
 /// that ran out of deliveries (PROTOCOL 5.3). Pure: the broker asks it and routes.
 ///
@@ -87,6 +118,23 @@ struct DeliveryLedger {
         deadLetters.append((letter, entry.envelope))
         if deadLetters.count > Self.maximumDeadLetters { deadLetters.removeFirst() }
         return letter
+    }
+
+    /// What a journal kept, taken back by a broker started again: no sender waits for any of
+    /// them any more.
+    mutating func restore(_ entries: [JournaledDelivery], deadLetters letters: [(DeadLetter, Envelope)]) {
+        for entry in entries where Self.isLedgerID(entry.id) {
+            pending[entry.id] = Pending(
+                id: entry.id, board: entry.board, envelope: entry.envelope, deliveries: entry.deliveries, client: nil,
+                clientCorrelationID: entry.envelope.header.correlationID)
+            perBoard[entry.board, default: 0] += 1
+            bytes += entry.envelope.payload.count
+            nextID = max(nextID, (entry.id & ~Self.idBit) + 1)
+        }
+        for (letter, envelope) in letters.suffix(Self.maximumDeadLetters) {
+            deadLetters.append((letter, envelope))
+            nextID = max(nextID, letter.id + 1)
+        }
     }
 
     /// Takes a dead letter off the list, to deliver it again.

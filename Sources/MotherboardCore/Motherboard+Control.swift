@@ -13,9 +13,9 @@ extension Motherboard {
             switch operation.caller {
             case .anyone: break
             case .registeredBoard(let refusal):
-                guard registry.board(for: peer, envelope.header) != nil else { throw BusError(.notRegistered, refusal) }
+                guard sender(of: peer, envelope) != nil else { throw BusError(.notRegistered, refusal) }
             case .uplink(let refusal):
-                guard peerKind(of: peer, sender: registry.board(for: peer, envelope.header)) == .uplink else {
+                guard peerKind(of: peer, sender: sender(of: peer, envelope)) == .uplink else {
                     throw BusError(.unauthorized, refusal)
                 }
             }
@@ -74,7 +74,7 @@ extension Motherboard {
         },
         ControlOperation.registerFlow: .init(caller: .registeredBoard("only a registered board can register a flow; it owns the flow")) {
             motherboard, envelope, peer, _ in
-            guard let owner = motherboard.registry.board(for: peer, envelope.header) else {
+            guard let owner = motherboard.sender(of: peer, envelope) else {
                 throw BusError(.notRegistered, "only a registered board can register a flow")
             }
             let spec = try PayloadCodec.decode(FlowSpec.self, from: envelope.payload)
@@ -83,7 +83,7 @@ extension Motherboard {
         },
         ControlOperation.removeFlow: .init { motherboard, envelope, peer, _ in
             let removal = try PayloadCodec.decode(FlowRemoval.self, from: envelope.payload)
-            try motherboard.flows.remove(id: removal.id, requester: motherboard.registry.board(for: peer, envelope.header)?.id)
+            try motherboard.flows.remove(id: removal.id, requester: motherboard.sender(of: peer, envelope)?.id)
             motherboard.reply(to: envelope, from: peer, with: Delivery(delivered: 0))
         },
         ControlOperation.metrics: .init { motherboard, envelope, peer, _ in

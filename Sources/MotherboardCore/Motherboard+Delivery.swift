@@ -30,7 +30,22 @@ extension Motherboard {
             }
             id = added
         }
-        guard let count = ledger.delivered(id) else { return }
+        guard let count = ledger.delivered(id), let entry = ledger.pending[id] else { return }
+        do {
+            try deliveryJournal?.put(JournaledDelivery(id: id, board: target.name, deliveries: count, envelope: entry.envelope))
+        } catch {
+            logger.error("cannot journal an at-least-once activation", metadata: ["board": "\(target.name)", "error": "\(error)"])
+            // A first delivery is refused rather than handed over unkept; a later one goes on (its
+            // earlier record stands).
+            if count == 1 {
+                ledger.remove(id)
+                counters.undeliverable += 1
+                if let client {
+                    reply(to: envelope, from: client, error: BusError(.storageFailed, "the broker cannot keep the activation: \(error)"))
+                }
+                return
+            }
+        }
         var header = envelope.header
         header.correlationID = id
         header.flags.insert(.replyExpected)
@@ -45,6 +60,7 @@ extension Motherboard {
         let id = envelope.header.correlationID
         guard DeliveryLedger.isLedgerID(id), let sender else { return false }
         guard let entry = ledger.acknowledge(id, by: sender.name) else { return true }
+        deliveryJournal?.remove(id)
         if let client = entry.client, entry.envelope.header.flags.contains(.replyExpected) {
             var header = envelope.header
             header.correlationID = entry.clientCorrelationID
@@ -68,7 +84,35 @@ extension Motherboard {
 
     func redeliver(heldBy board: LiveBoard, reason: String, now: ContinuousClock.Instant) {
         guard !ledger.pending.isEmpty, let maxDeliveries = board.maxDeliveries else { return }
-        for held in ledger.held(by: board.name) {
+        redeliver(ledger.held(by: board.name), of: board.name, maxDeliveries: maxDeliveries, reason: reason, now: now)
+    }
+
+    /// Restores what a broker before this one journaled: its activations go to their boards
+    /// when they register (or, for those not live within `grace`, are activated then: started
+    /// on demand, else dead-lettered); no sender waits for them any more.
+    package func restoreDeliveries(
+        _ entries: [JournaledDelivery], deadLetters: [(DeadLetter, Envelope)], now: ContinuousClock.Instant, grace: Duration = .seconds(5)
+    ) {
+        ledger.restore(entries, deadLetters: deadLetters)
+        restoredHolders = Set(entries.map(\.board))
+        restoredDeadline = entries.isEmpty ? nil : now + grace
+        if !entries.isEmpty {
+            logger.notice("at-least-once activations restored", metadata: ["activations": "\(entries.count)", "boards": "\(restoredHolders.count)"])
+        }
+    }
+
+    /// A board holds restored activations: they are delivered (again) to it, or started.
+    func redeliverRestored(_ name: ScopedName, now: ContinuousClock.Instant) {
+        guard restoredHolders.remove(name) != nil else { return }
+        let held = ledger.pending.values.filter { $0.board == name }.sorted { $0.id < $1.id }
+        let maxDeliveries = maxDeliveries(of: name) ?? FleetManifest.Board.defaultMaxDeliveries
+        redeliver(held, of: name, maxDeliveries: maxDeliveries, reason: "the broker restarted", now: now)
+    }
+
+    private func redeliver(
+        _ pending: [DeliveryLedger.Pending], of name: ScopedName, maxDeliveries: Int, reason: String, now: ContinuousClock.Instant
+    ) {
+        for held in pending {
             guard held.deliveries < maxDeliveries else {
                 let why = "its board ended \(held.deliveries) time(s) while holding it (last: \(reason))"
                 guard let letter = deadLetter(held.id, reason: why) else { continue }
@@ -76,7 +120,7 @@ extension Motherboard {
                     reply(
                         to: held.envelope, from: client,
                         error: BusError(
-                            .outcomeUnknown, "board '\(board.name)' \(why); the activation is dead letter \(letter.id) (busctl dead-letters)"))
+                            .outcomeUnknown, "board '\(name)' \(why); the activation is dead letter \(letter.id) (busctl dead-letters)"))
                 }
                 continue
             }
@@ -84,14 +128,18 @@ extension Motherboard {
             header.correlationID = held.id
             header.deliveryCount = UInt32(clamping: held.deliveries + 1)
             logger.notice(
-                "activation delivered again", metadata: ["board": "\(board.name)", "delivery": "\(held.deliveries + 1)", "after": "\(reason)"])
-            activate(board.name, with: Envelope(header: header, payload: held.envelope.payload), client: nil, now: now)
+                "activation delivered again", metadata: ["board": "\(name)", "delivery": "\(held.deliveries + 1)", "after": "\(reason)"])
+            activate(name, with: Envelope(header: header, payload: held.envelope.payload), client: nil, now: now)
         }
     }
 
     /// Puts `id` on the dead-letter list: counted and logged.
     func deadLetter(_ id: UInt64, reason: String) -> DeadLetter? {
-        guard let letter = ledger.deadLetter(id, reason: reason, time: Date().timeIntervalSince1970) else { return nil }
+        guard let entry = ledger.pending[id], let letter = ledger.deadLetter(id, reason: reason, time: Date().timeIntervalSince1970) else {
+            return nil
+        }
+        deliveryJournal?.remove(id)
+        deliveryJournal?.putDeadLetter(letter, envelope: entry.envelope)
         counters.deadLettered += 1
         let board = ScopedName(scope: letter.scope, name: letter.board.rawValue)
         logger.error(
@@ -105,6 +153,7 @@ extension Motherboard {
         guard let (letter, original) = ledger.takeDeadLetter(request.id) else {
             throw BusError(.badArgument, "no dead letter \(request.id) (busctl dead-letters lists them)")
         }
+        deliveryJournal?.removeDeadLetter(letter.id)
         var header = original.header
         header.correlationID = 0
         header.flags.remove(.replyExpected)

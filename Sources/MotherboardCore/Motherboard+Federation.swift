@@ -56,7 +56,7 @@ extension Motherboard {
     /// `uplink.attach`: the uplink proves itself; the boards of the served scopes are pushed to it.
     func attachUplink(_ envelope: Envelope, from peer: PeerID) throws {
         let request = try PayloadCodec.decode(UplinkAttach.self, from: envelope.payload)
-        guard registry.board(for: peer, envelope.header) == nil, Self.secretsMatch(uplinkSecret, request.secret) else {
+        guard sender(of: peer, envelope) == nil, Self.secretsMatch(uplinkSecret, request.secret) else {
             throw BusError(.unauthorized, "only this motherboard's own uplink may attach")
         }
         uplink = peer

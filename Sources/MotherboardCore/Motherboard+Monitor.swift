@@ -111,7 +111,7 @@ extension Motherboard {
         guard let kind = MonitorEvent.kindName(header.kind) else { return }
         let source = !header.source.isEmpty ? header.source : sender.map(label) ?? "motherboard"
         observe(
-            envelope, kind: kind, source: source, target: registry.board(receiving: header, at: peer)?.id.rawValue ?? label(peer),
+            envelope, kind: kind, source: source, target: receiver(at: peer, envelope)?.id.rawValue ?? label(peer),
             roundTrip: roundTrip,
             correlationID: clientCorrelationID ?? header.correlationID)
     }
@@ -121,7 +121,7 @@ extension Motherboard {
     func observeReceived(_ envelope: Envelope, from peer: PeerID) {
         let header = envelope.header
         guard let kind = MonitorEvent.kindName(header.kind), header.kind != .control || header.typeName != ControlOperation.monitor else { return }
-        let source = registry.board(for: peer, header)?.id.rawValue ?? (header.source.isEmpty ? label(peer) : header.source)
+        let source = sender(of: peer, envelope)?.id.rawValue ?? (header.source.isEmpty ? label(peer) : header.source)
         observe(envelope, kind: kind, source: source, target: "motherboard", roundTrip: nil, correlationID: header.correlationID)
     }
 

@@ -6,7 +6,7 @@ extension Motherboard {
     /// that is not running, held while the broker starts it (as an activation is) and delivered
     /// with what is left of its deadline once it registers.
     func command(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        let sender = registry.board(for: peer, envelope.header)
+        let sender = sender(of: peer, envelope)
         let name = ScopedName(scope: scope(of: envelope, sender: sender), name: envelope.header.target)
         guard let target = registry[name] else {
             if forwardUp(envelope, name: name, from: peer, sender: sender, now: now) { return }
@@ -24,7 +24,7 @@ extension Motherboard {
     /// `activate` (nextToBoard): to the live board in the sender's scope, or, when the manifest can
     /// produce it, to a process started for it (the input waits in a bounded queue until it registers).
     func activate(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        let sender = registry.board(for: peer, envelope.header)
+        let sender = sender(of: peer, envelope)
         let name = ScopedName(scope: scope(of: envelope, sender: sender), name: envelope.header.target)
         var header = envelope.header
         if let sender {
@@ -44,7 +44,7 @@ extension Motherboard {
             if target.maxDeliveries != nil { return deliverAtLeastOnce(envelope, to: target, client: client) }
             return deliver(envelope, to: target, from: client, sender: nil, now: now)
         }
-        if let client, forwardUp(envelope, name: name, from: client, sender: registry.board(for: client, envelope.header), now: now) { return }
+        if let client, forwardUp(envelope, name: name, from: client, sender: sender(of: client, envelope), now: now) { return }
         guard let entry = manifest.board(named: name.name, scope: name.scope), producer != nil else {
             logger.warning("activation of a board that is not running", metadata: ["board": "\(name)"])
             return refuseHeld(envelope, client: client, notLiveError(name))
@@ -173,14 +173,20 @@ extension Motherboard {
 
     /// A board's answer to a forwarded request: relayed to the client under its own correlation id.
     func relayReply(_ envelope: Envelope, from peer: PeerID) {
-        let sender = registry.board(for: peer, envelope.header)
+        let sender = sender(of: peer, envelope)
         if acknowledgeDelivery(envelope, from: sender) { return }
         // Late (after a timeout: nobody waits for it) or forged (not from the board the request
         // went to, on its connection, and on a gateway's connection, named): dropped.
-        let gateway = sender?.sharesConnection ?? registry.isGateway(peer)
-        guard
-            let request = replies.takeReply(
-                envelope.header.correlationID, from: peer, accept: { !gateway || $0.board == sender?.name })
+        guard !(sender?.sharesConnection ?? registry.isGateway(peer)) else { return relayGatewayReply(envelope, from: peer, sender: sender) }
+        guard let request = replies.takeReply(envelope.header.correlationID, from: peer) else { return }
+        finish(request, .success(envelope))
+    }
+
+    /// A reply on a gateway's connection: taken only from the board it names, if that is the
+    /// one the request went to.
+    private func relayGatewayReply(_ envelope: Envelope, from peer: PeerID, sender: LiveBoard?) {
+        guard let name = sender?.name,
+            let request = replies.takeReply(envelope.header.correlationID, from: peer, accept: { $0.board == name })
         else { return }
         finish(request, .success(envelope))
     }
@@ -227,7 +233,7 @@ extension Motherboard {
     /// A registered board always speaks as itself; an unregistered client (busctl `emit`) may name
     /// the source and scope it emits for, to test flows.
     func routeOutput(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        let sender = registry.board(for: peer, envelope.header)
+        let sender = sender(of: peer, envelope)
         let sourceName = sender?.id.rawValue ?? envelope.header.source
         guard BoardID.isValid(sourceName) else {
             return reply(to: envelope, from: peer, error: BusError(.badArgument, "output without a valid source board id"))
@@ -289,7 +295,7 @@ extension Motherboard {
     /// ran, and the sender's `Delivery` counts the subscribers that did (a subscriber that dies or
     /// misses the deadline is not counted). So an acknowledged action was handled.
     func deliverAction(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        let sender = registry.board(for: peer, envelope.header)
+        let sender = sender(of: peer, envelope)
         let sendingScope = scope(of: envelope, sender: sender)
         if let noScope = noScopeError(sendingScope) {
             return reply(to: envelope, from: peer, error: noScope)
@@ -334,7 +340,7 @@ extension Motherboard {
     /// registry and refuses later messages from that instance; its process then exits. Activating
     /// the id again starts a fresh instance.
     func complete(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        guard let board = registry.board(for: peer, envelope.header) else {
+        guard let board = sender(of: peer, envelope) else {
             return reply(to: envelope, from: peer, error: BusError(.notRegistered, "only a registered board can complete"))
         }
         let completion = (try? PayloadCodec.decode(Completion.self, from: envelope.payload)) ?? Completion(isDone: true)

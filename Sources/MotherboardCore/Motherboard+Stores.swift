@@ -12,7 +12,7 @@ extension Motherboard {
 
     /// `dispatch` and the `store` operations that go to the owner.
     func routeStore(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        let sender = registry.board(for: peer, envelope.header)
+        let sender = sender(of: peer, envelope)
         let store = ScopedName(scope: scope(of: envelope, sender: sender), name: envelope.header.target)
         if envelope.header.kind == .store {
             switch envelope.header.typeName {
@@ -49,7 +49,7 @@ extension Motherboard {
     /// is full misses it and sees a gap in the sequence numbers (the SDK then takes a new
     /// snapshot); a subscriber that is gone is forgotten. Neither slows the owner or the broker.
     private func fanOut(_ envelope: Envelope, from peer: PeerID, store: ScopedName) {
-        guard let owner = registry.board(for: peer, envelope.header), owner.registration.stores.contains(store.name) else {
+        guard let owner = sender(of: peer, envelope), owner.registration.stores.contains(store.name) else {
             return reply(to: envelope, from: peer, error: BusError(.unauthorized, "only the owner of store '\(store)' publishes its changes"))
         }
         var header = envelope.header

@@ -68,6 +68,13 @@ public final class Motherboard {
     var ledger = DeliveryLedger()
     /// At-least-once boards that ended holding activations, to deliver them again.
     var endedHolding: [(board: LiveBoard, reason: String)] = []
+    /// Where the ledger's changes are written (the daemon's file); nil: the ledger is lost with
+    /// the broker.
+    package var deliveryJournal: (any DeliveryJournal)?
+    /// Boards holding activations a broker before this one kept, and when those still not live
+    /// are activated (started, or their activations dead-lettered).
+    var restoredHolders: Set<ScopedName> = []
+    var restoredDeadline: ContinuousClock.Instant?
     /// The board processes: starting, running, adopted, completed, and their restarts.
     var supervisor = Supervisor()
     /// Subscribers of each store's changes.
@@ -160,7 +167,7 @@ public final class Motherboard {
             }
             return
         }
-        let sender = registry.board(for: peer, envelope.header)
+        let sender = sender(of: peer, envelope)
         // A peer that took a remote board's routing id on a connection of another principal
         // (libzmq lets a peer choose its id) is not that board.
         if let sender, sender.remote?.keyName != principal {
@@ -192,7 +199,7 @@ public final class Motherboard {
         switch envelope.header.kind {
         case .register: register(envelope, from: peer, now: now, remote: remote, process: process, principal: principal)
         case .unregister: unregister(envelope, from: peer)
-        case .heartbeat: heartbeat(envelope.header, from: peer)
+        case .heartbeat: heartbeat(envelope, from: peer)
         case .activate: activate(envelope, from: peer, now: now)
         case .command: command(envelope, from: peer, now: now)
         case .output: routeOutput(envelope, from: peer, now: now)
@@ -256,6 +263,10 @@ public final class Motherboard {
         }
         restartDueBoards(now: now)
         redeliverEndedHolding(now: now)
+        if let restoredDeadline, restoredDeadline <= now {
+            self.restoredDeadline = nil
+            for name in restoredHolders.sorted() { redeliverRestored(name, now: now) }
+        }
         if !monitors.isEmpty { tickMonitors(now: now) }
         refreshMetrics()
     }
@@ -339,6 +350,7 @@ public final class Motherboard {
             livenessTimeoutMilliseconds: settings.livenessTimeout.wholeMilliseconds)
         send(envelope.reply(payload: PayloadCodec.encodeOrEmpty(accepted)), to: peer)
         deliverQueuedActivations(to: board, now: now)
+        if restoredHolders.contains(board.name) { redeliverRestored(board.name, now: now) }
     }
 
     /// Why a registration may not take its id, if it may not. One board id is one board: an id
@@ -386,14 +398,15 @@ public final class Motherboard {
     }
 
     private func unregister(_ envelope: Envelope, from peer: PeerID) {
-        if let board = registry.board(for: peer, envelope.header) { drop(board.name, reason: "unregistered") }
+        if let board = sender(of: peer, envelope) { drop(board.name, reason: "unregistered") }
         reply(to: envelope, from: peer, with: Delivery(delivered: 0))
     }
 
-    private func heartbeat(_ header: EnvelopeHeader, from peer: PeerID) {
+    private func heartbeat(_ envelope: Envelope, from peer: PeerID) {
+        let header = envelope.header
         // A heartbeat from a peer we do not know means the board registered with an earlier
         // broker: tell it to register again (a gateway: the board its heartbeat named).
-        if registry.board(for: peer, header) == nil && !retiredPeers.contains(peer) {
+        if sender(of: peer, envelope) == nil && !retiredPeers.contains(peer) {
             let error = BusError(.notRegistered, "this motherboard does not know you; register again")
             let answer = EnvelopeHeader(kind: .error, target: header.source, scope: header.scope, typeName: error.code.name)
             send(Envelope(header: answer, payload: PayloadCodec.encodeOrEmpty(error)), to: peer)
@@ -428,6 +441,22 @@ public final class Motherboard {
         if unreachableSince == nil, board.maxDeliveries != nil, !ledger.held(by: name).isEmpty { endedHolding.append((board, reason)) }
     }
 
+    /// The board a message from `peer` comes from: its connection's, or, on a gateway's
+    /// connection, the one it names as source (in its scope).
+    @inline(__always) func sender(of peer: PeerID, _ envelope: Envelope) -> LiveBoard? {
+        if let board = registry.board(for: peer) { return board }
+        guard registry.hasGateways else { return nil }
+        return registry.gatewayBoard(peer, ScopedName(scope: envelope.header.scope, name: envelope.header.source))
+    }
+
+    /// The board a message to `peer` goes to: its connection's, or the gateway's board it names
+    /// as target.
+    @inline(__always) func receiver(at peer: PeerID, _ envelope: Envelope) -> LiveBoard? {
+        if let board = registry.board(for: peer) { return board }
+        guard registry.hasGateways else { return nil }
+        return registry.gatewayBoard(peer, ScopedName(scope: envelope.header.scope, name: envelope.header.target))
+    }
+
     // MARK: - Sending
 
     /// Sends without the consequences of ``send(_:to:)`` (a failed fan-out does not drop a board).
@@ -448,7 +477,7 @@ public final class Motherboard {
         if !monitors.isEmpty {
             observeSent(envelope, to: peer, forwardedFrom: sender, roundTrip: roundTrip, clientCorrelationID: clientCorrelationID)
         }
-        countSent(envelope.header, to: registry.board(receiving: envelope.header, at: peer))
+        countSent(envelope.header, to: receiver(at: peer, envelope))
         if !transport.send(envelope, to: peer) { undeliverable(envelope.header.kind, to: peer, correlationID: envelope.header.correlationID) }
     }
 

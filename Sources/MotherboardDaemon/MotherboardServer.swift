@@ -155,6 +155,11 @@ public final class MotherboardServer: Service {
         let policy = try PolicyFile(path: policyPath(stateDirectory: stateDirectory), logger: logger)
         motherboard.install(policy: policy.policy, source: policy.path, text: policy.text)
         motherboard.audit = AuditLog(path: "\(stateDirectory)/audit.log", logger: logger).write
+        // What an earlier broker's at-least-once boards had not answered goes to them again.
+        let deliveries = DeliveryLogFile(path: "\(stateDirectory)/deliveries.log", logger: logger)
+        let journaled = try deliveries.load()
+        motherboard.restoreDeliveries(journaled.pending, deadLetters: journaled.deadLetters, now: .now)
+        motherboard.deliveryJournal = deliveries
         var startFailure: (any Error)?
         var metricsEndpoint: MetricsEndpoint?
         let metricsFile = "\(address.runtimeDirectory)/metrics.addr"

@@ -63,6 +63,36 @@ struct DeliveryIntegrationTests {
         }
     }
 
+    /// An activation a board holds unanswered when the broker is killed is delivered again by
+    /// the next broker (its journal in the state directory), to the same board process; once
+    /// answered it is not delivered a third time by a broker after that.
+    @Test func anActivationHeldWhenTheBrokerIsKilledIsDeliveredByTheNextBroker() async throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try await TestFleet.with(manifest: Self.manifest(directory)) { fleet in
+            let first = try await fleet.busctl("activate", "py.pay", #""keep""#, "--timeout", "2")
+            #expect(first.exitCode == 1 && first.standardError.contains("timeout"), "\(first.standardError)")
+            #expect(Self.log(directory) == [#""keep" 1"#])
+            let pid = try #require(fleet.pid(of: "py.pay"))
+
+            try await fleet.restartBrokerAfterKill()
+            #expect(
+                try await eventually(timeout: .seconds(20)) { Self.log(directory) == [#""keep" 1"#, #""keep" 2"#] },
+                "\(Self.log(directory)) \(fleet.brokerLog.suffix(2000))")
+            #expect(fleet.pid(of: "py.pay") == pid)
+            #expect(fleet.brokerLog.contains("at-least-once activations restored"))
+
+            // Answered: the broker after the next one has nothing to deliver.
+            try await fleet.restartBrokerAfterKill()
+            let waited = try await fleet.busctl("wait", "py.pay", "--timeout", "20")
+            #expect(waited.exitCode == 0, "\(waited.standardError)")
+            let list = try decode(DeadLetterList.self, from: try await fleet.busctl("dead-letters", "--json"))
+            #expect(list.letters.isEmpty)
+            #expect(Self.log(directory).count == 2, "\(Self.log(directory))")
+            #expect(!fleet.brokerLog.contains("at-least-once activations restored"))
+        }
+    }
+
     func temporaryDirectory() throws -> String {
         var template = Array("\(NSTemporaryDirectory())/boardbus-delivery-XXXXXX".utf8CString)
         guard mkdtemp(&template) != nil else { throw BusError(.transport, "mkdtemp failed") }

@@ -153,4 +153,79 @@ struct DeliveryTests {
         bytes = try HeaderCodec.encode(EnvelopeHeader(kind: .activate)) + [7, 0, 2, 0, 1]
         #expect((try? HeaderCodec.decode(Data(bytes))) == nil)
     }
+
+    /// A journal that keeps what it is told, and can fail.
+    final class Journal: DeliveryJournal {
+        var entries: [UInt64: JournaledDelivery] = [:]
+        var letters: [UInt64] = []
+        var failing = false
+        func put(_ delivery: JournaledDelivery) throws {
+            if failing { throw BusError(.storageFailed, "disk full") }
+            entries[delivery.id] = delivery
+        }
+        func remove(_ id: UInt64) { entries[id] = nil }
+        func putDeadLetter(_ letter: DeadLetter, envelope: Envelope) { letters.append(letter.id) }
+        func removeDeadLetter(_ id: UInt64) { letters.removeAll { $0 == id } }
+    }
+
+    @Test func theJournalKeepsWhatIsUnansweredAndABrokerStartedFromItDeliversItAgain() throws {
+        let producer = RecordingProducer()
+        let harness = try Harness(manifest: Self.manifest(.atLeastOnce), producer: producer)
+        let journal = Journal()
+        harness.motherboard.deliveryJournal = journal
+        activate(harness, "A-1")
+        let delivered = start(harness, producer, as: first)
+        let id = try #require(delivered.first?.header.correlationID)
+        #expect(journal.entries[id]?.deliveries == 1 && journal.entries[id]?.envelope.payload == Data("A-1".utf8))
+        activate(harness, "A-2")
+        let second = try #require(harness.transport.take(for: first).first)
+        harness.deliver(second.reply(payload: Data("paid".utf8), source: "pay"), from: first)
+        #expect(journal.entries.keys.sorted() == [id])
+
+        // A new broker, from the journal: the board's process lives on and registers again.
+        let restarted = try Harness(manifest: Self.manifest(.atLeastOnce), producer: producer)
+        restarted.motherboard.restoreDeliveries(Array(journal.entries.values), deadLetters: [], now: restarted.now)
+        let again = restarted.register("pay", scope: .root, peer: third, pid: producer.nextPID).filter { $0.header.kind != .reply }
+        #expect(again.map(\.header.correlationID) == [id])
+        #expect(again.map(\.header.deliveryCount) == [2])
+        #expect(again.map(\.payload) == [Data("A-1".utf8)])
+        // Its answer goes nowhere (nobody waits any more) and empties the ledger.
+        restarted.deliver(again[0].reply(payload: Data("paid".utf8), source: "pay"), from: third)
+        #expect(restarted.motherboard.ledger.pending.isEmpty)
+        // A new id from this broker does not take a restored one's.
+        activate(restarted, "A-3")
+        #expect(restarted.transport.take(for: third).first.map { $0.header.correlationID > id } == true)
+    }
+
+    @Test func aRestoredActivationWhoseBoardDoesNotComeBackIsStartedOrDeadLettered() throws {
+        let producer = RecordingProducer()
+        let harness = try Harness(manifest: Self.manifest(.atLeastOnce), producer: producer)
+        let kept = Envelope(header: EnvelopeHeader(kind: .activate, target: "pay", typeName: "Pay"), payload: Data("B-1".utf8))
+        let gone = Envelope(header: EnvelopeHeader(kind: .activate, target: "old", typeName: "Pay"), payload: Data("C-1".utf8))
+        let bit = DeliveryLedger.idBit
+        harness.motherboard.restoreDeliveries(
+            [
+                JournaledDelivery(id: bit | 4, board: ScopedName(scope: .root, name: "pay"), deliveries: 1, envelope: kept),
+                JournaledDelivery(id: bit | 9, board: ScopedName(scope: .root, name: "old"), deliveries: 1, envelope: gone),
+            ], deadLetters: [], now: harness.now, grace: .seconds(5))
+        harness.now = harness.now.advanced(by: .seconds(6))
+        harness.motherboard.tick(now: harness.now)
+        // `pay` is started on demand and handed its activation; `old` is no board any more.
+        #expect(producer.started.count == 1)
+        let delivered = start(harness, producer, as: first)
+        #expect(delivered.map(\.header.correlationID) == [bit | 4] && delivered.map(\.header.deliveryCount) == [2])
+        #expect(harness.motherboard.ledger.deadLetters.map(\.letter.id) == [9])
+    }
+
+    @Test func anActivationTheJournalCannotKeepIsRefusedNotDelivered() throws {
+        let producer = RecordingProducer()
+        let harness = try Harness(manifest: Self.manifest(.atLeastOnce), producer: producer)
+        let journal = Journal()
+        journal.failing = true
+        harness.motherboard.deliveryJournal = journal
+        activate(harness)
+        #expect(start(harness, producer, as: first).isEmpty)
+        #expect(harness.transport.take(for: harness.client).first?.carriedError?.code == .storageFailed)
+        #expect(harness.motherboard.ledger.pending.isEmpty)
+    }
 }

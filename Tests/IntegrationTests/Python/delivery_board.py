@@ -1,7 +1,8 @@
 """An at-least-once board for the tests, written from docs/PROTOCOL.md (5.3, header field 7):
 it appends each activation it is handed, with its delivery count, to LOG; it holds one whose
-payload is "hold" (without answering) on its first delivery, and dies at once on one whose
-payload is "poison" while the file POISON exists; it answers everything else.
+payload is "hold" (without answering) on its first delivery, keeps one whose payload is "keep"
+unanswered on its first delivery (and goes on serving), and dies at once on one whose payload
+is "poison" while the file POISON exists; it answers everything else.
 
 usage: delivery_board.py LOG POISON"""
 import os
@@ -22,6 +23,8 @@ def handle(message, payload):
         out.write(f"{payload.decode()} {count}\n")
     if payload == b'"hold"' and count == 1:
         time.sleep(120)  # the test kills it here
+    if payload == b'"keep"' and count == 1:
+        return None
     if payload == b'"poison"' and os.path.exists(poison):
         os._exit(3)
     return REPLY, "", (), b'{"done":true}'

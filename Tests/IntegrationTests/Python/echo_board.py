@@ -76,9 +76,11 @@ def serve(commands, answer, kinds=(COMMAND,)):
             header, payload = sock.recv_multipart()
             message = decode_header(header)
             if message["kind"] in kinds and message["flags"] & REPLY_EXPECTED:
-                kind, type_name, optional, body = answer(message, payload)
-                sock.send_multipart([encode_header(kind, corr=message["corr"], source=board_id, type_name=type_name,
-                                                   optional=optional), body])
+                answered = answer(message, payload)
+                if answered is not None:  # None: the board keeps it unanswered
+                    kind, type_name, optional, body = answered
+                    sock.send_multipart([encode_header(kind, corr=message["corr"], source=board_id, type_name=type_name,
+                                                       optional=optional), body])
             elif message["kind"] == ERROR and message["type_name"] == "notRegistered":
                 register(2)  # the broker restarted: its answer to a heartbeat says so
         if time.monotonic() >= next_heartbeat:

@@ -1,0 +1,183 @@
+import BusCore
+import Foundation
+import Logging
+import MotherboardCore
+
+/// The at-least-once ledger's journal in the state directory (`deliveries.log`): one JSON line
+/// per change, appended with `write(2)` before the broker acts on it, so that a broker killed
+/// at any point leaves every activation its boards had not answered to the next one. Not
+/// synced to the disk per line: a crash of the machine may lose the last lines, a crash of the
+/// broker does not. Read at start (a line cut by the crash is skipped) and written again
+/// compact, then again whenever most of its lines are history.
+public final class DeliveryLogFile: DeliveryJournal {
+    private struct Line: Codable {
+        enum Operation: String, Codable { case put, remove, dead, undead }
+        var op: Operation
+        var id: UInt64
+        var board: String?
+        var scope: String?
+        var deliveries: Int?
+        /// The envelope's frames (header, payload), base64 in JSON.
+        var header: Data?
+        var payload: Data?
+        var letter: DeadLetter?
+    }
+
+    public let path: String
+    private let logger: Logger
+    private var descriptor: Int32 = -1
+    private var lines = 0
+    /// What the file holds now, to write it again compact.
+    private var pending: [UInt64: JournaledDelivery] = [:]
+    private var letters: [(letter: DeadLetter, envelope: Envelope)] = []
+
+    public init(path: String, logger: Logger) {
+        self.path = path
+        self.logger = logger
+    }
+
+    deinit {
+        if descriptor >= 0 { close(descriptor) }
+    }
+
+    /// Reads what an earlier broker wrote and writes it again compact; from then on the file
+    /// takes this broker's changes.
+    public func load() throws -> (pending: [JournaledDelivery], deadLetters: [(DeadLetter, Envelope)]) {
+        if let text = FileManager.default.contents(atPath: path) {
+            let decoder = JSONDecoder()
+            var skipped = 0
+            for line in text.split(separator: UInt8(ascii: "\n")) {
+                guard let record = try? decoder.decode(Line.self, from: Data(line)) else {
+                    skipped += 1
+                    continue
+                }
+                apply(record)
+            }
+            if skipped > 0 { logger.warning("delivery journal: lines that do not read were skipped", metadata: ["lines": "\(skipped)"]) }
+        }
+        try compact()
+        return (pending.values.sorted { $0.id < $1.id }, letters.map { ($0.letter, $0.envelope) })
+    }
+
+    public func put(_ delivery: JournaledDelivery) throws {
+        let frames = try delivery.envelope.frames()
+        try append(
+            Line(
+                op: .put, id: delivery.id, board: delivery.board.name, scope: delivery.board.scope.name, deliveries: delivery.deliveries,
+                header: frames.first, payload: frames.count > 1 ? frames[1] : Data()))
+        pending[delivery.id] = delivery
+        do {
+            try compactIfMostlyHistory()
+        } catch {
+            // The line is written; the file stays longer than it needs to.
+            logger.error("cannot compact the delivery journal", metadata: ["path": "\(path)", "error": "\(error)"])
+        }
+    }
+
+    public func remove(_ id: UInt64) {
+        guard pending.removeValue(forKey: id) != nil else { return }
+        appendOrLog(Line(op: .remove, id: id))
+    }
+
+    public func putDeadLetter(_ letter: DeadLetter, envelope: Envelope) {
+        guard let frames = try? envelope.frames() else { return }
+        appendOrLog(Line(op: .dead, id: letter.id, header: frames.first, payload: frames.count > 1 ? frames[1] : Data(), letter: letter))
+        letters.append((letter, envelope))
+        // As many as the broker lists; the oldest go first.
+        if letters.count > 1_000 { letters.removeFirst(letters.count - 1_000) }
+    }
+
+    public func removeDeadLetter(_ id: UInt64) {
+        letters.removeAll { $0.letter.id == id }
+        appendOrLog(Line(op: .undead, id: id))
+    }
+
+    private func apply(_ line: Line) {
+        switch line.op {
+        case .put:
+            guard let board = line.board, let header = line.header,
+                let envelope = try? Envelope(frames: [header, line.payload ?? Data()])
+            else { return }
+            pending[line.id] = JournaledDelivery(
+                id: line.id, board: ScopedName(scope: Scope(line.scope ?? ""), name: board), deliveries: line.deliveries ?? 1, envelope: envelope)
+        case .remove:
+            pending[line.id] = nil
+        case .dead:
+            guard let letter = line.letter, let header = line.header, let envelope = try? Envelope(frames: [header, line.payload ?? Data()])
+            else { return }
+            letters.append((letter, envelope))
+        case .undead:
+            letters.removeAll { $0.letter.id == line.id }
+        }
+    }
+
+    private func appendOrLog(_ line: Line) {
+        do {
+            try append(line)
+        } catch {
+            // The activation is answered or dead-lettered all the same; a broker started from this
+            // file delivers it once more, which at least once allows.
+            logger.error("cannot write the delivery journal", metadata: ["path": "\(path)", "error": "\(error)"])
+        }
+    }
+
+    private func append(_ line: Line) throws {
+        var bytes = try JSONEncoder().encode(line)
+        bytes.append(UInt8(ascii: "\n"))
+        if descriptor < 0 { try open() }
+        try Self.write(bytes, to: descriptor)
+        lines += 1
+    }
+
+    private func open() throws {
+        descriptor = Glibc.open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw BusError(.storageFailed, "cannot open \(path): \(String(cString: strerror(errno)))") }
+    }
+
+    private static func write(_ bytes: Data, to descriptor: Int32) throws {
+        try bytes.withUnsafeBytes { buffer in
+            var offset = 0
+            while offset < buffer.count {
+                let written = Glibc.write(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
+                if written < 0 {
+                    if errno == EINTR { continue }
+                    throw BusError(.storageFailed, "cannot write the delivery journal: \(String(cString: strerror(errno)))")
+                }
+                offset += written
+            }
+        }
+    }
+
+    private func compactIfMostlyHistory() throws {
+        guard lines > 4_096, lines > 4 * (pending.count + letters.count) else { return }
+        try compact()
+    }
+
+    /// Writes what is live now to a new file and puts it in the journal's place.
+    private func compact() throws {
+        let encoder = JSONEncoder()
+        var text = Data()
+        for delivery in pending.values.sorted(by: { $0.id < $1.id }) {
+            let frames = try delivery.envelope.frames()
+            text += try encoder.encode(
+                Line(
+                    op: .put, id: delivery.id, board: delivery.board.name, scope: delivery.board.scope.name, deliveries: delivery.deliveries,
+                    header: frames.first, payload: frames.count > 1 ? frames[1] : Data()))
+            text.append(UInt8(ascii: "\n"))
+        }
+        for (letter, envelope) in letters {
+            let frames = try envelope.frames()
+            text += try encoder.encode(
+                Line(op: .dead, id: letter.id, header: frames.first, payload: frames.count > 1 ? frames[1] : Data(), letter: letter))
+            text.append(UInt8(ascii: "\n"))
+        }
+        let temporary = path + ".new"
+        guard FileManager.default.createFile(atPath: temporary, contents: text, attributes: [.posixPermissions: 0o600]) else {
+            throw BusError(.storageFailed, "cannot write \(temporary)")
+        }
+        guard rename(temporary, path) == 0 else { throw BusError(.storageFailed, "cannot replace \(path): \(String(cString: strerror(errno)))") }
+        if descriptor >= 0 { close(descriptor) }
+        descriptor = -1
+        lines = pending.count + letters.count
+    }
+}
