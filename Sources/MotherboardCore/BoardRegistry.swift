@@ -78,8 +78,9 @@ final class LiveBoard {
 /// messages give), with the two indexes a message may need: the
 /// boards that own a store and the boards subscribed to an action, both by scoped name. They are
 /// kept as boards come and go, so that routing a store operation or an action looks one entry
-/// up rather than scanning every live board.
-struct BoardRegistry {
+/// up rather than scanning every live board. A class: the broker reads it on every message,
+/// and a struct's copy there retained each of its tables.
+final class BoardRegistry {
     private(set) var boards: [ScopedName: LiveBoard] = [:]
     private var boardsByPeer: [PeerID: LiveBoard] = [:]
     /// The boards of each gateway connection (registered with `sharesConnection`).
@@ -115,7 +116,7 @@ struct BoardRegistry {
         hasGateways && gatewayBoards[peer] != nil
     }
 
-    mutating func insert(_ board: LiveBoard) {
+    func insert(_ board: LiveBoard) {
         if let previous = boards[board.name] { unlink(previous) }
         if let old = boardsByPeer[board.peer], old.name != board.name {
             boards[old.name] = nil
@@ -139,14 +140,14 @@ struct BoardRegistry {
     }
 
     @discardableResult
-    mutating func remove(_ name: ScopedName) -> LiveBoard? {
+    func remove(_ name: ScopedName) -> LiveBoard? {
         guard let board = boards.removeValue(forKey: name) else { return nil }
         unlink(board)
         return board
     }
 
     /// Takes `board` out of the peer indexes and the store and action indexes.
-    private mutating func unlink(_ board: LiveBoard) {
+    private func unlink(_ board: LiveBoard) {
         if board.sharesConnection {
             gatewayBoards[board.peer]?[board.name] = nil
             if gatewayBoards[board.peer]?.isEmpty == true { gatewayBoards[board.peer] = nil }
@@ -156,7 +157,7 @@ struct BoardRegistry {
         unindex(board)
     }
 
-    private mutating func unindex(_ board: LiveBoard) {
+    private func unindex(_ board: LiveBoard) {
         for store in Set(board.registration.stores) {
             storeOwners.removeFromList(at: ScopedName(scope: board.scope, name: store)) { $0 === board }
         }

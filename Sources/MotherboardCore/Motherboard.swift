@@ -61,7 +61,7 @@ public final class Motherboard {
     @exclusivity(unchecked) public package(set) var counters = MotherboardCounters()
     let scopes: ScopeTable
     var flows = FlowTable()
-    @exclusivity(unchecked) var registry = BoardRegistry()
+    let registry = BoardRegistry()
     /// Forwarded requests and action deliveries waiting for answers (both routing paths).
     @exclusivity(unchecked) var replies = ReplyRegistry()
     /// At-least-once activations not acknowledged yet, and the dead letters.

@@ -24,7 +24,7 @@ struct BoardRegistryTests {
     }
 
     @Test func subscribersAreTheBoardsOfTheScopeThatDeclareTheActionSortedById() {
-        var registry = BoardRegistry()
+        let registry = BoardRegistry()
         registry.insert(board("c.sub", peer: 1, actions: ["logout", "login"]))
         registry.insert(board("a.sub", peer: 2, actions: ["logout"]))
         registry.insert(board("b.other", peer: 3, actions: ["other"]))
@@ -40,7 +40,7 @@ struct BoardRegistryTests {
     }
 
     @Test func aBoardThatRegistersAgainIsIndexedOnceWithItsNewRegistration() {
-        var registry = BoardRegistry()
+        let registry = BoardRegistry()
         registry.insert(board("demo.sub", peer: 1, actions: ["logout"], stores: ["cart"]))
         // Same id on a new connection, now declaring something else: the old entry goes.
         registry.insert(board("demo.sub", peer: 2, actions: ["login"]))
@@ -71,7 +71,7 @@ struct BoardRegistryTests {
     }
 
     @Test func aStoreIsOwnedByTheFirstToRegisterAndPassesOnWhenItLeaves() {
-        var registry = BoardRegistry()
+        let registry = BoardRegistry()
         let cart = ScopedName(scope: .root, name: "cart")
         registry.insert(board("z.first", peer: 1, stores: ["cart", "cart"]))
         registry.insert(board("a.second", peer: 2, stores: ["cart"]))
