@@ -28,11 +28,18 @@ enum NetworkBench {
          "boards": [{"id": "sensor", "executable": "bench-echo-board", "scope": "edge", "start": "always", "restart": "always"}]}
         """#
 
+    /// What the remote keys may do on A: the client on B calls the echo board, B's motherboard
+    /// serves `edge`.
+    static let policy = #"""
+        {"rules": [{"allow": ["call"], "principals": ["ops"], "targets": ["bench.echo"]},
+                   {"allow": ["serve"], "principals": ["edge-b"], "targets": ["edge/*"]}]}
+        """#
+
     static func run(settings: BenchSettings, quick: Bool, report: Report) async throws {
         try await NetworkLab.with { lab in
             let place = lab.isolated ? "two network namespaces" : "127.0.0.1 (no network namespaces here)"
             progress("across hosts: tcp+CURVE between \(place)")
-            _ = try await lab.startParent(manifest: parentManifest)
+            _ = try await lab.startParent(manifest: parentManifest, policy: policy)
             try lab.expectOK(try await lab.busctlA("wait", "--timeout", "30"))
 
             // The baseline: the C proxy with a CURVE front on A's address, its echo on A.
