@@ -130,11 +130,14 @@ final class BoardRuntime: Service, Sendable {
         let header = envelope.header
         switch header.subject {
         case .payloadType where header.kind == .activate:
-            await answer(envelope) { [board] in
-                guard let handler = board.activationHandler else {
-                    throw BusError(.typeMismatch, "board '\(board.id)' takes no activation input")
+            let delivery = header.deliveryCount.map { ActivationDelivery(id: header.correlationID, count: Int($0)) }
+            await ActivationDelivery.$current.withValue(delivery) {
+                await answer(envelope) { [board] in
+                    guard let handler = board.activationHandler else {
+                        throw BusError(.typeMismatch, "board '\(board.id)' takes no activation input")
+                    }
+                    return try await handler(envelope, self.context)
                 }
-                return try await handler(envelope, self.context)
             }
         case .command(let name):
             await answer(envelope) { [board] in

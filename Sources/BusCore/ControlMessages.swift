@@ -229,6 +229,15 @@ public enum ControlOperation {
     public static let deadLetters = "dead-letters"
     /// Delivers a dead letter again, as a new activation (``DeadLetterReplay``; answered ``Delivery``).
     public static let deadLettersReplay = "dead-letters.replay"
+    /// From the board an at-least-once activation was handed to: it has taken it, and it is not
+    /// delivered again whatever happens to the board (``DeliveryTaken``; answered ``Delivery``).
+    public static let deliveryTaken = "delivery.taken"
+}
+
+/// The question of `delivery.taken`: the activation's correlation id as the board was handed it.
+public struct DeliveryTaken: BusPayload, Hashable {
+    public var id: UInt64
+    public init(id: UInt64) { self.id = id }
 }
 
 /// An activation that ran out of deliveries: its board ended `attempts` times while holding it.

@@ -52,6 +52,9 @@ struct DeliveryLedger {
         /// Who waits for its answer, and under which id.
         let client: PeerID?
         let clientCorrelationID: UInt64
+        /// Its board said it has taken it (`delivery.taken`): kept only to relay the answer, never
+        /// delivered again.
+        var taken = false
     }
 
     /// Ids the ledger makes carry this bit, so that an answer to one is told from one to a request
@@ -95,9 +98,24 @@ struct DeliveryLedger {
         return remove(id)
     }
 
-    /// What `board` held, unanswered, when it ended: oldest first.
+    /// What `board` held, unanswered and not taken, when it ended: oldest first.
     func held(by board: ScopedName) -> [Pending] {
-        pending.values.filter { $0.board == board && $0.deliveries > 0 }.sorted { $0.id < $1.id }
+        pending.values.filter { $0.board == board && $0.deliveries > 0 && !$0.taken }.sorted { $0.id < $1.id }
+    }
+
+    /// The board says it has taken `id`: it is not delivered again. False when it is not the
+    /// board's (or not kept).
+    mutating func take(_ id: UInt64, by board: ScopedName) -> Bool {
+        guard pending[id]?.board == board, pending[id]!.deliveries > 0 else { return false }
+        pending[id]!.taken = true
+        return true
+    }
+
+    /// What `board` had taken and not answered when it ended: off the ledger.
+    mutating func removeTaken(by board: ScopedName) -> [Pending] {
+        let taken = pending.values.filter { $0.board == board && $0.taken }.sorted { $0.id < $1.id }
+        for entry in taken { remove(entry.id) }
+        return taken
     }
 
     @discardableResult

@@ -106,6 +106,10 @@ extension Motherboard {
         ControlOperation.deadLettersReplay: .init { motherboard, envelope, peer, now in
             try motherboard.replayDeadLetter(envelope, from: peer, now: now)
         },
+        ControlOperation.deliveryTaken: .init(caller: .registeredBoard("only the board an activation was handed to takes it")) {
+            motherboard, envelope, peer, _ in
+            try motherboard.takeDelivery(envelope, from: peer)
+        },
         ControlOperation.policyCheck: .init { motherboard, envelope, peer, _ in try motherboard.answerPolicyCheck(envelope, from: peer) },
         ControlOperation.policyShow: .init { motherboard, envelope, peer, _ in motherboard.answerPolicyShow(envelope, from: peer) },
         // Between motherboards (ours at both ends): the uplink proves itself with its secret, a

@@ -133,6 +133,30 @@ extension Motherboard {
         }
     }
 
+    /// `delivery.taken`: the board took the activation; it is no longer journaled nor delivered
+    /// again, and its answer, when it comes, still goes to its sender.
+    func takeDelivery(_ envelope: Envelope, from peer: PeerID) throws {
+        let request = try PayloadCodec.decode(DeliveryTaken.self, from: envelope.payload)
+        guard let board = sender(of: peer, envelope), ledger.take(request.id, by: board.name) else {
+            throw BusError(.badArgument, "no at-least-once activation \(request.id) was handed to this board")
+        }
+        deliveryJournal?.remove(request.id)
+        reply(to: envelope, from: peer, with: Delivery(delivered: 1))
+    }
+
+    /// A board ended with activations it had taken and not answered: their senders learn that
+    /// whether they were carried out is unknown; they are not delivered again.
+    func forgetTaken(by board: LiveBoard, reason: String) {
+        for entry in ledger.removeTaken(by: board.name) {
+            guard let client = entry.client, entry.envelope.header.flags.contains(.replyExpected) else { continue }
+            reply(
+                to: entry.envelope, from: client,
+                error: BusError(
+                    .outcomeUnknown,
+                    "board '\(board.name)' took the activation and stopped before it answered (\(reason)); whether it was carried out is unknown"))
+        }
+    }
+
     /// Puts `id` on the dead-letter list: counted and logged.
     func deadLetter(_ id: UInt64, reason: String) -> DeadLetter? {
         guard let entry = ledger.pending[id], let letter = ledger.deadLetter(id, reason: reason, time: Date().timeIntervalSince1970) else {

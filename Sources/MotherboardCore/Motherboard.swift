@@ -438,7 +438,10 @@ public final class Motherboard {
         }
         // Delivered again once the supervisor knows the process ended (at the end of
         // processExited, else at the next tick), so that the next instance is started after it.
-        if unreachableSince == nil, board.maxDeliveries != nil, !ledger.held(by: name).isEmpty { endedHolding.append((board, reason)) }
+        if unreachableSince == nil, board.maxDeliveries != nil, !ledger.pending.isEmpty {
+            forgetTaken(by: board, reason: reason)
+            if !ledger.held(by: name).isEmpty { endedHolding.append((board, reason)) }
+        }
     }
 
     /// The board a message from `peer` comes from: its connection's, or, on a gateway's

@@ -145,4 +145,31 @@ struct InProcessFleetTests {
             #expect(snapshot.state == ["a"] && snapshot.sequence == 1)
         }
     }
+
+    /// An at-least-once board's handler knows which delivery it runs for, and can say it has
+    /// taken it; its answer still reaches the sender.
+    @Test func anAtLeastOnceHandlerSeesItsDeliveryAndTakesIt() async throws {
+        let manifest = FleetManifest(boards: [.init(id: "pay", executable: "Pay", start: .always, delivery: .atLeastOnce, maxDeliveries: 3)])
+        let seen = Seen()
+        try await InProcessFleet.with(manifest: manifest) { fleet in
+            var pay = Board(id: "pay", environment: [:])
+            pay.onActivate(LoggedIn.self) { login, context in
+                let delivery = try #require(context.delivery)
+                try await context.takeDelivery()
+                seen.add("\(login.user) \(delivery.count) \(delivery.id > 1 << 62)")
+            }
+            try await fleet.start(pay)
+            try await fleet.client.activate("pay", typeName: LoggedIn.busTypeName, payload: PayloadCodec.encode(LoggedIn(user: "ann")))
+            #expect(seen.all == ["ann 1 true"])
+            // Outside an at-least-once activation there is nothing to take.
+            var plain = Board(id: "plain", environment: [:])
+            plain.onActivate(LoggedIn.self) { _, context in
+                seen.add(context.delivery == nil ? "no delivery" : "a delivery")
+                do { try await context.takeDelivery() } catch { seen.add("\((error as? BusError)?.code.name ?? "?")") }
+            }
+            try await fleet.start(plain)
+            try await fleet.client.activate("plain", typeName: LoggedIn.busTypeName, payload: PayloadCodec.encode(LoggedIn(user: "bo")))
+            #expect(seen.all.suffix(2) == ["no delivery", "badArgument"])
+        }
+    }
 }

@@ -82,7 +82,13 @@ struct DeliveryIntegrationTests {
             #expect(fleet.pid(of: "py.pay") == pid)
             #expect(fleet.brokerLog.contains("at-least-once activations restored"))
 
-            // Answered: the broker after the next one has nothing to deliver.
+            // Answered (the board logs before it answers: wait for the broker to have the
+            // answer, which it journals): the broker after the next one has nothing to deliver.
+            let journal = "\(fleet.stateDirectory)/deliveries.log"
+            #expect(
+                try await eventually(timeout: .seconds(10)) {
+                    ((try? String(contentsOfFile: journal, encoding: .utf8)) ?? "").contains(#""op":"remove""#)
+                })
             try await fleet.restartBrokerAfterKill()
             let waited = try await fleet.busctl("wait", "py.pay", "--timeout", "20")
             #expect(waited.exitCode == 0, "\(waited.standardError)")
@@ -90,6 +96,33 @@ struct DeliveryIntegrationTests {
             #expect(list.letters.isEmpty)
             #expect(Self.log(directory).count == 2, "\(Self.log(directory))")
             #expect(!fleet.brokerLog.contains("at-least-once activations restored"))
+        }
+    }
+
+    /// A board that takes an activation (`delivery.taken`) and works on it longer than the
+    /// liveness timeout is neither delivered it again nor declared gone; its sender gets the
+    /// answer. Taken and then killed, it is not delivered again: its sender learns outcomeUnknown.
+    @Test func aTakenActivationOutlivesTheLivenessTimeoutAndIsNeverDeliveredTwice() async throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try await TestFleet.with(manifest: Self.manifest(directory)) { fleet in
+            let long = try await fleet.busctl("activate", "py.pay", #""long""#, "--timeout", "20", timeout: .seconds(30))
+            #expect(long.exitCode == 0, "\(long.standardError)")
+            #expect(Self.log(directory) == [#""long" 1"#])
+            #expect(
+                !fleet.brokerLog.contains("activation delivered again") && !fleet.brokerLog.contains("board dropped"),
+                "\(fleet.brokerLog.suffix(2000))")
+
+            async let killed = fleet.busctl("activate", "py.pay", #""long""#, "--timeout", "20", timeout: .seconds(30))
+            #expect(try await eventually(timeout: .seconds(10)) { Self.log(directory).count == 2 })
+            // Taken before its 4 s of work: the kill comes after it.
+            try await Task.sleep(for: .milliseconds(500))
+            let pid = try #require(fleet.pid(of: "py.pay"))
+            #expect(kill(pid, SIGKILL) == 0)
+            let result = try await killed
+            #expect(result.exitCode == 1 && result.standardError.contains("outcomeUnknown"), "\(result.standardError)")
+            try await Task.sleep(for: .seconds(1))
+            #expect(Self.log(directory).count == 2, "\(Self.log(directory))")
         }
     }
 

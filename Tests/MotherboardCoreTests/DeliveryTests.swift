@@ -228,4 +228,43 @@ struct DeliveryTests {
         #expect(harness.transport.take(for: harness.client).first?.carriedError?.code == .storageFailed)
         #expect(harness.motherboard.ledger.pending.isEmpty)
     }
+
+    /// `delivery.taken`: the board took the activation; if it then ends, the activation is not
+    /// delivered again and its sender learns `outcomeUnknown`; if it answers, the sender gets the
+    /// answer. Only the board it was handed to can take it.
+    @Test func aTakenActivationIsNeverDeliveredAgainAndItsAnswerStillReachesItsSender() throws {
+        let producer = RecordingProducer()
+        let harness = try Harness(manifest: Self.manifest(.atLeastOnce), producer: producer)
+        let journal = Journal()
+        harness.motherboard.deliveryJournal = journal
+        func take(_ id: UInt64, from peer: PeerID) -> Envelope? {
+            harness.request(
+                EnvelopeHeader(kind: .control, source: "pay", typeName: ControlOperation.deliveryTaken),
+                payload: try! PayloadCodec.encode(DeliveryTaken(id: id)), from: peer, correlation: 5)
+            return harness.transport.take(for: peer).first
+        }
+        activate(harness, "A-1")
+        let delivered = try #require(start(harness, producer, as: first).first)
+        let id = delivered.header.correlationID
+        #expect(take(id, from: second)?.carriedError?.code == .notRegistered)
+        #expect(take(id + 1, from: first)?.carriedError?.code == .badArgument)
+        #expect(take(id, from: first)?.header.kind == .reply)
+        #expect(journal.entries.isEmpty)
+
+        crash(harness, producer)
+        harness.motherboard.tick(now: harness.now)
+        let failed = harness.transport.take(for: harness.client)
+        #expect(failed.map(\.header.correlationID) == [77] && failed.first?.carriedError?.code == .outcomeUnknown)
+        #expect(harness.motherboard.ledger.pending.isEmpty)
+        #expect(producer.started.count == 1)
+        #expect(harness.motherboard.counters.redeliveries == 0)
+
+        // Taken, then answered: the answer goes to its sender.
+        activate(harness, "A-2")
+        let next = try #require(start(harness, producer, as: third).first)
+        #expect(take(next.header.correlationID, from: third)?.header.kind == .reply)
+        harness.deliver(next.reply(payload: Data("paid".utf8), source: "pay"), from: third)
+        #expect(harness.transport.take(for: harness.client).map(\.payload) == [Data("paid".utf8)])
+        #expect(harness.motherboard.ledger.pending.isEmpty)
+    }
 }

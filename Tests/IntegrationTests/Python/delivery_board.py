@@ -1,8 +1,9 @@
 """An at-least-once board for the tests, written from docs/PROTOCOL.md (5.3, header field 7):
 it appends each activation it is handed, with its delivery count, to LOG; it holds one whose
 payload is "hold" (without answering) on its first delivery, keeps one whose payload is "keep"
-unanswered on its first delivery (and goes on serving), and dies at once on one whose payload
-is "poison" while the file POISON exists; it answers everything else.
+unanswered on its first delivery (and goes on serving), takes one whose payload is "long"
+(`delivery.taken`) and works 4 s on it, and dies at once on one whose payload is "poison"
+while the file POISON exists; it answers everything else.
 
 usage: delivery_board.py LOG POISON"""
 import os
@@ -10,9 +11,11 @@ import struct
 import sys
 import time
 
-from echo_board import REPLY, serve
+import json
 
-ACTIVATE, DELIVERY_COUNT = 4, 7
+from echo_board import REPLY, send, serve
+
+ACTIVATE, CONTROL, DELIVERY_COUNT = 4, 9, 7
 log, poison = sys.argv[1:3]
 
 
@@ -25,6 +28,10 @@ def handle(message, payload):
         time.sleep(120)  # the test kills it here
     if payload == b'"keep"' and count == 1:
         return None
+    if payload == b'"long"':
+        # Taken first, then longer than the liveness timeout (the broker's answer is not read).
+        send(CONTROL, "delivery.taken", json.dumps({"id": message["corr"]}).encode())
+        time.sleep(4)
     if payload == b'"poison"' and os.path.exists(poison):
         os._exit(3)
     return REPLY, "", (), b'{"done":true}'

@@ -53,6 +53,7 @@ def serve(commands, answer, kinds=(COMMAND,)):
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(os.environ["BOARDBUS_ADDRESS"])
+    BOARD[:] = [sock, board_id]
     registration = {"id": board_id, "pid": os.getpid(), "scope": "", "commands": commands, "actions": []}
     if "BOARDBUS_BOARD_SECRET" in os.environ:
         registration["secret"] = os.environ["BOARDBUS_BOARD_SECRET"]
@@ -89,6 +90,15 @@ def serve(commands, answer, kinds=(COMMAND,)):
     sock.send_multipart([encode_header(UNREGISTER, source=board_id), b""])
     sock.close()
     zmq.Context.instance().term()
+
+
+BOARD = []  # the served board's socket and id, for send() from a handler
+
+
+def send(kind, type_name="", payload=b"{}", corr=0):
+    """Sends a message as the board serve() runs, from inside a handler (no answer is read)."""
+    sock, board_id = BOARD
+    sock.send_multipart([encode_header(kind, corr=corr, source=board_id, type_name=type_name), payload])
 
 
 def error(code, text):
