@@ -142,6 +142,39 @@ struct HelperBoard {
     }
 }
 
+/// The registrations of a gateway's boards on a shared connection that wait for the broker's
+/// answer, by correlation id (the answer names no board): a registration asked again replaces
+/// the one before, so that unanswered ids do not pile up while the broker is away.
+struct PendingRegistrations {
+    private var names: [UInt64: ScopedName] = [:]
+
+    var count: Int { names.count }
+
+    /// Heartbeats `board` while registered, else registers it again (at most once a second).
+    mutating func keepAlive(_ board: inout HelperBoard, as name: ScopedName, now: ContinuousClock.Instant, id: UInt64) {
+        let previous = board.correlationID
+        board.keepAlive(now: now, id: id)
+        if board.correlationID != previous { replace(previous, with: id, for: name) }
+    }
+
+    /// Registers `board` now.
+    mutating func register(_ board: inout HelperBoard, as name: ScopedName, now: ContinuousClock.Instant, id: UInt64) {
+        let previous = board.correlationID
+        board.register(now: now, id: id)
+        replace(previous, with: id, for: name)
+    }
+
+    /// The board an answer with correlation id `id` is for, if it answers a registration.
+    mutating func take(_ id: UInt64) -> ScopedName? {
+        names.removeValue(forKey: id)
+    }
+
+    private mutating func replace(_ previous: UInt64, with id: UInt64, for name: ScopedName) {
+        names[previous] = nil
+        names[id] = name
+    }
+}
+
 /// Where a helper board's messages to its broker go: a socket of its own, or a connection it
 /// shares with others (a gateway's).
 package protocol HelperConnection: AnyObject {

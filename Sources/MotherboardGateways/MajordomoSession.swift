@@ -103,7 +103,7 @@ package final class MajordomoSession {
     private var workers: [Data: Worker] = [:]
     private var services: [ScopedName: Service] = [:]
     /// The services whose registration waits for its answer, by its correlation id.
-    private var registrations: [UInt64: ScopedName] = [:]
+    private var registrations = PendingRegistrations()
     private var clientRequests: [UInt64: ClientRequest] = [:]
     private var workerRequests: [UInt64: WorkerRequest] = [:]
     private var nextID: UInt64 = 1
@@ -153,16 +153,7 @@ package final class MajordomoSession {
         guard lastServiceHeartbeat.map({ $0.duration(to: now) >= .milliseconds(500) }) ?? true else { return }
         lastServiceHeartbeat = now
         for name in services.keys { services[name]?.dropExpired(now: now) }
-        for name in services.keys {
-            let (id, previous) = (makeID(), services[name]?.board.correlationID ?? 0)
-            services[name]?.board.keepAlive(now: now, id: id)
-            // A registration asked again (its answer never came: the broker restarted) replaces
-            // the one before: unanswered ids do not pile up while the broker is away.
-            if services[name]?.board.correlationID == id {
-                registrations[previous] = nil
-                registrations[id] = name
-            }
-        }
+        for name in services.keys { registrations.keepAlive(&services[name]!.board, as: name, now: now, id: makeID()) }
     }
 
     // MARK: - From MDP peers
@@ -392,7 +383,7 @@ package final class MajordomoSession {
     package func toServices(_ envelope: Envelope, now: ContinuousClock.Instant) {
         let header = envelope.header
         if header.kind == .reply || header.kind == .error, header.correlationID != 0 {
-            guard let name = registrations.removeValue(forKey: header.correlationID) else { return }
+            guard let name = registrations.take(header.correlationID) else { return }
             return toService(name, envelope, now: now)
         }
         toService(ScopedName(scope: header.scope, name: header.target), envelope, now: now)
@@ -534,9 +525,7 @@ package final class MajordomoSession {
         let registration = Registration(id: id, pid: 0, scope: name.scope, secret: Registration.makeSecret(), sharesConnection: true)
         var service = Service(name: name, board: HelperBoard(connection: links, registration: registration))
         service.board.onBehalfOf = principal
-        let correlationID = makeID()
-        service.board.register(now: now, id: correlationID)
-        registrations[correlationID] = name
+        registrations.register(&service.board, as: name, now: now, id: makeID())
         services[name] = service
     }
 }

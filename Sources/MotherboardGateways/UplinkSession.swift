@@ -46,7 +46,7 @@ package final class UplinkSession {
     private let links: any UplinkLinks
     private var boards: [ScopedName: RemoteBoard] = [:]
     /// The boards whose registration waits for the parent's answer, by its correlation id.
-    private var registrations: [UInt64: ScopedName] = [:]
+    private var registrations = PendingRegistrations()
     /// Requests from the parent, handed to the local motherboard, by the local correlation id.
     private var down: [UInt64: Pending] = [:]
     /// Requests sent up, by the correlation id they travel under to the parent.
@@ -101,11 +101,8 @@ package final class UplinkSession {
 
     /// Registers `name` with the parent (again), remembering which registration the answer is for.
     private func register(_ name: ScopedName, now: ContinuousClock.Instant) {
-        guard let previous = boards[name]?.link.correlationID else { return }
-        let id = makeID()
-        boards[name]?.link.register(now: now, id: id)
-        registrations[previous] = nil
-        registrations[id] = name
+        guard boards[name] != nil else { return }
+        registrations.register(&boards[name]!.link, as: name, now: now, id: makeID())
     }
 
     /// A message of the parent on the served boards' connection: an answer to a registration (by
@@ -115,7 +112,7 @@ package final class UplinkSession {
         lastHeard = now
         let header = envelope.header
         if header.kind == .reply || header.kind == .error, header.correlationID != 0 {
-            guard let name = registrations.removeValue(forKey: header.correlationID) else { return }
+            guard let name = registrations.take(header.correlationID) else { return }
             return fromParent(envelope, board: name, now: now)
         }
         if header.kind == .dispatch || header.kind == .store {
@@ -174,14 +171,7 @@ package final class UplinkSession {
             var ping = EnvelopeHeader(kind: .control, correlationID: makeID(), typeName: ControlOperation.ping)
             ping.flags.insert(.replyExpected)
             _ = try? links.toParent(Envelope(header: ping))
-            for name in boards.keys {
-                let (id, previous) = (makeID(), boards[name]?.link.correlationID ?? 0)
-                boards[name]?.link.keepAlive(now: now, id: id)
-                if boards[name]?.link.correlationID == id {
-                    registrations[previous] = nil
-                    registrations[id] = name
-                }
-            }
+            for name in boards.keys { registrations.keepAlive(&boards[name]!.link, as: name, now: now, id: makeID()) }
         }
         // Once the parent has been silent for 3 s (not while the link is first being made), and
         // every 10 s after that while it stays so.
