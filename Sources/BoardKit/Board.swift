@@ -58,8 +58,11 @@ public struct Board: Sendable {
     public let scope: Scope
     // Used from the inlinable registration methods, so that a service's handlers are specialised
     // for its own types (the payload coding of a typed handler runs on every message).
-    @usableFromInline var inputType: String?
-    @usableFromInline var activationHandler: Handler?
+    /// The input types of its typed activation handlers, in the order they were declared.
+    @usableFromInline var inputTypes: [String] = []
+    @usableFromInline var activationHandlers: [String: Handler] = [:]
+    @usableFromInline var inputSchemas: [String: PayloadSchema] = [:]
+    var anyActivationHandler: Handler?
     @usableFromInline var commandHandlers: [String: Handler] = [:]
     @usableFromInline var immediateCommandHandlers: [String: ImmediateHandler] = [:]
     var actionHandlers: [String: Handler] = [:]
@@ -75,32 +78,40 @@ public struct Board: Sendable {
         self.scope = Scope(environment["BOARDBUS_SCOPE"] ?? "")
     }
 
-    /// Handles `activate(input)`. The board declares `Input` as its input type (a guaranteed
-    /// board): an input of another type is refused with `typeMismatch`.
+    /// Handles `activate(input)` of type `Input`. The board declares `Input` as an input type (a
+    /// guaranteed board); call it once per type for a board that takes several (the answer to a
+    /// request it made, say). An input of a type it declares no handler for is refused with
+    /// `typeMismatch`, unless ``onAnyActivation(_:)`` takes the rest.
     @inlinable
     public mutating func onActivate<Input: BusPayload>(
         _: Input.Type, _ handler: @escaping @Sendable (Input, BoardContext) async throws -> Void
     ) {
-        inputType = Input.busTypeName
-        schemas.input = PayloadSchema.of(Input.self)
-        activationHandler = { envelope, context in
-            let received = envelope.header.typeName
-            if !received.isEmpty && received != Input.busTypeName {
-                throw BusError(.typeMismatch, "board '\(context.id)' expects input \(Input.busTypeName), received \(received)")
-            }
+        if activationHandlers[Input.busTypeName] == nil { inputTypes.append(Input.busTypeName) }
+        inputSchemas[Input.busTypeName] = PayloadSchema.of(Input.self)
+        activationHandlers[Input.busTypeName] = { envelope, context in
             try await handler(PayloadCodec.decode(Input.self, from: envelope.payload), context)
             return Data()
         }
     }
 
-    /// Handles every activation, whatever its input type, with the raw payload (a board that is
-    /// not guaranteed: it declares no input type).
+    /// Handles every activation no typed handler takes, whatever its input type, with the raw
+    /// payload (a board with no typed handler is not guaranteed: it declares no input type).
     public mutating func onAnyActivation(_ handler: @escaping @Sendable (RawMessage, BoardContext) async throws -> Void) {
-        inputType = nil
-        activationHandler = { envelope, context in
+        anyActivationHandler = { envelope, context in
             try await handler(RawMessage(envelope), context)
             return Data()
         }
+    }
+
+    /// The handler of an activation whose header names `typeName`: its typed handler (a sender
+    /// that names no type reaches a board's only one), else the catch-all.
+    func activationHandler(for typeName: String) throws -> Handler {
+        if let typed = activationHandlers[typeName] { return typed }
+        if typeName.isEmpty, inputTypes.count == 1, let only = activationHandlers[inputTypes[0]] { return only }
+        if let anyActivationHandler { return anyActivationHandler }
+        guard !inputTypes.isEmpty else { throw BusError(.typeMismatch, "board '\(id)' takes no activation input") }
+        let expected = inputTypes.joined(separator: " or ")
+        throw BusError(.typeMismatch, "board '\(id)' expects input \(expected), received \(typeName.isEmpty ? "none named" : typeName)")
     }
 
     /// Handles a command by name with its raw payload, answering with raw bytes, on the socket
@@ -182,6 +193,8 @@ public struct Board: Sendable {
     /// The schemas the registration carries: the board's own and its stores'.
     private var registeredSchemas: BoardSchemas? {
         var all = schemas
+        all.input = inputTypes.first.flatMap { inputSchemas[$0] }
+        if inputTypes.count > 1 { all.inputs = inputSchemas }
         let stores = storeEndpoints.compactMapValues(\.schema)
         if !stores.isEmpty { all.stores = stores }
         return all.isEmpty ? nil : all
@@ -190,7 +203,7 @@ public struct Board: Sendable {
     /// The registration the board sends to the motherboard.
     var registration: Registration {
         Registration(
-            id: id, pid: getpid(), scope: scope, inputType: inputType,
+            id: id, pid: getpid(), scope: scope, inputType: inputTypes.first, inputTypes: inputTypes.count > 1 ? inputTypes : nil,
             commands: Set(commandHandlers.keys).union(immediateCommandHandlers.keys).sorted(),
             actions: actionHandlers.keys.sorted(), outputTypes: outputTypes, stores: storeEndpoints.keys.sorted(),
             secret: Board.registrationSecret, schemas: registeredSchemas)

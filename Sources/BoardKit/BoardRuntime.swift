@@ -133,10 +133,7 @@ final class BoardRuntime: Service, Sendable {
             let delivery = header.deliveryCount.map { ActivationDelivery(id: header.correlationID, count: Int($0)) }
             await ActivationDelivery.$current.withValue(delivery) {
                 await answer(envelope) { [board] in
-                    guard let handler = board.activationHandler else {
-                        throw BusError(.typeMismatch, "board '\(board.id)' takes no activation input")
-                    }
-                    return try await handler(envelope, self.context)
+                    try await board.activationHandler(for: header.typeName)(envelope, self.context)
                 }
             }
         case .command(let name):

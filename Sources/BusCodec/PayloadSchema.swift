@@ -131,7 +131,10 @@ public struct BoardSchemas: Codable, Hashable, Sendable {
         }
     }
 
+    /// The input type's shape (the first input type's, for a board that takes several).
     public var input: PayloadSchema?
+    /// Every input type's shape, by type name, for a board that takes several (absent otherwise).
+    public var inputs: [String: PayloadSchema]?
     public var commands: [String: Command]
     public var outputs: [String: PayloadSchema]
     public var actions: [String: PayloadSchema]

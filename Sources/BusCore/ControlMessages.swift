@@ -7,8 +7,12 @@ public struct Registration: BusPayload, Hashable {
     public var pid: Int32
     /// The motherboard scope the board lives in.
     public var scope: Scope
-    /// The input type the board accepts on activation, when it declares one.
+    /// The input type the board accepts on activation, when it declares one (its first, when
+    /// it takes several).
     public var inputType: String?
+    /// Every input type it accepts, when it takes more than one (absent otherwise: older peers
+    /// read `inputType`).
+    public var inputTypes: [String]?
     /// The command names the board answers.
     public var commands: [String]
     /// The action names the board subscribes to.
@@ -31,9 +35,11 @@ public struct Registration: BusPayload, Hashable {
     public var sharesConnection: Bool?
 
     public init(
-        id: BoardID, pid: Int32, scope: Scope = .root, inputType: String? = nil, commands: [String] = [], actions: [String] = [],
-        outputTypes: [String] = [], stores: [String] = [], secret: String? = nil, schemas: BoardSchemas? = nil, sharesConnection: Bool? = nil
+        id: BoardID, pid: Int32, scope: Scope = .root, inputType: String? = nil, inputTypes: [String]? = nil, commands: [String] = [],
+        actions: [String] = [], outputTypes: [String] = [], stores: [String] = [], secret: String? = nil, schemas: BoardSchemas? = nil,
+        sharesConnection: Bool? = nil
     ) {
+        self.inputTypes = inputTypes
         self.schemas = schemas
         self.sharesConnection = sharesConnection
         self.id = id
@@ -60,6 +66,7 @@ public struct Registration: BusPayload, Hashable {
         secret = try container.decodeIfPresent(String.self, forKey: .secret)
         schemas = try container.decodeIfPresent(BoardSchemas.self, forKey: .schemas)
         sharesConnection = try container.decodeIfPresent(Bool.self, forKey: .sharesConnection)
+        inputTypes = try container.decodeIfPresent([String].self, forKey: .inputTypes)
     }
 
     /// A new registration secret: 32 random bytes from the system's generator, as hex.
@@ -81,6 +88,8 @@ public struct BoardInfo: BusPayload, Hashable {
     /// How the manifest starts it (`always`, `on-demand`), or `external` for a board no manifest names.
     public var start: String
     public var inputType: String?
+    /// Every input type, for a board that takes several (absent otherwise).
+    public var inputTypes: [String]?
     public var commands: [String]
     public var actions: [String]
     /// Seconds since the board registered (0 when not running).
@@ -104,9 +113,11 @@ public struct BoardInfo: BusPayload, Hashable {
     public init(
         id: BoardID, scope: Scope, pid: Int32, state: BoardState, start: String, inputType: String?,
         commands: [String], actions: [String], uptimeSeconds: Double, activations: Int, commandsHandled: Int,
-        actionsDelivered: Int, restarts: Int = 0, lastExit: String? = nil, host: String? = nil, connection: String? = nil
+        actionsDelivered: Int, restarts: Int = 0, lastExit: String? = nil, host: String? = nil, connection: String? = nil,
+        inputTypes: [String]? = nil
     ) {
         self.connection = connection
+        self.inputTypes = inputTypes
         self.id = id
         self.scope = scope
         self.pid = pid
@@ -142,6 +153,7 @@ public struct BoardInfo: BusPayload, Hashable {
         lastExit = try container.decodeIfPresent(String.self, forKey: .lastExit)
         host = try container.decodeIfPresent(String.self, forKey: .host)
         connection = try container.decodeIfPresent(String.self, forKey: .connection)
+        inputTypes = try container.decodeIfPresent([String].self, forKey: .inputTypes)
     }
 }
 

@@ -176,7 +176,7 @@ extension Motherboard {
             uptimeSeconds: Double(uptime.components.seconds) + Double(uptime.components.attoseconds) / 1e18,
             activations: board.activations, commandsHandled: board.commandsHandled, actionsDelivered: board.actionsDelivered,
             restarts: supervisor.records[board.name]?.restarts ?? 0, lastExit: supervisor.records[board.name]?.lastExit, host: board.host,
-            connection: ":\(board.peer)")
+            connection: ":\(board.peer)", inputTypes: registration.inputTypes)
     }
 }
 

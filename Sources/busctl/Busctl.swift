@@ -61,7 +61,7 @@ extension Busctl {
                     pid:        \(info.pid)
                     scope:      \(info.scope)
                     start:      \(info.start)
-                    input:      \(info.inputType ?? "-")
+                    input:      \(info.inputTypes?.joined(separator: ", ") ?? info.inputType ?? "-")
                     commands:   \(listed(info.commands))
                     actions:    \(listed(info.actions))
                     uptime:     \(String(format: "%.1f", info.uptimeSeconds)) s
@@ -107,7 +107,7 @@ extension Busctl {
                     id:       \(board.id)
                     scope:    \(board.scope)
                     state:    \(board.state)\(board.pid > 0 ? " (pid \(board.pid))" : "")
-                    input:    \(board.inputType ?? "-")
+                    input:    \(board.inputTypes?.joined(separator: ", ") ?? board.inputType ?? "-")
                     outputs:  \(listed(found.outputTypes))
                     commands: \(listed(board.commands))
                     actions:  \(listed(board.actions))

@@ -172,4 +172,59 @@ struct InProcessFleetTests {
             #expect(seen.all.suffix(2) == ["no delivery", "badArgument"])
         }
     }
+
+    struct Order: BusPayload, Hashable {
+        var id: String
+        var cents: Int
+    }
+
+    struct Cancellation: BusPayload, Hashable {
+        var id: String
+    }
+
+    struct Charge: BoardCommand, Hashable {
+        typealias Reply = Receipt
+        var cents: Int
+    }
+
+    struct Receipt: BusPayload, Hashable {
+        var reference: String
+    }
+
+    /// A board takes two input types, each with its own typed handler, and refuses a third
+    /// naming both; inside one it asks another board a typed question and gets a typed answer
+    /// (the round trip between boards, no untyped switch on a type name).
+    @Test func aBoardTakesSeveralInputTypesAndAsksAnotherBoardATypedQuestion() async throws {
+        let seen = Seen()
+        try await InProcessFleet.with { fleet in
+            var payment = Board(id: "shop.payment", environment: [:])
+            payment.onCommand(Charge.self) { charge, _ in Receipt(reference: "R-\(charge.cents)") }
+            try await fleet.start(payment)
+
+            var orders = Board(id: "shop.orders", environment: [:])
+            orders.onActivate(Order.self) { order, context in
+                let receipt = try await context.interact(with: "shop.payment", Charge(cents: order.cents))
+                seen.add("\(order.id) paid \(receipt.reference)")
+            }
+            orders.onActivate(Cancellation.self) { cancellation, _ in seen.add("\(cancellation.id) cancelled") }
+            try await fleet.start(orders)
+
+            try await fleet.client.activate(
+                "shop.orders", typeName: Order.busTypeName, payload: PayloadCodec.encode(Order(id: "A-1", cents: 1200)))
+            try await fleet.client.activate(
+                "shop.orders", typeName: Cancellation.busTypeName, payload: PayloadCodec.encode(Cancellation(id: "A-1")))
+            #expect(seen.all == ["A-1 paid R-1200", "A-1 cancelled"])
+
+            let refused = await #expect(throws: BusError.self) {
+                try await fleet.client.activate("shop.orders", typeName: LoggedIn.busTypeName, payload: PayloadCodec.encode(LoggedIn(user: "x")))
+            }
+            #expect(refused?.code == .typeMismatch)
+            #expect(
+                refused?.message.contains("expects input \(Order.busTypeName) or \(Cancellation.busTypeName)") == true, "\(refused?.message ?? "")")
+
+            let info = try await fleet.client.status("shop.orders")
+            #expect(info.inputType == Order.busTypeName)
+            #expect(info.inputTypes == [Order.busTypeName, Cancellation.busTypeName])
+        }
+    }
 }
