@@ -6,15 +6,16 @@ import Foundation
 /// start queue and is delivered when it registers again.
 extension Motherboard {
     /// Starts every always-on board of the manifest, adopting the live processes an earlier broker
-    /// of this fleet left behind (after a broker crash) instead of starting them twice.
+    /// of this fleet left behind (after a broker crash) instead of starting them twice: an
+    /// on-demand board's too, so that it is this broker's to stop.
     public func startFleet(now: ContinuousClock.Instant) throws {
         guard let producer else { return }
-        for entry in manifest.boards where entry.start == .always {
+        for entry in manifest.boards {
             let name = ScopedName(scope: entry.scope, name: entry.id.rawValue)
             if let process = producer.adoptRunning(entry) {
                 // Its registration follows: it heartbeats, hears `notRegistered`, registers again.
                 supervisor.adopted(process, as: name, now: now)
-            } else {
+            } else if entry.start == .always {
                 try startProcess(name, entry: entry, now: now)
             }
         }

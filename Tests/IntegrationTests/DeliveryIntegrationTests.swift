@@ -69,11 +69,13 @@ struct DeliveryIntegrationTests {
     @Test func anActivationHeldWhenTheBrokerIsKilledIsDeliveredByTheNextBroker() async throws {
         let directory = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
+        var board: Int32 = 0
         try await TestFleet.with(manifest: Self.manifest(directory)) { fleet in
             let first = try await fleet.busctl("activate", "py.pay", #""keep""#, "--timeout", "2")
             #expect(first.exitCode == 1 && first.standardError.contains("timeout"), "\(first.standardError)")
             #expect(Self.log(directory) == [#""keep" 1"#])
             let pid = try #require(fleet.pid(of: "py.pay"))
+            board = pid
 
             try await fleet.restartBrokerAfterKill()
             #expect(
@@ -97,6 +99,10 @@ struct DeliveryIntegrationTests {
             #expect(Self.log(directory).count == 2, "\(Self.log(directory))")
             #expect(!fleet.brokerLog.contains("at-least-once activations restored"))
         }
+        // The on-demand board the first broker started is the last broker's to stop (adopted): it
+        // does not outlive the fleet.
+        #expect(try await eventually(timeout: .seconds(10)) { kill(board, 0) != 0 }, "board process \(board) outlived the fleet")
+        if kill(board, 0) == 0 { kill(board, SIGKILL) }
     }
 
     /// A board that takes an activation (`delivery.taken`) and works on it longer than the

@@ -87,7 +87,10 @@ def serve(commands, answer, kinds=(COMMAND,)):
         if time.monotonic() >= next_heartbeat:
             sock.send_multipart([encode_header(HEARTBEAT, source=board_id), b""])
             next_heartbeat = time.monotonic() + interval
-    sock.send_multipart([encode_header(UNREGISTER, source=board_id), b""])
+    try:  # a broker that is gone takes no goodbye: never block on it
+        sock.send_multipart([encode_header(UNREGISTER, source=board_id), b""], flags=zmq.NOBLOCK)
+    except zmq.Again:
+        pass
     sock.close()
     zmq.Context.instance().term()
 
