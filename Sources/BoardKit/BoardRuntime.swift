@@ -201,7 +201,17 @@ final class BoardRuntime: Service, Sendable {
             logger.warning("handler failed", metadata: ["type": "\(envelope.header.typeName)", "error": "\(error)"])
             answer = envelope.errorReply(failure, source: board.id.rawValue)
         }
-        guard envelope.header.flags.contains(.replyExpected) else { return }
+        guard envelope.header.flags.contains(.replyExpected) else {
+            // Nobody waits for a refused activation (a flow's input): the broker hears of it, so
+            // that it is counted and shown rather than lost unseen.
+            if envelope.header.kind == .activate, case .failure = result, let error = answer.carriedError {
+                let report = Envelope(
+                    header: EnvelopeHeader(kind: .control, source: board.id.rawValue, scope: board.scope, typeName: ControlOperation.inputRefused),
+                    payload: PayloadCodec.encodeOrEmpty(InputRefused(type: envelope.header.typeName, error: error)))
+                try? client.send(report)
+            }
+            return
+        }
         do {
             try client.send(answer)
         } catch let error as BusError {

@@ -90,6 +90,10 @@ public struct BoardInfo: BusPayload, Hashable {
     public var inputType: String?
     /// Every input type, for a board that takes several (absent otherwise).
     public var inputTypes: [String]?
+    /// Activations nobody waited for that the board refused since it registered, and the last
+    /// one's type and error (absent when none).
+    public var refusedInputs: Int?
+    public var lastRefusedInput: String?
     public var commands: [String]
     public var actions: [String]
     /// Seconds since the board registered (0 when not running).
@@ -154,6 +158,8 @@ public struct BoardInfo: BusPayload, Hashable {
         host = try container.decodeIfPresent(String.self, forKey: .host)
         connection = try container.decodeIfPresent(String.self, forKey: .connection)
         inputTypes = try container.decodeIfPresent([String].self, forKey: .inputTypes)
+        refusedInputs = try container.decodeIfPresent(Int.self, forKey: .refusedInputs)
+        lastRefusedInput = try container.decodeIfPresent(String.self, forKey: .lastRefusedInput)
     }
 }
 
@@ -244,6 +250,20 @@ public enum ControlOperation {
     /// From the board an at-least-once activation was handed to: it has taken it, and it is not
     /// delivered again whatever happens to the board (``DeliveryTaken``; answered ``Delivery``).
     public static let deliveryTaken = "delivery.taken"
+    /// From a board: it refused an activation nobody waited for (a flow's input it was too busy
+    /// for, one of a type it does not take), so that it is counted and shown, not lost unseen
+    /// (``InputRefused``; answered nothing).
+    public static let inputRefused = "input.refused"
+}
+
+/// The report of `input.refused`: the activation's type name and the board's error.
+public struct InputRefused: BusPayload, Hashable {
+    public var type: String
+    public var error: BusError
+    public init(type: String, error: BusError) {
+        self.type = type
+        self.error = error
+    }
 }
 
 /// The question of `delivery.taken`: the activation's correlation id as the board was handed it.

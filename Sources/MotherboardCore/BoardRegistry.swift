@@ -16,6 +16,9 @@ final class LiveBoard {
     var activations = 0
     @exclusivity(unchecked) var commandsHandled = 0
     var actionsDelivered = 0
+    /// Activations nobody waited for that it refused (`input.refused`), and the last one.
+    var refusedInputs = 0
+    var lastRefusedInput: String?
     /// Its message counters and round-trip histogram.
     let metrics: BoardMetrics
     /// Where its connection comes from when it is not the broker's ipc socket (tcp: address and

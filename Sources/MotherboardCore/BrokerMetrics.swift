@@ -61,6 +61,7 @@ public final class BrokerMetrics: @unchecked Sendable {
     let onDemandStarts: Counter
     let redeliveries: Counter
     let deadLettered: Counter
+    let refusedInputs: Counter
     /// Connections refused: `key` not in the allow-list, their `handshake` failed (no CURVE,
     /// another server key), or over the connection `limit`. Counted from the ZAP and connection
     /// watch threads.
@@ -96,6 +97,7 @@ public final class BrokerMetrics: @unchecked Sendable {
         onDemandStarts = counter("boardbus_on_demand_starts_total")
         redeliveries = counter("boardbus_redeliveries_total")
         deadLettered = counter("boardbus_dead_letters_total")
+        refusedInputs = counter("boardbus_refused_inputs_total")
         refusedForKey = Counter(label: "boardbus_refused_connections_total", dimensions: [("reason", "key")], factory: factory)
         refusedInHandshake = Counter(label: "boardbus_refused_connections_total", dimensions: [("reason", "handshake")], factory: factory)
         refusedAtLimit = Counter(label: "boardbus_refused_connections_total", dimensions: [("reason", "limit")], factory: factory)
@@ -201,6 +203,7 @@ public final class BrokerMetrics: @unchecked Sendable {
         add(onDemandStarts, counters.onDemandStarts, exported.onDemandStarts)
         add(redeliveries, counters.redeliveries, exported.redeliveries)
         add(deadLettered, counters.deadLettered, exported.deadLettered)
+        add(refusedInputs, counters.refusedInputs, exported.refusedInputs)
         add(monitorDropped, monitorDrops, exportedDrops)
         exported = counters
         exportedDrops = monitorDrops

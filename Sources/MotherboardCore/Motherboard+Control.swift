@@ -106,6 +106,10 @@ extension Motherboard {
         ControlOperation.deadLettersReplay: .init { motherboard, envelope, peer, now in
             try motherboard.replayDeadLetter(envelope, from: peer, now: now)
         },
+        ControlOperation.inputRefused: .init(caller: .registeredBoard("only a board reports the inputs it refused")) {
+            motherboard, envelope, peer, _ in
+            try motherboard.noteRefusedInput(envelope, from: peer)
+        },
         ControlOperation.deliveryTaken: .init(caller: .registeredBoard("only the board an activation was handed to takes it")) {
             motherboard, envelope, peer, _ in
             try motherboard.takeDelivery(envelope, from: peer)
@@ -169,7 +173,7 @@ extension Motherboard {
     func info(for board: LiveBoard, now: ContinuousClock.Instant) -> BoardInfo {
         let registration = board.registration
         let uptime = board.registeredAt.duration(to: now)
-        return BoardInfo(
+        var info = BoardInfo(
             id: registration.id, scope: registration.scope, pid: registration.pid, state: board.busySince == nil ? .running : .busy,
             start: manifest.board(registration.id, scope: registration.scope)?.start.rawValue ?? "external",
             inputType: registration.inputType, commands: registration.commands, actions: registration.actions,
@@ -177,6 +181,9 @@ extension Motherboard {
             activations: board.activations, commandsHandled: board.commandsHandled, actionsDelivered: board.actionsDelivered,
             restarts: supervisor.records[board.name]?.restarts ?? 0, lastExit: supervisor.records[board.name]?.lastExit, host: board.host,
             connection: ":\(board.peer)", inputTypes: registration.inputTypes)
+        info.refusedInputs = board.refusedInputs > 0 ? board.refusedInputs : nil
+        info.lastRefusedInput = board.lastRefusedInput
+        return info
     }
 }
 

@@ -77,7 +77,7 @@ extension Motherboard {
             // Says only that the broker answers.
             case ControlOperation.ping: return nil
             // A board's word about what it was handed, as its reply is.
-            case ControlOperation.deliveryTaken where sender != nil: return nil
+            case ControlOperation.deliveryTaken where sender != nil, ControlOperation.inputRefused where sender != nil: return nil
             // A child motherboard's link asks for the chain above: any principal that may serve.
             case ControlOperation.linkChain:
                 return policy.allowsSome(principal: principal, .serve) ? nil : denial(principal, .serve, target: "*", .byDefault)

@@ -83,6 +83,8 @@ public final class Motherboard {
     @exclusivity(unchecked) var retiredPeers = BoundedSet<PeerID>(capacity: 1024)
     /// The refused registrations already logged, by id and connection.
     var loggedRefusals = BoundedSet<String>(capacity: 1024)
+    /// `input.refused` reports, logged once a second at most.
+    var refusedInputLog = LogThrottle(every: .seconds(1))
     /// Boards on other hosts whose link failed: kept, shown `unreachable`, until they register again.
     var unreachable: [ScopedName: UnreachableBoard] = [:]
     /// The uplink of this motherboard (when it serves scopes of a parent one), once attached.

@@ -66,4 +66,6 @@ public struct MotherboardCounters: Sendable, Hashable {
     public var redeliveries = 0
     /// At-least-once activations put on the dead-letter list.
     public var deadLettered = 0
+    /// Activations nobody waited for that their board refused (`input.refused`).
+    public var refusedInputs = 0
 }

@@ -68,6 +68,9 @@ extension Busctl {
                     delivered:  \(info.activations) activations, \(info.commandsHandled) commands, \(info.actionsDelivered) actions
                     restarts:   \(info.restarts)\(info.lastExit.map { " (last exit: \($0))" } ?? "")
                     """)
+                if let refused = info.refusedInputs {
+                    print("refused:    \(refused) input(s) nobody waited for (last: \(info.lastRefusedInput ?? "-"))")
+                }
             }
         }
     }

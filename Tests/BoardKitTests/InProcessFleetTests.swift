@@ -227,4 +227,32 @@ struct InProcessFleetTests {
             #expect(info.inputTypes == [Order.busTypeName, Cancellation.busTypeName])
         }
     }
+
+    /// A task board too busy for a flow's input (nobody waits for it) reports the refusal: the
+    /// broker counts it and `status` shows it, instead of it being lost unseen.
+    @Test func aFlowInputABusyTaskBoardRefusesIsCountedAndShown() async throws {
+        let release = AsyncStream<Void>.makeStream()
+        let seen = Seen()
+        try await InProcessFleet.with(manifest: FleetManifest(flows: ["shop.source ->> shop.task"])) { fleet in
+            let task = BlockTaskBoard.make(id: "shop.task", mode: .only, environment: [:]) { (order: Order, _: BoardContext) -> Receipt in
+                seen.add("started \(order.id)")
+                for await _ in release.stream { break }
+                return Receipt(reference: order.id)
+            }
+            try await fleet.start(task)
+            let first = try PayloadCodec.encode(Order(id: "A-1", cents: 1))
+            #expect(try await fleet.client.emit(from: "shop.source", typeName: Order.busTypeName, payload: first).delivered == 1)
+            #expect(await eventually { seen.all == ["started A-1"] })
+            let second = try PayloadCodec.encode(Order(id: "A-2", cents: 2))
+            _ = try await fleet.client.emit(from: "shop.source", typeName: Order.busTypeName, payload: second)
+            var info = try await fleet.client.status("shop.task")
+            #expect(
+                await eventually {
+                    info = (try? await fleet.client.status("shop.task")) ?? info
+                    return info.refusedInputs == 1
+                })
+            #expect(info.lastRefusedInput?.contains("busy") == true, "\(info.lastRefusedInput ?? "nil")")
+            release.continuation.finish()
+        }
+    }
 }
