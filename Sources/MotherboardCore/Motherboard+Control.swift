@@ -107,8 +107,8 @@ extension Motherboard {
             try motherboard.replayDeadLetter(envelope, from: peer, now: now)
         },
         ControlOperation.inputRefused: .init(caller: .registeredBoard("only a board reports the inputs it refused")) {
-            motherboard, envelope, peer, _ in
-            try motherboard.noteRefusedInput(envelope, from: peer)
+            motherboard, envelope, peer, now in
+            try motherboard.noteRefusedInput(envelope, from: peer, now: now)
         },
         ControlOperation.deliveryTaken: .init(caller: .registeredBoard("only the board an activation was handed to takes it")) {
             motherboard, envelope, peer, _ in

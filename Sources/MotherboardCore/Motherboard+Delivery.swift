@@ -146,14 +146,14 @@ extension Motherboard {
 
     /// `input.refused`: a board refused an activation nobody waited for; counted on the board
     /// (`busctl status`), in `boardbus_refused_inputs_total`, and logged (once a second at most).
-    func noteRefusedInput(_ envelope: Envelope, from peer: PeerID) throws {
+    func noteRefusedInput(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) throws {
         let report = try PayloadCodec.decode(InputRefused.self, from: envelope.payload)
         guard let board = sender(of: peer, envelope) else { return }
         board.refusedInputs += 1
         let what = "\(report.type.escapedForDisplay(limit: 200)): \(report.error.code.name): \(report.error.message.escapedForDisplay(limit: 300))"
         board.lastRefusedInput = what
         counters.refusedInputs += 1
-        if let refused = refusedInputLog.note(now: ContinuousClock.now) {
+        if let refused = refusedInputLog.note(now: now) {
             logger.warning(
                 "a board refused an input nobody waited for", metadata: ["board": "\(board.name)", "input": "\(what)", "refused": "\(refused)"])
         }
