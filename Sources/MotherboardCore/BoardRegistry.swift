@@ -87,12 +87,10 @@ final class BoardRegistry {
     private(set) var boards: [ScopedName: LiveBoard] = [:]
     private var boardsByPeer: [PeerID: LiveBoard] = [:]
     /// The boards of each gateway connection (registered with `sharesConnection`).
-    private(set) var gatewayBoards: [PeerID: [ScopedName: LiveBoard]] = [:] {
-        didSet { hasGateways = !gatewayBoards.isEmpty }
-    }
-    /// Whether any connection is a gateway's: a plain load on every message, so that a broker
-    /// without gateways pays nothing for them.
-    private(set) var hasGateways = false
+    private(set) var gatewayBoards: [PeerID: [ScopedName: LiveBoard]] = [:]
+    /// Whether any connection is a gateway's: checked first, so that a broker without gateways
+    /// looks no connection up in their table.
+    var hasGateways: Bool { !gatewayBoards.isEmpty }
     /// Owners of each store, in registration order (the first is the one that is used).
     private var storeOwners: [ScopedName: [LiveBoard]] = [:]
     /// Subscribers of each action name, sorted by id.

@@ -127,15 +127,16 @@ struct DeliveryLedger {
         return entry
     }
 
-    /// Takes `id` off the ledger onto the dead-letter list (the oldest letter goes past the bound).
-    mutating func deadLetter(_ id: UInt64, reason: String, time: Double) -> DeadLetter? {
+    /// Takes `id` off the ledger onto the dead-letter list; past the bound the oldest letter
+    /// goes, and is returned as `dropped`.
+    mutating func deadLetter(_ id: UInt64, reason: String, time: Double) -> (entry: Pending, letter: DeadLetter, dropped: DeadLetter?)? {
         guard let entry = remove(id) else { return nil }
         let letter = DeadLetter(
             id: id & ~Self.idBit, board: BoardID(stringLiteral: entry.board.name), scope: entry.board.scope, type: entry.envelope.header.typeName,
             attempts: entry.deliveries, reason: reason, payloadBytes: entry.envelope.payload.count, time: time)
         deadLetters.append((letter, entry.envelope))
-        if deadLetters.count > Self.maximumDeadLetters { deadLetters.removeFirst() }
-        return letter
+        let dropped = deadLetters.count > Self.maximumDeadLetters ? deadLetters.removeFirst().letter : nil
+        return (entry, letter, dropped)
     }
 
     /// What a journal kept, taken back by a broker started again: no sender waits for any of

@@ -104,9 +104,8 @@ extension Motherboard {
     /// A board holds restored activations: they are delivered (again) to it, or started.
     func redeliverRestored(_ name: ScopedName, now: ContinuousClock.Instant) {
         guard restoredHolders.remove(name) != nil else { return }
-        let held = ledger.pending.values.filter { $0.board == name }.sorted { $0.id < $1.id }
         let maxDeliveries = maxDeliveries(of: name) ?? FleetManifest.Board.defaultMaxDeliveries
-        redeliver(held, of: name, maxDeliveries: maxDeliveries, reason: "the broker restarted", now: now)
+        redeliver(ledger.held(by: name), of: name, maxDeliveries: maxDeliveries, reason: "the broker restarted", now: now)
     }
 
     private func redeliver(
@@ -116,7 +115,7 @@ extension Motherboard {
             guard held.deliveries < maxDeliveries else {
                 let why = "its board ended \(held.deliveries) time(s) while holding it (last: \(reason))"
                 guard let letter = deadLetter(held.id, reason: why) else { continue }
-                if let client = held.client, held.envelope.header.flags.contains(.replyExpected) {
+                if let client = held.client {
                     reply(
                         to: held.envelope, from: client,
                         error: BusError(
@@ -163,7 +162,7 @@ extension Motherboard {
     /// whether they were carried out is unknown; they are not delivered again.
     func forgetTaken(by board: LiveBoard, reason: String) {
         for entry in ledger.removeTaken(by: board.name) {
-            guard let client = entry.client, entry.envelope.header.flags.contains(.replyExpected) else { continue }
+            guard let client = entry.client else { continue }
             reply(
                 to: entry.envelope, from: client,
                 error: BusError(
@@ -174,11 +173,10 @@ extension Motherboard {
 
     /// Puts `id` on the dead-letter list: counted and logged.
     func deadLetter(_ id: UInt64, reason: String) -> DeadLetter? {
-        guard let entry = ledger.pending[id], let letter = ledger.deadLetter(id, reason: reason, time: Date().timeIntervalSince1970) else {
-            return nil
-        }
+        guard let (entry, letter, dropped) = ledger.deadLetter(id, reason: reason, time: Date().timeIntervalSince1970) else { return nil }
         deliveryJournal?.remove(id)
         deliveryJournal?.putDeadLetter(letter, envelope: entry.envelope)
+        if let dropped { deliveryJournal?.removeDeadLetter(dropped.id) }
         counters.deadLettered += 1
         let board = ScopedName(scope: letter.scope, name: letter.board.rawValue)
         logger.error(

@@ -306,17 +306,18 @@ public final class Motherboard {
         }
         let name = ScopedName(scope: registration.scope, name: registration.id.rawValue)
         // A connection serves one board, or (a gateway's) only boards that share it.
-        if registration.sharesConnection == true ? registry.board(for: peer) != nil : registry.isGateway(peer) {
+        let shared = registration.sharesConnection == true
+        if shared ? registry.board(for: peer) != nil : registry.isGateway(peer) {
             return reply(
                 to: envelope, from: peer,
                 error: BusError(
                     .badArgument,
-                    "this connection serves \(registration.sharesConnection == true ? "a board of its own" : "boards that share it"); register this board on another"
+                    "this connection serves \(shared ? "a board of its own" : "boards that share it"); register this board on another"
                 ))
         }
         // The broker's messages to such a board name it (or the store it owns) and its scope,
         // which an action delivered from a child scope would not.
-        if registration.sharesConnection == true, !registration.actions.isEmpty {
+        if shared, !registration.actions.isEmpty {
             return reply(
                 to: envelope, from: peer,
                 error: BusError(

@@ -21,11 +21,34 @@ public final class DeliveryLogFile: DeliveryJournal {
         var header: Data?
         var payload: Data?
         var letter: DeadLetter?
+
+        static func put(_ delivery: JournaledDelivery) throws -> Line {
+            let frames = try delivery.envelope.frames()
+            return Line(
+                op: .put, id: delivery.id, board: delivery.board.name, scope: delivery.board.scope.name, deliveries: delivery.deliveries,
+                header: frames.first, payload: frames.count > 1 ? frames[1] : Data())
+        }
+
+        static func dead(_ letter: DeadLetter, _ envelope: Envelope) throws -> Line {
+            let frames = try envelope.frames()
+            return Line(op: .dead, id: letter.id, header: frames.first, payload: frames.count > 1 ? frames[1] : Data(), letter: letter)
+        }
+
+        /// The envelope a `put` or `dead` line carries.
+        var envelope: Envelope? {
+            header.flatMap { try? Envelope(frames: [$0, payload ?? Data()]) }
+        }
+
+        /// The line as the file holds it: JSON, then a newline.
+        func encoded() throws -> Data {
+            try JSONEncoder().encode(self) + Data([UInt8(ascii: "\n")])
+        }
     }
 
     public let path: String
     private let logger: Logger
-    private var descriptor: Int32 = -1
+    /// Opened for appending at the first line after a compaction.
+    private var file: FileHandle?
     private var lines = 0
     /// What the file holds now, to write it again compact.
     private var pending: [UInt64: JournaledDelivery] = [:]
@@ -34,10 +57,6 @@ public final class DeliveryLogFile: DeliveryJournal {
     public init(path: String, logger: Logger) {
         self.path = path
         self.logger = logger
-    }
-
-    deinit {
-        if descriptor >= 0 { close(descriptor) }
     }
 
     /// Reads what an earlier broker wrote and writes it again compact; from then on the file
@@ -60,11 +79,7 @@ public final class DeliveryLogFile: DeliveryJournal {
     }
 
     public func put(_ delivery: JournaledDelivery) throws {
-        let frames = try delivery.envelope.frames()
-        try append(
-            Line(
-                op: .put, id: delivery.id, board: delivery.board.name, scope: delivery.board.scope.name, deliveries: delivery.deliveries,
-                header: frames.first, payload: frames.count > 1 ? frames[1] : Data()))
+        try append(Line.put(delivery))
         pending[delivery.id] = delivery
         do {
             try compactIfMostlyHistory()
@@ -80,11 +95,9 @@ public final class DeliveryLogFile: DeliveryJournal {
     }
 
     public func putDeadLetter(_ letter: DeadLetter, envelope: Envelope) {
-        guard let frames = try? envelope.frames() else { return }
-        appendOrLog(Line(op: .dead, id: letter.id, header: frames.first, payload: frames.count > 1 ? frames[1] : Data(), letter: letter))
+        guard let line = try? Line.dead(letter, envelope) else { return }
+        appendOrLog(line)
         letters.append((letter, envelope))
-        // As many as the broker lists; the oldest go first.
-        if letters.count > 1_000 { letters.removeFirst(letters.count - 1_000) }
     }
 
     public func removeDeadLetter(_ id: UInt64) {
@@ -95,16 +108,13 @@ public final class DeliveryLogFile: DeliveryJournal {
     private func apply(_ line: Line) {
         switch line.op {
         case .put:
-            guard let board = line.board, let header = line.header,
-                let envelope = try? Envelope(frames: [header, line.payload ?? Data()])
-            else { return }
+            guard let board = line.board, let envelope = line.envelope else { return }
             pending[line.id] = JournaledDelivery(
                 id: line.id, board: ScopedName(scope: Scope(line.scope ?? ""), name: board), deliveries: line.deliveries ?? 1, envelope: envelope)
         case .remove:
             pending[line.id] = nil
         case .dead:
-            guard let letter = line.letter, let header = line.header, let envelope = try? Envelope(frames: [header, line.payload ?? Data()])
-            else { return }
+            guard let letter = line.letter, let envelope = line.envelope else { return }
             letters.append((letter, envelope))
         case .undead:
             letters.removeAll { $0.letter.id == line.id }
@@ -122,30 +132,23 @@ public final class DeliveryLogFile: DeliveryJournal {
     }
 
     private func append(_ line: Line) throws {
-        var bytes = try JSONEncoder().encode(line)
-        bytes.append(UInt8(ascii: "\n"))
-        if descriptor < 0 { try open() }
-        try Self.write(bytes, to: descriptor)
+        let bytes = try line.encoded()
+        do {
+            try openForAppending().write(contentsOf: bytes)
+        } catch {
+            throw BusError(.storageFailed, "cannot write the delivery journal \(path): \(error)")
+        }
         lines += 1
     }
 
-    private func open() throws {
-        descriptor = Glibc.open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+    /// The file, opened to append (O_APPEND: every line goes at its end).
+    private func openForAppending() throws -> FileHandle {
+        if let file { return file }
+        let descriptor = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw BusError(.storageFailed, "cannot open \(path): \(String(cString: strerror(errno)))") }
-    }
-
-    private static func write(_ bytes: Data, to descriptor: Int32) throws {
-        try bytes.withUnsafeBytes { buffer in
-            var offset = 0
-            while offset < buffer.count {
-                let written = Glibc.write(descriptor, buffer.baseAddress! + offset, buffer.count - offset)
-                if written < 0 {
-                    if errno == EINTR { continue }
-                    throw BusError(.storageFailed, "cannot write the delivery journal: \(String(cString: strerror(errno)))")
-                }
-                offset += written
-            }
-        }
+        let opened = FileHandle(fileDescriptor: descriptor, closeOnDealloc: true)
+        file = opened
+        return opened
     }
 
     private func compactIfMostlyHistory() throws {
@@ -155,29 +158,15 @@ public final class DeliveryLogFile: DeliveryJournal {
 
     /// Writes what is live now to a new file and puts it in the journal's place.
     private func compact() throws {
-        let encoder = JSONEncoder()
         var text = Data()
-        for delivery in pending.values.sorted(by: { $0.id < $1.id }) {
-            let frames = try delivery.envelope.frames()
-            text += try encoder.encode(
-                Line(
-                    op: .put, id: delivery.id, board: delivery.board.name, scope: delivery.board.scope.name, deliveries: delivery.deliveries,
-                    header: frames.first, payload: frames.count > 1 ? frames[1] : Data()))
-            text.append(UInt8(ascii: "\n"))
-        }
-        for (letter, envelope) in letters {
-            let frames = try envelope.frames()
-            text += try encoder.encode(
-                Line(op: .dead, id: letter.id, header: frames.first, payload: frames.count > 1 ? frames[1] : Data(), letter: letter))
-            text.append(UInt8(ascii: "\n"))
-        }
+        for delivery in pending.values.sorted(by: { $0.id < $1.id }) { text += try Line.put(delivery).encoded() }
+        for (letter, envelope) in letters { text += try Line.dead(letter, envelope).encoded() }
         let temporary = path + ".new"
         guard FileManager.default.createFile(atPath: temporary, contents: text, attributes: [.posixPermissions: 0o600]) else {
             throw BusError(.storageFailed, "cannot write \(temporary)")
         }
         guard rename(temporary, path) == 0 else { throw BusError(.storageFailed, "cannot replace \(path): \(String(cString: strerror(errno)))") }
-        if descriptor >= 0 { close(descriptor) }
-        descriptor = -1
+        file = nil
         lines = pending.count + letters.count
     }
 }

@@ -267,4 +267,23 @@ struct DeliveryTests {
         #expect(harness.transport.take(for: harness.client).map(\.payload) == [Data("paid".utf8)])
         #expect(harness.motherboard.ledger.pending.isEmpty)
     }
+
+    /// The dead-letter list is bounded, and so is what the journal keeps of it: the letter that
+    /// goes past the bound goes from the journal too.
+    @Test func theJournalForgetsTheDeadLettersTheLedgerDrops() throws {
+        let harness = try Harness(manifest: Self.manifest(.atLeastOnce))
+        let journal = Journal()
+        harness.motherboard.deliveryJournal = journal
+        let board = ScopedName(scope: .root, name: "pay")
+        var letters: [UInt64] = []
+        for number in 0...DeliveryLedger.maximumDeadLetters {
+            let envelope = Envelope(header: EnvelopeHeader(kind: .activate, target: "pay", typeName: "Pay"), payload: Data("\(number)".utf8))
+            let added = harness.motherboard.ledger.add(envelope, for: board, client: nil)
+            let letter = harness.motherboard.deadLetter(try #require(added), reason: "test")
+            letters.append(try #require(letter).id)
+        }
+        #expect(harness.motherboard.ledger.deadLetters.count == DeliveryLedger.maximumDeadLetters)
+        #expect(journal.letters.count == DeliveryLedger.maximumDeadLetters)
+        #expect(journal.letters == Array(letters.dropFirst()))
+    }
 }
