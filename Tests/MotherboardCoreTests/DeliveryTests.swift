@@ -286,4 +286,27 @@ struct DeliveryTests {
         #expect(journal.letters.count == DeliveryLedger.maximumDeadLetters)
         #expect(journal.letters == Array(letters.dropFirst()))
     }
+
+    /// `input.refused` is a board's own word, shown by `status`: what a board (or a peer that is
+    /// none) writes there cannot grow the broker's memory, break a line of `busctl status`, or
+    /// count for another board.
+    @Test func aRefusedInputReportIsCountedForItsBoardOnlyBoundedAndOnOneLine() throws {
+        let harness = try Harness()
+        let board = PeerID(Data([0xB1]))
+        harness.register("pay", peer: board)
+        func report(_ type: String, _ message: String, from peer: PeerID) {
+            let payload = try! PayloadCodec.encode(InputRefused(type: type, error: BusError(.busy, message)))
+            harness.deliver(
+                Envelope(header: EnvelopeHeader(kind: .control, source: "pay", typeName: ControlOperation.inputRefused), payload: payload), from: peer
+            )
+        }
+        report("Order\n\u{1B}[2J", String(repeating: "é", count: 100_000) + "\nfake line", from: board)
+        // A client naming the board as its source is not the board.
+        report("Order", "forged", from: harness.client)
+        let info = try #require(try harness.list().boards.first)
+        #expect(info.refusedInputs == 1)
+        let shown = try #require(info.lastRefusedInput)
+        #expect(!shown.contains("\n") && !shown.contains("\u{1B}") && !shown.contains("forged"))
+        #expect(shown.utf8.count < 2_000 && shown.contains("busy"))
+    }
 }
