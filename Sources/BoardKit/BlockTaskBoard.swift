@@ -34,14 +34,25 @@ public enum BlockTaskBoard {
         environment: [String: String] = ProcessInfo.processInfo.environment,
         _ work: @escaping @Sendable (Input, BoardContext) async throws -> Output
     ) -> Board {
+        make(id: id, mode: mode, emits: Output.self, queueLimit: queueLimit, environment: environment) { input, outputs in
+            try await outputs.emit(work(input, outputs.context))
+        }
+    }
+
+    /// A block task board whose tasks decide what they emit, of any of the types it declares
+    /// (`emits`), with ``TaskOutputs/emit(_:)``; in mode `latest` a replaced task emits nothing more.
+    public static func make<Input: BusPayload, each Output: BusPayload>(
+        id: BoardID, mode: ExecutionMode, emits outputs: repeat (each Output).Type, queueLimit: Int = 64,
+        environment: [String: String] = ProcessInfo.processInfo.environment,
+        _ work: @escaping @Sendable (Input, TaskOutputs) async throws -> Void
+    ) -> Board {
         let scheduler = TaskScheduler(mode: mode, queueLimit: queueLimit)
         var board = Board(id: id, environment: environment)
-        board.declaresOutput(Output.self)
+        repeat board.declaresOutput(each outputs)
+        let declared = Set(board.outputTypes)
         board.onActivate(Input.self) { input, context in
             try await scheduler.submit {
-                let output = try await work(input, context)
-                try Task.checkCancellation()
-                try await context.sendToMotherboard(output)
+                try await work(input, TaskOutputs(context: context, declared: declared))
             } onFailure: { error in
                 if !(error is CancellationError) {
                     context.logger.warning("task failed", metadata: ["error": "\(error)"])
