@@ -266,7 +266,12 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
 
     func addSubscription(_ subscription: any BusSubscription) -> UUID {
         let id = UUID()
-        guarded.withLock { $0.subscriptions[id] = subscription }
+        let now = clock.now()
+        guarded.withLock {
+            $0.subscriptions[id] = subscription
+            // A subscription subscribes as it starts: the renewals begin a second after the first.
+            if $0.lastRenewal == nil { $0.lastRenewal = now }
+        }
         return id
     }
 

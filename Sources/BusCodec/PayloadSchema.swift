@@ -111,10 +111,19 @@ public protocol PayloadSchemaProviding {
 public struct StoreSchema: Codable, Hashable, Sendable {
     public var state: PayloadSchema?
     public var actions: [String: PayloadSchema]
+    /// A keyed store's record (its state is a map of these by key); nil for other stores.
+    public var record: PayloadSchema?
+    /// The store's queries: each one's request and answer.
+    public var queries: [String: BoardSchemas.Command]?
 
-    public init(state: PayloadSchema? = nil, actions: [String: PayloadSchema] = [:]) {
+    public init(
+        state: PayloadSchema? = nil, actions: [String: PayloadSchema] = [:], record: PayloadSchema? = nil,
+        queries: [String: BoardSchemas.Command]? = nil
+    ) {
         self.state = state
         self.actions = actions
+        self.record = record
+        self.queries = queries
     }
 }
 

@@ -20,6 +20,131 @@ public enum StoreOperation {
     public static let releaseQuery = "query.release"
     /// broker → owner: the board named in `source` is gone; release what it held.
     public static let holderGone = "holder.gone"
+    /// → a keyed store's owner (payload ``RecordKey``): one record, as a ``StoreRecord``.
+    public static let get = "get"
+    /// → a keyed store's owner (payload ``RecordRange``): records in key order, as a ``RecordPage``.
+    public static let list = "list"
+    /// → the owner (payload ``StoreQuery``): a query the store declared, answered at the owner on
+    /// its current state.
+    public static let query = "query"
+}
+
+/// A keyed store's change: the keys one change put (with their records) or removed. The payload
+/// of a keyed store's `change`, and an entry of a ``StoreChangeLog``.
+public struct StoreChanges<Record: Codable & Sendable>: BusPayload {
+    public static var busTypeName: String { "StoreChanges" }
+    public var store: String
+    public var sequence: UInt64
+    public var changes: [KeyedChange<Record>]
+    public init(store: String, sequence: UInt64, changes: [KeyedChange<Record>]) {
+        self.store = store
+        self.sequence = sequence
+        self.changes = changes
+    }
+}
+
+/// One key of a change: `record` when it was put, `removed: true` when it was removed.
+public struct KeyedChange<Record: Codable & Sendable>: Codable, Sendable {
+    public var key: String
+    public var record: Record?
+    public var removed: Bool?
+    public init(key: String, record: Record?) {
+        self.key = key
+        self.record = record
+        removed = record == nil ? true : nil
+    }
+}
+
+/// The changes of a keyed store after a sequence number (the answer to `state` with a
+/// ``ChangesSince`` payload): every one of them, oldest first; or, when the owner no longer keeps
+/// them all, `reset` and none (the watcher reads the records again, in pages).
+public struct StoreChangeLog<Record: Codable & Sendable>: BusPayload {
+    public static var busTypeName: String { "StoreChangeLog" }
+    public var store: String
+    /// The store's sequence number now.
+    public var sequence: UInt64
+    public var entries: [StoreChanges<Record>]
+    public var reset: Bool
+    public init(store: String, sequence: UInt64, entries: [StoreChanges<Record>], reset: Bool) {
+        self.store = store
+        self.sequence = sequence
+        self.entries = entries
+        self.reset = reset
+    }
+}
+
+/// The payload of `state` (or `subscribe`) for a keyed store's changes after `since`.
+public struct ChangesSince: BusPayload, Hashable {
+    public var since: UInt64
+    public init(since: UInt64) { self.since = since }
+}
+
+/// The payload of `get`.
+public struct RecordKey: BusPayload, Hashable {
+    public var key: String
+    public init(key: String) { self.key = key }
+}
+
+/// A keyed store's record at `key` (nil when there is none), at the store's sequence number.
+public struct StoreRecord<Record: Codable & Sendable>: BusPayload {
+    public var store: String
+    public var sequence: UInt64
+    public var key: String
+    public var record: Record?
+    public init(store: String, sequence: UInt64, key: String, record: Record?) {
+        self.store = store
+        self.sequence = sequence
+        self.key = key
+        self.record = record
+    }
+}
+
+/// The payload of `list`: records whose keys start with `prefix`, after the key `after`, at most
+/// `limit` (default and most: ``defaultLimit``, ``maximumLimit``).
+public struct RecordRange: BusPayload, Hashable {
+    public static let defaultLimit = 100
+    public static let maximumLimit = 1_000
+    public var prefix: String?
+    public var after: String?
+    public var limit: Int?
+    public init(prefix: String? = nil, after: String? = nil, limit: Int? = nil) {
+        self.prefix = prefix
+        self.after = after
+        self.limit = limit
+    }
+}
+
+/// One page of a keyed store's records, in key order; `next` is the `after` of the next page,
+/// absent on the last one.
+public struct RecordPage<Record: Codable & Sendable>: BusPayload {
+    public struct Entry: Codable, Sendable {
+        public var key: String
+        public var record: Record
+        public init(key: String, record: Record) {
+            self.key = key
+            self.record = record
+        }
+    }
+    public var store: String
+    public var sequence: UInt64
+    public var records: [Entry]
+    public var next: String?
+    public init(store: String, sequence: UInt64, records: [Entry], next: String?) {
+        self.store = store
+        self.sequence = sequence
+        self.records = records
+        self.next = next
+    }
+}
+
+/// The payload of `query`: the name of a query the store declared, and its request.
+public struct StoreQuery<Request: Codable & Sendable>: BusPayload {
+    public var name: String
+    public var request: Request
+    public init(name: String, request: Request) {
+        self.name = name
+        self.request = request
+    }
 }
 
 /// The owner's answer to a dispatch: the action was applied (and, for a persistent store,

@@ -76,7 +76,9 @@ extension BusClient {
         _ = try await storeRequest(lease.store, StoreOperation.releaseQuery, payload: PayloadCodec.encode(lease), scope: scope, timeout: timeout)
     }
 
-    func storeRequest(_ store: String, _ operation: String, payload: Data = Data(), scope: Scope, timeout: Duration) async throws -> Data {
+    /// Sends a `store` operation (PROTOCOL 5.8) with a JSON payload and returns the owner's answer
+    /// as it came: for tools that print it (busctl) rather than decode it.
+    public func storeRequest(_ store: String, _ operation: String, payload: Data = Data(), scope: Scope, timeout: Duration) async throws -> Data {
         let envelope = Envelope(header: EnvelopeHeader(kind: .store, target: store, scope: scope, typeName: operation), payload: payload)
         return try await request(envelope, timeout: timeout).payload
     }

@@ -1,5 +1,6 @@
 import BoardKit
 import BusCore
+import Flux
 import Foundation
 import GRDB
 
@@ -39,8 +40,9 @@ public final class StorePersistence: @unchecked Sendable {
 
     /// The format this version writes (SQLite's `user_version`). 0 is a database from before
     /// formats were recorded (one file for a board's store in every scope); 1 adds the store's
-    /// identity; 2 the refusals in the journal (a database of format 1 is moved to 2 when opened).
-    public static let formatVersion = 2
+    /// identity; 2 the refusals in the journal; 3 the records of a keyed store, one row each
+    /// (a database of format 1 or 2 is moved to 3 when opened).
+    public static let formatVersion = 3
 
     /// How long a write waits for a lock held by another connection when the request carries no
     /// deadline.
@@ -89,6 +91,8 @@ public final class StorePersistence: @unchecked Sendable {
                     action TEXT NOT NULL, payload BLOB NOT NULL, refusal TEXT, PRIMARY KEY (store, dispatch_id));
                 CREATE TABLE IF NOT EXISTS store_identity (
                     board TEXT NOT NULL, scope TEXT NOT NULL, store TEXT NOT NULL);
+                CREATE TABLE IF NOT EXISTS store_records (
+                    store TEXT NOT NULL, key TEXT NOT NULL, record BLOB NOT NULL, PRIMARY KEY (store, key)) WITHOUT ROWID;
                 """)
         // Format 2: a refused dispatch is journaled with its reason (NULL: applied).
         let columns = try Row.fetchAll(db, sql: "PRAGMA table_info(dispatch_journal)").map { $0["name"] as String }
@@ -210,9 +214,7 @@ public final class StorePersistence: @unchecked Sendable {
     }
 
     /// Journals a refused dispatch (nothing else changes), so that a retry gets the same refusal.
-    func saveRefusal(sequence: UInt64, dispatch: (id: String, action: String, payload: Data), reason: String, lockWait: Duration = defaultLockWait)
-        throws
-    {
+    func saveRefusal(sequence: UInt64, dispatch: JournalEntry, reason: String, lockWait: Duration = defaultLockWait) throws {
         try storage("save a refusal", lockWait: lockWait, write: true) { db in
             try db.execute(
                 sql: "INSERT INTO dispatch_journal (store, dispatch_id, sequence, action, payload, refusal) VALUES (?, ?, ?, ?, ?, ?)",
@@ -223,20 +225,89 @@ public final class StorePersistence: @unchecked Sendable {
     /// Saves a snapshot (when there is one), and the action that led to it (when there is one),
     /// in one transaction: either both are stored or, when this throws, neither.
     /// - Parameter lockWait: how long to wait for another connection's lock.
-    func save(sequence: UInt64, snapshot: Data?, dispatch: (id: String, action: String, payload: Data)?, lockWait: Duration = defaultLockWait) throws
-    {
+    func save(sequence: UInt64, snapshot: Data?, dispatch: JournalEntry?, lockWait: Duration = defaultLockWait) throws {
         try storage("save", lockWait: lockWait, write: true) { db in
-            if let snapshot {
-                try db.execute(
-                    sql:
-                        "INSERT INTO store_state (store, sequence, snapshot) VALUES (?, ?, ?) ON CONFLICT(store) DO UPDATE SET sequence = excluded.sequence, snapshot = excluded.snapshot",
-                    arguments: [store, Int64(sequence), snapshot])
+            if let snapshot { try saveState(db, sequence: sequence, snapshot: snapshot) }
+            if let dispatch { try journal(db, dispatch, sequence: sequence) }
+        }
+    }
+
+    private func saveState(_ db: Database, sequence: UInt64, snapshot: Data) throws {
+        try db.execute(
+            sql:
+                "INSERT INTO store_state (store, sequence, snapshot) VALUES (?, ?, ?) ON CONFLICT(store) DO UPDATE SET sequence = excluded.sequence, snapshot = excluded.snapshot",
+            arguments: [store, Int64(sequence), snapshot])
+    }
+
+    private func journal(_ db: Database, _ dispatch: JournalEntry, sequence: UInt64) throws {
+        try db.execute(
+            sql: "INSERT INTO dispatch_journal (store, dispatch_id, sequence, action, payload) VALUES (?, ?, ?, ?, ?)",
+            arguments: [store, dispatch.id, Int64(sequence), dispatch.action, dispatch.payload])
+    }
+
+    // MARK: - A keyed store's records, one row each
+
+    /// The sequence number of a keyed store's last change (0 before the first).
+    func keyedSequence() throws -> UInt64 {
+        try storage("read the sequence") { db in
+            try Int64.fetchOne(db, sql: "SELECT sequence FROM store_state WHERE store = ?", arguments: [store]).map(UInt64.init) ?? 0
+        }
+    }
+
+    /// One record's bytes.
+    func record(_ key: String) throws -> Data? {
+        try storage("read a record") { db in
+            try Data.fetchOne(db, sql: "SELECT record FROM store_records WHERE store = ? AND key = ?", arguments: [store, key])
+        }
+    }
+
+    /// Records in key order (SQLite's `BINARY` collation: bytewise on UTF-8), by the primary key's
+    /// index: a page costs the same in a store of ten records and of a million.
+    func records(prefix: String, after: String?, limit: Int) throws -> [(key: String, record: Data)] {
+        // Keys that start with the prefix sort from it up to the prefix with its last byte one
+        // higher (UTF-8 never ends in 0xFF, so that byte exists).
+        var upper = Array(prefix.utf8)
+        if !upper.isEmpty { upper[upper.count - 1] += 1 }
+        var sql = "SELECT key, record FROM store_records WHERE store = ? AND key >= ?"
+        var arguments: StatementArguments = [store, prefix]
+        if let after {
+            sql += " AND key > ?"
+            arguments += [after]
+        }
+        if !upper.isEmpty {
+            sql += " AND key < CAST(? AS TEXT)"
+            arguments += [Data(upper)]
+        }
+        sql += " ORDER BY key LIMIT ?"
+        arguments += [limit]
+        return try storage("read records") { db in
+            try Row.fetchAll(db, sql: sql, arguments: arguments).map { ($0["key"], $0["record"]) }
+        }
+    }
+
+    /// How many records a keyed store holds (SQLite counts them: its cost grows with the store).
+    func recordCount() throws -> Int {
+        try storage("count records") { db in
+            try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM store_records WHERE store = ?", arguments: [store]) ?? 0
+        }
+    }
+
+    /// Writes one change of a keyed store — the rows it put or removed, its sequence number and the
+    /// action that led to it — in one transaction: all of it is stored or, when this throws, none.
+    func saveRecords(_ changes: [(key: String, record: Data?)], sequence: UInt64, dispatch: JournalEntry?, lockWait: Duration) throws {
+        try storage("save", lockWait: lockWait, write: true) { db in
+            for change in changes {
+                if let record = change.record {
+                    try db.execute(
+                        sql:
+                            "INSERT INTO store_records (store, key, record) VALUES (?, ?, ?) ON CONFLICT(store, key) DO UPDATE SET record = excluded.record",
+                        arguments: [store, change.key, record])
+                } else {
+                    try db.execute(sql: "DELETE FROM store_records WHERE store = ? AND key = ?", arguments: [store, change.key])
+                }
             }
-            if let dispatch {
-                try db.execute(
-                    sql: "INSERT INTO dispatch_journal (store, dispatch_id, sequence, action, payload) VALUES (?, ?, ?, ?, ?)",
-                    arguments: [store, dispatch.id, Int64(sequence), dispatch.action, dispatch.payload])
-            }
+            try saveState(db, sequence: sequence, snapshot: Data())
+            if let dispatch { try journal(db, dispatch, sequence: sequence) }
         }
     }
 

@@ -67,10 +67,13 @@ extension Motherboard {
         case .dispatch: operation = .dispatch
         case .store:
             switch header.typeName {
-            case StoreOperation.state: operation = .state
+            case StoreOperation.state, StoreOperation.get, StoreOperation.list: operation = .state
             case StoreOperation.subscribe, StoreOperation.renew, StoreOperation.unsubscribe: operation = .watch
-            case StoreOperation.activateQuery, StoreOperation.releaseQuery: operation = .query
-            default: return nil
+            case StoreOperation.activateQuery, StoreOperation.releaseQuery, StoreOperation.query: operation = .query
+            // The owner's own changes (checked against its registration) and the broker's word.
+            case StoreOperation.change, StoreOperation.holderGone: return nil
+            // An operation this broker does not know may change the store: it takes what a dispatch does.
+            default: operation = .dispatch
             }
         case .control:
             switch header.typeName {

@@ -13,7 +13,7 @@ struct Busctl: AsyncParsableCommand {
         subcommands: [
             List.self, Status.self, Restart.self, Introspect.self, Tree.self, Flows.self, Call.self, Activate.self, Emit.self, Action.self,
             Dispatch.self,
-            State.self, Stores.self, DeadLetters.self, Wait.self, Monitor.self, Metrics.self, Keys.self, Policy.self,
+            State.self, Query.self, Stores.self, DeadLetters.self, Wait.self, Monitor.self, Metrics.self, Keys.self, Policy.self,
         ])
 }
 
@@ -390,15 +390,36 @@ extension Busctl {
         @Option(parsing: .unconditional, help: "With --watch, stop after this many lines.") var count: String?
         @Option(name: .customLong("for"), parsing: .unconditional, help: "With --watch, stop after this many seconds (exit 0).")
         var duration: String?
+        @Option(help: "A keyed store: print the record at this key.") var key: String?
+        @Option(help: "A keyed store: print a page of the records whose keys start with this.") var prefix: String?
+        @Option(help: "A keyed store: the page after this key (the previous page's \"next\").") var after: String?
+        @Option(parsing: .unconditional, help: "A keyed store: at most this many records in the page (1 to 1000, default 100).")
+        var limit: String?
 
         func run() async throws {
-            let (limit, period) = try options.validated {
-                (
+            let (lines, period, pageLimit) = try options.validated {
+                let paging = prefix != nil || after != nil || limit != nil
+                if watch && (key != nil || paging) {
+                    throw BusError(.badArgument, "--watch prints the whole store; --key, --prefix, --after and --limit read a keyed store once")
+                }
+                if key != nil && paging { throw BusError(.badArgument, "--key reads one record; --prefix, --after and --limit read a page") }
+                return (
                     try self.count.map { try busctl.count($0, option: "--count") },
-                    try self.duration.map { try seconds($0, option: "--for", maximum: GlobalOptions.maximumTimeoutSeconds) }
+                    try self.duration.map { try seconds($0, option: "--for", maximum: GlobalOptions.maximumTimeoutSeconds) },
+                    try self.limit.map { try busctl.count($0, option: "--limit") }
                 )
             }
             try await options.withClient { client in
+                let read: (String, Data)? =
+                    if let key {
+                        (StoreOperation.get, try PayloadCodec.encode(RecordKey(key: key)))
+                    } else if prefix != nil || after != nil || pageLimit != nil {
+                        (StoreOperation.list, try PayloadCodec.encode(RecordRange(prefix: prefix, after: after, limit: pageLimit)))
+                    } else { nil }
+                if let (operation, payload) = read {
+                    let answer = try await client.storeRequest(store, operation, payload: payload, scope: options.scope, timeout: options.deadline)
+                    return print(options.json ? String(decoding: answer, as: UTF8.self) : prettyJSON(answer))
+                }
                 guard watch else {
                     let snapshot = try await client.storeState(store, scope: options.scope, timeout: options.deadline)
                     return print(options.json ? String(decoding: snapshot, as: UTF8.self) : prettyJSON(snapshot))
@@ -410,13 +431,34 @@ extension Busctl {
                             print(String(decoding: update.snapshot, as: UTF8.self))
                             fflushStandardOutput()
                             printed += 1
-                            if let limit, printed >= limit { return }
+                            if let lines, printed >= lines { return }
                         }
                     }
                     if let period { group.addTask { try await Task.sleep(for: period) } }
                     try await group.next()
                     group.cancelAll()
                 }
+            }
+        }
+    }
+
+    struct Query: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "query", abstract: "Call a query a store declared; prints its answer, computed at the store's owner.")
+        @OptionGroup var options: GlobalOptions
+        @Argument(help: "The store name.") var store: String
+        @Argument(help: "The query's name (introspect lists them).") var name: String
+        @Argument(help: "The query's request as JSON (default {}).") var request: String?
+
+        func run() async throws {
+            let payload = try options.validated {
+                let request = try jsonPayload(request)
+                return Data(#"{"name":"#.utf8) + (try PayloadCodec.encode(name)) + Data(#","request":"#.utf8) + request + Data("}".utf8)
+            }
+            try await options.withClient { client in
+                let answer = try await client.storeRequest(
+                    store, StoreOperation.query, payload: payload, scope: options.scope, timeout: options.deadline)
+                print(options.json ? String(decoding: answer, as: UTF8.self) : prettyJSON(answer))
             }
         }
     }

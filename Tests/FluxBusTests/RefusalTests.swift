@@ -87,7 +87,7 @@ struct RefusalTests {
         #expect(rejection { try remote.handle(refuse("r-3", exactly)) }?.message.hasSuffix(": " + exactly) == true)
     }
 
-    /// A database of format 1 (before refusals) is moved to format 2 when opened, its journal kept.
+    /// A database of format 1 (before refusals) is moved to the current format when opened, its journal kept.
     @Test func aFormatOneDatabaseGainsTheRefusalColumn() throws {
         let fixture = try DurableStoreFixture()
         defer { fixture.remove() }
@@ -108,6 +108,8 @@ struct RefusalTests {
         let (_, remote, _) = try fixture.open()
         #expect(try acknowledgement(remote.handle(dispatchRequest("ignored", id: "old-1"))).applied == false)
         #expect(rejection { try remote.handle(refuse("r-1")) }?.code == .rejected)
-        #expect(try DatabaseQueue(path: fixture.path).read { try Int.fetchOne($0, sql: "PRAGMA user_version") } == 2)
+        let reopened = try DatabaseQueue(path: fixture.path)
+        #expect(try reopened.read { try Int.fetchOne($0, sql: "PRAGMA user_version") } == StorePersistence.formatVersion)
+        #expect(try reopened.read { try $0.tableExists("store_records") })
     }
 }

@@ -265,7 +265,8 @@ struct FleetIntegrationTests {
     @Test func busctlSubcommandsAnswerToTheirDocumentedNames() async throws {
         try await TestFleet.with(manifest: #"{"boards": []}"#) { fleet in
             let names = [
-                "list", "status", "restart", "introspect", "tree", "flows", "call", "activate", "emit", "action", "dispatch", "state", "stores",
+                "list", "status", "restart", "introspect", "tree", "flows", "call", "activate", "emit", "action", "dispatch", "state", "query",
+                "stores",
                 "dead-letters", "wait",
                 "monitor",
                 "metrics", "keys", "policy",

@@ -67,13 +67,18 @@ struct AccessPolicyGateTests {
             EnvelopeHeader(kind: .activate, target: "demo.greeter"), EnvelopeHeader(kind: .output, source: "demo.greeter", typeName: "X"),
             EnvelopeHeader(kind: .action, typeName: "app.announce"), EnvelopeHeader(kind: .dispatch, target: "orders", typeName: "cancel"),
             EnvelopeHeader(kind: .store, target: "orders", typeName: StoreOperation.state),
+            EnvelopeHeader(kind: .store, target: "orders", typeName: StoreOperation.get),
+            EnvelopeHeader(kind: .store, target: "orders", typeName: StoreOperation.list),
+            EnvelopeHeader(kind: .store, target: "orders", typeName: StoreOperation.query),
+            // An operation the broker does not know is asked as a dispatch.
+            EnvelopeHeader(kind: .store, target: "orders", typeName: "compact"),
             EnvelopeHeader(kind: .control, typeName: ControlOperation.removeFlow),
             EnvelopeHeader(kind: .control, typeName: ControlOperation.list),
         ] {
             let answer = send(harness, header, payload: Data("{}".utf8), from: remote, principal: "edge-b")
             #expect(answer.first?.carriedError?.code == .forbidden, "\(header.kind) \(header.typeName)")
         }
-        #expect(harness.motherboard.counters.denied == 8)
+        #expect(harness.motherboard.counters.denied == 12)
         #expect(harness.motherboard.metrics.exposition().contains(#"boardbus_denied_total{principal="edge-b",operation="call"} 1"#))
     }
 
