@@ -23,6 +23,7 @@ let package = Package(
         .executable(name: "BoardBusDemoRecorder", targets: ["BoardBusDemoRecorder"]),
         .executable(name: "BoardBusDemoGate", targets: ["BoardBusDemoGate"]),
         .executable(name: "BoardBusDemoComments", targets: ["BoardBusDemoComments"]),
+        .executable(name: "BoardBusDemoOrders", targets: ["BoardBusDemoOrders"]),
         .executable(name: "BoardBusDemoAnnotationFilter", targets: ["BoardBusDemoAnnotationFilter"]),
         .executable(name: "boardbus-bench", targets: ["boardbus-bench"]),
     ],
@@ -181,6 +182,9 @@ let package = Package(
         .target(name: "BoardBusDemoCommentsIO", dependencies: ["BoardInterface", "Flux"], path: "Services/CommentsIO"),
         .executableTarget(
             name: "BoardBusDemoComments", dependencies: ["BoardKit", "Flux", "FluxBus", "BoardBusDemoCommentsIO"], path: "Services/Comments"),
+        .target(name: "BoardBusDemoOrdersIO", dependencies: ["BoardInterface", "Flux"], path: "Services/OrdersIO"),
+        .executableTarget(
+            name: "BoardBusDemoOrders", dependencies: ["BoardKit", "Flux", "FluxBus", "BoardBusDemoOrdersIO"], path: "Services/Orders"),
         .target(name: "BoardBusDemoAnnotationFilterIO", dependencies: ["BoardInterface", "Flux"], path: "Services/AnnotationFilterIO"),
         .executableTarget(
             name: "BoardBusDemoAnnotationFilter", dependencies: ["BoardKit", "Flux", "FluxBus", "BoardBusDemoAnnotationFilterIO"],
@@ -221,7 +225,7 @@ let package = Package(
             name: "FluxBusTests",
             dependencies: [
                 "FluxBus", "Flux", "BoardKit", "BoardKitTesting", "BusCore", "BoardBusDemoCommentsIO", "BoardBusDemoAnnotationFilterIO",
-                .product(name: "GRDB", package: "GRDB.swift"),
+                "BoardBusDemoOrdersIO", "BoardBusDemoRecorderIO", .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
         // The broker's logic without I/O, and its ROUTER over real sockets.

@@ -275,6 +275,35 @@ struct KeyedStoreTests {
         }
     }
 
+    @Test func aTestWaitsForAStoreToReachAStateWithinADeadline() async throws {
+        try await InProcessFleet.with { fleet in
+            try await fleet.start(Self.owner(Self.host()))
+            let paid = Task {
+                try await fleet.client.waitForRecords(of: "orders", as: Order.self, prefix: "A-") { $0["A-1"]?.paid == true }
+            }
+            _ = try await dispatch(fleet, "place", Place(id: "A-1", cents: 5))
+            _ = try await dispatch(fleet, "pay", Pay(id: "A-1"))
+            #expect(try await paid.value == ["A-1": Order(cents: 5, paid: true)])
+            let never = await #expect(throws: BusError.self) {
+                try await fleet.client.waitForRecords(of: "orders", as: Order.self, timeout: .milliseconds(300)) { $0.count > 5 }
+            }
+            #expect(never?.code == .timeout && never?.message.contains("store 'orders'") == true)
+
+            // A plain store's whole state, the same way.
+            final class Counter: StatefulStore<Int>, @unchecked Sendable {
+                override func onDispatch(_ action: any Flux.Action) { if action is Pay { state += 1 } }
+            }
+            let counter = try StoreHost(name: "counter", store: Counter(initialState: 0, dispatcher: Dispatcher()))
+            counter.action(Pay.self, named: "add")
+            var board = Board(id: "shop.counter", environment: [:])
+            board.host(counter)
+            try await fleet.start(board)
+            let three = Task { try await fleet.client.waitForState(of: "counter", as: Int.self) { $0 == 3 } }
+            for _ in 0..<3 { _ = try await fleet.client.dispatch(store: "counter", action: "add", payload: PayloadCodec.encode(Pay(id: ""))) }
+            #expect(try await three.value == 3)
+        }
+    }
+
     @Test func changesSinceAreKeptUpToTheirBoundAndAResetBeyondIt() throws {
         let host = try Self.host(keepingChanges: 3)
         let store = host.store
