@@ -204,7 +204,7 @@ let package = Package(
         .executableTarget(
             name: "boardbus-bench",
             dependencies: [
-                "BoardKit", "BoardKitTesting", "BusCore", "BusZeroMQ", "FluxBus", "MotherboardCore",
+                "BoardKit", "BoardKitTesting", "BusCore", "BusZeroMQ", "Flux", "FluxBus", "MotherboardCore", "BoardBusDemoOrdersIO",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
                 .product(name: "Logging", package: "swift-log"),

@@ -24,8 +24,8 @@ board.onStart { context in
         receipt = store.onRecordsChange { changes in
             for change in changes.changes {
                 guard let order = change.record, order.status == .placed else { continue }
-                let placed = OrdersIO.Placed(id: change.key, cents: order.cents)
-                Task { _ = try? await context.sendToMotherboard(placed) }
+                // Sent before the dispatch is acknowledged: an acknowledged order was announced.
+                try? context.post(OrdersIO.Placed(id: change.key, cents: order.cents))
             }
         }
     }

@@ -71,6 +71,9 @@ public struct Board: Sendable {
     @usableFromInline var schemas = BoardSchemas()
     var startHandlers: [@Sendable (BoardContext) async throws -> Void] = []
     var storeEndpoints: [String: any StoreEndpoint] = [:]
+    /// The pid its registration gives instead of this process's: the in-process fleet's name for
+    /// a board its broker started, as a launched process's pid is.
+    package var registrationPID: Int32?
 
     public init(id: BoardID, environment: [String: String] = ProcessInfo.processInfo.environment) {
         let override = environment["BOARDBUS_BOARD_ID"].flatMap { try? BoardID(validating: $0) }
@@ -203,7 +206,7 @@ public struct Board: Sendable {
     /// The registration the board sends to the motherboard.
     var registration: Registration {
         Registration(
-            id: id, pid: getpid(), scope: scope, inputType: inputTypes.first, inputTypes: inputTypes.count > 1 ? inputTypes : nil,
+            id: id, pid: registrationPID ?? getpid(), scope: scope, inputType: inputTypes.first, inputTypes: inputTypes.count > 1 ? inputTypes : nil,
             commands: Set(commandHandlers.keys).union(immediateCommandHandlers.keys).sorted(),
             actions: actionHandlers.keys.sorted(), outputTypes: outputTypes, stores: storeEndpoints.keys.sorted(),
             secret: Board.registrationSecret, schemas: registeredSchemas)

@@ -23,6 +23,15 @@ public struct BoardContext: Sendable {
         try await client.emit(from: id, typeName: Output.busTypeName, payload: PayloadCodec.encode(output), timeout: timeout).delivered
     }
 
+    /// `sendToMotherboard` without waiting for the count of flows: the output leaves at once,
+    /// ahead of anything the board sends after it. From a store's observer, which runs before
+    /// the dispatch is acknowledged, it makes "acknowledged" imply "announced": a crash after the
+    /// acknowledgement cannot lose it (one between the store's write and this call still can).
+    public func post<Output: BusPayload>(_ output: Output) throws {
+        let header = EnvelopeHeader(kind: .output, source: id.rawValue, scope: scope, typeName: Output.busTypeName)
+        try client.send(Envelope(header: header, payload: PayloadCodec.encode(output)))
+    }
+
     /// `nextToBoard`: activates another live board with an input; returns once it accepted it.
     public func nextToBoard<Input>(_ destination: BoardDestination<Input>, with input: Input, timeout: Duration = BusClient.defaultTimeout)
         async throws

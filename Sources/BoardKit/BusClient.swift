@@ -291,9 +291,11 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
             (state.subscriptions.isEmpty ? [] : state.subscriptions.values.filter { $0.matches(envelope.header) }, state.messageHandler)
         }
         for subscriber in subscribers { subscriber.receive(envelope) }
-        // A store's change is a push, never a request: one that no watch here wants any more (it
-        // arrives after the watch ended, until the broker forgets the subscription) is dropped.
-        guard subscribers.isEmpty, !(kind == .store && envelope.header.typeName == StoreOperation.change) else { return }
+        // A store's change (and the broker's word that a subscription was made again) is a push,
+        // never a request: one that no watch here wants any more (it arrives after the watch
+        // ended, until the broker forgets the subscription) is dropped.
+        let push = kind == .store && [StoreOperation.change, StoreOperation.restored].contains(envelope.header.typeName)
+        guard subscribers.isEmpty, !push else { return }
         handler?(envelope)
     }
 

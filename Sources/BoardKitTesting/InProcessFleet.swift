@@ -114,6 +114,8 @@ public final class InProcessFleet: Sendable {
         -> Task<Void, any Error>
     {
         let boardClient = BusClient(connection: broker.connect(), address: InMemoryBroker.address, limits: broker.limits, clock: clock)
+        var board = board
+        board.registrationPID = pid
         var logger = self.logger
         logger[metadataKey: "board"] = "\(board.id)"
         let service = board.service(on: boardClient, logger: logger, onReady: onReady)

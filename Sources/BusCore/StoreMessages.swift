@@ -12,6 +12,9 @@ public enum StoreOperation {
     public static let renew = "subscribe.renew"
     /// → broker: stop forwarding changes to the sender.
     public static let unsubscribe = "unsubscribe"
+    /// broker → a subscriber whose `subscribe.renew` made its subscription again (the broker
+    /// restarted, or forgot it): changes may have been missed; ask for them (or a new snapshot).
+    public static let restored = "subscribe.restored"
     /// owner → broker → subscribers: the state after a change, with its sequence number.
     public static let change = "change"
     /// holder board → owner: hold a query (payload: the query); answered with a ``QueryLease``.

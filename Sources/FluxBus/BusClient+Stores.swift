@@ -38,15 +38,21 @@ extension BusClient {
         let watch = StoreWatch(store: store, scope: scope, continuation: continuation) { [weak self] watch in
             guard let self else { return }
             Task {
-                do {
-                    watch.snapshot(try await self.storeRequest(store, StoreOperation.state, scope: scope, timeout: timeout))
-                } catch {
-                    continuation.finish(throwing: error)
+                // Tried again while the store's owner or the broker restarts, as long as it is watched.
+                while !watch.isEnded {
+                    do {
+                        return watch.snapshot(try await self.storeRequest(store, StoreOperation.state, scope: scope, timeout: timeout))
+                    } catch let error as BusError where Self.watchRetryable.contains(error.code) {
+                        try? await Task.sleep(for: .milliseconds(200))
+                    } catch {
+                        return continuation.finish(throwing: error)
+                    }
                 }
             }
         }
         let id = addSubscription(watch)
         continuation.onTermination = { [weak self] _ in
+            watch.end()
             guard let self else { return }
             self.removeSubscription(id)
             let header = EnvelopeHeader(kind: .store, target: store, scope: scope, typeName: StoreOperation.unsubscribe)

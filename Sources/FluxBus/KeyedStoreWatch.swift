@@ -13,20 +13,26 @@ public struct RecordUpdate<Record: Codable & Sendable>: Sendable {
     public var isSnapshot: Bool
 }
 
-/// The state machine of one keyed store's watcher. Until it has a base — the changes its owner
-/// kept since the last one it saw, or the records read again in pages — the changes that arrive
-/// wait; then those already in the base are dropped and the rest must follow one another with
-/// no gap, or it syncs again from the last one it delivered.
+/// The state machine of one keyed store's watcher. While it syncs — reads the changes its owner
+/// kept since the last one it delivered, or the records again in pages — the changes that arrive
+/// wait; then those already delivered are dropped and the rest must follow one another with no
+/// gap, or it syncs again from the last one it delivered. The broker's word that it made the
+/// subscription again (after it restarted) starts a sync too: changes may have been missed.
 final class KeyedStoreWatch<Record: Codable & Sendable>: BusSubscription {
-    private enum Phase {
-        case syncing(buffer: [StoreChanges<Record>])
-        case live(last: UInt64)
+    private struct State {
+        /// The last sequence delivered; nil before the first snapshot.
+        var last: UInt64?
+        var syncing = true
+        /// A sync was asked for while one ran: another follows it.
+        var again = false
+        var buffer: [StoreChanges<Record>] = []
     }
 
     let store: String
     let scope: Scope
     let prefix: String
-    private let phase = Mutex<Phase>(.syncing(buffer: []))
+    private let state = Mutex(State())
+    private let ended = Atomic<Bool>(false)
     private let continuation: AsyncThrowingStream<RecordUpdate<Record>, any Error>.Continuation
     /// Starts a sync from the last sequence delivered.
     private let resync: @Sendable (KeyedStoreWatch, UInt64) -> Void
@@ -43,68 +49,120 @@ final class KeyedStoreWatch<Record: Codable & Sendable>: BusSubscription {
     }
 
     func matches(_ header: EnvelopeHeader) -> Bool {
-        header.kind == .store && header.typeName == StoreOperation.change && header.target == store && header.scope == scope
+        header.kind == .store && (header.typeName == StoreOperation.change || header.typeName == StoreOperation.restored)
+            && header.target == store && header.scope == scope
     }
 
     var renewal: Envelope {
         Envelope(header: EnvelopeHeader(kind: .store, target: store, scope: scope, typeName: StoreOperation.renew))
     }
 
+    /// Whether the stream's consumer stopped (no sync is worth trying then).
+    var isEnded: Bool { ended.load(ordering: .acquiring) }
+
+    func end() { ended.store(true, ordering: .releasing) }
+
     func receive(_ envelope: Envelope) {
+        if envelope.header.typeName == StoreOperation.restored { return syncAgain() }
         guard let changes = try? PayloadCodec.decode(StoreChanges<Record>.self, from: envelope.payload) else { return }
-        let gapAfter = phase.withLock { phase -> UInt64? in
-            switch phase {
-            case .syncing(var buffer):
-                buffer.append(changes)
-                phase = .syncing(buffer: buffer)
+        let gapAfter = state.withLock { state -> UInt64? in
+            if state.syncing {
+                state.buffer.append(changes)
                 return nil
-            case .live(let last):
-                if changes.sequence <= last { return nil }
-                if changes.sequence == last + 1 {
-                    phase = .live(last: changes.sequence)
-                    deliver(changes)
-                    return nil
-                }
-                phase = .syncing(buffer: [changes])
-                return last
             }
+            let last = state.last ?? 0
+            if changes.sequence <= last { return nil }
+            if changes.sequence == last + 1 {
+                state.last = changes.sequence
+                deliver(changes)
+                return nil
+            }
+            state.syncing = true
+            state.buffer = [changes]
+            return last
         }
         if let gapAfter { resync(self, gapAfter) }
     }
 
-    /// Delivers a change, the part of it under the prefix (nothing when none of it is).
-    func deliver(_ changes: StoreChanges<Record>) {
+    /// Syncs from the last change delivered, or after the sync under way.
+    private func syncAgain() {
+        let after = state.withLock { state -> UInt64? in
+            guard let last = state.last else { return nil }
+            if state.syncing {
+                state.again = true
+                return nil
+            }
+            state.syncing = true
+            return last
+        }
+        if let after { resync(self, after) }
+    }
+
+    /// The part of a change under the prefix (nothing when none of it is).
+    private func deliver(_ changes: StoreChanges<Record>) {
         let kept = changes.changes.filter { $0.key.utf8.starts(with: prefix.utf8) }
         guard !kept.isEmpty else { return }
         continuation.yield(
             RecordUpdate(sequence: changes.sequence, changes: kept.map { RecordChange(key: $0.key, record: $0.record) }, isSnapshot: false))
     }
 
-    /// Delivers the records read again, as a snapshot.
-    func deliverSnapshot(_ records: [(key: String, record: Record)], sequence: UInt64) {
-        let changes = records.filter { $0.key.utf8.starts(with: prefix.utf8) }.map { RecordChange(key: $0.key, record: Optional($0.record)) }
-        continuation.yield(RecordUpdate(sequence: sequence, changes: changes, isSnapshot: true))
+    /// The owner's kept changes after the last delivered, up to `sequence` (for the first sync:
+    /// every change since the store began, delivered as one snapshot).
+    func caughtUp(_ entries: [StoreChanges<Record>], at sequence: UInt64) -> UInt64? {
+        state.withLock { state in
+            if let last = state.last {
+                var delivered = last
+                for entry in entries where entry.sequence == delivered + 1 {
+                    deliver(entry)
+                    delivered = entry.sequence
+                }
+                state.last = delivered
+            } else {
+                var records: [String: Record] = [:]
+                for entry in entries { for change in entry.changes { records[change.key] = change.record } }
+                snapshot(records.map { ($0.key, $0.value) }, sequence: sequence, state: &state)
+            }
+            return drain(&state)
+        }
     }
 
-    /// The base is in place at `sequence`: the waiting changes after it are delivered in order and
-    /// the watch goes live, or, at a gap among them, syncs again.
-    func established(at sequence: UInt64) {
-        let gapAfter = phase.withLock { phase -> UInt64? in
-            guard case .syncing(let buffer) = phase else { return nil }
-            var last = sequence
-            let waiting = buffer.filter { $0.sequence > sequence }.sorted { $0.sequence < $1.sequence }
-            for (index, changes) in waiting.enumerated() where changes.sequence > last {
-                guard changes.sequence == last + 1 else {
-                    phase = .syncing(buffer: Array(waiting[index...]))
-                    return last
-                }
-                deliver(changes)
-                last = changes.sequence
-            }
-            phase = .live(last: last)
-            return nil
+    /// The records read again in pages, the first page at `sequence`: delivered as a snapshot.
+    func rebased(_ records: [(key: String, record: Record)], at sequence: UInt64) -> UInt64? {
+        state.withLock { state in
+            snapshot(records, sequence: sequence, state: &state)
+            return drain(&state)
         }
-        if let gapAfter { resync(self, gapAfter) }
+    }
+
+    private func snapshot(_ records: [(key: String, record: Record)], sequence: UInt64, state: inout State) {
+        let changes = records.filter { $0.key.utf8.starts(with: prefix.utf8) }.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }
+            .map { RecordChange(key: $0.key, record: Optional($0.record)) }
+        continuation.yield(RecordUpdate(sequence: sequence, changes: changes, isSnapshot: true))
+        state.last = sequence
+    }
+
+    /// Delivers the waiting changes after the last delivered, in order, and goes live; returns
+    /// where to sync from again at a gap among them (or when a sync was asked for meanwhile).
+    private func drain(_ state: inout State) -> UInt64? {
+        var last = state.last ?? 0
+        let waiting = state.buffer.filter { $0.sequence > last }.sorted { $0.sequence < $1.sequence }
+        state.buffer = []
+        for (index, changes) in waiting.enumerated() where changes.sequence > last {
+            guard changes.sequence == last + 1 else {
+                state.buffer = Array(waiting[index...])
+                state.last = last
+                return last
+            }
+            deliver(changes)
+            last = changes.sequence
+        }
+        state.last = last
+        if state.again {
+            state.again = false
+            return last
+        }
+        state.syncing = false
+        return nil
     }
 
     func fail(_ error: any Error) {
@@ -160,6 +218,7 @@ extension BusClient {
         }
         let id = addSubscription(watch)
         continuation.onTermination = { [weak self] _ in
+            watch.end()
             guard let self else { return }
             self.removeSubscription(id)
             let header = EnvelopeHeader(kind: .store, target: store, scope: scope, typeName: StoreOperation.unsubscribe)
@@ -170,42 +229,51 @@ extension BusClient {
         return stream
     }
 
-    /// Gives a watch its base: the changes after `last` the owner kept (or, for a new watch, every
-    /// change since the store began, when all are kept), else the records read again in pages.
+    /// What a watch waits out and tries again (its store's owner or the broker restarting), for
+    /// as long as its consumer watches.
+    static let watchRetryable: Set<BusError.Code> = BusClient.retryable.union([.timeout, .outcomeUnknown, .brokerNotRunning, .unreachable, .busy])
+
+    /// Gives a watch its base, and again after a gap: the changes after `last` the owner kept (for
+    /// a new watch, every change since the store began, when all are kept), else the records read
+    /// again in pages. A failure the owner's or the broker's restart explains is tried again.
     private func sync<Record: Codable & Sendable>(_ watch: KeyedStoreWatch<Record>, after last: UInt64?, timeout: Duration) async {
-        do {
-            let since = try PayloadCodec.encode(ChangesSince(since: last ?? 0))
-            // A new watch subscribes (the broker adds it to the store's watchers, then asks the owner).
-            let operation = last == nil ? StoreOperation.subscribe : StoreOperation.state
-            let reply = try await storeRequest(watch.store, operation, payload: since, scope: watch.scope, timeout: timeout)
-            let log = try PayloadCodec.decode(StoreChangeLog<Record>.self, from: reply)
-            if !log.reset {
-                if last == nil {
-                    var records: [String: Record] = [:]
-                    for entry in log.entries { for change in entry.changes { records[change.key] = change.record } }
-                    watch.deliverSnapshot(
-                        records.sorted { $0.key.utf8.lexicographicallyPrecedes($1.key.utf8) }.map { ($0.key, $0.value) }, sequence: log.sequence)
-                } else {
-                    for entry in log.entries { watch.deliver(entry) }
-                }
-                return watch.established(at: log.sequence)
+        var after = last
+        var first = last == nil
+        while !watch.isEnded {
+            do {
+                after = try await syncOnce(watch, after: after, subscribing: first, timeout: timeout)
+                first = false
+                if after == nil { return }
+            } catch let error as BusError where Self.watchRetryable.contains(error.code) {
+                try? await Task.sleep(for: .milliseconds(200))
+            } catch {
+                return watch.fail(error)
             }
-            var records: [(key: String, record: Record)] = []
-            var after: String?
-            var base: UInt64?
-            repeat {
-                let page = try await storeRecords(
-                    Record.self, store: watch.store, prefix: watch.prefix, after: after, limit: RecordRange.maximumLimit, scope: watch.scope,
-                    timeout: timeout)
-                base = base ?? page.sequence
-                records += page.records.map { ($0.key, $0.record) }
-                after = page.next
-            } while after != nil
-            watch.deliverSnapshot(records, sequence: base ?? log.sequence)
-            watch.established(at: base ?? log.sequence)
-        } catch {
-            watch.fail(error)
         }
+    }
+
+    /// One sync; returns where to sync from again when the base showed a gap.
+    private func syncOnce<Record: Codable & Sendable>(
+        _ watch: KeyedStoreWatch<Record>, after last: UInt64?, subscribing: Bool, timeout: Duration
+    ) async throws -> UInt64? {
+        let since = try PayloadCodec.encode(ChangesSince(since: last ?? 0))
+        // A new watch subscribes (the broker adds it to the store's watchers, then asks the owner).
+        let operation = subscribing ? StoreOperation.subscribe : StoreOperation.state
+        let reply = try await storeRequest(watch.store, operation, payload: since, scope: watch.scope, timeout: timeout)
+        let log = try PayloadCodec.decode(StoreChangeLog<Record>.self, from: reply)
+        if !log.reset { return watch.caughtUp(log.entries, at: log.sequence) }
+        var records: [(key: String, record: Record)] = []
+        var after: String?
+        var base: UInt64?
+        repeat {
+            let page = try await storeRecords(
+                Record.self, store: watch.store, prefix: watch.prefix, after: after, limit: RecordRange.maximumLimit, scope: watch.scope,
+                timeout: timeout)
+            base = base ?? page.sequence
+            records += page.records.map { ($0.key, $0.record) }
+            after = page.next
+        } while after != nil
+        return watch.rebased(records, at: base ?? log.sequence)
     }
 }
 

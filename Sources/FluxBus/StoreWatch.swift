@@ -15,16 +15,19 @@ public struct StoreUpdate: Sendable, Hashable {
 
 /// The snapshot-plus-updates state machine of one watcher. Changes that arrive before the
 /// snapshot wait; afterwards those already in the snapshot are dropped and the rest must follow
-/// one another with no gap, or the watcher takes a new snapshot.
+/// one another with no gap, or the watcher takes a new snapshot (as it does when the broker says
+/// it made the subscription again).
 final class StoreWatch: BusSubscription {
     private enum Phase {
-        case awaitingSnapshot(buffer: [(UInt64, Data)])
+        /// `delivered`: the last sequence delivered before (nil for the first snapshot).
+        case awaitingSnapshot(buffer: [(UInt64, Data)], delivered: UInt64? = nil)
         case live(last: UInt64)
     }
 
     let store: String
     let scope: Scope
     private let phase = Mutex<Phase>(.awaitingSnapshot(buffer: []))
+    private let ended = Atomic<Bool>(false)
     private let continuation: AsyncThrowingStream<StoreUpdate, any Error>.Continuation
     private let resync: @Sendable (StoreWatch) -> Void
 
@@ -39,24 +42,35 @@ final class StoreWatch: BusSubscription {
     }
 
     func matches(_ header: EnvelopeHeader) -> Bool {
-        header.kind == .store && header.typeName == StoreOperation.change && header.target == store && header.scope == scope
+        header.kind == .store && (header.typeName == StoreOperation.change || header.typeName == StoreOperation.restored)
+            && header.target == store && header.scope == scope
     }
 
-    func receive(_ envelope: Envelope) { change(envelope.payload) }
+    func receive(_ envelope: Envelope) {
+        guard envelope.header.typeName == StoreOperation.restored else { return change(envelope.payload) }
+        // The broker made the subscription again: changes may have been missed; a new snapshot.
+        let live = phase.withLock { phase -> Bool in
+            guard case .live(let last) = phase else { return false }
+            phase = .awaitingSnapshot(buffer: [], delivered: last)
+            return true
+        }
+        if live { resync(self) }
+    }
 
     var renewal: Envelope {
         Envelope(header: EnvelopeHeader(kind: .store, target: store, scope: scope, typeName: StoreOperation.renew))
     }
 
-    /// A snapshot arrived (first one, or after a gap).
+    /// A snapshot arrived (first one, or after a gap): delivered unless it is the state the
+    /// watcher already had (asked for when the broker made the subscription again).
     func snapshot(_ data: Data) {
         guard let sequence = Self.sequence(of: data) else { return }
-        let ready = phase.withLock { phase -> [(UInt64, Data)] in
-            guard case .awaitingSnapshot(let buffer) = phase else { return [] }
-            phase = .live(last: sequence)
-            return buffer
+        let (ready, fresh) = phase.withLock { phase -> ([(UInt64, Data)], Bool) in
+            guard case .awaitingSnapshot(let buffer, let delivered) = phase else { return ([], false) }
+            phase = .live(last: max(sequence, delivered ?? 0))
+            return (buffer, delivered.map { sequence > $0 } ?? true)
         }
-        continuation.yield(StoreUpdate(sequence: sequence, snapshot: data, isSnapshot: true))
+        if fresh { continuation.yield(StoreUpdate(sequence: sequence, snapshot: data, isSnapshot: true)) }
         for (changeSequence, change) in ready { self.change(change, sequence: changeSequence) }
     }
 
@@ -66,9 +80,9 @@ final class StoreWatch: BusSubscription {
         enum Step { case deliver, skip, gap }
         let step = phase.withLock { phase -> Step in
             switch phase {
-            case .awaitingSnapshot(var buffer):
+            case .awaitingSnapshot(var buffer, let delivered):
                 buffer.append((sequence, data))
-                phase = .awaitingSnapshot(buffer: buffer)
+                phase = .awaitingSnapshot(buffer: buffer, delivered: delivered)
                 return .skip
             case .live(let last):
                 if sequence <= last { return .skip }
@@ -76,7 +90,7 @@ final class StoreWatch: BusSubscription {
                     phase = .live(last: sequence)
                     return .deliver
                 }
-                phase = .awaitingSnapshot(buffer: [(sequence, data)])
+                phase = .awaitingSnapshot(buffer: [(sequence, data)], delivered: last)
                 return .gap
             }
         }
@@ -90,6 +104,11 @@ final class StoreWatch: BusSubscription {
     func fail(_ error: any Error) {
         continuation.finish(throwing: error)
     }
+
+    /// Whether the stream's consumer stopped (no new snapshot is worth asking for then).
+    var isEnded: Bool { ended.load(ordering: .acquiring) }
+
+    func end() { ended.store(true, ordering: .releasing) }
 
     private struct SequenceOnly: Decodable { var sequence: UInt64 }
 

@@ -19,7 +19,11 @@ extension Motherboard {
             case StoreOperation.change:
                 return fanOut(envelope, from: peer, store: store)
             case StoreOperation.renew:
-                storeSubscriptions[store, default: []].insert(peer)
+                // Made again (after this broker started, or forgot it): the subscriber may have
+                // missed changes meanwhile, and is told so.
+                guard storeSubscriptions[store, default: []].insert(peer).inserted else { return }
+                let restored = EnvelopeHeader(kind: .store, target: store.name, scope: store.scope, typeName: StoreOperation.restored)
+                send(Envelope(header: restored), to: peer)
                 return
             case StoreOperation.unsubscribe:
                 storeSubscriptions[store]?.remove(peer)

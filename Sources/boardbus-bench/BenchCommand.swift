@@ -109,6 +109,13 @@ struct BenchCommand: ParsableCommand {
     @Flag(help: ArgumentHelp("Only the Majordomo rows (BoardBus's MDP endpoint against majortomo's broker).", visibility: .hidden))
     var mdpOnly = false
 
+    @Flag(help: "Only the store rows (a durable keyed store at 10, 10 000 and, without --quick, 1 000 000 records).")
+    var storesOnly = false
+
+    /// The store sizes of this run; the first is the one the others are compared with.
+    var storeSizes: [Int] { quick ? [10, 10_000] : [10, 10_000, 1_000_000] }
+    var storeDispatches: Int { quick ? 300 : 2_000 }
+
     func validate() throws {
         // The baseline's clients send the plain payload, untraced: the same work as BusClient's only then.
         if rawClients && (traced || (command != "echo.raw" && format != .json)) {
@@ -151,6 +158,12 @@ struct BenchCommand: ParsableCommand {
             try await TestFleet.with(manifest: #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}]}"#) { fleet in
                 try await AlternativesBench(bus: BoardBusBench(fleet: fleet), quick: quick).run(report: report)
             }
+            print(report.render())
+            return
+        }
+        if storesOnly {
+            let report = Report()
+            try await StoreBench(sizes: storeSizes, dispatches: storeDispatches).run(report: report)
             print(report.render())
             return
         }
@@ -342,6 +355,8 @@ struct BenchCommand: ParsableCommand {
             report.memory(startKiB: memoryStart, endKiB: memoryEnd, messages: Int(messages), seconds: settings.memorySeconds)
 
             try await ScaleBench(fleet: fleet, bus: bus, settings: settings).run(report: report)
+
+            try await StoreBench(sizes: storeSizes, dispatches: storeDispatches).run(report: report)
 
             progress("\(settings.churnBoards) boards registering and leaving")
             let churn = try await ChurnBench(endpoint: fleet.address.endpoint, brokerPID: brokerPID).run(boards: settings.churnBoards)

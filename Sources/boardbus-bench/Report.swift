@@ -10,6 +10,10 @@ final class Report {
     private var comparisons: [[String]] = []
     /// BoardBus's raw echo against what users would pick instead (NATS, D-Bus).
     private var alternatives: [[String]] = []
+    /// A durable keyed store at a size against the same store with 10 records.
+    private var stores: [[String]] = []
+    /// Its dispatch round trip against SQLite alone making the same write.
+    private var storeAgainstSQLite: [[String]] = []
     /// Lines said under the tables (rows skipped, and why).
     private var notes: [String] = []
 
@@ -97,6 +101,31 @@ final class Report {
             ratio: brokerKiBPerBoard / routerKiBPerConnection)
     }
 
+    /// The store rows of one size, against the same store with `base.size` records.
+    func store(_ figures: StoreBench.Figures, base: StoreBench.Figures) {
+        let n = figures.size.formatted()
+        func row(_ label: String, _ small: Double, _ large: Double, decimals: Int = 1) {
+            stores.append(["\(label), \(n) records", format(small, decimals: decimals), format(large, decimals: decimals), ratio(large, small)])
+        }
+        row("dispatch round trip p50 (µs)", base.p50, figures.p50)
+        row("dispatch round trip p99 (µs)", base.p99, figures.p99)
+        row("bytes sent to a watcher per change", base.bytesPerChange, figures.bytesPerChange)
+        row("owner's resident memory (KiB)", Double(base.ownerKiB), Double(figures.ownerKiB), decimals: 0)
+        row("kill -9 of the owner → answering again (ms, with the broker's 100 ms back-off)", base.restartMilliseconds, figures.restartMilliseconds)
+        row(
+            "database file / the records' own size", Double(base.fileBytes) / Double(max(1, base.recordBytes)),
+            Double(figures.fileBytes) / Double(max(1, figures.recordBytes)), decimals: 2)
+        if let alone = figures.sqliteAloneMicroseconds {
+            storeAgainstSQLite.append(["a place at \(n) records, p50 (µs)", format(alone), format(figures.p50), ratio(figures.p50, alone)])
+        }
+        guard figures.size != base.size else { return }
+        verdict(
+            "keyed store dispatch p50 at \(n) records ≤ 1.2 × at \(base.size)", holds: figures.p50 <= 1.2 * base.p50, ratio: figures.p50 / base.p50)
+        verdict(
+            "bytes per change to a watcher at \(n) records = at \(base.size)", holds: figures.bytesPerChange <= base.bytesPerChange * 1.05,
+            ratio: figures.bytesPerChange / max(1, base.bytesPerChange))
+    }
+
     /// A cost row: BoardBus without and with a feature (a monitor attached, trace context).
     func cost(_ label: String, without: Double, with: Double, decimals: Int = 1) {
         costs.append([label, format(without, decimals: decimals), format(with, decimals: decimals), ratio(with, without)])
@@ -135,6 +164,12 @@ final class Report {
             text += ["", costLine(header), "|" + widths.map { String(repeating: "-", count: $0 + 2) }.joined(separator: "|") + "|"]
             text += costs.map(costLine)
         }
+        text += Self.table(["Flux keyed store, durable (SQLite), against the same store", "10 records", "N records", "N / 10"], stores)
+        text += Self.table(
+            [
+                "a keyed store's write: one transaction of SQLite alone against a dispatch over the bus", "SQLite alone (Python sqlite3)",
+                "BoardBus", "BoardBus / SQLite",
+            ], storeAgainstSQLite)
         text += Self.table(
             ["BoardBus against majortomo's MDP broker (same client and worker)", "majortomo broker", "BoardBus", "BoardBus / majortomo"], comparisons)
         text += Self.table(

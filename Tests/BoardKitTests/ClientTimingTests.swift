@@ -74,6 +74,7 @@ struct ClientTimingTests {
         let handled = Mutex<[String]>([])
         state.setMessageHandler { envelope in handled.withLock { $0.append("\(envelope.header.kind) \(envelope.header.typeName)") } }
         state.received(Envelope(header: EnvelopeHeader(kind: .store, source: "owner", target: "items", typeName: StoreOperation.change)))
+        state.received(Envelope(header: EnvelopeHeader(kind: .store, target: "items", typeName: StoreOperation.restored)))
         state.received(Envelope(header: EnvelopeHeader(kind: .store, target: "items", typeName: StoreOperation.state)))
         state.received(Envelope(header: EnvelopeHeader(kind: .command, target: "me", typeName: "greet")))
         #expect(handled.withLock { $0 } == ["store state", "command greet"])

@@ -6,6 +6,7 @@ import BusCore
 import Flux
 import FluxBus
 import Foundation
+import Synchronization
 import Testing
 
 /// The example `shop.orders` board, a real process owning the durable keyed store `orders`.
@@ -76,4 +77,233 @@ struct KeyedStoreIntegrationTests {
             }
         }
     }
+}
+
+/// A model of what was acknowledged, checked against the real `shop.orders` in two scopes while
+/// owners and the broker are killed: random places, payments and cancellations (each refused or
+/// applied as the model says), fresh and repeated dispatch ids, pages, a query, and a watcher per
+/// scope that must end holding what the model holds.
+@Suite("Keyed stores against a model", .serialized, .timeLimit(.minutes(4)))
+struct KeyedStoreModelTests {
+    static let manifest = """
+        {
+          "scopes": [{ "name": "eu" }],
+          "boards": [
+            { "id": "shop.orders", "executable": "BoardBusDemoOrders", "start": "always", "restart": "always",
+              "restartLimit": { "count": 100, "windowSeconds": 1 } },
+            { "id": "shop.orders", "executable": "BoardBusDemoOrders", "scope": "eu", "start": "always", "restart": "always",
+              "restartLimit": { "count": 100, "windowSeconds": 1 } }
+          ]
+        }
+        """
+
+    enum Step {
+        case place(String, cents: Int)
+        case pay(String)
+        case cancel(String)
+
+        var action: String {
+            switch self {
+            case .place: OrdersIO.Place.name
+            case .pay: OrdersIO.Pay.name
+            case .cancel: OrdersIO.Cancel.name
+            }
+        }
+
+        func payload() throws -> Data {
+            switch self {
+            case .place(let id, let cents): try PayloadCodec.encode(OrdersIO.Place(id: id, item: "x", cents: cents))
+            case .pay(let id): try PayloadCodec.encode(OrdersIO.Pay(id: id))
+            case .cancel(let id): try PayloadCodec.encode(OrdersIO.Cancel(id: id))
+            }
+        }
+
+        /// The model's decision: the orders after it, or nil when the store must refuse it.
+        func applied(to orders: [String: OrdersIO.Order]) -> [String: OrdersIO.Order]? {
+            var orders = orders
+            switch self {
+            case .place(let id, let cents):
+                guard cents > 0, orders[id] == nil else { return nil }
+                orders[id] = OrdersIO.Order(item: "x", cents: cents)
+            case .pay(let id):
+                guard orders[id]?.status == .placed else { return nil }
+                orders[id]?.status = .paid
+            case .cancel(let id):
+                guard let order = orders[id], order.status != .paid else { return nil }
+                orders[id]?.status = .cancelled
+            }
+            return orders
+        }
+    }
+
+    enum Outcome: Equatable {
+        case applied, refused
+    }
+
+    @Test func randomActionsWithKill9OfOwnersAndBrokerMatchAModelOfWhatWasAcknowledged() async throws {
+        let steps = Int(ProcessInfo.processInfo.environment["BOARDBUS_MODEL_STEPS"] ?? "") ?? 1_000
+        var random = SeededRandom(seed: UInt64(ProcessInfo.processInfo.environment["BOARDBUS_MODEL_SEED"] ?? "") ?? 39)
+        try await TestFleet.with(manifest: Self.manifest) { fleet in
+            let scopes: [Scope] = [.root, "eu"]
+            var model: [Scope: [String: OrdersIO.Order]] = [.root: [:], "eu": [:]]
+            var outcomes: [Scope: [String: Outcome]] = [.root: [:], "eu": [:]]
+            var lastSequence: [Scope: UInt64] = [.root: 0, "eu": 0]
+            var usedIDs: [String] = []
+            var divergences: [String] = []
+            var (ownerKills, brokerKills, unknownOutcomes, refusals) = (0, 0, 0, 0)
+            try await fleet.withClient { client in
+                // One watcher per scope, for the whole run: what it holds must end as the model.
+                let watched = scopes.map { scope in
+                    let held = WatchedRecords()
+                    let task = Task {
+                        do {
+                            for try await update in client.watchRecords(OrdersIO.Order.self, store: OrdersIO.store, scope: scope) {
+                                held.apply(update)
+                            }
+                        } catch {
+                            held.ended(error)
+                        }
+                    }
+                    return (scope, held, task)
+                }
+                defer { for (_, _, task) in watched { task.cancel() } }
+
+                func check(_ when: String) async throws {
+                    for scope in scopes {
+                        var records: [String: OrdersIO.Order] = [:]
+                        var after: String?
+                        var sequence: UInt64?
+                        repeat {
+                            let range = try PayloadCodec.encode(RecordRange(after: after, limit: 7))
+                            let header = EnvelopeHeader(kind: .store, target: OrdersIO.store, scope: scope, typeName: StoreOperation.list)
+                            let answer = try await client.request(
+                                Envelope(header: header, payload: range), timeout: .seconds(30),
+                                retryingOn: BusClient.retryable.union([.timeout, .outcomeUnknown]))
+                            let page = try PayloadCodec.decode(RecordPage<OrdersIO.Order>.self, from: answer.payload)
+                            sequence = sequence ?? page.sequence
+                            for entry in page.records { records[entry.key] = entry.record }
+                            after = page.next
+                        } while after != nil
+                        if records != model[scope]! {
+                            divergences.append("\(scope) \(when): holds \(records.count), the model \(model[scope]!.count)")
+                        }
+                        if let sequence, sequence < lastSequence[scope]! { divergences.append("\(scope) \(when): sequence went back") }
+                        lastSequence[scope] = max(lastSequence[scope]!, sequence ?? 0)
+                        let total = try await client.query(
+                            store: OrdersIO.store, OrdersIO.TotalRequest.name, OrdersIO.TotalRequest(status: .paid), answer: OrdersIO.Total.self,
+                            scope: scope, timeout: .seconds(30))
+                        let paid = model[scope]!.values.filter { $0.status == .paid }
+                        if total != OrdersIO.Total(count: paid.count, cents: paid.reduce(0) { $0 + $1.cents }) {
+                            divergences.append("\(scope) \(when): query total \(total), the model \(paid.count) paid")
+                        }
+                    }
+                }
+
+                for index in 0..<steps {
+                    let scope = scopes[Int(random.next() % 2)]
+                    // New keys keep coming, old ones stay in play: places, payments and cancellations all apply now and then.
+                    let key = "K-\(random.next() % UInt64(20 + index / 5))"
+                    let step: Step =
+                        switch random.next() % 4 {
+                        case 0, 1: .place(key, cents: Int(random.next() % 10) - 1)  // now and then 0 or -1: refused
+                        case 2: .pay(key)
+                        default: .cancel(key)
+                        }
+                    let repeated = !usedIDs.isEmpty && random.next() % 10 < 2
+                    let id = repeated ? usedIDs[Int(random.next() % UInt64(usedIDs.count))] : "s\(index)"
+                    if !repeated { usedIDs.append(id) }
+                    let payload = try step.payload()
+                    func send() async throws -> DispatchAck {
+                        try await client.dispatch(
+                            store: OrdersIO.store, action: step.action, payload: payload, dispatchID: id, scope: scope, timeout: .seconds(5))
+                    }
+                    let attack = random.next() % 60
+                    let dispatching = Task { try await send() }
+                    if attack == 0, let pid = fleet.pid(of: OrdersIO.id, scope: scope) {
+                        try await Task.sleep(for: .microseconds(Int64(random.next() % 3_000)))
+                        kill(pid, SIGKILL)
+                        ownerKills += 1
+                    } else if attack == 1, brokerKills < 3 {
+                        try await fleet.restartBrokerAfterKill()
+                        brokerKills += 1
+                    }
+                    var result: Result<DispatchAck, any Error>
+                    do { result = .success(try await dispatching.value) } catch { result = .failure(error) }
+                    var maybeApplied = false
+                    let deadline = ContinuousClock.now.advanced(by: .seconds(60))
+                    while case .failure(let error) = result, ContinuousClock.now < deadline {
+                        let code = (error as? BusError)?.code
+                        if code == .rejected { break }
+                        if code == .outcomeUnknown || code == .timeout {
+                            maybeApplied = true
+                            unknownOutcomes += 1
+                        } else if ![BusError.Code.noSuchStore, .boardNotRunning, .brokerNotRunning].contains(code) {
+                            divergences.append("step \(index): \(error)")
+                            break
+                        }
+                        try await Task.sleep(for: .milliseconds(50))
+                        do { result = .success(try await send()) } catch { result = .failure(error) }
+                    }
+                    let outcome: Outcome
+                    switch result {
+                    case .success(let ack):
+                        outcome = .applied
+                        if !ack.applied && outcomes[scope]![id] == nil && !maybeApplied {
+                            divergences.append("step \(index): \(id) already applied in \(scope), never acknowledged there")
+                        }
+                    case .failure(let error) where (error as? BusError)?.code == .rejected:
+                        outcome = .refused
+                        refusals += 1
+                    case .failure(let error):
+                        divergences.append("step \(index): no answer for \(id) in \(scope): \(error)")
+                        continue
+                    }
+                    if let earlier = outcomes[scope]![id] {
+                        // A repeated id gets what its first dispatch got, and changes nothing.
+                        if earlier != outcome { divergences.append("step \(index): \(id) was \(earlier), now \(outcome) in \(scope)") }
+                    } else {
+                        let next = step.applied(to: model[scope]!)
+                        if (next != nil) != (outcome == .applied) {
+                            divergences.append("step \(index): \(step) was \(outcome) in \(scope); the model says otherwise")
+                        }
+                        if let next, outcome == .applied { model[scope] = next }
+                        outcomes[scope]![id] = outcome
+                    }
+                    if index % 100 == 99 || attack < 2 { try await check("after step \(index)") }
+                }
+                try await check("at the end")
+                for (scope, held, _) in watched {
+                    let expected = model[scope]!
+                    if await !eventually(timeout: .seconds(20), { held.records == expected }) {
+                        divergences.append(
+                            "\(scope): the watcher holds \(held.records.count) records, the model \(expected.count) (\(held.end ?? "still watching"))"
+                        )
+                    }
+                }
+            }
+            #expect(divergences.isEmpty, "\(divergences.prefix(20))")
+            #expect(ownerKills > 0 && brokerKills > 0)
+            print(
+                "keyed model: \(steps) steps, \(model.values.reduce(0) { $0 + $1.count }) orders, \(ownerKills) owner kills, \(brokerKills) broker kills, \(unknownOutcomes) unknown outcomes, \(refusals) refusals, \(divergences.count) divergences"
+            )
+        }
+    }
+}
+
+/// What a watcher holds: its snapshots and changes applied in order.
+final class WatchedRecords: Sendable {
+    private let held = Mutex<[String: OrdersIO.Order]>([:])
+    private let failure = Mutex<String?>(nil)
+
+    func ended(_ error: any Error) { failure.withLock { $0 = "its watch failed: \(error)" } }
+    var end: String? { failure.withLock { $0 } }
+
+    func apply(_ update: RecordUpdate<OrdersIO.Order>) {
+        held.withLock { records in
+            if update.isSnapshot { records.removeAll() }
+            for change in update.changes { records[change.key] = change.record }
+        }
+    }
+
+    var records: [String: OrdersIO.Order] { held.withLock { $0 } }
 }

@@ -3,6 +3,7 @@ import Synchronization
 import Testing
 
 import BoardKit
+import BusCore
 @testable import FluxBus
 
 /// The snapshot-plus-updates logic of a watcher, fed by hand.
@@ -45,5 +46,30 @@ struct StoreWatchTests {
         for try await update in stream { seen.append((update.sequence, update.isSnapshot)) }
         #expect(seen.map(\.0) == [1, 2, 4, 5])
         #expect(seen.map(\.1) == [true, false, true, false])
+    }
+
+    /// The broker made the subscription again (it restarted): a new snapshot is asked for, and
+    /// delivered only when it is newer than what the watcher has.
+    @Test func aRestoredSubscriptionAsksForASnapshotAndDeliversItOnlyWhenNewer() async throws {
+        let (stream, continuation) = AsyncThrowingStream<StoreUpdate, any Error>.makeStream()
+        let resyncs = Mutex(0)
+        let watch = StoreWatch(store: "s", scope: "", continuation: continuation) { _ in resyncs.withLock { $0 += 1 } }
+        let restored = Envelope(header: EnvelopeHeader(kind: .store, target: "s", typeName: StoreOperation.restored))
+        #expect(watch.matches(restored.header))
+        watch.snapshot(change(1))
+        watch.change(change(2))
+        watch.receive(restored)
+        #expect(resyncs.withLock { $0 } == 1)
+        watch.snapshot(change(2))  // nothing was missed
+        watch.change(change(3))
+        watch.receive(restored)
+        #expect(resyncs.withLock { $0 } == 2)
+        watch.snapshot(change(5))  // 4 and 5 were
+        watch.change(change(6))
+        continuation.finish()
+        var seen: [(UInt64, Bool)] = []
+        for try await update in stream { seen.append((update.sequence, update.isSnapshot)) }
+        #expect(seen.map(\.0) == [1, 2, 3, 5, 6])
+        #expect(seen.map(\.1) == [true, false, false, true, false])
     }
 }

@@ -95,6 +95,19 @@ struct MotherboardTests {
         #expect(try harness.list().boards.map(\.id) == ["auth.login"])
     }
 
+    /// A renewal that makes a store subscription again (this broker never had it: it restarted)
+    /// tells the subscriber it may have missed changes; a renewal of a live subscription does not.
+    @Test func aRenewalThatMakesASubscriptionAgainSaysSo() throws {
+        let harness = try Harness()
+        let renew = Envelope(header: EnvelopeHeader(kind: .store, target: "orders", scope: "eu", typeName: StoreOperation.renew))
+        harness.deliver(renew, from: login)
+        let told = harness.transport.take(for: login)
+        #expect(told.map(\.header.typeName) == [StoreOperation.restored])
+        #expect(told.first?.header.target == "orders" && told.first?.header.scope == "eu" && told.first?.header.correlationID == 0)
+        harness.deliver(renew, from: login)
+        #expect(harness.transport.take(for: login).isEmpty)
+    }
+
     @Test func anIDHeldByAnotherLiveProcessIsRefused() throws {
         let harness = try Harness()
         harness.register("auth.login", peer: login, pid: 100)
