@@ -72,4 +72,36 @@ struct StoreWatchTests {
         #expect(seen.map(\.0) == [1, 2, 3, 5, 6])
         #expect(seen.map(\.1) == [true, false, false, true, false])
     }
+
+    /// A keyed watch: a gap syncs from the last change delivered; the owner's kept changes fill
+    /// it without a snapshot; a restored subscription during a sync makes another follow it.
+    @Test func aKeyedWatchFillsAGapFromKeptChangesAndSyncsAgainWhenRestored() async throws {
+        typealias Changes = StoreChanges<Int>
+        func changes(_ sequence: UInt64, _ key: String) -> Changes {
+            Changes(store: "s", sequence: sequence, changes: [.init(key: key, record: Int(sequence))])
+        }
+        func envelope(_ changes: Changes) throws -> Envelope {
+            Envelope(header: EnvelopeHeader(kind: .store, target: "s", typeName: StoreOperation.change), payload: try PayloadCodec.encode(changes))
+        }
+        let (stream, continuation) = AsyncThrowingStream<RecordUpdate<Int>, any Error>.makeStream()
+        let syncs = Mutex<[UInt64]>([])
+        let watch = KeyedStoreWatch<Int>(store: "s", scope: "", prefix: "a", continuation: continuation) { _, after in
+            syncs.withLock { $0.append(after) }
+        }
+        // The first base: every change since the store began (a snapshot), then a buffered change.
+        watch.receive(try envelope(changes(3, "a3")))
+        #expect(watch.caughtUp([changes(1, "a1"), changes(2, "b2")], at: 2) == nil)
+        watch.receive(try envelope(changes(5, "a5")))  // 4 was lost
+        #expect(syncs.withLock { $0 } == [3])
+        watch.receive(Envelope(header: EnvelopeHeader(kind: .store, target: "s", typeName: StoreOperation.restored)))
+        #expect(watch.caughtUp([changes(4, "a4")], at: 4) == 5, "a sync was asked for while this one ran")
+        #expect(watch.caughtUp([], at: 5) == nil)
+        watch.receive(try envelope(changes(6, "a6")))
+        continuation.finish()
+        var seen: [(UInt64, Bool, [String])] = []
+        for try await update in stream { seen.append((update.sequence, update.isSnapshot, update.changes.map(\.key))) }
+        #expect(seen.map(\.0) == [2, 3, 4, 5, 6])
+        #expect(seen.map(\.1) == [true, false, false, false, false])
+        #expect(seen.map(\.2) == [["a1"], ["a3"], ["a4"], ["a5"], ["a6"]])
+    }
 }
