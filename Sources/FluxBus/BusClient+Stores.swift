@@ -50,14 +50,7 @@ extension BusClient {
                 }
             }
         }
-        let id = addSubscription(watch)
-        continuation.onTermination = { [weak self] _ in
-            watch.end()
-            guard let self else { return }
-            self.removeSubscription(id)
-            let header = EnvelopeHeader(kind: .store, target: store, scope: scope, typeName: StoreOperation.unsubscribe)
-            try? self.send(Envelope(header: header))
-        }
+        subscribe(watch, until: continuation)
         Task {
             do {
                 // Registered before subscribing, so no change after the snapshot is missed.

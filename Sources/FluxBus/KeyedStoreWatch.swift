@@ -18,7 +18,7 @@ public struct RecordUpdate<Record: Codable & Sendable>: Sendable {
 /// wait; then those already delivered are dropped and the rest must follow one another with no
 /// gap, or it syncs again from the last one it delivered. The broker's word that it made the
 /// subscription again (after it restarted) starts a sync too: changes may have been missed.
-final class KeyedStoreWatch<Record: Codable & Sendable>: BusSubscription {
+final class KeyedStoreWatch<Record: Codable & Sendable>: StoreSubscription {
     private struct State {
         /// The last sequence delivered; nil before the first snapshot.
         var last: UInt64?
@@ -46,15 +46,6 @@ final class KeyedStoreWatch<Record: Codable & Sendable>: BusSubscription {
         self.prefix = prefix
         self.continuation = continuation
         self.resync = resync
-    }
-
-    func matches(_ header: EnvelopeHeader) -> Bool {
-        header.kind == .store && (header.typeName == StoreOperation.change || header.typeName == StoreOperation.restored)
-            && header.target == store && header.scope == scope
-    }
-
-    var renewal: Envelope {
-        Envelope(header: EnvelopeHeader(kind: .store, target: store, scope: scope, typeName: StoreOperation.renew))
     }
 
     /// Whether the stream's consumer stopped (no sync is worth trying then).
@@ -216,14 +207,7 @@ extension BusClient {
             guard let self else { return }
             Task { await self.sync(watch, after: last, timeout: timeout) }
         }
-        let id = addSubscription(watch)
-        continuation.onTermination = { [weak self] _ in
-            watch.end()
-            guard let self else { return }
-            self.removeSubscription(id)
-            let header = EnvelopeHeader(kind: .store, target: store, scope: scope, typeName: StoreOperation.unsubscribe)
-            try? self.send(Envelope(header: header))
-        }
+        subscribe(watch, until: continuation)
         // Registered before subscribing, so no change after the base is missed.
         Task { await sync(watch, after: nil, timeout: timeout) }
         return stream

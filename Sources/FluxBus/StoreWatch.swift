@@ -17,7 +17,7 @@ public struct StoreUpdate: Sendable, Hashable {
 /// snapshot wait; afterwards those already in the snapshot are dropped and the rest must follow
 /// one another with no gap, or the watcher takes a new snapshot (as it does when the broker says
 /// it made the subscription again).
-final class StoreWatch: BusSubscription {
+final class StoreWatch: StoreSubscription {
     private enum Phase {
         /// `delivered`: the last sequence delivered before (nil for the first snapshot).
         case awaitingSnapshot(buffer: [(UInt64, Data)], delivered: UInt64? = nil)
@@ -41,11 +41,6 @@ final class StoreWatch: BusSubscription {
         self.resync = resync
     }
 
-    func matches(_ header: EnvelopeHeader) -> Bool {
-        header.kind == .store && (header.typeName == StoreOperation.change || header.typeName == StoreOperation.restored)
-            && header.target == store && header.scope == scope
-    }
-
     func receive(_ envelope: Envelope) {
         guard envelope.header.typeName == StoreOperation.restored else { return change(envelope.payload) }
         // The broker made the subscription again: changes may have been missed; a new snapshot.
@@ -55,10 +50,6 @@ final class StoreWatch: BusSubscription {
             return true
         }
         if live { resync(self) }
-    }
-
-    var renewal: Envelope {
-        Envelope(header: EnvelopeHeader(kind: .store, target: store, scope: scope, typeName: StoreOperation.renew))
     }
 
     /// A snapshot arrived (first one, or after a gap): delivered unless it is the state the
@@ -114,5 +105,40 @@ final class StoreWatch: BusSubscription {
 
     static func sequence(of data: Data) -> UInt64? {
         (try? PayloadCodec.decode(SequenceOnly.self, from: data))?.sequence
+    }
+}
+
+/// What the watches of a store share: the messages they take (its changes, and the broker's word
+/// that it made the subscription again), their renewal, and their end.
+protocol StoreSubscription: BusSubscription {
+    var store: String { get }
+    var scope: Scope { get }
+    /// The stream's consumer stopped.
+    func end()
+}
+
+extension StoreSubscription {
+    func matches(_ header: EnvelopeHeader) -> Bool {
+        header.kind == .store && (header.typeName == StoreOperation.change || header.typeName == StoreOperation.restored)
+            && header.target == store && header.scope == scope
+    }
+
+    var renewal: Envelope {
+        Envelope(header: EnvelopeHeader(kind: .store, target: store, scope: scope, typeName: StoreOperation.renew))
+    }
+}
+
+extension BusClient {
+    /// Adds a store's watch to this client's subscriptions until its stream's consumer stops;
+    /// then it ends, and the broker is told to stop sending it changes.
+    func subscribe<Element>(_ watch: some StoreSubscription, until continuation: AsyncThrowingStream<Element, any Error>.Continuation) {
+        let id = addSubscription(watch)
+        continuation.onTermination = { [weak self] _ in
+            watch.end()
+            guard let self else { return }
+            self.removeSubscription(id)
+            let header = EnvelopeHeader(kind: .store, target: watch.store, scope: watch.scope, typeName: StoreOperation.unsubscribe)
+            try? self.send(Envelope(header: header))
+        }
     }
 }

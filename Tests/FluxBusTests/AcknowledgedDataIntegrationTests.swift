@@ -244,8 +244,7 @@ struct AcknowledgedDataIntegrationTests {
             var refused: [Scope: Set<String>] = [.root: [], "eu": []]
             var refusals = 0
             var divergences: [String] = []
-            var ownerKills = 0
-            var brokerKills = 0
+            var kills = Kills()
             var unknownOutcomes = 0
             try await fleet.withClient { client in
                 func check(_ when: String) async throws {
@@ -273,40 +272,15 @@ struct AcknowledgedDataIntegrationTests {
                     let content = blank ? "  " : "\(scope.name.isEmpty ? "root" : scope.name):\(step)"
                     let payload = try PayloadCodec.encode(CommentsIO.Reply(postID: 1, parent: 0, content: content))
                     let attack = random.next() % 60
-                    let dispatching = Task {
+                    let attacked = try await dispatchUnderAttack(
+                        fleet: fleet, owner: CommentsIO.id, scope: scope, attack: attack, random: &random, kills: &kills
+                    ) {
                         try await client.dispatch(
                             store: CommentsIO.store, action: "reply", payload: payload, dispatchID: id, scope: scope, timeout: .seconds(5))
                     }
-                    if attack == 0, let pid = fleet.pid(of: CommentsIO.id, scope: scope) {
-                        // The owner dies somewhere around the dispatch: before, during or after it.
-                        try await Task.sleep(for: .microseconds(Int64(random.next() % 3_000)))
-                        kill(pid, SIGKILL)
-                        ownerKills += 1
-                    } else if attack == 1, brokerKills < 3 {
-                        try await fleet.restartBrokerAfterKill()
-                        brokerKills += 1
-                    }
-                    var outcome: Result<DispatchAck, any Error>
-                    do { outcome = .success(try await dispatching.value) } catch { outcome = .failure(error) }
-                    // Retried with the same id until the outcome is known.
-                    var maybeApplied = false
-                    let deadline = ContinuousClock.now.advanced(by: .seconds(60))
-                    while case .failure(let error) = outcome, ContinuousClock.now < deadline {
-                        if (error as? BusError)?.code == .rejected { break }
-                        if let error = error as? BusError, [.outcomeUnknown, .timeout].contains(error.code) {
-                            maybeApplied = true
-                            unknownOutcomes += 1
-                        } else if let error = error as? BusError, ![.noSuchStore, .boardNotRunning, .brokerNotRunning].contains(error.code) {
-                            divergences.append("step \(step): \(error)")
-                            break
-                        }
-                        try await Task.sleep(for: .milliseconds(50))
-                        do {
-                            outcome = .success(
-                                try await client.dispatch(
-                                    store: CommentsIO.store, action: "reply", payload: payload, dispatchID: id, scope: scope, timeout: .seconds(5)))
-                        } catch { outcome = .failure(error) }
-                    }
+                    let (outcome, maybeApplied) = (attacked.result, attacked.maybeApplied)
+                    unknownOutcomes += attacked.unknownOutcomes
+                    if let unexpected = attacked.unexpected { divergences.append("step \(step): \(unexpected)") }
                     if case .failure(let error) = outcome, (error as? BusError)?.code == .rejected {
                         refusals += 1
                         if acknowledged[scope]![id] != nil { divergences.append("step \(step): \(id) refused in \(scope) after it was applied") }
@@ -337,12 +311,72 @@ struct AcknowledgedDataIntegrationTests {
                 try await check("at the end")
             }
             #expect(divergences.isEmpty, "\(divergences.prefix(20))")
-            #expect(ownerKills > 0 && brokerKills > 0)
+            #expect(kills.owners > 0 && kills.brokers > 0)
             let total = acknowledged.values.reduce(0) { $0 + $1.count }
             print(
-                "model: \(steps) steps, \(total) acknowledged, \(ownerKills) owner kills, \(brokerKills) broker kills, \(unknownOutcomes) unknown outcomes, \(refusals) refusals, \(divergences.count) divergences"
+                "model: \(steps) steps, \(total) acknowledged, \(kills.owners) owner kills, \(kills.brokers) broker kills, \(unknownOutcomes) unknown outcomes, \(refusals) refusals, \(divergences.count) divergences"
             )
         }
+    }
+}
+
+/// How many owners and brokers a model test killed.
+struct Kills {
+    var owners = 0
+    var brokers = 0
+}
+
+/// What became of a dispatch of a model test: its last result, whether an earlier attempt's
+/// outcome was unknown (it may have been applied), how many were, and an error no restart explains.
+struct AttackedDispatch {
+    var result: Result<DispatchAck, any Error>
+    var maybeApplied = false
+    var unknownOutcomes = 0
+    var unexpected: (any Error)?
+    /// Whether the owner or the broker was killed around it.
+    var attacked = false
+}
+
+/// Sends a dispatch of a model test while, as `attack` says (0: kill its owner somewhere around
+/// it, 1: kill and restart the broker, three times at most), the fleet is attacked, and sends it
+/// again with its id until its outcome is known (applied, or refused), for up to 60 s.
+func dispatchUnderAttack(
+    fleet: TestFleet, owner: BoardID, scope: Scope, attack: UInt64, random: inout SeededRandom, kills: inout Kills,
+    send: @escaping @Sendable () async throws -> DispatchAck
+) async throws -> AttackedDispatch {
+    let dispatching = Task { try await send() }
+    if attack == 0, let pid = fleet.pid(of: owner, scope: scope) {
+        // The owner dies somewhere around the dispatch: before, during or after it.
+        try await Task.sleep(for: .microseconds(Int64(random.next() % 3_000)))
+        kill(pid, SIGKILL)
+        kills.owners += 1
+    } else if attack == 1, kills.brokers < 3 {
+        try await fleet.restartBrokerAfterKill()
+        kills.brokers += 1
+    }
+    let struck = kills
+    var attacked = AttackedDispatch(result: await Result(catching: { try await dispatching.value }))
+    attacked.attacked = kills.owners != struck.owners || kills.brokers != struck.brokers
+    let deadline = ContinuousClock.now.advanced(by: .seconds(60))
+    while case .failure(let error) = attacked.result, ContinuousClock.now < deadline {
+        let code = (error as? BusError)?.code
+        if code == .rejected { break }
+        if code == .outcomeUnknown || code == .timeout {
+            attacked.maybeApplied = true
+            attacked.unknownOutcomes += 1
+        } else if ![BusError.Code.noSuchStore, .boardNotRunning, .brokerNotRunning].contains(code) {
+            attacked.unexpected = error
+            break
+        }
+        try await Task.sleep(for: .milliseconds(50))
+        attacked.result = await Result(catching: { try await send() })
+    }
+    return attacked
+}
+
+extension Result where Failure == any Error {
+    init(catching body: () async throws -> Success) async {
+        do { self = .success(try await body()) } catch { self = .failure(error) }
     }
 }
 

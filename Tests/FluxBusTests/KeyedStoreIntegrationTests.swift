@@ -150,7 +150,8 @@ struct KeyedStoreModelTests {
             var lastSequence: [Scope: UInt64] = [.root: 0, "eu": 0]
             var usedIDs: [String] = []
             var divergences: [String] = []
-            var (ownerKills, brokerKills, unknownOutcomes, refusals) = (0, 0, 0, 0)
+            var kills = Kills()
+            var (unknownOutcomes, refusals) = (0, 0)
             try await fleet.withClient { client in
                 // One watcher per scope, for the whole run: what it holds must end as the model.
                 let watched = scopes.map { scope in
@@ -213,37 +214,16 @@ struct KeyedStoreModelTests {
                     let id = repeated ? usedIDs[Int(random.next() % UInt64(usedIDs.count))] : "s\(index)"
                     if !repeated { usedIDs.append(id) }
                     let payload = try step.payload()
-                    func send() async throws -> DispatchAck {
+                    let action = step.action
+                    let attacked = try await dispatchUnderAttack(
+                        fleet: fleet, owner: OrdersIO.id, scope: scope, attack: random.next() % 60, random: &random, kills: &kills
+                    ) {
                         try await client.dispatch(
-                            store: OrdersIO.store, action: step.action, payload: payload, dispatchID: id, scope: scope, timeout: .seconds(5))
+                            store: OrdersIO.store, action: action, payload: payload, dispatchID: id, scope: scope, timeout: .seconds(5))
                     }
-                    let attack = random.next() % 60
-                    let dispatching = Task { try await send() }
-                    if attack == 0, let pid = fleet.pid(of: OrdersIO.id, scope: scope) {
-                        try await Task.sleep(for: .microseconds(Int64(random.next() % 3_000)))
-                        kill(pid, SIGKILL)
-                        ownerKills += 1
-                    } else if attack == 1, brokerKills < 3 {
-                        try await fleet.restartBrokerAfterKill()
-                        brokerKills += 1
-                    }
-                    var result: Result<DispatchAck, any Error>
-                    do { result = .success(try await dispatching.value) } catch { result = .failure(error) }
-                    var maybeApplied = false
-                    let deadline = ContinuousClock.now.advanced(by: .seconds(60))
-                    while case .failure(let error) = result, ContinuousClock.now < deadline {
-                        let code = (error as? BusError)?.code
-                        if code == .rejected { break }
-                        if code == .outcomeUnknown || code == .timeout {
-                            maybeApplied = true
-                            unknownOutcomes += 1
-                        } else if ![BusError.Code.noSuchStore, .boardNotRunning, .brokerNotRunning].contains(code) {
-                            divergences.append("step \(index): \(error)")
-                            break
-                        }
-                        try await Task.sleep(for: .milliseconds(50))
-                        do { result = .success(try await send()) } catch { result = .failure(error) }
-                    }
+                    let (result, maybeApplied) = (attacked.result, attacked.maybeApplied)
+                    unknownOutcomes += attacked.unknownOutcomes
+                    if let unexpected = attacked.unexpected { divergences.append("step \(index): \(unexpected)") }
                     let outcome: Outcome
                     switch result {
                     case .success(let ack):
@@ -269,7 +249,7 @@ struct KeyedStoreModelTests {
                         if let next, outcome == .applied { model[scope] = next }
                         outcomes[scope]![id] = outcome
                     }
-                    if index % 100 == 99 || attack < 2 { try await check("after step \(index)") }
+                    if index % 100 == 99 || attacked.attacked { try await check("after step \(index)") }
                 }
                 try await check("at the end")
                 for (scope, held, _) in watched {
@@ -282,9 +262,9 @@ struct KeyedStoreModelTests {
                 }
             }
             #expect(divergences.isEmpty, "\(divergences.prefix(20))")
-            #expect(ownerKills > 0 && brokerKills > 0)
+            #expect(kills.owners > 0 && kills.brokers > 0)
             print(
-                "keyed model: \(steps) steps, \(model.values.reduce(0) { $0 + $1.count }) orders, \(ownerKills) owner kills, \(brokerKills) broker kills, \(unknownOutcomes) unknown outcomes, \(refusals) refusals, \(divergences.count) divergences"
+                "keyed model: \(steps) steps, \(model.values.reduce(0) { $0 + $1.count }) orders, \(kills.owners) owner kills, \(kills.brokers) broker kills, \(unknownOutcomes) unknown outcomes, \(refusals) refusals, \(divergences.count) divergences"
             )
         }
     }
