@@ -37,10 +37,13 @@ final class KeyedStoreWatch<Record: Codable & Sendable>: StoreSubscription {
     /// Starts a sync from the last sequence delivered.
     private let resync: @Sendable (KeyedStoreWatch, UInt64) -> Void
 
+    /// - Parameter after: the last sequence the watcher already has, if any: it starts with the
+    ///   changes after it instead of a snapshot (while the owner still keeps them).
     init(
-        store: String, scope: Scope, prefix: String, continuation: AsyncThrowingStream<RecordUpdate<Record>, any Error>.Continuation,
-        resync: @escaping @Sendable (KeyedStoreWatch, UInt64) -> Void
+        store: String, scope: Scope, prefix: String, after: UInt64? = nil,
+        continuation: AsyncThrowingStream<RecordUpdate<Record>, any Error>.Continuation, resync: @escaping @Sendable (KeyedStoreWatch, UInt64) -> Void
     ) {
+        state.withLock { $0.last = after }
         self.store = store
         self.scope = scope
         self.prefix = prefix
@@ -199,17 +202,23 @@ extension BusClient {
     ///
     /// A snapshot read in pages while the store changes holds each page as it was when read; the
     /// changes that follow it bring every record to its latest value.
+    ///
+    /// - Parameter after: the sequence of the last change the watcher already has (it kept the
+    ///   records): the watch starts with the changes after it, without a snapshot, while the
+    ///   owner still keeps them (else with a snapshot).
     public func watchRecords<Record: Codable & Sendable>(
-        _: Record.Type, store: String, prefix: String = "", scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout
+        _: Record.Type, store: String, prefix: String = "", after: UInt64? = nil, scope: Scope = .root,
+        timeout: Duration = BusClient.defaultTimeout
     ) -> AsyncThrowingStream<RecordUpdate<Record>, any Error> {
         let (stream, continuation) = AsyncThrowingStream<RecordUpdate<Record>, any Error>.makeStream(bufferingPolicy: .unbounded)
-        let watch = KeyedStoreWatch<Record>(store: store, scope: scope, prefix: prefix, continuation: continuation) { [weak self] watch, last in
+        let watch = KeyedStoreWatch<Record>(store: store, scope: scope, prefix: prefix, after: after, continuation: continuation) {
+            [weak self] watch, last in
             guard let self else { return }
-            Task { await self.sync(watch, after: last, timeout: timeout) }
+            Task { await self.sync(watch, after: last, subscribing: false, timeout: timeout) }
         }
         subscribe(watch, until: continuation)
         // Registered before subscribing, so no change after the base is missed.
-        Task { await sync(watch, after: nil, timeout: timeout) }
+        Task { await sync(watch, after: after, subscribing: true, timeout: timeout) }
         return stream
     }
 
@@ -220,9 +229,11 @@ extension BusClient {
     /// Gives a watch its base, and again after a gap: the changes after `last` the owner kept (for
     /// a new watch, every change since the store began, when all are kept), else the records read
     /// again in pages. A failure the owner's or the broker's restart explains is tried again.
-    private func sync<Record: Codable & Sendable>(_ watch: KeyedStoreWatch<Record>, after last: UInt64?, timeout: Duration) async {
+    private func sync<Record: Codable & Sendable>(
+        _ watch: KeyedStoreWatch<Record>, after last: UInt64?, subscribing: Bool, timeout: Duration
+    ) async {
         var after = last
-        var first = last == nil
+        var first = subscribing
         while !watch.isEnded {
             do {
                 after = try await syncOnce(watch, after: after, subscribing: first, timeout: timeout)

@@ -35,6 +35,9 @@ struct StoreBench {
         var figures: [Figures] = []
         for size in sizes { figures.append(try await measure(size: size)) }
         guard let base = figures.first else { return }
+        report.note(
+            "store rows: after each kill -9, every record was there (\(sizes.map { ($0 + dispatches).formatted() }.joined(separator: ", ")), counted by the owner) and 100 acknowledged dispatches sent again were not applied again"
+        )
         for figure in figures {
             report.store(figure, base: base)
             if figure.sqliteAloneMicroseconds == nil, figure.size == base.size {
@@ -127,10 +130,26 @@ struct StoreBench {
         }
         guard back else { throw BusError(.timeout, "shop.orders did not come back after kill -9 at \(size) records") }
         let restart = Double(monotonicNanoseconds() - killed) / 1e6
+        try await checkNothingLost(client, records: size + dispatches)
         let summary = LatencySummary(histogram)
         return Figures(
             size: size, p50: summary.p50, p99: summary.p99, bytesPerChange: bytesPerChange, ownerKiB: ownerKiB, restartMilliseconds: restart,
             fileBytes: Self.fileBytes(database), recordBytes: recordBytes, sqliteAloneMicroseconds: nil)
+    }
+
+    /// After the owner's `kill -9`: every record is there, once (the owner counts them, page by
+    /// page), and acknowledged dispatches sent again are not applied again.
+    private func checkNothingLost(_ client: BusClient, records: Int) async throws {
+        let total = try await client.query(
+            store: OrdersIO.store, OrdersIO.TotalRequest.name, OrdersIO.TotalRequest(), answer: OrdersIO.Total.self, timeout: .seconds(120))
+        guard total.count == records else {
+            throw BusError(.storageFailed, "after kill -9 the store holds \(total.count) records, not \(records)")
+        }
+        for index in stride(from: 0, to: dispatches, by: max(1, dispatches / 100)) {
+            let place = try PayloadCodec.encode(OrdersIO.Place(id: String(format: "N-%06d", index), item: "jam", cents: 250))
+            let ack = try await client.dispatch(store: OrdersIO.store, action: OrdersIO.Place.name, payload: place, dispatchID: "n-\(index)")
+            guard !ack.applied else { throw BusError(.storageFailed, "dispatch n-\(index) was applied again after kill -9") }
+        }
     }
 
     /// The database and the files SQLite keeps beside it.

@@ -399,8 +399,8 @@ extension Busctl {
         func run() async throws {
             let (lines, period, pageLimit) = try options.validated {
                 let paging = prefix != nil || after != nil || limit != nil
-                if watch && (key != nil || paging) {
-                    throw BusError(.badArgument, "--watch prints the whole store; --key, --prefix, --after and --limit read a keyed store once")
+                if watch && (after != nil || limit != nil) {
+                    throw BusError(.badArgument, "--after and --limit read a page once; --watch watches the records under --prefix or at --key")
                 }
                 if key != nil && paging { throw BusError(.badArgument, "--key reads one record; --prefix, --after and --limit read a page") }
                 return (
@@ -410,6 +410,7 @@ extension Busctl {
                 )
             }
             try await options.withClient { client in
+                if watch, key != nil || prefix != nil { return try await watchRecords(client, lines: lines, period: period) }
                 let read: (String, Data)? =
                     if let key {
                         (StoreOperation.get, try PayloadCodec.encode(RecordKey(key: key)))
@@ -424,20 +425,51 @@ extension Busctl {
                     let snapshot = try await client.storeState(store, scope: options.scope, timeout: options.deadline)
                     return print(options.json ? String(decoding: snapshot, as: UTF8.self) : prettyJSON(snapshot))
                 }
-                try await withThrowingTaskGroup(of: Void.self) { group in
-                    group.addTask {
-                        var printed = 0
-                        for try await update in client.watch(store, scope: options.scope, timeout: options.deadline) {
-                            print(String(decoding: update.snapshot, as: UTF8.self))
-                            fflushStandardOutput()
-                            printed += 1
-                            if let lines, printed >= lines { return }
-                        }
-                    }
-                    if let period { group.addTask { try await Task.sleep(for: period) } }
-                    try await group.next()
-                    group.cancelAll()
+                try await printLines(lines: lines, period: period) {
+                    client.watch(store, scope: options.scope, timeout: options.deadline).map { String(decoding: $0.snapshot, as: UTF8.self) }
                 }
+            }
+        }
+
+        /// A keyed store's records under --prefix (or at --key): a snapshot, then each change,
+        /// one JSON line each (`{"sequence", "snapshot", "changes": [{"key", "record"} | {"key", "removed": true}]}`).
+        private func watchRecords(_ client: BusClient, lines: Int?, period: Duration?) async throws {
+            struct Line: Encodable {
+                var sequence: UInt64
+                var snapshot: Bool
+                var changes: [KeyedChange<JSONValue>]
+            }
+            let (store, scope, deadline, key) = (self.store, options.scope, options.deadline, self.key)
+            try await printLines(lines: lines, period: period) {
+                client.watchRecords(JSONValue.self, store: store, prefix: key ?? prefix ?? "", scope: scope, timeout: deadline).compactMap {
+                    update -> String? in
+                    // A key's watch is the prefix watch of its key, less the longer keys it starts.
+                    let changes = update.changes.filter { key == nil || $0.key == key }
+                    guard update.isSnapshot || !changes.isEmpty else { return nil }
+                    let line = Line(
+                        sequence: update.sequence, snapshot: update.isSnapshot, changes: changes.map { KeyedChange(key: $0.key, record: $0.record) })
+                    return String(decoding: try PayloadCodec.encode(line), as: UTF8.self)
+                }
+            }
+        }
+
+        /// Prints the watch's lines as they come, until --count lines or --for seconds.
+        private func printLines<Lines: AsyncSequence & Sendable>(lines: Int?, period: Duration?, _ watch: @escaping @Sendable () -> Lines)
+            async throws where Lines.Element == String
+        {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    var printed = 0
+                    for try await line in watch() {
+                        print(line)
+                        fflushStandardOutput()
+                        printed += 1
+                        if let lines, printed >= lines { return }
+                    }
+                }
+                if let period { group.addTask { try await Task.sleep(for: period) } }
+                try await group.next()
+                group.cancelAll()
             }
         }
     }

@@ -26,7 +26,9 @@ typealias CommentsSnapshot = StoreSnapshot<CommentsIO.State>
 /// What BoardBus acknowledged is what its stores hold: per scope, across `kill -9` of the owner
 /// and of the broker, in a state directory that outlives the runtime directory, and while a
 /// board waits for its database rather than being declared dead.
-@Suite("Acknowledged data is never lost", .serialized, .timeLimit(.minutes(4)))
+@Suite(
+    "Acknowledged data is never lost", .serialized,
+    .timeLimit(.minutes(ProcessInfo.processInfo.environment["BOARDBUS_MODEL_STEPS"] == nil ? 4 : 60)))
 struct AcknowledgedDataIntegrationTests {
     static func reply(_ content: String) -> String { #"{"postID":1,"parent":0,"content":"\#(content)"}"# }
 

@@ -28,7 +28,7 @@ struct KeyedStoreIntegrationTests {
     @Test func everyAcknowledgedOrderOutlivesKill9AndIsAnnouncedOnce() async throws {
         try await TestFleet.with(manifest: Self.manifest) { fleet in
             try await fleet.withClient { client in
-                _ = try await eventually { fleet.pid(of: OrdersIO.id) != nil && fleet.pid(of: RecorderIO.id) != nil }
+                _ = await eventually { fleet.pid(of: OrdersIO.id) != nil && fleet.pid(of: RecorderIO.id) != nil }
                 // The recorder's run-time flow from shop.orders is registered once it is live.
                 _ = try await eventually { try await client.flows().flows.contains { $0.description.contains("shop.orders") } }
                 for index in 1...20 { #expect(try await place(client, "A-\(index)").sequence == UInt64(index)) }
@@ -59,6 +59,17 @@ struct KeyedStoreIntegrationTests {
                     }
                     #expect(error?.code == .rejected)
                 }
+                // busctl watches the records under a prefix, or at one key: a snapshot line first.
+                let watched = try await fleet.busctl("state", OrdersIO.store, "--watch", "--prefix", "A-2", "--count", "1")
+                #expect(watched.exitCode == 0, "\(watched.standardError)")
+                let line = try JSONSerialization.jsonObject(with: Data(watched.standardOutput.utf8)) as? [String: Any]
+                let watchedKeys = (line?["changes"] as? [[String: Any]])?.compactMap { $0["key"] as? String }
+                #expect(line?["snapshot"] as? Bool == true && watchedKeys == ["A-2", "A-20", "A-21"], "\(watched.standardOutput)")
+                let one = try await fleet.busctl("state", OrdersIO.store, "--watch", "--key", "A-2", "--count", "1", "--json")
+                #expect(one.standardOutput.contains(#""key":"A-2""#) && !one.standardOutput.contains("A-20"), "\(one.standardOutput)")
+                let mixed = try await fleet.busctl("state", OrdersIO.store, "--watch", "--limit", "3")
+                #expect(mixed.exitCode == 2 || mixed.exitCode == 1, "\(mixed.standardError)")
+
                 let total = try await client.query(
                     store: OrdersIO.store, OrdersIO.TotalRequest.name, OrdersIO.TotalRequest(status: .paid), answer: OrdersIO.Total.self)
                 #expect(total == OrdersIO.Total(count: 1, cents: 100))
@@ -83,7 +94,9 @@ struct KeyedStoreIntegrationTests {
 /// owners and the broker are killed: random places, payments and cancellations (each refused or
 /// applied as the model says), fresh and repeated dispatch ids, pages, a query, and a watcher per
 /// scope that must end holding what the model holds.
-@Suite("Keyed stores against a model", .serialized, .timeLimit(.minutes(4)))
+@Suite(
+    "Keyed stores against a model", .serialized,
+    .timeLimit(.minutes(ProcessInfo.processInfo.environment["BOARDBUS_MODEL_STEPS"] == nil ? 4 : 60)))
 struct KeyedStoreModelTests {
     static let manifest = """
         {
@@ -141,7 +154,7 @@ struct KeyedStoreModelTests {
     }
 
     @Test func randomActionsWithKill9OfOwnersAndBrokerMatchAModelOfWhatWasAcknowledged() async throws {
-        let steps = Int(ProcessInfo.processInfo.environment["BOARDBUS_MODEL_STEPS"] ?? "") ?? 1_000
+        let steps = Int(ProcessInfo.processInfo.environment["BOARDBUS_MODEL_STEPS"] ?? "") ?? 2_000
         var random = SeededRandom(seed: UInt64(ProcessInfo.processInfo.environment["BOARDBUS_MODEL_SEED"] ?? "") ?? 39)
         try await TestFleet.with(manifest: Self.manifest) { fleet in
             let scopes: [Scope] = [.root, "eu"]

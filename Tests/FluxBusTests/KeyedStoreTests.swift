@@ -30,6 +30,11 @@ struct KeyedStoreTests {
         var id: String
     }
 
+    /// Two orders in one change.
+    struct PlacePair: Flux.Action, Codable {
+        var id: String
+    }
+
     struct Total: Codable, Sendable, Hashable {
         var count: Int
         var cents: Int
@@ -50,6 +55,9 @@ struct KeyedStoreTests {
                 guard let order = try record(cancel.id) else { throw Refusal("no order \(cancel.id)") }
                 guard !order.paid else { throw Refusal("order \(cancel.id) is paid") }
                 try remove(cancel.id)
+            case let pair as PlacePair:
+                try put(Order(cents: 1), at: pair.id + "-a")
+                try put(Order(cents: 1), at: pair.id + "-b")
             case let pay as Pay:
                 guard var order = try record(pay.id) else { throw Refusal("no order \(pay.id)") }
                 order.paid = true
@@ -65,6 +73,7 @@ struct KeyedStoreTests {
         host.action(Place.self, named: "place")
         host.action(Cancel.self, named: "cancel")
         host.action(Pay.self, named: "pay")
+        host.action(PlacePair.self, named: "pair")
         host.query("total", Prefix.self) { request, store in
             var total = Total(count: 0, cents: 0)
             var after: String?
@@ -134,7 +143,7 @@ struct KeyedStoreTests {
             // Introspection shows the record's shape, the actions and the query.
             let info = try await fleet.client.introspect("shop.orders")
             let schema = try #require(info.schemas?.stores?["orders"])
-            #expect(schema.record != nil && schema.actions.keys.sorted() == ["cancel", "pay", "place"] && schema.queries?["total"] != nil)
+            #expect(schema.record != nil && schema.actions.keys.sorted() == ["cancel", "pair", "pay", "place"] && schema.queries?["total"] != nil)
         }
     }
 
@@ -264,13 +273,13 @@ struct KeyedStoreTests {
             }
             #expect(sequences == Array(5...55))
 
-            // Cut off for more changes than the owner keeps: a new snapshot, read in pages.
+            // Cut off for 10 000 changes, more than the owner keeps: a new snapshot, read in pages.
             _ = try await fleet.client.request(Envelope(header: off))
-            for index in 0..<150 { _ = try await dispatch(fleet, "pay", Pay(id: "A-\(100 + index % 50)")) }
+            for index in 0..<10_000 { _ = try await dispatch(fleet, "pay", Pay(id: "A-\(100 + index % 50)")) }
             try fleet.client.send(Envelope(header: EnvelopeHeader(kind: .store, target: "orders", typeName: StoreOperation.renew)))
             _ = try await dispatch(fleet, "place", Place(id: "A-999", cents: 9))
             let fresh = try #require(try await updates.next())
-            #expect(fresh.isSnapshot && fresh.sequence >= 205 && fresh.changes.count >= 51)
+            #expect(fresh.isSnapshot && fresh.sequence >= 10_055 && fresh.changes.count >= 51)
             #expect(fresh.changes.allSatisfy { $0.record?.paid == true || $0.key == "A-999" })
         }
     }
@@ -301,6 +310,46 @@ struct KeyedStoreTests {
             let three = Task { try await fleet.client.waitForState(of: "counter", as: Int.self) { $0 == 3 } }
             for _ in 0..<3 { _ = try await fleet.client.dispatch(store: "counter", action: "add", payload: PayloadCodec.encode(Pay(id: ""))) }
             #expect(try await three.value == 3)
+        }
+    }
+
+    /// A query runs between two dispatches, never inside one: under a stream of changes that each
+    /// place two orders, every total it answers counts an even number, and never fewer than before.
+    @Test func aQueryUnderConcurrentDispatchesSeesWholeChanges() async throws {
+        try await InProcessFleet.with { fleet in
+            try await fleet.start(Self.owner(Self.host()))
+            let totals = try await withThrowingTaskGroup(of: [Total].self) { group in
+                group.addTask {
+                    for index in 0..<300 { _ = try await dispatch(fleet, "pair", PlacePair(id: "P-\(index)")) }
+                    return []
+                }
+                group.addTask {
+                    var seen: [Total] = []
+                    while seen.last?.count != 600 {
+                        seen.append(try await fleet.client.query(store: "orders", "total", Prefix(prefix: "P-"), answer: Total.self))
+                    }
+                    return seen
+                }
+                return try await group.reduce(into: []) { $0 += $1 }
+            }
+            #expect(totals.count > 2, "the query ran while the dispatches did")
+            #expect(totals.allSatisfy { $0.count % 2 == 0 && $0.cents == $0.count }, "\(totals.filter { $0.count % 2 != 0 }.prefix(5))")
+            #expect(zip(totals, totals.dropFirst()).allSatisfy { $0.count <= $1.count })
+        }
+    }
+
+    /// A watcher that kept the records up to a sequence starts from it: the changes after it,
+    /// no snapshot, while the owner keeps them; a snapshot when it does not.
+    @Test func aWatcherThatHasTheRecordsStartsAfterItsSequence() async throws {
+        try await InProcessFleet.with { fleet in
+            try await fleet.start(Self.owner(Self.host(keepingChanges: 2)))
+            for index in 1...3 { _ = try await dispatch(fleet, "place", Place(id: "A-\(index)", cents: index)) }
+            var fromTwo = fleet.client.watchRecords(Order.self, store: "orders", after: 2).makeAsyncIterator()
+            let next = try #require(try await fromTwo.next())
+            #expect(!next.isSnapshot && next.sequence == 3 && next.changes.map(\.key) == ["A-3"])
+            var fromZero = fleet.client.watchRecords(Order.self, store: "orders", after: 0).makeAsyncIterator()
+            let snapshot = try #require(try await fromZero.next())
+            #expect(snapshot.isSnapshot && snapshot.sequence == 3 && snapshot.changes.map(\.key) == ["A-1", "A-2", "A-3"])
         }
     }
 
