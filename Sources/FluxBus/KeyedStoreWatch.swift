@@ -81,13 +81,12 @@ final class KeyedStoreWatch<Record: Codable & Sendable>: StoreSubscription {
     /// Syncs from the last change delivered, or after the sync under way.
     private func syncAgain() {
         let after = state.withLock { state -> UInt64? in
-            guard let last = state.last else { return nil }
             if state.syncing {
                 state.again = true
                 return nil
             }
             state.syncing = true
-            return last
+            return state.last ?? 0
         }
         if let after { resync(self, after) }
     }

@@ -103,5 +103,11 @@ struct StoreWatchTests {
         #expect(seen.map(\.0) == [2, 3, 4, 5, 6])
         #expect(seen.map(\.1) == [true, false, false, false, false])
         #expect(seen.map(\.2) == [["a1"], ["a3"], ["a4"], ["a5"], ["a6"]])
+
+        // Restored before its first base: the base is followed by a sync from it.
+        let (_, fresh) = AsyncThrowingStream<RecordUpdate<Int>, any Error>.makeStream()
+        let early = KeyedStoreWatch<Int>(store: "s", scope: "", prefix: "", continuation: fresh) { _, _ in }
+        early.receive(Envelope(header: EnvelopeHeader(kind: .store, target: "s", typeName: StoreOperation.restored)))
+        #expect(early.caughtUp([changes(1, "a1")], at: 1) == 1)
     }
 }
