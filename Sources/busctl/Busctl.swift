@@ -568,7 +568,11 @@ func printSchemas(_ schemas: BoardSchemas) {
     for (name, action) in schemas.actions.sorted(by: { $0.key < $1.key }) { print("  action \(name)  \(action.summary)") }
     for (name, store) in (schemas.stores ?? [:]).sorted(by: { $0.key < $1.key }) {
         print("  store \(name)  state \(store.state?.summary ?? "-")")
+        if let record = store.record { print("    record  \(record.summary)") }
         for (action, payload) in store.actions.sorted(by: { $0.key < $1.key }) { print("    dispatch \(action)  \(payload.summary)") }
+        for (query, shapes) in (store.queries ?? [:]).sorted(by: { $0.key < $1.key }) {
+            print("    query \(query)  \(shapes.request.summary) → \(shapes.reply.summary)")
+        }
     }
 }
 

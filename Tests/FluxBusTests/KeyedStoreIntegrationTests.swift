@@ -67,6 +67,10 @@ struct KeyedStoreIntegrationTests {
                 #expect(line?["snapshot"] as? Bool == true && watchedKeys == ["A-2", "A-20", "A-21"], "\(watched.standardOutput)")
                 let one = try await fleet.busctl("state", OrdersIO.store, "--watch", "--key", "A-2", "--count", "1", "--json")
                 #expect(one.standardOutput.contains(#""key":"A-2""#) && !one.standardOutput.contains("A-20"), "\(one.standardOutput)")
+                // introspect shows the record's shape, the actions and the query with its shapes.
+                let shapes = try await fleet.busctl("introspect", OrdersIO.id.rawValue)
+                #expect(shapes.standardOutput.contains("record  {cents: integer, item: string, status: string, …}"), "\(shapes.standardOutput)")
+                #expect(shapes.standardOutput.contains("query total  {prefix?: string, status?: string, …} → {cents: integer, count: integer}"))
                 let mixed = try await fleet.busctl("state", OrdersIO.store, "--watch", "--limit", "3")
                 #expect(mixed.exitCode == 2 || mixed.exitCode == 1, "\(mixed.standardError)")
 
