@@ -38,15 +38,13 @@ extension BusClient {
         let watch = StoreWatch(store: store, scope: scope, continuation: continuation) { [weak self] watch in
             guard let self else { return }
             Task {
-                // Tried again while the store's owner or the broker restarts, as long as it is watched.
-                while !watch.isEnded {
-                    do {
-                        return watch.snapshot(try await self.storeRequest(store, StoreOperation.state, scope: scope, timeout: timeout))
-                    } catch let error as BusError where Self.watchRetryable.contains(error.code) {
-                        try? await Task.sleep(for: .milliseconds(200))
-                    } catch {
-                        return continuation.finish(throwing: error)
+                do {
+                    let snapshot = try await self.whileWatched(watch) {
+                        try await self.storeRequest(store, StoreOperation.state, scope: scope, timeout: timeout)
                     }
+                    if let snapshot { watch.snapshot(snapshot) }
+                } catch {
+                    continuation.finish(throwing: error)
                 }
             }
         }

@@ -221,28 +221,22 @@ extension BusClient {
         return stream
     }
 
-    /// What a watch waits out and tries again (its store's owner or the broker restarting), for
-    /// as long as its consumer watches.
-    static let watchRetryable: Set<BusError.Code> = BusClient.retryable.union([.timeout, .outcomeUnknown, .brokerNotRunning, .unreachable, .busy])
-
     /// Gives a watch its base, and again after a gap: the changes after `last` the owner kept (for
     /// a new watch, every change since the store began, when all are kept), else the records read
     /// again in pages. A failure the owner's or the broker's restart explains is tried again.
     private func sync<Record: Codable & Sendable>(
         _ watch: KeyedStoreWatch<Record>, after last: UInt64?, subscribing: Bool, timeout: Duration
     ) async {
-        var after = last
-        var first = subscribing
-        while !watch.isEnded {
-            do {
-                after = try await syncOnce(watch, after: after, subscribing: first, timeout: timeout)
-                first = false
-                if after == nil { return }
-            } catch let error as BusError where Self.watchRetryable.contains(error.code) {
-                try? await Task.sleep(for: .milliseconds(200))
-            } catch {
-                return watch.fail(error)
+        var (after, subscribing) = (last, subscribing)
+        do {
+            // Again from where a base showed a gap, until one shows none (or the watch ends).
+            while let again = try await whileWatched(watch, { try await syncOnce(watch, after: after, subscribing: subscribing, timeout: timeout) }),
+                let next = again
+            {
+                (after, subscribing) = (next, false)
             }
+        } catch {
+            watch.fail(error)
         }
     }
 

@@ -104,9 +104,6 @@ public final class StoreHost<State: Codable & Sendable>: StoreEndpoint, @uncheck
         }
     }
 
-    /// How long a write may wait for a lock (``StoreActions/lockWait(for:)``).
-    static func lockWait(for timeout: Duration?) -> Duration { StoreActions.lockWait(for: timeout) }
-
     /// Every state change, once observers may hear of it. A dispatched action's change was saved
     /// (with its journal row) and numbered before this: it is only published. Any other change
     /// (the owning board's own) gets the next number, is saved, and published.

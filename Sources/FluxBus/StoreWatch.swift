@@ -115,6 +115,8 @@ protocol StoreSubscription: BusSubscription {
     var scope: Scope { get }
     /// The stream's consumer stopped.
     func end()
+    /// Whether its consumer stopped (no request for it is worth trying again then).
+    var isEnded: Bool { get }
 }
 
 extension StoreSubscription {
@@ -129,6 +131,24 @@ extension StoreSubscription {
 }
 
 extension BusClient {
+    /// What a watch waits out and tries again (its store's owner or the broker restarting), for
+    /// as long as its consumer watches.
+    static let watchRetryable: Set<BusError.Code> = BusClient.retryable.union([.timeout, .outcomeUnknown, .brokerNotRunning, .unreachable, .busy])
+
+    /// Runs `attempt` until it succeeds, again after a failure the store's owner or the broker
+    /// restarting explains, as long as `watch` is watched; its value, or nil once the watch ended.
+    /// Any other failure is thrown.
+    func whileWatched<T>(_ watch: some StoreSubscription, _ attempt: () async throws -> T) async throws -> T? {
+        while !watch.isEnded {
+            do {
+                return try await attempt()
+            } catch let error as BusError where Self.watchRetryable.contains(error.code) {
+                try? await Task.sleep(for: .milliseconds(200))
+            }
+        }
+        return nil
+    }
+
     /// Adds a store's watch to this client's subscriptions until its stream's consumer stops;
     /// then it ends, and the broker is told to stop sending it changes.
     func subscribe<Element>(_ watch: some StoreSubscription, until continuation: AsyncThrowingStream<Element, any Error>.Continuation) {

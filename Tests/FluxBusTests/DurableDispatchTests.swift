@@ -127,9 +127,9 @@ struct DurableDispatchTests {
         try other.writeWithoutTransaction { db in try db.execute(sql: "BEGIN IMMEDIATE") }
         defer { try? other.writeWithoutTransaction { db in try db.execute(sql: "ROLLBACK") } }
         // A caller that waits 100 ms leaves no time to wait for the lock at all.
-        #expect(StoreHost<[String]>.lockWait(for: .milliseconds(100)) == .zero)
-        #expect(StoreHost<[String]>.lockWait(for: .seconds(25)) < .seconds(25))
-        #expect(StoreHost<[String]>.lockWait(for: nil) == StorePersistence.defaultLockWait)
+        #expect(StoreActions.lockWait(for: .milliseconds(100)) == .zero)
+        #expect(StoreActions.lockWait(for: .seconds(25)) < .seconds(25))
+        #expect(StoreActions.lockWait(for: nil) == StorePersistence.defaultLockWait)
         // The dispatch itself gives up without waiting out the 5 s of a request with no timeout:
         // the bound is loose (two orders of magnitude), so that only waiting for the lock fails it.
         let started = ContinuousClock.now
