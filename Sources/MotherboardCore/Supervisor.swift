@@ -120,6 +120,9 @@ struct Supervisor {
         var record = records[name] ?? Record()
         record.lastExit = status
         defer { records[name] = record }
+        // A newer process of the board was started meanwhile (on demand, once its board was
+        // dropped): this end restarts nothing and leaves that start as it is.
+        if processes.values.contains(name) { return .stays(name, wasStarting: false) }
         guard let entry, canRestart, !completed.contains(name), Self.policyRestarts(entry.restart, clean: clean) else {
             return .stays(name, wasStarting: starting[name]?.pid == pid)
         }

@@ -159,7 +159,7 @@ struct InProcessFleetFidelityTests {
             _ = try await fleet.client.emit(from: "shop.orders", typeName: Order.busTypeName, payload: PayloadCodec.encode(Order(id: "A-1")))
             #expect(await eventually { log.items == ["A-1 delivery 1 instance 1"] })
             await fleet.kill("shop.payment")
-            #expect(await eventually { log.items == ["A-1 delivery 1 instance 1", "A-1 delivery 2 instance 2"] })
+            #expect(await eventually { log.items == ["A-1 delivery 1 instance 1", "A-1 delivery 2 instance 2"] }, "\(log.items)")
         }
     }
 }

@@ -48,6 +48,25 @@ struct SupervisorTests {
         #expect(supervisor.processExited(pid: 10, status: "exit 0", clean: true, entry: entry(.always), canRestart: true, now: start) == .unknown)
     }
 
+    /// The broker dropped the board before it heard its process end, and started a new one on
+    /// demand (an at-least-once activation to deliver again): the old process's end, reported
+    /// after, restarts nothing and leaves the new start as it is (it reset it to a pending
+    /// restart, so the new process's registration was refused and a third was started).
+    @Test func theEndOfAProcessANewerOneReplacedRestartsNothing() {
+        var supervisor = Supervisor()
+        supervisor.started(LaunchedProcess(pid: 10, secret: "s"), as: svc, now: start)
+        _ = supervisor.endStart(svc)
+        supervisor.started(LaunchedProcess(pid: 11, secret: "t"), as: svc, now: start + .milliseconds(5))
+        let exit = supervisor.processExited(pid: 10, status: "signal 9", clean: false, entry: entry(.onFailure), canRestart: true, now: start)
+        #expect(exit == .stays(svc, wasStarting: false))
+        #expect(supervisor.starting[svc]?.pid == 11)
+        #expect(supervisor.records[svc]?.restarts ?? 0 == 0 && supervisor.records[svc]?.lastExit == "signal 9")
+        // Its own end is a crash like any other.
+        #expect(
+            supervisor.processExited(pid: 11, status: "signal 9", clean: false, entry: entry(.onFailure), canRestart: true, now: start)
+                == .restarts(svc, after: .milliseconds(100)))
+    }
+
     @Test func theRestartLimitCountsOnlyRestartsInsideItsWindow() {
         var supervisor = Supervisor()
         let limited = entry(.always, limit: .init(count: 2, windowSeconds: 10))
