@@ -147,12 +147,15 @@ public final class InProcessFleet: Sendable {
     }
 
     /// Tells the broker that a board it started ended, as the launcher reports a process's exit.
-    private func reportEnd(_ pid: Int32, result: Result<Void, any Error>, status: String? = nil) {
+    private func reportEnd(_ pid: Int32, result: Result<Void, any Error>, killed: Bool = false) {
         guard !stopping.load(ordering: .acquiring) else { return }
-        switch result {
-        case .success: broker.processExited(pid: pid, status: status ?? "exited 0", clean: status == nil)
-        case .failure(let error): broker.processExited(pid: pid, status: status ?? "ended with a failure: \(error)", clean: false)
-        }
+        let (status, clean) =
+            switch (killed, result) {
+            case (true, _): ("killed by signal 9", false)
+            case (false, .success): ("exited 0", true)
+            case (false, .failure(let error)): ("ended with a failure: \(error)", false)
+            }
+        broker.processExited(pid: pid, status: status, clean: clean)
     }
 
     /// Stops one board as SIGTERM would: it says goodbye and its `run` returns (a board the broker
@@ -172,7 +175,7 @@ public final class InProcessFleet: Sendable {
         running.client.close()
         running.task.cancel()
         _ = await running.task.result
-        if let pid = running.pid { reportEnd(pid, result: .success(()), status: "killed by signal 9") }
+        if let pid = running.pid { reportEnd(pid, result: .success(()), killed: true) }
     }
 
     /// Whether a board runs in this fleet (started by ``start(_:)`` or by the broker).

@@ -158,8 +158,7 @@ public final class KeyedStoreHost<Record: Codable & Sendable>: StoreEndpoint, @u
 
     /// An applied change: kept for watchers that fall behind, and published.
     private func changed(_ applied: RecordChanges<Record>) {
-        let changes = StoreChanges(
-            store: storeName, sequence: applied.sequence, changes: applied.changes.map { KeyedChange(key: $0.key, record: $0.record) })
+        let changes = StoreChanges(store: storeName, applied)
         if keptChanges > 0 {
             history.append(changes)
             if history.count > keptChanges { history.removeFirst() }
@@ -171,5 +170,12 @@ public final class KeyedStoreHost<Record: Codable & Sendable>: StoreEndpoint, @u
             // The table encoded these records a moment ago; a watcher that misses it sees a gap.
             FileHandle.standardError.write(Data("store \(storeName): cannot publish change \(applied.sequence): \(error)\n".utf8))
         }
+    }
+}
+
+extension StoreChanges {
+    /// A keyed store's applied change, as its watchers are sent it.
+    public init(store: String, _ applied: RecordChanges<Record>) {
+        self.init(store: store, sequence: applied.sequence, changes: applied.changes.map { KeyedChange(key: $0.key, record: $0.record) })
     }
 }

@@ -100,8 +100,7 @@ struct StoreBench {
                     started.yield()
                     continue
                 }
-                let sent = StoreChanges(
-                    store: OrdersIO.store, sequence: update.sequence, changes: update.changes.map { KeyedChange(key: $0.key, record: $0.record) })
+                let sent = StoreChanges(store: OrdersIO.store, RecordChanges(sequence: update.sequence, changes: update.changes))
                 bytes += try PayloadCodec.encode(sent).count
                 changes += 1
                 if changes == dispatches { break }
