@@ -50,7 +50,7 @@ public final class NetworkLab: @unchecked Sendable {
         var buffer = Array(template.utf8CString)
         guard mkdtemp(&buffer) != nil else { throw BusError(.transport, "mkdtemp failed") }
         directory = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        ip = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip"].first { FileManager.default.isExecutableFile(atPath: $0) } ?? "ip"
+        ip = Self.ipPath
         tag = "bb\(getpid() % 100_000)x\(UInt16.random(in: 0...0xfff))"
         let subnet = Int.random(in: 1...250)
         let made = await Self.makeNamespaces(ip: ip, tag: tag, subnet: subnet, directory: directory)
@@ -81,6 +81,21 @@ public final class NetworkLab: @unchecked Sendable {
             await stop()
             throw error
         }
+    }
+
+    static let ipPath = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip"].first { FileManager.default.isExecutableFile(atPath: $0) } ?? "ip"
+
+    /// Whether this process can make the lab's network namespaces (one made and removed again).
+    public static func canMakeNamespaces() async -> Bool {
+        let ip = ipPath
+        let directory = FileManager.default.temporaryDirectory.path
+        let made = await makeNamespaces(ip: ip, tag: "bbprobe\(getpid() % 100_000)", subnet: 251, directory: directory)
+        guard made.failure == nil else { return false }
+        for name in made.names {
+            _ = try? await ChildProcess(executable: ip, arguments: ["netns", "del", name], environment: [:], directory: directory, name: "ip").wait(
+                timeout: .seconds(10))
+        }
+        return true
     }
 
     /// `ip netns add` ×2, a veth pair between them, addresses, links up. Nil failure: made.

@@ -45,6 +45,11 @@ public struct CurveKeyPair: Sendable, Hashable {
         } catch {
             throw BusError(.badArgument, "cannot read key file \(path): \(error.localizedDescription)")
         }
+        return try CurveKeyPair(certificate: text, source: path)
+    }
+
+    /// Reads a certificate's text (see ``load(path:)``); a `badArgument` naming `source` otherwise.
+    public init(certificate text: String, source: String) throws {
         var values: [String: String] = [:]
         for line in text.split(whereSeparator: \.isNewline) {
             let trimmed = line.trimmingCharacters(in: .whitespaces)
@@ -54,14 +59,15 @@ public struct CurveKeyPair: Sendable, Hashable {
             if value.count >= 2, value.hasPrefix("\""), value.hasSuffix("\"") { value = String(value.dropFirst().dropLast()) }
             values[key] = value
         }
-        if values["public-key"] == nil, let first = text.split(whereSeparator: \.isNewline).first.map(String.init), isKey(first) {
-            return try CurveKeyPair(publicKey: first, secretKey: nil)
+        if values["public-key"] == nil, let first = text.split(whereSeparator: \.isNewline).first.map(String.init), Self.isKey(first) {
+            try self.init(publicKey: first, secretKey: nil)
+            return
         }
-        guard let publicKey = values["public-key"] else { throw BusError(.badArgument, "key file \(path) has no public-key") }
+        guard let publicKey = values["public-key"] else { throw BusError(.badArgument, "key file \(source) has no public-key") }
         do {
-            return try CurveKeyPair(publicKey: publicKey, secretKey: values["secret-key"], name: values["name"])
+            try self.init(publicKey: publicKey, secretKey: values["secret-key"], name: values["name"])
         } catch let error as BusError {
-            throw BusError(error.code, "key file \(path): \(error.message)")
+            throw BusError(error.code, "key file \(source): \(error.message)")
         }
     }
 

@@ -9,7 +9,7 @@ import MotherboardGateways
 enum Harnesses {
     static let all: [String: @Sendable (Data) -> Void] = [
         "header": header, "cbor": cbor, "json": json, "mdp": mdp, "route": RoutingHarness.route, "policy": policy,
-        "allowlist": allowList, "manifest": manifest,
+        "allowlist": allowList, "manifest": manifest, "keyfile": keyFile, "monitor": monitor,
     ]
 
     /// The header codec: every input is refused with a `BusError`, or decodes to a header that
@@ -200,6 +200,69 @@ enum Harnesses {
         for (key, name) in list.names { precondition(CurveKeyPair.isKey(key) && BoardID.isValid(name), "kept '\(name) \(key)'") }
         let written = list.names.map { "\($0.value) \($0.key)" }.joined(separator: "\n")
         precondition((try? CurveAllowList(parsing: written)) == list, "an allow-list does not read back as written")
+    }
+
+    /// A CURVE key file: refused with a `badArgument` naming the file, or read to valid keys
+    /// whose certificate, with and without the secret, reads back to the same pair.
+    static func keyFile(_ input: Data) {
+        guard
+            let pair = parsed(orRefusedAs: "key file fuzz", { try CurveKeyPair(certificate: String(decoding: input, as: UTF8.self), source: "fuzz") })
+        else { return }
+        precondition(CurveKeyPair.isKey(pair.publicKey) && pair.secretKey.map(CurveKeyPair.isKey) != false, "kept a key that is not one")
+        let again = try? CurveKeyPair(certificate: pair.certificate(includingSecret: true), source: "again")
+        precondition(again == pair, "the certificate written does not read back: \(String(describing: again)), not \(pair)")
+        var publicOnly = pair
+        publicOnly.secretKey = nil
+        precondition((try? CurveKeyPair(certificate: pair.certificate(includingSecret: false), source: "again")) == publicOnly)
+    }
+
+    /// A `busctl monitor --output` file read by `--input`: the first byte picks the size of the
+    /// chunks the rest is read in. Read so or at once, the same lines (or the same refusal, a
+    /// `badArgument` naming the line); each event shows as one line without control characters,
+    /// is written back to a line that reads as itself, and its payload cut anywhere is a prefix
+    /// of it that fits.
+    static func monitor(_ input: Data) {
+        let size = Int(input.first ?? 1) + 1
+        let text = input.dropFirst()
+        func read(chunks: [Data]) -> (pushes: [MonitorPush], error: String?) {
+            var reader = MonitorCaptureReader(source: "fuzz")
+            var pushes: [MonitorPush] = []
+            do {
+                for chunk in chunks + [nil] {
+                    _ = try reader.read(chunk) { push in
+                        pushes.append(push)
+                        return true
+                    }
+                }
+                return (pushes, nil)
+            } catch let error as BusError {
+                precondition(error.code == .badArgument && error.message.hasPrefix("fuzz:"), "refused otherwise: \(error)")
+                return (pushes, error.message)
+            } catch {
+                preconditionFailure("not a BusError: \(error)")
+            }
+        }
+        let chunked = read(chunks: stride(from: text.startIndex, to: text.endIndex, by: size).map { Data(text[$0..<min($0 + size, text.endIndex)]) })
+        let whole = read(chunks: [Data(text)])
+        precondition(chunked.pushes == whole.pushes && chunked.error == whole.error, "read in chunks of \(size), the file reads otherwise")
+        for push in whole.pushes {
+            var again: MonitorPush?
+            var reader = MonitorCaptureReader(source: "again")
+            _ = try? reader.read(MonitorCaptureReader.line(push) + Data("\n".utf8)) {
+                again = $0
+                return true
+            }
+            precondition(again == push, "a line written for what was read reads otherwise")
+            guard let event = push.event else { continue }
+            let unshown: Set<Unicode.GeneralCategory> = [.control, .format, .lineSeparator, .paragraphSeparator]
+            precondition(!event.line.unicodeScalars.contains { unshown.contains($0.properties.generalCategory) }, "a control character shown")
+            guard let payload = event.payload else { continue }
+            for limit in [0, 1, 2, 3, size] {
+                let excerpt = MonitorEvent.excerpt(Data(payload.utf8), limit: limit)
+                precondition(excerpt.cut ? excerpt.text.utf8.count <= limit : excerpt.text == payload, "an excerpt past its limit")
+                precondition(payload.utf8.starts(with: excerpt.text.utf8), "an excerpt that is not the payload's start")
+            }
+        }
     }
 
     /// The manifest: refused with a `badArgument` naming the file, or read to a manifest a

@@ -93,64 +93,35 @@ final class MonitorPrinter: @unchecked Sendable {
     /// Shows one push; false once the limit is reached.
     func show(_ push: MonitorPush) -> Bool {
         if push.dropped > 0 {
-            emit(text: "… \(push.dropped) messages not shown", json: Self.encode(DroppedLine(dropped: push.dropped)))
+            emit(text: "… \(push.dropped) messages not shown", json: Self.encode(MonitorPush(dropped: push.dropped, event: nil)))
         }
         guard let event = push.event else { return true }
-        emit(text: event.line, json: Self.encode(event))
+        emit(text: event.line, json: Self.encode(MonitorPush(event: event)))
         shown += 1
         return limit.map { shown < $0 } ?? true
     }
 
-    /// The longest line `--input` reads (a monitor line holds at most a 64 KiB excerpt).
-    static let maximumInputLineBytes = 1 << 20
-
     /// Shows the lines of a file written with `--output`, through `filter`; payloads cut again at
-    /// `payloadBytes` (none when 0). The file is read as a stream, a line at a time, and reading
-    /// stops at `--count`; a line that is not a monitor line, that is longer than
-    /// ``maximumInputLineBytes`` or whose time no clock shows, is a `badArgument` naming it.
+    /// `payloadBytes` (none when 0). The file is read as a stream and reading stops at `--count`;
+    /// a line ``MonitorCaptureReader`` refuses is a `badArgument` naming it.
     func replay(path: String, filter: MonitorFilter, payloadBytes: Int) throws {
         guard let file = FileHandle(forReadingAtPath: path) else {
             throw BusError(.badArgument, "cannot read --input file \(path)")
         }
         defer { try? file.close() }
-        var pending = Data()
-        var start = pending.startIndex
-        var number = 0
-        var ended = false
-        while !ended {
-            let chunk = (try? file.read(upToCount: 1 << 16)) ?? nil
-            if let chunk, !chunk.isEmpty {
-                // What is left of the last read, then this one: each byte is moved once per read.
-                pending = pending[start...] + chunk
-                start = pending.startIndex
-            } else {
-                ended = true
-            }
-            while let newline = pending[start...].firstIndex(of: UInt8(ascii: "\n")) ?? (ended && start < pending.endIndex ? pending.endIndex : nil) {
-                number += 1
-                let line = pending[start..<newline]
-                start = min(newline + 1, pending.endIndex)
-                guard !line.isEmpty else { continue }
-                if try !replay(line: Data(line), number: number, path: path, filter: filter, payloadBytes: payloadBytes) { return }
-            }
-            if pending.endIndex - start > Self.maximumInputLineBytes {
-                throw BusError(.badArgument, "\(path):\(number + 1): a line longer than \(Self.maximumInputLineBytes) bytes is not a monitor line")
-            }
+        var reader = MonitorCaptureReader(source: path)
+        var more = true
+        while more {
+            let chunk = ((try? file.read(upToCount: 1 << 16)) ?? nil).flatMap { $0.isEmpty ? nil : $0 }
+            more = try reader.read(chunk) { push in show(Self.cut(push, filter: filter, payloadBytes: payloadBytes)) } && chunk != nil
         }
     }
 
-    /// Shows one line of a `--input` file; false once the limit is reached.
-    private func replay(line: Data, number: Int, path: String, filter: MonitorFilter, payloadBytes: Int) throws -> Bool {
-        if let dropped = try? PayloadCodec.decode(DroppedLine.self, from: line) {
-            return show(MonitorPush(dropped: dropped.dropped, event: nil))
-        }
-        guard var event = try? PayloadCodec.decode(MonitorEvent.self, from: line) else {
-            throw BusError(.badArgument, "\(path):\(number): not a monitor line")
-        }
-        guard MonitorEvent.isShowableTime(event.time) else {
-            throw BusError(.badArgument, "\(path):\(number): time \(event.time) is not a time a monitor wrote")
-        }
-        guard filter.matches(event) else { return true }
+    /// A push read from a file as a monitor asking with `filter` and `payloadBytes` is sent it:
+    /// nothing when its event does not match, its payload cut again.
+    private static func cut(_ push: MonitorPush, filter: MonitorFilter, payloadBytes: Int) -> MonitorPush {
+        guard var event = push.event else { return push }
+        guard filter.matches(event) else { return MonitorPush(event: nil) }
         if payloadBytes == 0 {
             event.payload = nil
             event.payloadCut = nil
@@ -159,7 +130,7 @@ final class MonitorPrinter: @unchecked Sendable {
             event.payload = excerpt.text
             event.payloadCut = excerpt.cut || event.payloadCut == true
         }
-        return show(MonitorPush(event: event))
+        return MonitorPush(event: event)
     }
 
     func close() {
@@ -172,13 +143,7 @@ final class MonitorPrinter: @unchecked Sendable {
         if let file { file.write(Data((line + "\n").utf8)) }
     }
 
-    private struct DroppedLine: Codable {
-        var dropped: Int
-    }
-
-    private static func encode<T: Encodable>(_ value: T) -> String {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return (try? encoder.encode(value)).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
+    private static func encode(_ push: MonitorPush) -> String {
+        String(decoding: MonitorCaptureReader.line(push), as: UTF8.self)
     }
 }

@@ -432,3 +432,75 @@ final class RawZMTPConnection {
         Glibc.close(descriptor)
     }
 }
+
+extension AttackIntegrationTests {
+    /// A board that stops reading: a raw peer registers `slow.board` and reads nothing more while
+    /// a client sends it 120 requests of 512 KiB. What the broker holds toward the board stays
+    /// within its backlog budget: past it, requests are answered `busy` at once (every request
+    /// still ends with an answer), and the board is kept, not dropped: once it reads again, the
+    /// next request reaches it and its answer reaches the client.
+    @Test func aRequestToABoardThatStoppedReadingIsAnsweredBusyAndTheBoardKept() async throws {
+        try await TestFleet.with(manifest: greeterManifest) { fleet in
+            let endpoint = fleet.address.endpoint
+            let outcome = try await withRawDealer(connectedTo: endpoint, configure: { try $0.set(.receiveHighWaterMark(1)) }) {
+                board -> (answers: Int, busy: Int, reachedAgain: Bool, answeredAgain: Bool) in
+                let registration = Registration(id: "slow.board", pid: getpid(), commands: ["take"])
+                let header = EnvelopeHeader(kind: .register, flags: .replyExpected, correlationID: 1, timeoutMilliseconds: 5000, source: "slow.board")
+                _ = try board.send(try Envelope(header: header, payload: try PayloadCodec.encode(registration)).frames())
+                guard board.waitReadable(timeoutMilliseconds: 10_000), let registered = try board.receive(),
+                    (try? Envelope(frames: registered))?.carriedError == nil
+                else { return (0, 0, false, false) }
+
+                let context = try ZMQContext()
+                defer { context.terminate() }
+                let client = try ZMQSocket(context: context, kind: .dealer)
+                defer { client.close() }
+                try client.connect(endpoint)
+                let big = Data(count: 512 * 1024)
+                let requests = 120
+                for index in 1...requests {
+                    let request = EnvelopeHeader(
+                        kind: .command, flags: .replyExpected, correlationID: UInt64(index), timeoutMilliseconds: 3000, target: "slow.board",
+                        typeName: "take")
+                    _ = try client.send([Data(try HeaderCodec.encode(request)), big])
+                }
+                // Every request ends with an answer: `busy` at once past the budget, `timeout` for
+                // those the board was sent and never answered.
+                var (answers, busy) = (0, 0)
+                while answers < requests, client.waitReadable(timeoutMilliseconds: 15_000), let frames = try client.receive() {
+                    answers += 1
+                    if (try? Envelope(frames: frames))?.carriedError?.code == .busy { busy += 1 }
+                }
+                // The board reads again: everything it was sent (and the broker's heartbeats),
+                // until one of the small requests the client sends meanwhile reaches it.
+                let again = EnvelopeHeader(
+                    kind: .command, flags: .replyExpected, correlationID: 9999, timeoutMilliseconds: 10_000, target: "slow.board", typeName: "take")
+                let deadline = ContinuousClock.now.advanced(by: .seconds(30))
+                var lastSent = ContinuousClock.now.advanced(by: .seconds(-1))
+                var reachedAgain = false
+                while !reachedAgain, ContinuousClock.now < deadline {
+                    if lastSent.duration(to: .now) > .milliseconds(300) {
+                        _ = try client.send([Data(try HeaderCodec.encode(again)), Data("{}".utf8)])
+                        lastSent = .now
+                    }
+                    guard board.waitReadable(timeoutMilliseconds: 100), let frames = try board.receive(),
+                        let request = try? Envelope(frames: frames), request.header.typeName == "take", request.payload.count == 2
+                    else { continue }
+                    reachedAgain = true
+                    _ = try board.send(try request.reply(payload: Data(#"{"taken":true}"#.utf8)).frames())
+                }
+                var answeredAgain = false
+                while !answeredAgain, client.waitReadable(timeoutMilliseconds: 10_000), let frames = try client.receive() {
+                    let answer = try? Envelope(frames: frames)
+                    answeredAgain = answer?.header.kind == .reply && answer?.payload == Data(#"{"taken":true}"#.utf8)
+                }
+                return (answers, busy, reachedAgain, answeredAgain)
+            }
+            #expect(outcome.answers == 120, "\(outcome.answers) answers")
+            #expect(outcome.busy > 0, "no request was refused busy: the broker held all \(outcome.answers) for a board that does not read")
+            #expect(outcome.reachedAgain, "the board was dropped, or never sent a request again")
+            #expect(outcome.answeredAgain)
+            print("board that stopped reading: \(outcome.busy) of \(outcome.answers) requests of 512 KiB answered busy")
+        }
+    }
+}

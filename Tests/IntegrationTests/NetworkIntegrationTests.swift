@@ -126,15 +126,7 @@ struct NetworkIntegrationTests {
             let shown = try decode(BoardInfo.self, from: try await lab.busctlA("status", "sensor", "--scope", "edge", "--json"))
             #expect(shown.state == .unreachable)
             try lab.expectOK(try await lab.busctlA("call", "demo.greeter", "greet", #"{"name":"A"}"#))
-            if lab.isolated {
-                // (With a stopped motherboard B has no own traffic to check.)
-                try lab.expectOK(try await lab.busctlB("call", "sensor", "greet", #"{"name":"B"}"#, "--scope", "edge"))
-                let upDown = try await lab.busctlB("call", "demo.greeter", "greet", #"{"name":"B"}"#, "--timeout", "20")
-                #expect(upDown.exitCode == 1)
-                #expect(upDown.standardError.contains("unreachable"), "\(upDown.standardError)")
-                let lost = try await lab.busctlB("dispatch", "comments", "reply", reply, "--id", "edge-2", "--timeout", "20")
-                #expect(lost.exitCode == 1 && lost.standardError.contains("unreachable"), "\(lost.standardError)")
-            }
+            // (B's side of the cut: aCutLinkFailsRequestsUpItUnreachableWhileBServesItsOwn.)
 
             // The link returns: everything registers again by itself.
             try await lab.restoreLink()
@@ -146,11 +138,6 @@ struct NetworkIntegrationTests {
             let recovered = restored.duration(to: .now)
             try lab.expectOK(try await lab.busctlA("call", "sensor", "greet", #"{"name":"again"}"#, "--scope", "edge"))
             try lab.expectOK(try await lab.busctlB("call", "demo.greeter", "greet", #"{"name":"again"}"#))
-            // The dispatch that failed during the cut, retried with its id: applied once.
-            let retried = try await lab.busctlB("dispatch", "comments", "reply", reply, "--id", "edge-2")
-            #expect(retried.standardOutput.contains("as change 2"), "\(retried.standardOutput)")
-            let retriedAgain = try await lab.busctlB("dispatch", "comments", "reply", reply, "--id", "edge-2")
-            #expect(retriedAgain.standardOutput.contains("already applied to comments as change 2"), "\(retriedAgain.standardOutput)")
             print(
                 "across machines (\(lab.isolated ? "network namespaces" : "127.0.0.1")): cut reported to a caller after \(reported), recovered \(recovered) after the link returned"
             )
@@ -164,6 +151,40 @@ struct NetworkIntegrationTests {
                     return now?.state == .running && now?.pid != old.pid
                 })
             try lab.expectOK(try await lab.busctlA("call", "sensor", "greet", #"{"name":"restarted"}"#, "--scope", "edge"))
+        }
+    }
+
+    /// B's side of a cut link. It needs B's motherboard running while the link is down, which
+    /// only network namespaces give (over 127.0.0.1 the cut stops B's motherboard): skipped, and
+    /// said so in the test report, where they cannot be made.
+    @Test(.enabled("needs network namespaces (root, iproute2, CAP_NET_ADMIN)") { await NetworkLab.canMakeNamespaces() })
+    func aCutLinkFailsRequestsUpItUnreachableWhileBServesItsOwn() async throws {
+        try await NetworkLab.with { lab in
+            try #require(lab.isolated, "namespaces could be made for the probe but not for the lab")
+            _ = try await lab.startParent(manifest: Self.parentManifest, policy: Self.policy)
+            _ = try await lab.startEdge(manifest: Self.edgeManifest)
+            try await lab.expectOK(try await lab.busctlA("wait", "sensor", "--scope", "edge", "--timeout", "30"))
+            try lab.expectOK(try await lab.busctlB("call", "demo.greeter", "greet", #"{"name":"B"}"#))
+
+            try await lab.cutLink()
+            try lab.expectOK(try await lab.busctlB("call", "sensor", "greet", #"{"name":"B"}"#, "--scope", "edge"))
+            let upDown = try await lab.busctlB("call", "demo.greeter", "greet", #"{"name":"B"}"#, "--timeout", "20")
+            #expect(upDown.exitCode == 1)
+            #expect(upDown.standardError.contains("unreachable"), "\(upDown.standardError)")
+            let reply = #"{"postID":1,"parent":0,"content":"from the edge"}"#
+            let lost = try await lab.busctlB("dispatch", "comments", "reply", reply, "--id", "edge-1", "--timeout", "20")
+            #expect(lost.exitCode == 1 && lost.standardError.contains("unreachable"), "\(lost.standardError)")
+
+            // The link returns; the dispatch that failed, retried with its id, is applied once.
+            try await lab.restoreLink()
+            #expect(
+                try await eventually(timeout: .seconds(30), checkingEvery: .milliseconds(100)) {
+                    (try? await lab.busctlB("call", "demo.greeter", "greet", #"{"name":"again"}"#))?.exitCode == 0
+                })
+            let retried = try await lab.busctlB("dispatch", "comments", "reply", reply, "--id", "edge-1")
+            #expect(retried.standardOutput.contains("reply applied to comments as change 1"), "\(retried.standardOutput)")
+            let retriedAgain = try await lab.busctlB("dispatch", "comments", "reply", reply, "--id", "edge-1")
+            #expect(retriedAgain.standardOutput.contains("already applied to comments as change 1"), "\(retriedAgain.standardOutput)")
         }
     }
 

