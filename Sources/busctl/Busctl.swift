@@ -7,8 +7,15 @@ import Foundation
 /// `busctl`: inspect and drive a BoardBus fleet, in the manner of systemd's busctl.
 @main
 struct Busctl: AsyncParsableCommand {
+    /// The name it was run by: `busctl`, or the one it is installed under beside systemd's
+    /// (`boardbusctl`), which its usage, completion scripts and manual then show.
+    static let invokedName: String = {
+        let name = URL(fileURLWithPath: CommandLine.arguments.first ?? "busctl").lastPathComponent
+        return name.isEmpty ? "busctl" : name
+    }()
+
     static let configuration = CommandConfiguration(
-        commandName: "busctl",
+        commandName: invokedName,
         abstract: "Inspect and drive a BoardBus fleet.",
         subcommands: [
             List.self, Status.self, Restart.self, Introspect.self, Tree.self, Flows.self, Call.self, Activate.self, Emit.self, Action.self,
@@ -45,7 +52,7 @@ extension Busctl {
     struct Status: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "status", abstract: "Show one board.")
         @OptionGroup var options: GlobalOptions
-        @Argument(help: "The board id.") var id: String
+        @Argument(help: "The board id.", completion: LiveCompletion.boards) var id: String
 
         /// Arguments are checked before connecting: a bad one is exit 2 whether or not a broker runs.
         func validate() throws { try options.validated { _ = try boardID(id) } }
@@ -79,7 +86,7 @@ extension Busctl {
         static let configuration = CommandConfiguration(
             commandName: "restart", abstract: "Start a manifest board that is not running, one its restart limit stopped included.")
         @OptionGroup var options: GlobalOptions
-        @Argument(help: "The board id.") var id: String
+        @Argument(help: "The board id.", completion: LiveCompletion.boards) var id: String
 
         func validate() throws { try options.validated { _ = try boardID(id) } }
 
@@ -95,7 +102,7 @@ extension Busctl {
     struct Introspect: AsyncParsableCommand {
         static let configuration = CommandConfiguration(commandName: "introspect", abstract: "Show a board's interface and the flows that touch it.")
         @OptionGroup var options: GlobalOptions
-        @Argument(help: "The board id.") var id: String
+        @Argument(help: "The board id.", completion: LiveCompletion.boards) var id: String
 
         /// Arguments are checked before connecting: a bad one is exit 2 whether or not a broker runs.
         func validate() throws { try options.validated { _ = try boardID(id) } }
@@ -219,8 +226,8 @@ extension Busctl {
         static let configuration = CommandConfiguration(commandName: "call", abstract: "Send a command to a live board and print its reply.")
         @OptionGroup var options: GlobalOptions
         @OptionGroup var tracing: TraceOption
-        @Argument(help: "The board id.") var id: String
-        @Argument(help: "The command name.") var command: String
+        @Argument(help: "The board id.", completion: LiveCompletion.boards) var id: String
+        @Argument(help: "The command name.", completion: LiveCompletion.commands) var command: String
         @Argument(help: "The command as JSON (default {}).") var payload: String?
 
         /// Arguments are checked before connecting: a bad one is exit 2 whether or not a broker runs.
@@ -250,7 +257,7 @@ extension Busctl {
         static let configuration = CommandConfiguration(commandName: "activate", abstract: "Activate a live board with an input (nextToBoard).")
         @OptionGroup var options: GlobalOptions
         @OptionGroup var tracing: TraceOption
-        @Argument(help: "The board id.") var id: String
+        @Argument(help: "The board id.", completion: LiveCompletion.boards) var id: String
         @Argument(help: "The input as JSON (default {}).") var payload: String?
         @Option(help: "The input's type name, checked by guaranteed boards.") var type: String = ""
 
@@ -275,7 +282,7 @@ extension Busctl {
             commandName: "emit", abstract: "Emit an output on a board's behalf (sendToMotherboard), to test flows.")
         @OptionGroup var options: GlobalOptions
         @OptionGroup var tracing: TraceOption
-        @Argument(help: "The source board id.") var id: String
+        @Argument(help: "The source board id.", completion: LiveCompletion.boards) var id: String
         @Argument(help: "The output's type name.") var output: String
         @Argument(help: "The output as JSON (default {}).") var payload: String?
 
@@ -321,7 +328,7 @@ extension Busctl {
             commandName: "dispatch", abstract: "Dispatch a Flux action to a store; prints its sequence number once applied.")
         @OptionGroup var options: GlobalOptions
         @OptionGroup var tracing: TraceOption
-        @Argument(help: "The store name.") var store: String
+        @Argument(help: "The store name.", completion: LiveCompletion.stores) var store: String
         @Argument(help: "The action name.") var action: String
         @Argument(help: "The action as JSON (default {}).") var payload: String?
         @Option(help: "An idempotency key: a retry with the same id is not applied twice (default: a new one, printed when the outcome is unknown).")
@@ -385,7 +392,7 @@ extension Busctl {
             commandName: "state",
             abstract: "Print a store's state as JSON; with --watch, a snapshot and then every change, one JSON line each.")
         @OptionGroup var options: GlobalOptions
-        @Argument(help: "The store name.") var store: String
+        @Argument(help: "The store name.", completion: LiveCompletion.stores) var store: String
         @Flag(help: "Keep printing changes.") var watch = false
         @Option(parsing: .unconditional, help: "With --watch, stop after this many lines.") var count: String?
         @Option(name: .customLong("for"), parsing: .unconditional, help: "With --watch, stop after this many seconds (exit 0).")
@@ -478,7 +485,7 @@ extension Busctl {
         static let configuration = CommandConfiguration(
             commandName: "query", abstract: "Call a query a store declared; prints its answer, computed at the store's owner.")
         @OptionGroup var options: GlobalOptions
-        @Argument(help: "The store name.") var store: String
+        @Argument(help: "The store name.", completion: LiveCompletion.stores) var store: String
         @Argument(help: "The query's name (introspect lists them).") var name: String
         @Argument(help: "The query's request as JSON (default {}).") var request: String?
 
@@ -514,7 +521,7 @@ extension Busctl {
         static let configuration = CommandConfiguration(
             commandName: "wait", abstract: "Wait until a board is live, or with no id until every always-on board is.")
         @OptionGroup var options: GlobalOptions
-        @Argument(help: "The board id.") var id: String?
+        @Argument(help: "The board id.", completion: LiveCompletion.boards) var id: String?
 
         /// Arguments are checked before connecting: a bad one is exit 2 whether or not a broker runs.
         func validate() throws { try options.validated { _ = try id.map(boardID) } }

@@ -25,7 +25,9 @@ struct GlobalOptions: ParsableArguments {
         name: .long, parsing: .unconditional, help: "Seconds to wait for an answer (more than 0, at most \(Int(maximumTimeoutSeconds)); default 25).")
     var timeout: String = "25"
 
-    @Option(name: .customLong("scope"), help: "The motherboard scope the board ids are in (default: the root scope).")
+    @Option(
+        name: .customLong("scope"), help: "The motherboard scope the board ids are in (default: the root scope).",
+        completion: LiveCompletion.scopes)
     var scopeOption: String?
 
     /// `--scope`, the root scope when not given.

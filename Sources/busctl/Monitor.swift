@@ -14,7 +14,8 @@ extension Busctl {
                 behind, the motherboard drops lines and says how many.
                 """)
         @OptionGroup var options: GlobalOptions
-        @Option(name: .customLong("board"), help: "Only messages from or to this board (repeatable).") var boards: [String] = []
+        @Option(name: .customLong("board"), help: "Only messages from or to this board (repeatable).", completion: LiveCompletion.boards)
+        var boards: [String] = []
         @Option(name: .customLong("kind"), help: "Only messages of this kind (repeatable).") var kinds: [String] = []
         @Option(name: .customLong("type"), help: "Only this type, command, action or operation name (repeatable).") var types: [String] = []
         @Option(name: .customLong("trace"), help: "Only messages of this trace id (repeatable).") var traces: [String] = []

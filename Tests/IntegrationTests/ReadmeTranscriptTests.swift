@@ -178,8 +178,8 @@ struct ReadmeTranscriptTests {
         }
     }
 
-    /// Runs one README command line with the package's busctl first on the PATH; stdout and stderr
-    /// together, as a terminal shows them.
+    /// Runs one README command line as a shell where the README's alias was typed does; stdout
+    /// and stderr together, as a terminal shows them.
     func run(_ command: String, in fleet: TestFleet) async throws -> [String] {
         let result = try await start(command, in: fleet).wait(timeout: .seconds(60))
         var lines = result.standardOutput.components(separatedBy: "\n").map { line in
@@ -191,16 +191,48 @@ struct ReadmeTranscriptTests {
         return lines
     }
 
-    /// Starts one README command line (in the fleet's directory, where files it names go). A
-    /// background one replaces the shell (`exec`), so that its pid is the command's own.
+    /// The README's `alias busctl=…` line (the first; typed in the repository).
+    static func aliasLine(in lines: [String]) -> String? {
+        lines.first { $0.hasPrefix("$ alias busctl=") }.map { splitComment(String($0.dropFirst(2))).0 }
+    }
+
+    /// Starts one README command line in bash, as typed after the README's alias line in the
+    /// repository, with the system's PATH, where systemd's busctl is (the package's build is not
+    /// on it), in the fleet's directory, where files it names go. A background one replaces the
+    /// shell (`exec`, through the alias's value), so that its pid is the command's own.
     func start(_ command: String, in fleet: TestFleet, background: Bool = false) async throws -> ChildProcess {
         var environment = fleet.environment
-        environment["PATH"] = "\(fleet.binaryDirectory):\(environment["PATH"] ?? "/usr/bin:/bin")"
-        // In the fleet's temporary directory: files a command writes (`--output`) stay there.
-        let directory = "cd '\(fleet.directory)' || exit 1; "
-        let script = directory + (background ? "exec 2>&1; exec \(command)" : "{ \(command) ; } 2>&1")
+        environment["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+        let lines = try String(contentsOf: Self.repository.appendingPathComponent("README.md"), encoding: .utf8).components(separatedBy: "\n")
+        guard let alias = Self.aliasLine(in: lines) else { throw BusError(.badArgument, "README has no '$ alias busctl=' line") }
+        let run = background ? "exec 2>&1; exec ${BASH_ALIASES[busctl]}\(command.dropFirst("busctl".count))" : "{ \(command) ; } 2>&1"
+        let script = ["shopt -s expand_aliases", "cd '\(Self.repository.path)' || exit 1", alias, "cd '\(fleet.directory)' || exit 1", run]
         return try await ChildProcess(
-            executable: "/bin/sh", arguments: ["-c", script], environment: environment,
+            executable: "/bin/bash", arguments: ["-c", script.joined(separator: "\n")], environment: environment,
             directory: fleet.directory, name: "readme-\(UUID().uuidString.prefix(8))")
+    }
+
+    /// The README's commands reach BoardBus's busctl through its alias while systemd's is the
+    /// `busctl` on the PATH (where it is installed), which the alias leaves as it is for scripts.
+    @Test func theREADMEsBusctlIsTheAliasWhileSystemdsKeepsItsName() async throws {
+        let lines = try String(contentsOf: Self.repository.appendingPathComponent("README.md"), encoding: .utf8).components(separatedBy: "\n")
+        let alias = try #require(Self.aliasLine(in: lines))
+        let probe = [
+            "shopt -s expand_aliases", "cd '\(Self.repository.path)'", alias, "type busctl", "busctl --help | head -n 3",
+            "bash -c 'command -v busctl || echo none'",
+        ]
+        // Its output files go to a directory of its own, removed after.
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-alias-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let result = try await ChildProcess(
+            executable: "/bin/bash", arguments: ["-c", probe.joined(separator: "\n")], environment: ["PATH": "/usr/local/bin:/usr/bin:/bin"],
+            directory: directory, name: "readme-alias"
+        ).wait(timeout: .seconds(30))
+        #expect(result.standardOutput.contains("busctl is aliased to"), "\(result.standardOutput)")
+        #expect(result.standardOutput.contains("Inspect and drive a BoardBus fleet"), "\(result.standardOutput)")
+        if FileManager.default.isExecutableFile(atPath: "/usr/bin/busctl") {
+            #expect(result.standardOutput.hasSuffix("/usr/bin/busctl\n"), "a script in that shell gets: \(result.standardOutput)")
+        }
     }
 }
