@@ -106,3 +106,14 @@ ensure_bench_peers() {
 repo_root() {
     cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd
 }
+
+# promtool checks and unit-tests the Prometheus rules in fleet/prometheus (Debian's prometheus
+# package; its server is not started by scripts/test).
+ensure_promtool() {
+    if command -v promtool > /dev/null; then return 0; fi
+    echo "==> installing prometheus (for promtool) with apt-get" >&2
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >&2
+}
