@@ -117,3 +117,13 @@ ensure_promtool() {
     $sudo apt-get update -qq >&2
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >&2
 }
+
+# dot draws the README's picture of the example fleet (Debian's graphviz).
+ensure_graphviz() {
+    if command -v dot > /dev/null; then return 0; fi
+    echo "==> installing graphviz with apt-get" >&2
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends graphviz >&2
+}
