@@ -78,6 +78,9 @@ extension Busctl {
                 if let refused = info.refusedInputs {
                     print("refused:    \(refused) input(s) nobody waited for (last: \(info.lastRefusedInput ?? "-"))")
                 }
+                if let host = info.host { print("host:       \(host)") }
+                // The boards a gateway serves over one connection show the same one.
+                if let connection = info.connection { print("connection: \(connection)") }
             }
         }
     }

@@ -210,6 +210,9 @@ struct MajordomoIntegrationTests {
                 Set(try await client.list().boards.filter { $0.id.rawValue.hasPrefix("many.") }.map(\.connection))
             }
             #expect(connections.count == 1 && connections.first??.hasPrefix(":") == true, "\(connections.prefix(3))")
+            // busctl status names it too.
+            let shown = try await fleet.busctl("status", "many.s0")
+            #expect(shown.standardOutput.contains("connection: \((connections.first ?? nil) ?? "-")"), "\(shown.standardOutput)")
             let result = try await workers.wait(timeout: .seconds(60))
             #expect(result.standardOutput.contains("disconnected 50"), "\(result.standardOutput) \(result.standardError)")
             #expect(fleet.brokerLog.contains("the endpoint serves as many services as it may"))
