@@ -107,23 +107,23 @@ repo_root() {
     cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd
 }
 
+# Installs Debian packages with apt-get (sudo when not root), saying what they are for.
+apt_install() {
+    local why="$1" sudo=""
+    shift
+    echo "==> installing $* with apt-get: $why" >&2
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >&2
+}
+
 # promtool checks and unit-tests the Prometheus rules in fleet/prometheus (Debian's prometheus
 # package; its server is not started by scripts/test).
 ensure_promtool() {
-    if command -v promtool > /dev/null; then return 0; fi
-    echo "==> installing prometheus (for promtool) with apt-get" >&2
-    local sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >&2
+    command -v promtool > /dev/null || apt_install "promtool checks the alert rules" prometheus
 }
 
 # dot draws the README's picture of the example fleet (Debian's graphviz).
 ensure_graphviz() {
-    if command -v dot > /dev/null; then return 0; fi
-    echo "==> installing graphviz with apt-get" >&2
-    local sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends graphviz >&2
+    command -v dot > /dev/null || apt_install "dot draws the README's picture" graphviz
 }
