@@ -9,11 +9,19 @@ import Foundation
 enum FuzzCommand {
     static func main() {
         var arguments = CommandLine.arguments
-        guard arguments.count >= 2, let harness = Harnesses.all[arguments[1]] else {
+        // The harness is named first; libFuzzer's own child processes (-merge, -fork) are started
+        // with libFuzzer's arguments alone, so they find it in the environment this one sets.
+        let name: String
+        if arguments.count >= 2, Harnesses.all[arguments[1]] != nil {
+            name = arguments.remove(at: 1)
+        } else if let inherited = ProcessInfo.processInfo.environment["BOARDBUS_FUZZ_HARNESS"], Harnesses.all[inherited] != nil {
+            name = inherited
+        } else {
             FileHandle.standardError.write(Data("usage: boardbus-fuzz \(Harnesses.all.keys.sorted().joined(separator: "|")) [FILE|DIR…]\n".utf8))
             exit(2)
         }
-        arguments.remove(at: 1)
+        setenv("BOARDBUS_FUZZ_HARNESS", name, 1)
+        let harness = Harnesses.all[name]!
         Current.harness = harness
         #if BOARDBUS_FUZZ
             exit(runLibFuzzer(arguments))
@@ -26,7 +34,7 @@ enum FuzzCommand {
                     inputs += 1
                 }
             }
-            print("\(CommandLine.arguments[1]): \(inputs) input(s) replayed")
+            print("\(name): \(inputs) input(s) replayed")
         #endif
     }
 
