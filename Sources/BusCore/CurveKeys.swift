@@ -49,17 +49,20 @@ public struct CurveKeyPair: Sendable, Hashable {
     }
 
     /// Reads a certificate's text (see ``load(path:)``); a `badArgument` naming `source` otherwise.
+    /// Read by Unicode scalars, not characters: a value that starts with a combining mark (which
+    /// would join the space or quote before it into one character) reads as it is written.
     public init(certificate text: String, source: String) throws {
         var values: [String: String] = [:]
-        for line in text.split(whereSeparator: \.isNewline) {
-            let trimmed = line.trimmingCharacters(in: .whitespaces)
-            guard !trimmed.hasPrefix("#"), let equals = trimmed.firstIndex(of: "=") else { continue }
-            let key = trimmed[..<equals].trimmingCharacters(in: .whitespaces)
-            var value = trimmed[trimmed.index(after: equals)...].trimmingCharacters(in: .whitespaces)
-            if value.count >= 2, value.hasPrefix("\""), value.hasSuffix("\"") { value = String(value.dropFirst().dropLast()) }
-            values[key] = value
+        let lines = text.unicodeScalars.split { $0 == "\n" || $0 == "\r" }
+        for line in lines {
+            let trimmed = Self.trimmed(line)
+            guard trimmed.first != "#", let equals = trimmed.firstIndex(of: "=") else { continue }
+            let key = Self.trimmed(trimmed[..<equals])
+            var value = Self.trimmed(trimmed[trimmed.index(after: equals)...])
+            if value.count >= 2, value.first == "\"", value.last == "\"" { value = value.dropFirst().dropLast() }
+            values[String(String.UnicodeScalarView(key))] = String(String.UnicodeScalarView(value))
         }
-        if values["public-key"] == nil, let first = text.split(whereSeparator: \.isNewline).first.map(String.init), Self.isKey(first) {
+        if values["public-key"] == nil, let first = lines.first.map({ String(String.UnicodeScalarView($0)) }), Self.isKey(first) {
             try self.init(publicKey: first, secretKey: nil)
             return
         }
@@ -69,6 +72,15 @@ public struct CurveKeyPair: Sendable, Hashable {
         } catch let error as BusError {
             throw BusError(error.code, "key file \(source): \(error.message)")
         }
+    }
+
+    /// `scalars` without the spaces and tabs around them.
+    private static func trimmed(_ scalars: Substring.UnicodeScalarView) -> Substring.UnicodeScalarView {
+        let blank: (Unicode.Scalar) -> Bool = { $0 == " " || $0 == "\t" }
+        guard let start = scalars.firstIndex(where: { !blank($0) }), let last = scalars.lastIndex(where: { !blank($0) }) else {
+            return scalars[scalars.endIndex...]
+        }
+        return scalars[start...last]
     }
 
     /// The certificate text: with the secret key (the secret file) or without (the public one).

@@ -13,6 +13,17 @@ struct CurveTests {
         return path
     }
 
+    /// Found by the keyfile fuzz harness: a name starting with a combining mark joined the quote
+    /// before it into one character, so the quotes were not taken off when it was read back.
+    @Test func anyNameReadsBackAsItIsWritten() throws {
+        let keys = try CurveKeyPair.generate(name: "edge-b")
+        for name in ["\u{06DA}dge-b\"", "\u{0301}", " spaced ", "\"quoted\"", "ends with =", "\u{1F680} rocket", "#hash", ""] {
+            var named = keys
+            named.name = name
+            #expect(try CurveKeyPair(certificate: named.certificate(includingSecret: true), source: "test") == named, "\(name.debugDescription)")
+        }
+    }
+
     @Test func aKeyFileIsWrittenSecretAndReadBack() throws {
         let directory = try temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
