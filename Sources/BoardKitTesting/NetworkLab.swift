@@ -88,7 +88,10 @@ public final class NetworkLab: @unchecked Sendable {
     /// Whether this process can make the lab's network namespaces (one made and removed again).
     public static func canMakeNamespaces() async -> Bool {
         let ip = ipPath
-        let directory = FileManager.default.temporaryDirectory.path
+        // The `ip` commands' output files go to a folder of the probe's own, removed after.
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-netns-probe-\(UUID().uuidString)").path
+        guard (try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: false)) != nil else { return false }
+        defer { try? FileManager.default.removeItem(atPath: directory) }
         let made = await makeNamespaces(ip: ip, tag: "bbprobe\(getpid() % 100_000)", subnet: 251, directory: directory)
         guard made.failure == nil else { return false }
         for name in made.names {
