@@ -94,11 +94,16 @@ public final class NetworkLab: @unchecked Sendable {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let made = await makeNamespaces(ip: ip, tag: "bbprobe\(getpid() % 100_000)", subnet: 251, directory: directory)
         guard made.failure == nil else { return false }
-        for name in made.names {
+        await deleteNamespaces(made.names, ip: ip, directory: directory)
+        return true
+    }
+
+    /// `ip netns del` of each (`ip`'s output files in `directory`).
+    private static func deleteNamespaces(_ names: [String], ip: String, directory: String) async {
+        for name in names {
             _ = try? await ChildProcess(executable: ip, arguments: ["netns", "del", name], environment: [:], directory: directory, name: "ip").wait(
                 timeout: .seconds(10))
         }
-        return true
     }
 
     /// `ip netns add` ×2, a veth pair between them, addresses, links up. Nil failure: made.
@@ -121,11 +126,7 @@ public final class NetworkLab: @unchecked Sendable {
             let result = try? await ChildProcess(executable: ip, arguments: step, environment: [:], directory: directory, name: "ip").wait(
                 timeout: .seconds(10))
             guard let result, result.exitCode == 0 else {
-                for name in [a, b] {
-                    _ = try? await ChildProcess(
-                        executable: ip, arguments: ["netns", "del", name], environment: [:], directory: directory, name: "ip"
-                    ).wait(timeout: .seconds(10))
-                }
+                await deleteNamespaces([a, b], ip: ip, directory: directory)
                 return (
                     [], "ip \(step.joined(separator: " ")): \(result?.standardError.trimmingCharacters(in: .whitespacesAndNewlines) ?? "did not run")"
                 )
@@ -277,10 +278,7 @@ public final class NetworkLab: @unchecked Sendable {
     public func stop() async {
         if let edgeBroker { kill(edgeBroker.pid, SIGCONT) }
         for process in processes.reversed() { _ = await process.stop() }
-        for name in namespaces {
-            _ = try? await ChildProcess(executable: ip, arguments: ["netns", "del", name], environment: [:], directory: directory, name: "ip").wait(
-                timeout: .seconds(10))
-        }
+        await Self.deleteNamespaces(namespaces, ip: ip, directory: directory)
         try? FileManager.default.removeItem(atPath: directory)
     }
 }

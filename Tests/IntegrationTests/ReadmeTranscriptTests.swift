@@ -191,10 +191,11 @@ struct ReadmeTranscriptTests {
         return lines
     }
 
-    /// The README's `alias busctl=…` line (the first; typed in the repository).
-    static func aliasLine(in lines: [String]) -> String? {
-        lines.first { $0.hasPrefix("$ alias busctl=") }.map { splitComment(String($0.dropFirst(2))).0 }
-    }
+    /// The README's `alias busctl=…` line (the first; typed in the repository), read once.
+    static let aliasLine: String? = {
+        let lines = (try? String(contentsOf: repository.appendingPathComponent("README.md"), encoding: .utf8))?.components(separatedBy: "\n") ?? []
+        return lines.first { $0.hasPrefix("$ alias busctl=") }.map { splitComment(String($0.dropFirst(2))).0 }
+    }()
 
     /// Starts one README command line in bash, as typed after the README's alias line in the
     /// repository, with the system's PATH, where systemd's busctl is (the package's build is not
@@ -203,8 +204,7 @@ struct ReadmeTranscriptTests {
     func start(_ command: String, in fleet: TestFleet, background: Bool = false) async throws -> ChildProcess {
         var environment = fleet.environment
         environment["PATH"] = "/usr/local/bin:/usr/bin:/bin"
-        let lines = try String(contentsOf: Self.repository.appendingPathComponent("README.md"), encoding: .utf8).components(separatedBy: "\n")
-        guard let alias = Self.aliasLine(in: lines) else { throw BusError(.badArgument, "README has no '$ alias busctl=' line") }
+        guard let alias = Self.aliasLine else { throw BusError(.badArgument, "README has no '$ alias busctl=' line") }
         let run = background ? "exec 2>&1; exec ${BASH_ALIASES[busctl]}\(command.dropFirst("busctl".count))" : "{ \(command) ; } 2>&1"
         let script = ["shopt -s expand_aliases", "cd '\(Self.repository.path)' || exit 1", alias, "cd '\(fleet.directory)' || exit 1", run]
         return try await ChildProcess(
@@ -215,8 +215,7 @@ struct ReadmeTranscriptTests {
     /// The README's commands reach BoardBus's busctl through its alias while systemd's is the
     /// `busctl` on the PATH (where it is installed), which the alias leaves as it is for scripts.
     @Test func theREADMEsBusctlIsTheAliasWhileSystemdsKeepsItsName() async throws {
-        let lines = try String(contentsOf: Self.repository.appendingPathComponent("README.md"), encoding: .utf8).components(separatedBy: "\n")
-        let alias = try #require(Self.aliasLine(in: lines))
+        let alias = try #require(Self.aliasLine)
         let probe = [
             "shopt -s expand_aliases", "cd '\(Self.repository.path)'", alias, "type busctl", "busctl --help | head -n 3",
             "bash -c 'command -v busctl || echo none'",
