@@ -31,9 +31,10 @@ BIN = None
 EXECUTABLES = ("motherboard", "bench-echo-board", "boardbus-bench", "zmq-baseline-proxy", "zmq-baseline-echo", "zmq-baseline-client")
 LOW, HIGH = 200, 1200
 PAYLOAD = 100
-# The size of a BoardBus request header for the echo (`boardbus-bench --count-header-bytes`):
-# the baseline's client sends a frame of this size, so both move the same bytes.
-HEADER = 40
+# The size of a BoardBus request header for the echo and the 0 byte that ends it
+# (`boardbus-bench --count-header-bytes`): the baseline's client sends these bytes and the
+# payload, so both move the same bytes.
+HEADER = 41
 
 # How a thread is told apart in a callgrind file, by the exported functions it runs (Debian's
 # libzmq has no symbols for its internals): the loop thread (BoardBus's socket loop, the C
@@ -135,7 +136,7 @@ def run_boardbus(directory, tool, requests, command, content):
                 stop(process, 180)
 
 
-def run_baseline(directory, tool, requests):
+def run_baseline(directory, tool, requests, frames):
     front, back = f"ipc://{directory}/front.sock", f"ipc://{directory}/back.sock"
     proxy = subprocess.Popen(
         valgrind(tool, f"{directory}/broker") + [f"{BIN}/zmq-baseline-proxy", front, back],
@@ -148,7 +149,7 @@ def run_baseline(directory, tool, requests):
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         read_line(echo, b"READY", 300, "the baseline echo")
         client = subprocess.Popen(
-            valgrind(tool, f"{directory}/client") + [f"{BIN}/zmq-baseline-client", front, str(requests), str(HEADER), str(PAYLOAD)],
+            valgrind(tool, f"{directory}/client") + [f"{BIN}/zmq-baseline-client", front, str(requests), str(HEADER if frames == 1 else HEADER - 1), str(PAYLOAD), str(frames)],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         if wait(client, 900, "the baseline client") != 0:
             raise Failure("the baseline client failed")
@@ -197,6 +198,8 @@ def dhat_blocks(directory, role):
 
 LOADS = {
     "c": ("C zmq_proxy", None, None),
+    # The baseline in two frames (header, payload), as protocol version 3 sent a message.
+    "c2": ("C zmq_proxy, two frames", None, None),
     "raw": ("BoardBus raw echo", "echo.raw", None),
     "cbor": ("BoardBus typed CBOR echo", "echo", "cbor"),
 }
@@ -211,8 +214,8 @@ def measure(load, work):
         for requests in (LOW, HIGH):
             directory = tempfile.mkdtemp(prefix=f"counts-{load}-{tool}-{requests}-", dir=work)
             print(f"counts: {load} {tool} {requests} round trips", file=sys.stderr, flush=True)
-            if load == "c":
-                run_baseline(directory, tool, requests)
+            if load in ("c", "c2"):
+                run_baseline(directory, tool, requests, 2 if load == "c2" else 1)
             else:
                 run_boardbus(directory, tool, requests, LOADS[load][1], LOADS[load][2])
             for role in ROLES:
@@ -240,16 +243,17 @@ def render(results):
         ("client process: instructions", "client.process"),
         ("client process: allocations", "client.allocations"),
     ]
-    loads = [load for load in ("c", "raw", "cbor") if load in results]
+    loads = [load for load in ("c", "c2", "raw", "cbor") if load in results]
     header = "| per round trip | " + " | ".join(LOADS[load][0] for load in loads)
     if "c" in results:
-        header += " | " + " | ".join(f"{LOADS[load][0].split(' ', 1)[1]} / C" for load in loads if load != "c")
+        header += " | " + " | ".join(f"{LOADS[load][0].split(' ', 1)[1]} / C" for load in loads if load not in ("c", "c2"))
     lines = [header + " |", "|" + "---|" * (header.count("|"))]
     for label, key in rows:
         cells = [f"{results[load].get(key, 0):,.1f}" for load in loads]
         if "c" in results:
             base = results["c"].get(key, 0)
-            cells += [f"{results[load].get(key, 0) / base:.2f}×" if base > 0 else "–" for load in loads if load != "c"]
+            # No ratio to a count under one (an allocation now and then is not a baseline).
+            cells += [f"{results[load].get(key, 0) / base:.2f}×" if base >= 1 else "–" for load in loads if load not in ("c", "c2")]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -265,7 +269,7 @@ ALLOCATION_MARGIN = 0.5
 def write_thresholds(path, results):
     limits = {}
     for load in results:
-        if load == "c":
+        if load in ("c", "c2"):
             continue
         for key in CHECKED:
             value = results[load][key]
@@ -285,7 +289,7 @@ def write_thresholds(path, results):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="c,raw,cbor", help="loads to measure: c, raw, cbor (comma-separated)")
+    parser.add_argument("--only", default="c,raw,cbor", help="loads to measure: c, c2 (the C baseline in two frames, as version 3), raw, cbor (comma-separated)")
     parser.add_argument("--check", help="fail when a count passes its threshold in this file")
     parser.add_argument("--write", help="write the counts measured as thresholds to this file (with the margins in it, if it exists)")
     parser.add_argument("--json", help="also write the counts measured to this file")

@@ -2,7 +2,8 @@ import Foundation
 
 /// One bus message: a header the broker routes on and a payload it never decodes.
 ///
-/// On the wire it is two ZeroMQ frames, the binary header (``HeaderCodec``) and the payload bytes.
+/// On the wire it is one ZeroMQ frame, the binary header (``HeaderCodec``), a 0 byte and the
+/// payload bytes (version 4; version 3's two frames are still read, ``WireFraming``).
 /// It is also `Codable`, so tools can print it as JSON.
 public struct Envelope: Sendable, Hashable, Codable {
     public var header: EnvelopeHeader
@@ -14,10 +15,28 @@ public struct Envelope: Sendable, Hashable, Codable {
         self.payload = payload
     }
 
-    /// The wire frames: the encoded header, then the payload. Throws `badArgument` when a header
-    /// field is over its limit.
-    public func frames() throws(BusError) -> [Data] {
-        [Data(try HeaderCodec.encode(header)), payload]
+    /// The wire frames: in the current version one frame (the encoded header, a 0 byte, the
+    /// payload); in version 3 (`version: 3`, for a peer that speaks it) the encoded header, then the
+    /// payload. Throws `badArgument` when a header field is over its limit.
+    public func frames(version: UInt8 = EnvelopeHeader.currentVersion) throws(BusError) -> [Data] {
+        guard version == EnvelopeHeader.currentVersion else { return [Data(try HeaderCodec.encode(header, version: version)), payload] }
+        let headerBytes = try HeaderCodec.validatedSize(header)
+        var frame = Data(count: headerBytes + 1 + payload.count)
+        frame.withUnsafeMutableBytes { buffer in
+            Self.write(header, headerBytes: headerBytes, payload: payload, into: buffer)
+        }
+        return [frame]
+    }
+
+    /// Writes the one frame of the current version into `buffer`, of exactly `headerBytes` (the
+    /// header's ``HeaderCodec/validatedSize(_:)``) + 1 + the payload's size.
+    package static func write(_ header: EnvelopeHeader, headerBytes: Int, payload: Data, into buffer: UnsafeMutableRawBufferPointer) {
+        _ = HeaderCodec.write(header, into: buffer)
+        buffer[headerBytes] = WireFraming.headerEnd
+        guard !payload.isEmpty else { return }
+        payload.withUnsafeBytes { bytes in
+            (buffer.baseAddress! + headerBytes + 1).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+        }
     }
 
     /// Parses the frames of one message, checking count, sizes and the header.
@@ -25,41 +44,51 @@ public struct Envelope: Sendable, Hashable, Codable {
         self = try Envelope.parse(frames: frames, limits: limits).mapError(\.error).get()
     }
 
-    /// Parses the frames of one message; a refusal keeps the header when it was readable.
+    /// Parses the frames of one message (either version); a refusal keeps the sender's correlation
+    /// id when it can be answered.
     public static func parse(frames: [Data], limits: BusLimits = .default) -> Result<Envelope, MalformedMessage> {
-        let header = frames.first.map { frame in Result { try HeaderCodec.decode(frame) }.mapError(BusError.init(wrapping:)) }
-        return assemble(
-            frameCount: frames.count, header: header,
-            answerableCorrelationID: frames.first?.withUnsafeBytes { HeaderLayout.answerableCorrelationID($0) },
-            payloadBytes: frames.count > 1 ? frames[1].count : 0,
-            payload: frames.count > 1 ? frames[1] : Data(), limits: limits)
+        guard let first = frames.first else {
+            return assemble(first: UnsafeRawBufferPointer(start: nil, count: 0), frameCount: 0, secondFrameBytes: 0, limits: limits) { _ in Data() }
+        }
+        return first.withUnsafeBytes { bytes in
+            assemble(first: bytes, frameCount: frames.count, secondFrameBytes: frames.count > 1 ? frames[1].count : 0, limits: limits) { range in
+                guard let range else { return frames[1] }
+                return range.isEmpty ? Data() : Data(bytes: bytes.baseAddress! + range.lowerBound, count: range.count)
+            }
+        }
     }
 
-    /// Checks the parts of one message, read by a transport frame by frame, in the order every
-    /// receiver uses: frame count, payload size, header.
+    /// Checks and reads one message, read by a transport frame by frame, in the order every
+    /// receiver uses: framing (frame count for the version, the end of a version-4 header),
+    /// payload size, header.
     /// - Parameters:
+    ///   - first: the first frame's bytes (after the routing id).
     ///   - frameCount: frames after the routing id.
-    ///   - header: the first frame decoded, nil when there was none.
-    ///   - answerableCorrelationID: ``HeaderLayout/answerableCorrelationID(_:)`` of the first frame,
-    ///     evaluated only when the message is refused.
-    ///   - payloadBytes: the size of the second frame.
-    ///   - payload: the second frame (ignored when the message is refused).
-    public static func assemble(
-        frameCount: Int, header: Result<EnvelopeHeader, BusError>?, answerableCorrelationID: @autoclosure () -> UInt64?,
-        payloadBytes: Int, payload: Data, limits: BusLimits
+    ///   - secondFrameBytes: the size of the second frame (the payload, in version 3).
+    ///   - payload: the payload, given where it is: a range of the first frame (version 4), or nil
+    ///     for the second frame (version 3); asked only for a message that is accepted.
+    package static func assemble(
+        first: UnsafeRawBufferPointer, frameCount: Int, secondFrameBytes: Int, limits: BusLimits,
+        payload: (_ inFirstFrame: Range<Int>?) -> Data
     ) -> Result<Envelope, MalformedMessage> {
-        guard frameCount == 2 else {
-            let error = BusError(.malformed, "expected 2 frames (header, payload), got \(frameCount)")
-            return .failure(MalformedMessage(error, answerWith: answerableCorrelationID()))
+        guard frameCount > 0 else { return .failure(MalformedMessage(BusError(.malformed, "no header frame"), answerWith: nil)) }
+        let header: Range<Int>
+        let payloadRange: Range<Int>?
+        switch WireFraming.of(first: first, frameCount: frameCount) {
+        case .success(.one(let headerRange, let inFrame)): (header, payloadRange) = (headerRange, inFrame)
+        case .success(.two): (header, payloadRange) = (0..<first.count, nil)
+        case .failure(let error): return .failure(MalformedMessage(error, answerWith: HeaderLayout.answerableCorrelationID(first)))
         }
+        let payloadBytes = payloadRange?.count ?? secondFrameBytes
         guard payloadBytes <= limits.maximumPayloadBytes else {
             let error = BusError(.tooLarge, "payload of \(payloadBytes) bytes is over the limit of \(limits.maximumPayloadBytes)")
-            return .failure(MalformedMessage(error, answerWith: answerableCorrelationID()))
+            return .failure(MalformedMessage(error, answerWith: HeaderLayout.answerableCorrelationID(first)))
         }
-        switch header {
-        case .success(let header): return .success(Envelope(header: header, payload: payload))
-        case .failure(let error): return .failure(MalformedMessage(error, answerWith: answerableCorrelationID()))
-        case nil: return .failure(MalformedMessage(BusError(.malformed, "no header frame"), answerWith: nil))
+        do {
+            let decoded = try HeaderCodec.decode(UnsafeRawBufferPointer(rebasing: first[header]))
+            return .success(Envelope(header: decoded, payload: payload(payloadRange)))
+        } catch {
+            return .failure(MalformedMessage(BusError(wrapping: error), answerWith: HeaderLayout.answerableCorrelationID(first)))
         }
     }
 
@@ -113,9 +142,9 @@ public struct MalformedMessage: Error, Sendable, Hashable {
 
 /// Size limits of the bus. Oversized messages are refused with ``BusError/Code/tooLarge``.
 public struct BusLimits: Sendable, Hashable {
-    /// Largest payload frame accepted, in bytes. Default 4 MiB.
+    /// Largest payload accepted, in bytes. Default 4 MiB.
     public var maximumPayloadBytes: Int
-    /// Largest header frame accepted, in bytes. Default 4 KiB.
+    /// Largest header accepted, in bytes. Default 8 KiB.
     public var maximumHeaderBytes: Int
 
     public init(maximumPayloadBytes: Int = 4 << 20, maximumHeaderBytes: Int = HeaderCodec.maximumHeaderBytes) {

@@ -2,8 +2,11 @@ import Foundation
 
 /// The routing part of an envelope. The broker reads only this; payloads pass through untouched.
 public struct EnvelopeHeader: Sendable, Hashable, Codable {
-    /// The protocol version this code speaks.
-    public static let currentVersion: UInt8 = 3
+    /// The protocol version this code speaks: a message is one frame, the header then the payload.
+    public static let currentVersion: UInt8 = 4
+    /// The version before it, still read (and answered in, by the broker) for one release: a
+    /// message is two frames, the header and the payload.
+    public static let previousVersion: UInt8 = 3
 
     /// Protocol version of the sender.
     public var version: UInt8

@@ -6,17 +6,21 @@ import Foundation
 /// ```
 /// offset size field
 ///  0     2    magic "BB" (0x42 0x42)
-///  2     1    version (3)
+///  2     1    version (4; 3 is still read)
 ///  3     1    kind
 ///  4     2    flags
 ///  6     8    correlation id
 /// 14     4    timeout in milliseconds (0 = none)
 /// 18     -    source, target, scope, type name: each a u16 length then that many UTF-8 bytes
-///  -     -    optional fields to the end of the frame: each a u8 tag, a u16 length, the value
-///             (tag 1: dispatch id, UTF-8; tag 2: W3C trace context, 25 bytes; tag 3: payload
-///             content type, ASCII; tag 4: flow id, u64; tag 5: link trail, 1 to 16 u64;
-///             unknown tags are kept and passed on)
+///  -     -    optional fields: each a u8 tag, a u16 length, the value (tag 1: dispatch id,
+///             UTF-8; tag 2: W3C trace context, 25 bytes; tag 3: payload content type, ASCII;
+///             tag 4: flow id, u64; tag 5: link trail, 1 to 16 u64; unknown tags are kept and
+///             passed on)
 /// ```
+/// In version 4 the header ends with a 0 byte (where a tag would be) and the payload follows in
+/// the same frame (``WireFraming``); in version 3 the optional fields run to the end of the header
+/// frame and the payload is a second frame. These functions read and write the header's bytes
+/// alone, without the 0 byte.
 /// The fixed part is the same in every version, so a receiver can read a bad header's correlation
 /// id and flags and answer it. Nothing is ever cut: a field over its limit is refused with
 /// `badArgument` before anything is sent.
@@ -68,10 +72,11 @@ public enum HeaderCodec {
     static let magic: (UInt8, UInt8) = (0x42, 0x42)
 
     /// Encodes a header; throws `badArgument` when a field is over its limit (nothing is cut).
-    public static func encode(_ header: EnvelopeHeader) throws(BusError) -> [UInt8] {
+    /// `version` is the version byte written: the current one, or 3 for a version-3 peer.
+    public static func encode(_ header: EnvelopeHeader, version: UInt8 = EnvelopeHeader.currentVersion) throws(BusError) -> [UInt8] {
         let size = try validatedSize(header)
         return [UInt8](unsafeUninitializedCapacity: size) { buffer, count in
-            count = write(header, into: UnsafeMutableRawBufferPointer(buffer))
+            count = write(header, version: version, into: UnsafeMutableRawBufferPointer(buffer))
         }
     }
 
@@ -190,11 +195,14 @@ public enum HeaderCodec {
 
     /// Writes a header already checked by ``validatedSize(_:)`` into a buffer of at least that
     /// size: for a sender that checked it once and must not pay for the check twice.
-    package static func write(_ header: EnvelopeHeader, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+    /// `version` is the framing's (the header's own ``EnvelopeHeader/version`` is not written).
+    package static func write(
+        _ header: EnvelopeHeader, version: UInt8 = EnvelopeHeader.currentVersion, into buffer: UnsafeMutableRawBufferPointer
+    ) -> Int {
         var writer = Writer(buffer: buffer)
         writer.write(magic.0)
         writer.write(magic.1)
-        writer.write(header.version)
+        writer.write(version)
         writer.write(header.kind.rawValue)
         writer.writeBigEndian(header.flags.rawValue)
         writer.writeBigEndian(header.correlationID)
@@ -247,7 +255,8 @@ public enum HeaderCodec {
         return writer.offset
     }
 
-    /// Decodes a header frame; throws ``BusError`` with `malformed` or `tooLarge`.
+    /// Decodes a header (a version-3 header frame, or the header part of a version-4 frame);
+    /// throws ``BusError`` with `malformed` or `tooLarge`.
     public static func decode(_ data: Data) throws -> EnvelopeHeader {
         try data.withUnsafeBytes { try decode(UnsafeRawBufferPointer($0)) }
     }
@@ -373,10 +382,11 @@ package struct HeaderLayout: Sendable, Hashable {
             throw BusError(.malformed, "header does not start with the BoardBus magic 'BB'")
         }
         let version = buffer[2]
-        guard version == EnvelopeHeader.currentVersion else {
+        guard version == EnvelopeHeader.currentVersion || version == EnvelopeHeader.previousVersion else {
             throw BusError(
                 .unsupportedVersion,
-                "unsupported protocol version \(version); this peer speaks \(EnvelopeHeader.currentVersion) (docs/PROTOCOL.md §3)")
+                "unsupported protocol version \(version); this peer speaks \(EnvelopeHeader.currentVersion) "
+                    + "and reads \(EnvelopeHeader.previousVersion) (docs/PROTOCOL.md §3)")
         }
         guard let kind = MessageKind(rawValue: buffer[3]) else {
             throw BusError(.malformed, "unknown message kind \(buffer[3])")

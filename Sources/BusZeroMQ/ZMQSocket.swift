@@ -38,16 +38,23 @@ package final class ZMQSocket {
     private let message: UnsafeMutablePointer<zmq_msg_t>
     /// Where outgoing headers are encoded, reused for every send.
     private let headerBuffer: UnsafeMutableRawBufferPointer
-    /// The header and payload frames of the last envelope received, kept while it is handled
-    /// (until ``releaseReceivedFrames()`` or the next receive): an envelope sent on with that
-    /// payload (a broker forwarding a message, an echo) goes out in these frames, moved to libzmq
+    /// The message a new frame is built in, reused for every send (libzmq empties it on success).
+    private let outgoing: UnsafeMutablePointer<zmq_msg_t>
+    /// The frames of the last envelope received, kept while it is handled (until
+    /// ``releaseReceivedFrames()`` or the next receive): an envelope sent on with that payload (a
+    /// broker forwarding a message, an echo) goes out in these frames, moved to libzmq
     /// rather than allocated and copied again, and the I/O thread that allocated them frees them.
     /// `lastPayloadData` is the `Data` the payload was copied into, held so that its bytes
     /// identify it (no other buffer can share their address while it is held, and a `Data` that
     /// is not uniquely referenced is copied before it is changed).
+    /// In version 4 the one frame is `lastHeader` (`lastFraming` says where header and payload
+    /// are in it) and `lastPayload` is empty.
     private let lastHeader: UnsafeMutablePointer<zmq_msg_t>
     private let lastPayload: UnsafeMutablePointer<zmq_msg_t>
     @exclusivity(unchecked) private var lastPayloadData: Data?
+    @exclusivity(unchecked) private var lastFraming: WireFraming = .two
+    /// On a ROUTER socket, the peers that last spoke version 3: they are answered in it.
+    @exclusivity(unchecked) private var previousVersionPeers = RecentPeers()
     /// How many frames went out in received frames rather than new ones (for tests). Counted on
     /// the owning thread only.
     @exclusivity(unchecked) private(set) var framesReused = 0
@@ -60,6 +67,8 @@ package final class ZMQSocket {
         self.handle = handle
         self.message = .allocate(capacity: 1)
         zmq_msg_init(message)
+        self.outgoing = .allocate(capacity: 1)
+        zmq_msg_init(outgoing)
         self.lastHeader = .allocate(capacity: 1)
         zmq_msg_init(lastHeader)
         self.lastPayload = .allocate(capacity: 1)
@@ -71,7 +80,7 @@ package final class ZMQSocket {
 
     deinit {
         close()
-        for frame in [message, lastHeader, lastPayload] {
+        for frame in [message, lastHeader, lastPayload, outgoing] {
             zmq_msg_close(frame)
             frame.deallocate()
         }
@@ -105,19 +114,49 @@ package final class ZMQSocket {
             })
     }
 
-    /// Sends an envelope as its two frames, after the peer's routing id on a ROUTER socket. The
-    /// header is encoded into the last received header frame when it fits exactly, else into a
-    /// buffer the socket keeps; the last received payload goes out in its own frame; a large
-    /// payload is handed to libzmq without a copy (it keeps the `Data` alive until it has
-    /// written it); other payloads are copied.
+    /// Sends an envelope after the peer's routing id on a ROUTER socket: in one frame (version 4),
+    /// or in version 3's two to a peer that last spoke it. One frame is written straight into a
+    /// libzmq message; when the payload is the one last received in one frame and the new header
+    /// has the old one's size, that frame goes out again with the header rewritten in it.
     @discardableResult
     package func send(_ envelope: Envelope, routingID: Data? = nil) throws -> SendResult {
+        if let routingID, !previousVersionPeers.isEmpty, previousVersionPeers.contains(routingID) {
+            return try sendPreviousVersion(envelope, routingID: routingID)
+        }
+        let headerBytes = try HeaderCodec.validatedSize(envelope.header)
         let routed = try sendRoutingID(routingID)
         if routed != .sent { return routed }
-        // Without a routing id the header is the first frame, the only one that can be refused.
+        if case .one(let header, _) = lastFraming, header.count == headerBytes, isLastPayload(envelope.payload) {
+            _ = HeaderCodec.write(envelope.header, into: lastFrameBytes)
+            lastPayloadData = nil
+            framesReused += 1
+            return try check(zmq_msg_send(lastHeader, handle, ZMQ_DONTWAIT))
+        }
+        guard zmq_msg_init_size(outgoing, headerBytes + 1 + envelope.payload.count) == 0 else {
+            throw ZMQContext.lastError("zmq_msg_init_size")
+        }
+        Envelope.write(
+            envelope.header, headerBytes: headerBytes, payload: envelope.payload,
+            into: UnsafeMutableRawBufferPointer(start: zmq_msg_data(outgoing), count: zmq_msg_size(outgoing)))
+        let rc = zmq_msg_send(outgoing, handle, ZMQ_DONTWAIT)
+        if rc < 0 {
+            // On failure the frame is still ours: let it go, and leave the message empty.
+            zmq_msg_close(outgoing)
+            zmq_msg_init(outgoing)
+        }
+        return try check(rc)
+    }
+
+    /// Version 3's two frames: the header (encoded into the last received header frame when it
+    /// fits exactly), then the payload, in the last received payload frame when it is that one, else
+    /// copied, or lent to libzmq without a copy when large.
+    private func sendPreviousVersion(_ envelope: Envelope, routingID: Data) throws -> SendResult {
+        _ = try HeaderCodec.validatedSize(envelope.header)
+        let routed = try sendRoutingID(routingID)
+        if routed != .sent { return routed }
         let headerResult = try sendHeader(envelope.header)
         if headerResult != .sent { return headerResult }
-        if isLastPayload(envelope.payload) {
+        if case .two = lastFraming, isLastPayload(envelope.payload) {
             lastPayloadData = nil
             framesReused += 1
             return try check(zmq_msg_send(lastPayload, handle, ZMQ_DONTWAIT))
@@ -148,26 +187,27 @@ package final class ZMQSocket {
         return pid > 0 ? pid : nil
     }
 
-    /// The bytes of the last received header frame, in place.
-    private var lastHeaderBytes: UnsafeMutableRawBufferPointer {
+    /// The bytes of the last received first frame (the header frame in version 3; header, 0 byte
+    /// and payload in version 4), in place.
+    private var lastFrameBytes: UnsafeMutableRawBufferPointer {
         UnsafeMutableRawBufferPointer(start: zmq_msg_data(lastHeader), count: zmq_msg_size(lastHeader))
     }
 
-    /// Sends a header frame: encoded into the last received header frame when it has the size,
-    /// else into the socket's buffer and copied.
+    /// Sends a version-3 header frame: encoded into the last received header frame when that was
+    /// a version-3 one of the size, else into the socket's buffer and copied.
     private func sendHeader(_ header: EnvelopeHeader) throws -> SendResult {
         let size = try HeaderCodec.validatedSize(header)
-        if zmq_msg_size(lastHeader) == size {
-            _ = HeaderCodec.write(header, into: lastHeaderBytes)
+        if case .two = lastFraming, zmq_msg_size(lastHeader) == size {
+            _ = HeaderCodec.write(header, version: EnvelopeHeader.previousVersion, into: lastFrameBytes)
             framesReused += 1
             // On success libzmq takes the frame and leaves `lastHeader` empty (size 0).
             return try check(zmq_msg_send(lastHeader, handle, ZMQ_DONTWAIT | ZMQ_SNDMORE))
         }
-        let headerBytes = HeaderCodec.write(header, into: headerBuffer)
+        let headerBytes = HeaderCodec.write(header, version: EnvelopeHeader.previousVersion, into: headerBuffer)
         return try check(zmq_send(handle, headerBuffer.baseAddress, headerBytes, ZMQ_DONTWAIT | ZMQ_SNDMORE))
     }
 
-    /// Whether `payload` is the `Data` made from the last payload frame received (or a copy of
+    /// Whether `payload` is the `Data` made from the last payload received (or a copy of
     /// it): the same bytes at the same address. Only payloads held in storage of their own count
     /// (a `Data` of a few bytes is stored inline and has no stable address).
     private func isLastPayload(_ payload: Data) -> Bool {
@@ -181,6 +221,7 @@ package final class ZMQSocket {
     /// for each read while any frame of the last one is still held.
     package func releaseReceivedFrames() {
         lastPayloadData = nil
+        lastFraming = .two
         zmq_msg_close(lastPayload)
         zmq_msg_init(lastPayload)
         zmq_msg_close(lastHeader)
@@ -244,19 +285,20 @@ package final class ZMQSocket {
         case message(ReceivedMessage)
     }
 
-    /// Receives one message without blocking. A message of two frames (header and payload) whose
-    /// payload is within the limits is first offered to `intercept`, unparsed: the sender's
-    /// routing id (on a ROUTER socket), the header frame's bytes, which it may rewrite in place,
-    /// and the payload's size. When it returns true it has dealt with the message (a router
-    /// typically sends it on with ``forwardReceived(to:)``); otherwise the message is parsed as
-    /// by ``receiveEnvelope(limits:)``.
+    /// Receives one message without blocking. A message of one frame (version 4) whose payload is
+    /// within the limits is first offered to `intercept`, unparsed: the sender's routing id (on a
+    /// ROUTER socket), the header's bytes in the frame, which it may rewrite in place, and the
+    /// payload's size. When it returns true it has dealt with the message (a router typically
+    /// sends it on with ``forwardReceived(to:)``); otherwise the message is parsed as by
+    /// ``receiveEnvelope(limits:)``. A version-3 message (two frames) is always parsed, and its
+    /// sender is answered in version 3 from then on.
     package func receive(
         limits: BusLimits, intercept: (_ routingID: Data?, _ header: UnsafeMutableRawBufferPointer, _ payloadBytes: Int) -> Bool
     ) throws -> ReceiveOutcome {
         let routed = kind == .router
         var routingID: Data?
         var parts = 0
-        var payloadBytes = 0
+        var secondFrameBytes = 0
         let received = try receiveFrames { index, bytes in
             if routed && index == 0 {
                 routingID = bytes.isEmpty ? Data() : Data(bytes: bytes.baseAddress!, count: bytes.count)
@@ -267,7 +309,7 @@ package final class ZMQSocket {
                 releaseReceivedFrames()
                 zmq_msg_move(lastHeader, message)
             case 1:
-                payloadBytes = bytes.count
+                secondFrameBytes = bytes.count
                 zmq_msg_move(lastPayload, message)
             default:
                 break
@@ -275,46 +317,85 @@ package final class ZMQSocket {
             parts += 1
         }
         guard received else { return .nothing }
-        if parts == 2, payloadBytes <= limits.maximumPayloadBytes,
-            intercept(routingID, lastHeaderBytes, payloadBytes)
-        {
-            return .intercepted
+        let first = lastFrameBytes
+        switch (parts, first.count > 2 && first[0] == 0x42 && first[1] == 0x42 ? first[2] : 0) {
+        case (1, EnvelopeHeader.currentVersion):
+            let end = WireFraming.headerEnd(inFrame: UnsafeRawBufferPointer(first))
+            guard end >= 0 else { break }  // refused below
+            lastFraming = .one(header: 0..<end, payload: (end + 1)..<first.count)
+            if routed, let routingID, !previousVersionPeers.isEmpty { previousVersionPeers.remove(routingID) }
+            let payloadBytes = first.count - end - 1
+            if payloadBytes <= limits.maximumPayloadBytes,
+                intercept(routingID, UnsafeMutableRawBufferPointer(rebasing: first[0..<end]), payloadBytes)
+            {
+                return .intercepted
+            }
+        case (2, EnvelopeHeader.previousVersion):
+            // Answered in version 3 from now on; never routed in place.
+            if routed, let routingID { previousVersionPeers.insert(routingID) }
+        default:
+            break
         }
-        let header = parts == 0 ? nil : Result { try HeaderCodec.decode(UnsafeRawBufferPointer(lastHeaderBytes)) }.mapError(BusError.init(wrapping:))
-        let payload = parts > 1 && payloadBytes <= limits.maximumPayloadBytes ? takePayload(size: payloadBytes) : Data()
-        return .message(
-            ReceivedMessage(
-                routingID: routingID,
-                content: Envelope.assemble(
-                    frameCount: parts, header: header,
-                    answerableCorrelationID: parts == 0 ? nil : HeaderLayout.answerableCorrelationID(UnsafeRawBufferPointer(lastHeaderBytes)),
-                    payloadBytes: payloadBytes, payload: payload, limits: limits)))
+        let content = Envelope.assemble(first: UnsafeRawBufferPointer(first), frameCount: parts, secondFrameBytes: secondFrameBytes, limits: limits) {
+            self.takePayload(inFirstFrame: $0, secondFrameBytes: secondFrameBytes)
+        }
+        return .message(ReceivedMessage(routingID: routingID, content: content))
     }
 
-    /// Sends the frames of the envelope last received on to `routingID` (on a ROUTER socket) as
-    /// they are, with the header as an interceptor may have rewritten it: both frames go back to
-    /// libzmq, no copy. Only once per received envelope.
+    /// Sends the envelope last received on to `routingID` (on a ROUTER socket) as it is, with the
+    /// header as an interceptor may have rewritten it: its frame goes back to libzmq, no copy (to a
+    /// peer that speaks version 3, header and payload are copied into two frames). Only once per
+    /// received envelope.
     package func forwardReceived(to routingID: Data?) throws -> SendResult {
+        guard case .one(let header, let payload) = lastFraming else {
+            // Version 3's two frames, as they came (every peer reads them).
+            let routed = try sendRoutingID(routingID)
+            if routed != .sent { return routed }
+            let headerResult = try check(zmq_msg_send(lastHeader, handle, ZMQ_DONTWAIT | ZMQ_SNDMORE))
+            if headerResult != .sent { return headerResult }
+            framesReused += 2
+            return try check(zmq_msg_send(lastPayload, handle, ZMQ_DONTWAIT))
+        }
+        if let routingID, !previousVersionPeers.isEmpty, previousVersionPeers.contains(routingID) {
+            let bytes = lastFrameBytes
+            bytes[2] = EnvelopeHeader.previousVersion
+            let routed = try sendRoutingID(routingID)
+            if routed != .sent { return routed }
+            let headerResult = try send(frame: Data(UnsafeRawBufferPointer(rebasing: bytes[header])), more: true)
+            if headerResult != .sent { return headerResult }
+            return try send(frame: Data(UnsafeRawBufferPointer(rebasing: bytes[payload])), more: false)
+        }
         let routed = try sendRoutingID(routingID)
         if routed != .sent { return routed }
-        let headerResult = try check(zmq_msg_send(lastHeader, handle, ZMQ_DONTWAIT | ZMQ_SNDMORE))
-        if headerResult != .sent { return headerResult }
-        framesReused += 2
-        return try check(zmq_msg_send(lastPayload, handle, ZMQ_DONTWAIT))
+        framesReused += 1
+        return try check(zmq_msg_send(lastHeader, handle, ZMQ_DONTWAIT))
     }
 
-    /// The payload of the message last received, in `lastPayload`: copied when small (the frame
-    /// stays, so that sending the same `Data` on can hand it back to libzmq), else moved into a
-    /// `Data` that closes the libzmq message when it is freed.
-    private func takePayload(size: Int) -> Data {
-        guard size >= Self.zeroCopyThreshold else {
-            let payload = Data(bytes: zmq_msg_data(lastPayload), count: size)
-            if size > Self.inlineDataLimit { lastPayloadData = payload }
+    /// The payload of the message last received: in version 4 the end of `lastHeader`, in version
+    /// 3 `lastPayload`. Copied when small (the frame stays, so that sending the same `Data` on can
+    /// hand it back to libzmq), else a `Data` over libzmq's buffer, which holds the frame (a
+    /// reference to it, in version 4) until it is freed.
+    private func takePayload(inFirstFrame range: Range<Int>?, secondFrameBytes: Int) -> Data {
+        let frame = range == nil ? lastPayload : lastHeader
+        let range = range ?? 0..<secondFrameBytes
+        let start = zmq_msg_data(frame)! + range.lowerBound
+        guard range.count >= Self.zeroCopyThreshold else {
+            let payload = range.isEmpty ? Data() : Data(bytes: start, count: range.count)
+            if range.count > Self.inlineDataLimit { lastPayloadData = payload }
             return payload
         }
         let owned = OwnedMessage()
-        zmq_msg_move(owned.message, lastPayload)
-        return Data(bytesNoCopy: zmq_msg_data(owned.message), count: size, deallocator: .custom { _, _ in owned.close() })
+        guard frame == lastHeader else {
+            zmq_msg_move(owned.message, frame)
+            return Data(bytesNoCopy: zmq_msg_data(owned.message), count: range.count, deallocator: .custom { _, _ in owned.close() })
+        }
+        // The one frame stays with the socket too (its properties are read after, and it may go
+        // out again): both hold it.
+        zmq_msg_copy(owned.message, frame)
+        let payload = Data(
+            bytesNoCopy: zmq_msg_data(owned.message)! + range.lowerBound, count: range.count, deallocator: .custom { _, _ in owned.close() })
+        lastPayloadData = payload
+        return payload
     }
 
     /// Receives one whole multipart message without blocking; nil when none is waiting.
@@ -458,5 +539,37 @@ private final class OwnedMessage: @unchecked Sendable {
     func close() {
         zmq_msg_close(message)
         message.deallocate()
+    }
+}
+
+/// A set of routing ids bounded by forgetting the least recently seen: two generations of at most
+/// `generation` ids each; when the newer is full it becomes the older and the older is dropped.
+/// An id seen again is kept in the newer one. At most twice `generation` ids are held, whatever a
+/// peer sends.
+struct RecentPeers {
+    private var newer = Set<Data>()
+    private var older = Set<Data>()
+    let generation: Int
+
+    init(generation: Int = 4096) { self.generation = generation }
+
+    var isEmpty: Bool { newer.isEmpty && older.isEmpty }
+    var count: Int { newer.count + older.count }
+
+    func contains(_ id: Data) -> Bool { newer.contains(id) || older.contains(id) }
+
+    mutating func insert(_ id: Data) {
+        guard !newer.contains(id) else { return }
+        older.remove(id)
+        if newer.count >= generation {
+            older = newer
+            newer = []
+        }
+        newer.insert(id)
+    }
+
+    mutating func remove(_ id: Data) {
+        newer.remove(id)
+        older.remove(id)
     }
 }

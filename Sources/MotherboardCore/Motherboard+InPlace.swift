@@ -8,7 +8,8 @@ extension Motherboard {
         package let kind: MessageKind
     }
 
-    /// Routes a command or a reply, the bulk of the traffic, from its header frame as received:
+    /// Routes a command or a reply, the bulk of the traffic, from its header as received (the
+    /// start of its one frame):
     /// reads the fixed fields and the names in place, writes the new correlation id into the
     /// frame, and returns the peer to send the frames on to, otherwise unchanged. No envelope is
     /// built, no string copied but the target's name, the payload not touched.

@@ -17,21 +17,24 @@ public final class DeliveryLogFile: DeliveryJournal {
         var board: String?
         var scope: String?
         var deliveries: Int?
-        /// The envelope's frames (header, payload), base64 in JSON.
+        /// The envelope's header (encoded as in version 3 of the protocol, with the version byte 3:
+        /// the file's format is the same across the protocol's versions) and payload, base64 in JSON.
         var header: Data?
         var payload: Data?
         var letter: DeadLetter?
 
         static func put(_ delivery: JournaledDelivery) throws -> Line {
-            let frames = try delivery.envelope.frames()
-            return Line(
+            Line(
                 op: .put, id: delivery.id, board: delivery.board.name, scope: delivery.board.scope.name, deliveries: delivery.deliveries,
-                header: frames.first, payload: frames.count > 1 ? frames[1] : Data())
+                header: try storedHeader(delivery.envelope), payload: delivery.envelope.payload)
         }
 
         static func dead(_ letter: DeadLetter, _ envelope: Envelope) throws -> Line {
-            let frames = try envelope.frames()
-            return Line(op: .dead, id: letter.id, header: frames.first, payload: frames.count > 1 ? frames[1] : Data(), letter: letter)
+            Line(op: .dead, id: letter.id, header: try storedHeader(envelope), payload: envelope.payload, letter: letter)
+        }
+
+        private static func storedHeader(_ envelope: Envelope) throws -> Data {
+            Data(try HeaderCodec.encode(envelope.header, version: EnvelopeHeader.previousVersion))
         }
 
         /// The envelope a `put` or `dead` line carries.

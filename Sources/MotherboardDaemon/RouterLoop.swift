@@ -31,8 +31,7 @@ final class RouterTransport: MotherboardTransport {
         return sent(try? socket.send(envelope, routingID: peer.bytes), to: peer)
     }
 
-    /// Sends the frames of the message being handled on to `peer`, as they are (`header` is its
-    /// header frame, as routed).
+    /// Sends the message being handled on to `peer` as it is (`header` is its header, as routed).
     func forwardReceived(to peer: PeerID, payloadBytes: Int, kind: MessageKind, header: UnsafeRawBufferPointer) -> Bool {
         guard backlog.mayQueue(payloadBytes, to: peer) else {
             answerInstead(kind: kind, correlationID: HeaderLayout.correlationID(in: header), to: peer)
@@ -120,7 +119,7 @@ final class RouterLoopHandler: SocketLoopHandler {
             metadata: ["keys": "\(revoked.sorted().joined(separator: ","))", "connections": "\(closed)"])
     }
 
-    /// Commands and replies that need only a new correlation id go on in the frames they came in.
+    /// Commands and replies that need only a new correlation id go on in the frame they came in.
     func intercept(from routingID: Data?, header: UnsafeMutableRawBufferPointer, payloadBytes: Int, on socket: ZMQSocket) -> Bool {
         guard let routingID else { return false }
         let peer = PeerID(routingID)

@@ -13,10 +13,11 @@ struct BaselineBench: Sendable {
     /// For a CURVE endpoint (tcp): the proxy's public key and the client's key pair.
     var curve: CurveClientCredentials? = nil
 
-    /// The request frames: a BoardBus-sized header and the payload, so both sides move the same bytes.
+    /// The request's frame: a BoardBus request as the wire carries it (header, 0 byte, payload),
+    /// so both sides move the same bytes.
     static func frames(payload: Data, command: String = "echo") throws -> [Data] {
         let header = EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 1, target: "bench.echo", typeName: command)
-        return [Data(try HeaderCodec.encode(header)), payload]
+        return try Envelope(header: header, payload: payload).frames()
     }
 
     func latency(payload: Data, requests: Int, warmup: Int) throws -> Histogram<UInt64> {

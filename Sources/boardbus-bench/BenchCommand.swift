@@ -94,7 +94,8 @@ struct BenchCommand: ParsableCommand {
     var countEndpoint = ""
     @Flag(
         help: ArgumentHelp(
-            "Instead of the comparison: print the size of the baseline's header frame (what a BoardBus header is).", visibility: .hidden))
+            "Instead of the comparison: print the size of a BoardBus echo request's header and its 0 byte (its frame without the payload).",
+            visibility: .hidden))
     var countHeaderBytes = false
 
     @Flag(help: ArgumentHelp("Only the rows across hosts (tcp+CURVE in network namespaces, cut-link times).", visibility: .hidden))

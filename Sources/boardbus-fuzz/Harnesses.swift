@@ -13,8 +13,11 @@ enum Harnesses {
     ]
 
     /// The header codec: every input is refused with a `BusError`, or decodes to a header that
-    /// encodes to as many bytes and decodes back to itself.
+    /// encodes to as many bytes and decodes back to itself. Read as a version-4 message's one
+    /// frame, it is refused (with a `BusError`) or its header and payload go back into a frame
+    /// that reads the same, and the frame's header size is what `headerEnd` found.
     static func header(_ input: Data) {
+        message(input)
         let header: EnvelopeHeader
         do {
             header = try HeaderCodec.decode(input)
@@ -26,6 +29,17 @@ enum Harnesses {
         guard let again = try? HeaderCodec.encode(header) else { preconditionFailure("a decoded header does not encode") }
         precondition(again.count == input.count, "re-encoded in \(again.count) bytes, not \(input.count)")
         precondition((try? HeaderCodec.decode(Data(again))) == header, "decode(encode(header)) differs")
+    }
+
+    private static func message(_ input: Data) {
+        guard case .success(let envelope) = Envelope.parse(frames: [input]) else { return }
+        guard let again = try? envelope.frames() else { preconditionFailure("a message read does not encode") }
+        precondition(again.count == 1, "a message encodes in \(again.count) frames")
+        precondition((try? Envelope(frames: again)) == envelope, "read(encode(message)) differs")
+        let end = again[0].withUnsafeBytes { WireFraming.headerEnd(inFrame: $0) }
+        precondition(end == (try? HeaderCodec.validatedSize(envelope.header)), "the header ends at \(end), not where it was written")
+        // Only a version-4 frame is read alone: it encodes back to as many bytes.
+        precondition(again[0].count == input.count, "re-encoded in \(again[0].count) bytes, not \(input.count)")
     }
 
     /// Representative payloads: nesting, optionals, arrays, dictionaries, enums, numbers. Equal

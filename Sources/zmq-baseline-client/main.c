@@ -1,20 +1,22 @@
 // The benchmark's baseline client, for counting (scripts/bench --counts): REQUESTS round trips,
-// one at a time, of a HEADER_BYTES frame and a PAYLOAD_BYTES frame through the baseline proxy
-// and echo, as BoardBus's client sends a header and a payload. Nothing but libzmq.
-// usage: zmq-baseline-client FRONT_ENDPOINT REQUESTS HEADER_BYTES PAYLOAD_BYTES
+// one at a time, of HEADER_BYTES and PAYLOAD_BYTES in one frame through the baseline proxy and
+// echo, as BoardBus's client sends a message; with FRAMES 2, in two frames (as version 3 of the
+// protocol sent a header and a payload). Nothing but libzmq.
+// usage: zmq-baseline-client FRONT_ENDPOINT REQUESTS HEADER_BYTES PAYLOAD_BYTES [FRAMES]
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: %s FRONT_ENDPOINT REQUESTS HEADER_BYTES PAYLOAD_BYTES\n", argv[0]);
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: %s FRONT_ENDPOINT REQUESTS HEADER_BYTES PAYLOAD_BYTES [FRAMES]\n", argv[0]);
         return 2;
     }
     long requests = strtol(argv[2], NULL, 10);
     size_t header_bytes = (size_t)strtoul(argv[3], NULL, 10), payload_bytes = (size_t)strtoul(argv[4], NULL, 10);
-    char *header = calloc(header_bytes + 1, 1), *payload = calloc(payload_bytes + 1, 1);
+    int one_frame = argc == 5 || strcmp(argv[5], "2") != 0;
+    char *header = calloc(header_bytes + payload_bytes + 1, 1), *payload = header + header_bytes;
     memset(payload, 'x', payload_bytes);
     void *context = zmq_ctx_new();
     void *socket = zmq_socket(context, ZMQ_DEALER);
@@ -30,7 +32,9 @@ int main(int argc, char **argv) {
     zmq_msg_t reply;
     zmq_msg_init(&reply);
     for (long index = 0; index < requests; index++) {
-        if (zmq_send(socket, header, header_bytes, ZMQ_SNDMORE) < 0 || zmq_send(socket, payload, payload_bytes, 0) < 0) {
+        int sent = one_frame ? zmq_send(socket, header, header_bytes + payload_bytes, 0)
+                             : (zmq_send(socket, header, header_bytes, ZMQ_SNDMORE) < 0 ? -1 : zmq_send(socket, payload, payload_bytes, 0));
+        if (sent < 0) {
             fprintf(stderr, "send failed: %s\n", zmq_strerror(zmq_errno()));
             return 1;
         }
@@ -45,7 +49,6 @@ int main(int argc, char **argv) {
     zmq_close(socket);
     zmq_ctx_term(context);
     free(header);
-    free(payload);
     printf("DONE %ld\n", requests);
     return 0;
 }

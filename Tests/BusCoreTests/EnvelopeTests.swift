@@ -40,19 +40,74 @@ struct EnvelopeTests {
     }
 
     @Test func refusesWrongFrameCounts() throws {
-        let header = Data(try HeaderCodec.encode(EnvelopeHeader(kind: .heartbeat)))
-        for frames in [[], [header], [header, Data(), Data()]] {
+        let header = EnvelopeHeader(kind: .heartbeat)
+        let one = try Envelope(header: header).frames()
+        let previous = Data(try HeaderCodec.encode(header, version: EnvelopeHeader.previousVersion))
+        // Version 4 is one frame, version 3 two; anything else (or nothing) is malformed.
+        for frames in [[], one + [Data()], [previous], [previous, Data(), Data()], [Data(try HeaderCodec.encode(header)), Data()]] {
             let error = try? #require(throws: BusError.self) { try Envelope(frames: frames) }
-            #expect(error?.code == .malformed)
+            #expect(error?.code == .malformed, "\(frames)")
         }
     }
 
-    @Test func refusesAnOversizedPayload() throws {
-        let header = Data(try HeaderCodec.encode(EnvelopeHeader(kind: .command)))
+    @Test(arguments: [EnvelopeHeader.currentVersion, EnvelopeHeader.previousVersion])
+    func refusesAnOversizedPayload(version: UInt8) throws {
+        let header = EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 5)
         let limits = BusLimits(maximumPayloadBytes: 1024)
-        let error = try? #require(throws: BusError.self) { try Envelope(frames: [header, Data(count: 1025)], limits: limits) }
-        #expect(error?.code == .tooLarge)
-        #expect((try? Envelope(frames: [header, Data(count: 1024)], limits: limits)) != nil)
+        let refused = Envelope.parse(frames: try Envelope(header: header, payload: Data(count: 1025)).frames(version: version), limits: limits)
+        #expect(refused == .failure(MalformedMessage(BusError(.tooLarge, "payload of 1025 bytes is over the limit of 1024"), answerWith: 5)))
+        #expect((try? Envelope(frames: try Envelope(header: header, payload: Data(count: 1024)).frames(version: version), limits: limits)) != nil)
+    }
+
+    /// Version 4's frame is the header's bytes, a 0 byte, the payload; version 3's two frames are
+    /// the same header bytes (but the version byte) and the payload. Both read back the same.
+    @Test func oneFrameInVersionFourTwoInVersionThree() throws {
+        let header = EnvelopeHeader(
+            kind: .command, flags: .replyExpected, correlationID: 7, target: "a.b", typeName: "x", dispatchID: "d", contentType: "application/cbor")
+        // A payload that starts with the byte that ends a header, and one with nothing.
+        for payload in [Data([0, 0, 1]), Data(), Data("{}".utf8)] {
+            let envelope = Envelope(header: header, payload: payload)
+            let bytes = try HeaderCodec.encode(header)
+            #expect(bytes[2] == 4)
+            #expect(try envelope.frames() == [Data(bytes) + Data([0]) + payload])
+            var previous = bytes
+            previous[2] = 3
+            #expect(try envelope.frames(version: 3) == [Data(previous), payload])
+            #expect(try Envelope(frames: envelope.frames()) == envelope)
+            #expect(try Envelope(frames: envelope.frames(version: 3)) == envelope)
+        }
+    }
+
+    /// A version-4 header must end (with its 0 byte) within the header limit: a frame that ends
+    /// first is malformed, one whose header runs past the limit is too large, and a header of
+    /// exactly the limit is read. The sender's correlation id is kept to answer it.
+    @Test func aVersionFourHeaderEndsWithinTheLimit() throws {
+        let base = EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 11, target: "a.b")
+        let bytes = try HeaderCodec.encode(base)
+        let unended = Envelope.parse(frames: [Data(bytes)])
+        #expect(unended.failure?.error.code == .malformed)
+        #expect(unended.failure?.answerWith == 11)
+        // Unknown optional fields (tag 200) of `bytes` bytes in all.
+        func unknownFields(_ bytes: Int) -> Data {
+            let count = (bytes + 2 + HeaderCodec.maximumOptionalFieldBytes) / (3 + HeaderCodec.maximumOptionalFieldBytes)
+            let values = bytes - 3 * count
+            return (0..<count).reduce(into: Data()) { fields, index in
+                let length = values / count + (index < values % count ? 1 : 0)
+                fields += Data([200, UInt8(length >> 8), UInt8(length & 0xFF)]) + Data(repeating: 0xAA, count: length)
+            }
+        }
+        // Filled to exactly the limit: read; one byte past it: too large.
+        let room = HeaderCodec.maximumHeaderBytes - bytes.count
+        let atLimit = Data(bytes) + unknownFields(room) + Data([0]) + Data("p".utf8)
+        #expect(atLimit.count == HeaderCodec.maximumHeaderBytes + 2)
+        var full = base
+        full.unknownFields = unknownFields(room)
+        #expect(try Envelope(frames: [atLimit]) == Envelope(header: full, payload: Data("p".utf8)))
+        let refused = Envelope.parse(frames: [Data(bytes) + unknownFields(room + 1) + Data([0]) + Data("p".utf8)])
+        #expect(refused.failure?.error.code == .tooLarge, "\(String(describing: refused.failure))")
+        #expect(refused.failure?.answerWith == 11)
+        // A payload of any size after a header that ends is not read as header.
+        #expect(try Envelope(frames: Envelope(header: base, payload: Data(repeating: 1, count: 70_000)).frames()).payload.count == 70_000)
     }
 
     @Test func errorRepliesCarryTheirCode() throws {
@@ -95,5 +150,13 @@ struct EnvelopeTests {
             BusAddress.resolve(explicitEndpoint: "tcp://127.0.0.1:5555", environment: ["BOARDBUS_ADDRESS": "ipc:///x"], userID: 5).endpoint
                 == "tcp://127.0.0.1:5555")
         #expect(BusAddress.resolve(environment: ["BOARDBUS_ADDRESS": "ipc:///x"], userID: 5).endpoint == "ipc:///x")
+    }
+}
+
+extension Result {
+    /// The error, when this is a failure.
+    fileprivate var failure: Failure? {
+        if case .failure(let error) = self { return error }
+        return nil
     }
 }

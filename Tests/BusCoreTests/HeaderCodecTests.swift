@@ -24,7 +24,8 @@ struct HeaderCodecTests {
 
     @Test func writesTheDocumentedLayout() throws {
         let bytes = try HeaderCodec.encode(EnvelopeHeader(kind: .reply, correlationID: 5, timeoutMilliseconds: 1, source: "a"))
-        #expect(Array(bytes[0..<4]) == [0x42, 0x42, 3, 16])
+        #expect(Array(bytes[0..<4]) == [0x42, 0x42, 4, 16])
+        #expect(try HeaderCodec.encode(EnvelopeHeader(kind: .reply), version: 3)[2] == 3)
         #expect(Array(bytes[6..<14]) == [0, 0, 0, 0, 0, 0, 0, 5])
         #expect(Array(bytes[14..<18]) == [0, 0, 0, 1])
         #expect(Array(bytes[18...]) == [0, 1, 0x61, 0, 0, 0, 0, 0, 0])
@@ -41,7 +42,7 @@ struct HeaderCodecTests {
 
     @Test func refusesAnotherVersion() throws {
         var bytes = try HeaderCodec.encode(sample)
-        for version: UInt8 in [2, 7] {
+        for version: UInt8 in [0, 2, 5, 7, 255] {
             bytes[2] = version
             let error = try #require(throws: BusError.self) { try HeaderCodec.decode(Data(bytes)) }
             #expect(error.code == .unsupportedVersion)

@@ -102,13 +102,20 @@ struct AttackIntegrationTests {
 
     /// A header the broker cannot accept (another version, bad UTF-8, trailing bytes, a broken
     /// optional field, an unknown kind) whose sender waits is answered `malformed` with the
-    /// sender's correlation id, instead of being dropped while the sender waits out its deadline.
-    @Test func aBadHeaderWhoseSenderWaitsIsAnsweredMalformed() async throws {
+    /// sender's correlation id, instead of being dropped while the sender waits out its deadline:
+    /// in one frame (version 4) and in version 3's two frames alike.
+    @Test(arguments: [EnvelopeHeader.currentVersion, EnvelopeHeader.previousVersion])
+    func aBadHeaderWhoseSenderWaitsIsAnsweredMalformed(version: UInt8) async throws {
+        // The frames of a message with these header bytes, in the version's framing.
+        @Sendable func message(_ header: [UInt8], payload: Data) -> [Data] {
+            version == EnvelopeHeader.previousVersion ? [Data(header), payload] : [Data(header) + Data([0]) + payload]
+        }
         try await TestFleet.with(manifest: greeterManifest) { fleet in
             let answers = try await withRawDealer(connectedTo: fleet.address.endpoint) { socket in
                 let good = try HeaderCodec.encode(
                     EnvelopeHeader(
-                        kind: .command, flags: .replyExpected, correlationID: 100, target: GreeterIO.id.rawValue, typeName: "ping"))
+                        kind: .command, flags: .replyExpected, correlationID: 100, target: GreeterIO.id.rawValue, typeName: "ping"),
+                    version: version)
                 var badVersion = good
                 badVersion[2] = 2
                 var badUTF8 = good
@@ -116,10 +123,13 @@ struct AttackIntegrationTests {
                 var unknownKind = good
                 unknownKind[3] = 99
                 var answers: [UInt64: BusError] = [:]
-                for (index, frame) in [badVersion, badUTF8, good + [0], good + [1, 0, 9, 0x61], unknownKind].enumerated() {
+                // Version 4's fourth case: a tag with no length before the header's end (in
+                // version 3, one trailing byte).
+                let trailing = version == EnvelopeHeader.previousVersion ? good + [0] : good + [1]
+                for (index, frame) in [badVersion, badUTF8, trailing, good + [1, 0, 9, 0x61], unknownKind].enumerated() {
                     var header = frame
                     header.withUnsafeMutableBytes { HeaderLayout.setCorrelationID(UInt64(200 + index), in: $0) }
-                    _ = try socket.send([Data(header), Data("{}".utf8)])
+                    _ = try socket.send(message(header, payload: Data("{}".utf8)))
                     guard socket.waitReadable(timeoutMilliseconds: 10_000), let frames = try socket.receive() else { continue }
                     let answer = try Envelope(frames: frames)
                     answers[answer.header.correlationID] = answer.carriedError
@@ -127,7 +137,7 @@ struct AttackIntegrationTests {
                 // Without reply-expected nobody waits: nothing comes back, the broker goes on.
                 var silent = badVersion
                 silent.withUnsafeMutableBytes { $0.storeBytes(of: UInt16(0).bigEndian, toByteOffset: 4, as: UInt16.self) }
-                _ = try socket.send([Data(silent), Data()])
+                _ = try socket.send(message(silent, payload: Data()))
                 let answeredSilent = socket.waitReadable(timeoutMilliseconds: 500)
                 return (answers, answeredSilent)
             }
@@ -257,7 +267,7 @@ extension AttackIntegrationTests {
                         target: GreeterIO.id.rawValue, typeName: "greet")
                     var sent = false
                     for _ in 0..<20_000 where !sent {
-                        sent = try socket.send([Data(try HeaderCodec.encode(header)), payload]) == .sent
+                        sent = try socket.send(try Envelope(header: header, payload: payload).frames()) == .sent
                         if !sent { usleep(500) }
                     }
                     if index % 50 == 0 { peak = max(peak, residentMiB(of: broker)) }
@@ -275,7 +285,7 @@ extension AttackIntegrationTests {
                     let stats = EnvelopeHeader(
                         kind: .command, flags: .replyExpected, correlationID: sequence, timeoutMilliseconds: 10_000,
                         target: GreeterIO.id.rawValue, typeName: "stats")
-                    _ = try other.send([Data(try HeaderCodec.encode(stats)), Data("{}".utf8)])
+                    _ = try other.send(try Envelope(header: stats, payload: Data("{}".utf8)).frames())
                     guard other.waitReadable(timeoutMilliseconds: 10_000), let frames = try other.receive() else { return nil }
                     return try? PayloadCodec.decode(GreeterIO.Seen.self, from: Envelope(frames: frames).payload).greetings
                 }
@@ -302,7 +312,7 @@ extension AttackIntegrationTests {
                     let header = EnvelopeHeader(
                         kind: .command, flags: .replyExpected, correlationID: UInt64(10_000 + attempt), timeoutMilliseconds: 10_000,
                         target: GreeterIO.id.rawValue, typeName: "greet")
-                    _ = try socket.send([Data(try HeaderCodec.encode(header)), Data(#"{"name":"back"}"#.utf8)])
+                    _ = try socket.send(try Envelope(header: header, payload: Data(#"{"name":"back"}"#.utf8)).frames())
                     guard socket.waitReadable(timeoutMilliseconds: 10_000), let frames = try socket.receive() else { break }
                     recovered = (try? Envelope(frames: frames))?.carriedError == nil
                     if !recovered { usleep(100_000) }
@@ -369,7 +379,7 @@ extension AttackIntegrationTests {
                 let ping = EnvelopeHeader(
                     kind: .command, flags: .replyExpected, correlationID: 1, timeoutMilliseconds: 10_000, target: GreeterIO.id.rawValue,
                     typeName: "ping")
-                _ = try other.send([Data(try HeaderCodec.encode(ping)), Data(#"{"sequence":1}"#.utf8)])
+                _ = try other.send(try Envelope(header: ping, payload: Data(#"{"sequence":1}"#.utf8)).frames())
                 return (peak, try other.waitReadable(timeoutMilliseconds: 10_000) && other.receive() != nil)
             }
             #expect(served)
@@ -462,7 +472,7 @@ extension AttackIntegrationTests {
                     let request = EnvelopeHeader(
                         kind: .command, flags: .replyExpected, correlationID: UInt64(index), timeoutMilliseconds: 3000, target: "slow.board",
                         typeName: "take")
-                    _ = try client.send([Data(try HeaderCodec.encode(request)), big])
+                    _ = try client.send(try Envelope(header: request, payload: big).frames())
                 }
                 // Every request ends with an answer: `busy` at once past the budget, `timeout` for
                 // those the board was sent and never answered.
@@ -480,7 +490,7 @@ extension AttackIntegrationTests {
                 var reachedAgain = false
                 while !reachedAgain, ContinuousClock.now < deadline {
                     if lastSent.duration(to: .now) > .milliseconds(300) {
-                        _ = try client.send([Data(try HeaderCodec.encode(again)), Data("{}".utf8)])
+                        _ = try client.send(try Envelope(header: again, payload: Data("{}".utf8)).frames())
                         lastSent = .now
                     }
                     guard board.waitReadable(timeoutMilliseconds: 100), let frames = try board.receive(),

@@ -29,12 +29,10 @@ struct HostileInputIntegrationTests {
                 source: targets.randomElement(using: &generator) ?? "", target: targets.randomElement(using: &generator) ?? "",
                 typeName: ["greet", "list", "status", "flows", "subscribe", "change", "register", ""].randomElement(using: &generator) ?? "")
             let payloads = [Data(), Data("{}".utf8), bytes(20), Data(#"{"id":"demo.greeter","pid":1}"#.utf8)]
-            return [Data(try HeaderCodec.encode(header)), payloads.randomElement(using: &generator) ?? Data()]
+            return try Envelope(header: header, payload: payloads.randomElement(using: &generator) ?? Data()).frames()
         case 4:
-            return [
-                Data(try HeaderCodec.encode(EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 9, target: "demo.greeter"))),
-                Data(count: (4 << 20) + 10),
-            ]
+            let header = EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 9, target: "demo.greeter")
+            return try Envelope(header: header, payload: Data(count: (4 << 20) + 10)).frames()
         default:
             var header = try HeaderCodec.encode(EnvelopeHeader(kind: .action, typeName: "app.announce"))
             header[Int.random(in: 0..<header.count, using: &generator)] ^= 0xFF
@@ -91,7 +89,7 @@ struct HostileInputIntegrationTests {
             let answer = try await withRawDealer(connectedTo: fleet.address.endpoint) { socket in
                 let header = EnvelopeHeader(
                     kind: .command, flags: .replyExpected, correlationID: 77, target: GreeterIO.id.rawValue, typeName: "greet")
-                _ = try socket.send([Data(try HeaderCodec.encode(header)), Data(count: (4 << 20) + 10)])
+                _ = try socket.send(try Envelope(header: header, payload: Data(count: (4 << 20) + 10)).frames())
                 guard socket.waitReadable(timeoutMilliseconds: 10_000), let frames = try socket.receive() else { return nil as Envelope? }
                 return try Envelope(frames: frames)
             }
@@ -103,14 +101,14 @@ struct HostileInputIntegrationTests {
 }
 
 extension HostileInputIntegrationTests {
-    /// A third frame after a large payload (one the broker takes without a copy) is part of the
-    /// same message: the broker refuses the whole message as malformed, answering once.
+    /// A second frame after a message with a large payload (one the broker takes without a copy)
+    /// is part of the same message: the broker refuses the whole message as malformed, answering once.
     @Test func extraFramesAfterALargePayloadMakeOneMalformedMessage() async throws {
         try await TestFleet.with(manifest: exampleManifest) { fleet in
             let answers = try await withRawDealer(connectedTo: fleet.address.endpoint) { socket in
                 let header = EnvelopeHeader(
                     kind: .command, flags: .replyExpected, correlationID: 41, target: GreeterIO.id.rawValue, typeName: "greet")
-                _ = try socket.send([Data(try HeaderCodec.encode(header)), Data(count: 40_000), Data("extra".utf8)])
+                _ = try socket.send(try Envelope(header: header, payload: Data(count: 40_000)).frames() + [Data("extra".utf8)])
                 var answers: [Envelope] = []
                 // Every answer the broker gives within two seconds of its first.
                 var wait = 10_000

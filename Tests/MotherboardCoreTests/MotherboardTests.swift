@@ -309,14 +309,14 @@ struct MotherboardTests {
             harness.motherboard.receive(frames, from: harness.client, now: harness.now)
         }
         #expect(harness.motherboard.counters.malformedMessages > 0)
-        let oversized = [
-            Data(try HeaderCodec.encode(EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 3))), Data(count: (4 << 20) + 1),
-        ]
-        harness.transport.sent.removeAll()
-        harness.motherboard.receive(oversized, from: harness.client, now: harness.now)
-        let reply = try #require(harness.transport.take(for: harness.client).first)
-        #expect(reply.carriedError?.code == .tooLarge)
-        #expect(reply.header.correlationID == 3)
+        let oversized = Envelope(header: EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 3), payload: Data(count: (4 << 20) + 1))
+        for version in [EnvelopeHeader.currentVersion, EnvelopeHeader.previousVersion] {
+            harness.transport.sent.removeAll()
+            harness.motherboard.receive(try oversized.frames(version: version), from: harness.client, now: harness.now)
+            let reply = try #require(harness.transport.take(for: harness.client).first)
+            #expect(reply.carriedError?.code == .tooLarge)
+            #expect(reply.header.correlationID == 3)
+        }
         harness.register("demo.greeter", peer: greeter)
         #expect(try harness.list().boards.count == 1)
     }

@@ -1,6 +1,8 @@
 """A BoardBus board written from docs/PROTOCOL.md alone, with pyzmq: it registers as
 $BOARDBUS_BOARD_ID, answers the command `echo` with its payload, heartbeats, and exits on SIGTERM.
-Its header codec and loop (`serve`) are shared by the other Python peers of the tests."""
+Its header codec and loop (`serve`) are shared by the other Python peers of the tests. It speaks
+protocol version 3 (a message is two frames, the header and the payload), which the broker still
+accepts for one release: the tests keep version-3 peers working with it (PROTOCOL §3)."""
 import json
 import os
 import signal
@@ -27,7 +29,7 @@ def encode_header(kind, corr=0, flags=0, timeout_ms=0, source="", target="", sco
 def decode_header(buf):
     magic, version, kind, flags, corr, timeout_ms = struct.unpack_from(">2sBBHQI", buf, 0)
     if magic != b"BB" or version != 3:
-        raise ValueError("not a BoardBus v2 header")
+        raise ValueError("not a BoardBus version-3 header")
     off, fields = 18, []
     for _ in range(4):
         (n,) = struct.unpack_from(">H", buf, off)
