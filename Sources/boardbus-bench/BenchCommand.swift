@@ -565,6 +565,9 @@ extension PayloadFormat: ExpressibleByArgument {}
 /// After a `--load`: the CPU each process and thread used per round trip since `before`.
 func printCPU(since before: ThreadCPU, start: UInt64, processes: [(String, Int32)], rate: Double) {
     let roundTrips = rate * Double(monotonicNanoseconds() - start) / 1e9
+    let after = ThreadCPU(processes)
     print("CPU per round trip (µs), by process (by thread):")
-    print(ThreadCPU.perRoundTrip(from: before, to: ThreadCPU(processes), roundTrips: roundTrips, connections: ["client"]))
+    print(ThreadCPU.perRoundTrip(from: before, to: after, roundTrips: roundTrips, connections: ["client"]))
+    print("context switches per round trip (each a wake-up or a thread put off its core), by thread:")
+    print(ThreadCPU.switchesPerRoundTrip(from: before, to: after, roundTrips: roundTrips, skipping: ["client"]))
 }

@@ -1,11 +1,15 @@
 import Foundation
 
 /// The CPU time each thread of some processes used, from `/proc/<pid>/task/*/stat` (user +
-/// system, in clock ticks): for `--load` and `--load-baseline`, which print it per round trip,
-/// by process and thread name, so that a profile's "who is busy" comes with a figure.
+/// system, in clock ticks), and how often each went to sleep or was put off the CPU (its
+/// context switches, from `/proc/<pid>/task/*/status`): for `--load` and `--load-baseline`,
+/// which print both per round trip, by process and thread name, so that a profile's "who is
+/// busy" comes with a figure, and how many messages a thread handles per wake-up with another.
 struct ThreadCPU {
     /// (process label, thread name) → ticks, threads of the same name added up.
     private(set) var ticks: [Key: Int] = [:]
+    /// (process label, thread name) → voluntary + involuntary context switches, the same way.
+    private(set) var switches: [Key: Int] = [:]
 
     struct Key: Hashable, Comparable {
         var process: String
@@ -23,6 +27,7 @@ struct ThreadCPU {
             for task in tasks {
                 guard let (name, used) = Self.read("/proc/\(pid)/task/\(task)/stat") else { continue }
                 ticks[Key(process: label, thread: name), default: 0] += used
+                switches[Key(process: label, thread: name), default: 0] += Self.contextSwitches("/proc/\(pid)/task/\(task)/status")
             }
         }
     }
@@ -36,6 +41,30 @@ struct ThreadCPU {
         let fields = stat[stat.index(after: close)...].split(separator: " ")
         guard fields.count > 12, let user = Int(fields[11]), let system = Int(fields[12]) else { return nil }
         return (String(stat[stat.index(after: open)..<close]), user + system)
+    }
+
+    /// The `voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` of a `status` file, added.
+    private static func contextSwitches(_ path: String) -> Int {
+        guard let status = try? String(contentsOfFile: path, encoding: .utf8) else { return 0 }
+        return status.split(separator: "\n").reduce(0) { total, line in
+            guard line.contains("ctxt_switches:"),
+                let value = line.split(separator: ":").last.flatMap({ Int($0.trimmingCharacters(in: .whitespaces)) })
+            else { return total }
+            return total + value
+        }
+    }
+
+    /// Context switches per round trip between two samples, by thread (the threads that live
+    /// through the load; not for the bench's own client, whose connections' threads end with it).
+    static func switchesPerRoundTrip(from start: ThreadCPU, to end: ThreadCPU, roundTrips: Double, skipping: Set<String> = []) -> String {
+        let processes = Set(end.switches.keys.map(\.process)).subtracting(skipping).sorted()
+        return processes.map { process in
+            let threads = end.switches.keys.filter { $0.process == process }.map { key in
+                (key.thread, Double((end.switches[key] ?? 0) - (start.switches[key] ?? 0)) / max(roundTrips, 1))
+            }
+            let parts = threads.filter { $0.1 >= 0.005 }.sorted { $0.1 > $1.1 }.map { String(format: "%@ %.3f", $0.0, $0.1) }
+            return String(format: "  %@ (%@)", process, parts.joined(separator: ", "))
+        }.joined(separator: "\n")
     }
 
     /// Microseconds of CPU per round trip between two samples, by process and thread, busiest
