@@ -5,7 +5,8 @@ import Foundation
 /// What users choosing a bus compare with, in the same run: a NATS request/reply through Debian's
 /// `nats-server` (C client on libnats, SendAsap) and a D-Bus method call through `dbus-broker` (a
 /// private bus, libdbus-1 client and service), each against BoardBus's raw echo, one request at a
-/// time, at 100 B and 64 KiB, in alternated rounds.
+/// time, at 100 B and 64 KiB, and under load at the main table's windows (100 B; connections ×
+/// requests in flight), in alternated rounds.
 ///
 /// The C harnesses are in `scripts/bench-peers/`; `scripts/bench` installs their packages with
 /// apt-get and builds them into `.build/bench-peers/`. A system whose harness or server is missing
@@ -19,15 +20,20 @@ struct AlternativesBench {
         var harness: String
         var server: String
         var packages: String
-        /// The harness's arguments before BYTES REQUESTS WARMUP.
+        /// The harness's arguments before BYTES REQUESTS WARMUP (or BYTES MODE CONNECTIONS WINDOW SECONDS).
         var arguments: (_ directory: String) -> [String]
+        /// The harness's load modes; a row shows the best of them (NATS's two ways to write).
+        var loadModes = ["load"]
+        /// How the row names its load.
+        var loadNote = ""
     }
 
     static func systems(peers: String) -> [System] {
         [
             System(
                 name: "NATS request/reply (nats-server, libnats, tcp 127.0.0.1)", harness: "\(peers)/nats-echo-bench",
-                server: "/usr/sbin/nats-server", packages: "nats-server libnats-dev", arguments: { _ in ["/usr/sbin/nats-server"] }),
+                server: "/usr/sbin/nats-server", packages: "nats-server libnats-dev", arguments: { _ in ["/usr/sbin/nats-server"] },
+                loadModes: ["load", "load-asap"], loadNote: " (the better of libnats's buffering and SendAsap)"),
             System(
                 name: "D-Bus method call (dbus-broker, libdbus-1, Unix socket)", harness: "\(peers)/dbus-echo-bench",
                 server: "/usr/bin/dbus-broker-launch", packages: "dbus-broker libdbus-1-dev",
@@ -83,10 +89,46 @@ struct AlternativesBench {
                     report.alternative(
                         "\(row): serial rate (round trips/s)", other: mid(theirs, \.rate), boardBus: mid(ours, \.rate), decimals: 0)
                 }
+                try await loadRows(system, rounds: rounds, report: report)
             } catch let error as HarnessFailure {
                 report.note("\(system.name) rows skipped: \(error.reason)")
             }
         }
+    }
+
+    /// The system and BoardBus's raw echo under load, 100 B, at each window of the main table,
+    /// alternated round by round.
+    private func loadRows(_ system: System, rounds: Int, report: Report) async throws {
+        let seconds = quick ? 0.4 : 1.5
+        for (clients, window) in [(1, 100), (4, 16), (4, 100), (1, 1000)] {
+            var (theirs, ours) = ([Double](), [Double]())
+            for round in 1...rounds {
+                progress("\(system.name), 100 B, \(clients)×\(window) in flight: round \(round)/\(rounds)")
+                for isOurs in round % 2 == 1 ? [false, true] : [true, false] {
+                    if isOurs {
+                        ours.append(
+                            try await bus.throughput(
+                                payload: echoPayload(bytes: 100), clients: clients, window: window, seconds: seconds, command: "echo.raw"))
+                    } else {
+                        var best = 0.0
+                        for mode in system.loadModes {
+                            best = max(best, try await load(system, mode: mode, clients: clients, window: window, seconds: seconds))
+                        }
+                        theirs.append(best)
+                    }
+                }
+            }
+            report.alternative(
+                "\(system.name), 100 B, \(clients)×\(window) in flight\(system.loadNote): throughput (msg/s)", other: median(theirs),
+                boardBus: median(ours), decimals: 0)
+        }
+    }
+
+    /// One load of a C harness: the replies per second it printed.
+    private func load(_ system: System, mode: String, clients: Int, window: Int, seconds: Double) async throws -> Double {
+        let output = try await runHarness(system, ["100", mode, "\(clients)", "\(window)", "\(seconds)"])
+        guard output.count == 1 else { throw HarnessFailure(reason: "its load printed \(output.count) figures, not 1") }
+        return output[0]
     }
 
     struct HarnessFailure: Error {
@@ -95,18 +137,24 @@ struct AlternativesBench {
 
     /// One run of a C harness: it starts its server and responder, measures, stops them.
     private func harness(_ system: System, bytes: Int, requests: Int) async throws -> Figures {
+        let fields = try await runHarness(system, ["\(bytes)", "\(requests)", "\(requests / 10)"])
+        guard fields.count == 3 else { throw HarnessFailure(reason: "it printed \(fields.count) figures, not 3") }
+        return Figures(p50: fields[0], p99: fields[1], rate: fields[2])
+    }
+
+    /// Runs a C harness with its system's arguments and `arguments`: the numbers it printed.
+    private func runHarness(_ system: System, _ arguments: [String]) async throws -> [Double] {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-bench-peer-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let process = try await ChildProcess(
-            executable: system.harness, arguments: system.arguments(directory) + ["\(bytes)", "\(requests)", "\(requests / 10)"],
+            executable: system.harness, arguments: system.arguments(directory) + arguments,
             environment: ProcessInfo.processInfo.environment, directory: directory, name: URL(fileURLWithPath: system.harness).lastPathComponent)
         let done = try await process.wait(timeout: .seconds(300))
-        let fields = done.standardOutput.split(whereSeparator: \.isWhitespace).compactMap { Double($0) }
-        guard done.exitCode == 0, fields.count == 3 else {
+        guard done.exitCode == 0 else {
             let reason = done.standardError.split(separator: "\n").last.map(String.init) ?? "exit status \(done.exitCode)"
             throw HarnessFailure(reason: reason)
         }
-        return Figures(p50: fields[0], p99: fields[1], rate: fields[2])
+        return done.standardOutput.split(whereSeparator: \.isWhitespace).compactMap { Double($0) }
     }
 }

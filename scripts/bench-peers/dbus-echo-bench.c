@@ -1,12 +1,16 @@
-/* The bench's D-Bus row: a method call round trip through dbus-broker on a private bus.
+/* The bench's D-Bus rows: a method call round trip through dbus-broker on a private bus, and a load.
  *
  *   dbus-echo-bench DBUS_BROKER_LAUNCH DIR BYTES REQUESTS WARMUP
+ *   dbus-echo-bench DBUS_BROKER_LAUNCH DIR BYTES load CONNECTIONS WINDOW SECONDS
  *
  * Listens on DIR/bus.sock and starts dbus-broker-launch on it (socket activation, a bus
  * configuration of its own in DIR/bus.conf), a service process that owns org.boardbus.BenchEcho
  * and answers Echo(ay) with the bytes it got, and then, as the client (libdbus-1), makes
  * REQUESTS + WARMUP calls of BYTES bytes one at a time (send_with_reply_and_block).
- * Prints "p50_us p99_us serial_rate". Stops what it started, by pid.
+ * Prints "p50_us p99_us serial_rate". With `load`: CONNECTIONS connections, a thread each, each
+ * keeping WINDOW calls in flight (sent with dbus_connection_send; each method return read from
+ * the connection sends the next call), and prints the returns per second over SECONDS, after
+ * 0.3 s not counted. Stops what it started, by pid.
  *
  * dbus-broker-launch logs only to journald's socket and will not start without it; where there
  * is none (a container), it runs in a mount namespace of its own (root only) with a stand-in
@@ -19,6 +23,7 @@
 #include <sys/un.h>
 
 #include <dbus/dbus.h>
+#include <pthread.h>
 
 #include "peer-common.h"
 
@@ -86,6 +91,70 @@ static void serve(const char *address, int ready) {
     _exit(0);
 }
 
+/* One loaded connection, on a thread of its own. */
+typedef struct {
+    const char *address;
+    const unsigned char *payload;
+    int bytes;
+    int window;
+    volatile uint64_t done;
+    volatile int stopping;
+    volatile int failed;
+} load_t;
+
+static void send_call(DBusConnection *connection, const unsigned char *payload, int bytes) {
+    DBusMessage *call = dbus_message_new_method_call(NAME, PATH, NAME, "Echo");
+    dbus_message_append_args(call, DBUS_TYPE_ARRAY, DBUS_TYPE_BYTE, &payload, bytes, DBUS_TYPE_INVALID);
+    dbus_connection_send(connection, call, NULL);
+    dbus_message_unref(call);
+}
+
+static void *load_thread(void *argument) {
+    load_t *load = argument;
+    DBusConnection *connection = connect_to(load->address, 250);
+    if (connection == NULL) {
+        load->failed = 1;
+        return NULL;
+    }
+    for (int i = 0; i < load->window; i++) send_call(connection, load->payload, load->bytes);
+    while (!load->stopping && dbus_connection_read_write(connection, 100)) {
+        DBusMessage *message;
+        while ((message = dbus_connection_pop_message(connection)) != NULL) {
+            if (dbus_message_get_type(message) == DBUS_MESSAGE_TYPE_METHOD_RETURN) {
+                __atomic_add_fetch(&load->done, 1, __ATOMIC_RELAXED);
+                if (!load->stopping) send_call(connection, load->payload, load->bytes);
+            }
+            dbus_message_unref(message);
+        }
+    }
+    dbus_connection_close(connection);
+    dbus_connection_unref(connection);
+    return NULL;
+}
+
+/* The load: CONNECTIONS threads, each WINDOW calls in flight; prints the rate. */
+static int run_load(const char *address, const unsigned char *payload, int bytes, int connections, int window, double seconds) {
+    pthread_t threads[64];
+    load_t loads[64];
+    volatile uint64_t *done[64];
+    int started = 0, status = 0;
+    dbus_threads_init_default();
+    for (int c = 0; c < connections; c++) {
+        loads[c] = (load_t){.address = address, .payload = payload, .bytes = bytes, .window = window};
+        done[c] = &loads[c].done;
+        if (pthread_create(&threads[c], NULL, load_thread, &loads[c]) != 0) break;
+        started++;
+    }
+    peer_measure_load(done, started, 300, seconds);
+    for (int c = 0; c < started; c++) loads[c].stopping = 1;
+    for (int c = 0; c < started; c++) {
+        pthread_join(threads[c], NULL);
+        if (loads[c].failed) status = 1;
+    }
+    if (status != 0 || started < connections) fprintf(stderr, "dbus-echo-bench: a load connection failed\n");
+    return started < connections ? 1 : status;
+}
+
 #define JOURNAL "/run/systemd/journal/socket"
 
 /* Where journald's socket is missing: a private mount namespace, a tmpfs over /run/systemd
@@ -117,14 +186,18 @@ static pid_t spawn_launcher(char *const argv[], int listener, const char *addres
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6) {
-        fprintf(stderr, "usage: dbus-echo-bench DBUS_BROKER_LAUNCH DIR BYTES REQUESTS WARMUP\n");
+    int loaded = argc == 8 && strcmp(argv[4], "load") == 0;
+    if (argc != 6 && !loaded) {
+        fprintf(stderr, "usage: dbus-echo-bench DBUS_BROKER_LAUNCH DIR BYTES REQUESTS WARMUP\n"
+                        "       dbus-echo-bench DBUS_BROKER_LAUNCH DIR BYTES load CONNECTIONS WINDOW SECONDS\n");
         return 2;
     }
     const char *directory = argv[2];
     size_t bytes = strtoul(argv[3], NULL, 10);
-    size_t requests = strtoul(argv[4], NULL, 10), warmup = strtoul(argv[5], NULL, 10);
-    if (requests == 0) return 2;
+    size_t requests = loaded ? 1 : strtoul(argv[4], NULL, 10), warmup = loaded ? 0 : strtoul(argv[5], NULL, 10);
+    int connections = loaded ? atoi(argv[5]) : 0, window = loaded ? atoi(argv[6]) : 0;
+    double seconds = loaded ? atof(argv[7]) : 0;
+    if (requests == 0 || (loaded && (connections < 1 || connections > 64 || window < 1 || seconds <= 0))) return 2;
     char config_path[512], address[600];
     struct sockaddr_un socket_address = {.sun_family = AF_UNIX};
     snprintf(config_path, sizeof config_path, "%s/bus.conf", directory);
@@ -166,6 +239,10 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr, "dbus-echo-bench: the service could not take its name on the bus\n");
         }
+        goto done;
+    }
+    if (loaded) {
+        status = run_load(address, payload, (int)bytes, connections, window, seconds);
         goto done;
     }
     connection = connect_to(address, 250);

@@ -1,12 +1,17 @@
-/* The bench's NATS row: a request/reply round trip through Debian's nats-server.
+/* The bench's NATS rows: a request/reply round trip through Debian's nats-server, and a load.
  *
  *   nats-echo-bench NATS_SERVER BYTES REQUESTS WARMUP
+ *   nats-echo-bench NATS_SERVER BYTES load|load-asap CONNECTIONS WINDOW SECONDS
  *
  * Starts nats-server on a free 127.0.0.1 port (nats-server has no Unix-domain sockets), a
  * responder process that publishes each request's payload back to its reply subject, and then,
  * as the client, sends REQUESTS + WARMUP requests of BYTES bytes one at a time
- * (natsConnection_Request, SendAsap on both connections). Prints "p50_us p99_us serial_rate".
- * Stops what it started, by pid. */
+ * (natsConnection_Request, SendAsap on both connections) and prints "p50_us p99_us serial_rate";
+ * or, with `load`, keeps WINDOW requests in flight on each of CONNECTIONS connections (each
+ * reply, to the connection's own inbox, sends the next request) and prints the replies per
+ * second over SECONDS, after 0.3 s not counted: with libnats's default buffering on every
+ * connection (`load`: its flusher thread writes, best at large windows) or SendAsap (`load-asap`:
+ * every publish written at once, best at small ones). Stops what it started, by pid. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -23,12 +28,29 @@ static void respond(natsConnection *nc, natsSubscription *sub, natsMsg *msg, voi
     natsMsg_Destroy(msg);
 }
 
-static natsConnection *connect_to(const char *url, int attempts) {
+/* One loaded connection: its inbox, its payload and the replies it got. */
+typedef struct {
+    char inbox[64];
+    const char *payload;
+    int bytes;
+    volatile uint64_t done;
+    volatile int stopping;
+} load_t;
+
+static void on_reply(natsConnection *nc, natsSubscription *sub, natsMsg *msg, void *closure) {
+    (void)sub;
+    load_t *load = closure;
+    natsMsg_Destroy(msg);
+    __atomic_add_fetch(&load->done, 1, __ATOMIC_RELAXED);
+    if (!load->stopping) natsConnection_PublishRequest(nc, "bench.echo", load->inbox, load->payload, load->bytes);
+}
+
+static natsConnection *connect_to(const char *url, int attempts, bool send_asap) {
     natsOptions *options = NULL;
     natsConnection *nc = NULL;
     if (natsOptions_Create(&options) != NATS_OK) return NULL;
     natsOptions_SetURL(options, url);
-    natsOptions_SetSendAsap(options, true);
+    natsOptions_SetSendAsap(options, send_asap);
     for (int i = 0; i < attempts; i++) {
         if (natsConnection_Connect(&nc, options) == NATS_OK) break;
         nc = NULL;
@@ -51,15 +73,56 @@ static int free_port(void) {
     return ntohs(address.sin_port);
 }
 
+/* The load: CONNECTIONS connections, each WINDOW requests in flight; prints the rate. */
+static int run_load(const char *url, const char *payload, int bytes, int connections, int window, double seconds, bool asap) {
+    natsConnection *ncs[64] = {0};
+    natsSubscription *subs[64] = {0};
+    load_t loads[64];
+    volatile uint64_t *done[64];
+    int status = 1;
+    for (int c = 0; c < connections; c++) {
+        load_t *load = &loads[c];
+        memset(load, 0, sizeof *load);
+        snprintf(load->inbox, sizeof load->inbox, "_INBOX.bench.%d.%d", (int)getpid(), c);
+        load->payload = payload;
+        load->bytes = bytes;
+        done[c] = &load->done;
+        ncs[c] = connect_to(url, 250, asap);
+        if (ncs[c] == NULL || natsConnection_Subscribe(&subs[c], ncs[c], load->inbox, on_reply, load) != NATS_OK
+            || natsConnection_Flush(ncs[c]) != NATS_OK) {
+            fprintf(stderr, "nats-echo-bench: cannot connect to %s\n", url);
+            goto stop;
+        }
+    }
+    for (int c = 0; c < connections; c++) {
+        for (int i = 0; i < window; i++) natsConnection_PublishRequest(ncs[c], "bench.echo", loads[c].inbox, payload, bytes);
+        natsConnection_Flush(ncs[c]);
+    }
+    peer_measure_load(done, connections, 300, seconds);
+    status = 0;
+stop:
+    for (int c = 0; c < connections; c++) loads[c].stopping = 1;
+    for (int c = 0; c < connections; c++) {
+        if (subs[c] != NULL) natsSubscription_Destroy(subs[c]);
+        if (ncs[c] != NULL) natsConnection_Destroy(ncs[c]);
+    }
+    return status;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: nats-echo-bench NATS_SERVER BYTES REQUESTS WARMUP\n");
+    int loaded = argc == 7 && strncmp(argv[3], "load", 4) == 0;
+    bool asap = !loaded || strcmp(argv[3], "load-asap") == 0;
+    if (argc != 5 && !loaded) {
+        fprintf(stderr, "usage: nats-echo-bench NATS_SERVER BYTES REQUESTS WARMUP\n"
+                        "       nats-echo-bench NATS_SERVER BYTES load|load-asap CONNECTIONS WINDOW SECONDS\n");
         return 2;
     }
     size_t bytes = strtoul(argv[2], NULL, 10);
-    size_t requests = strtoul(argv[3], NULL, 10), warmup = strtoul(argv[4], NULL, 10);
+    size_t requests = loaded ? 1 : strtoul(argv[3], NULL, 10), warmup = loaded ? 0 : strtoul(argv[4], NULL, 10);
+    int connections = loaded ? atoi(argv[4]) : 0, window = loaded ? atoi(argv[5]) : 0;
+    double seconds = loaded ? atof(argv[6]) : 0;
     int port = free_port();
-    if (port <= 0 || requests == 0) return 2;
+    if (port <= 0 || requests == 0 || (loaded && (connections < 1 || connections > 64 || window < 1 || seconds <= 0))) return 2;
     char port_text[16], url[64];
     snprintf(port_text, sizeof port_text, "%d", port);
     snprintf(url, sizeof url, "nats://127.0.0.1:%d", port);
@@ -71,7 +134,7 @@ int main(int argc, char **argv) {
 
     pid_t responder = peer_fork();
     if (responder == 0) {
-        natsConnection *nc = connect_to(url, 250);
+        natsConnection *nc = connect_to(url, 250, asap);
         natsSubscription *sub = NULL;
         if (nc == NULL || natsConnection_Subscribe(&sub, nc, "bench.echo", respond, NULL) != NATS_OK
             || natsConnection_Flush(nc) != NATS_OK) {
@@ -89,14 +152,20 @@ int main(int argc, char **argv) {
         fprintf(stderr, "nats-echo-bench: the responder could not subscribe\n");
         goto done;
     }
-    nc = connect_to(url, 250);
-    if (nc == NULL) {
-        fprintf(stderr, "nats-echo-bench: cannot connect to %s\n", url);
+    char *payload = malloc(bytes);
+    memset(payload, 'x', bytes);
+    if (loaded) {
+        status = run_load(url, payload, (int)bytes, connections, window, seconds, asap);
+        free(payload);
         goto done;
     }
-    char *payload = malloc(bytes);
+    nc = connect_to(url, 250, true);
+    if (nc == NULL) {
+        fprintf(stderr, "nats-echo-bench: cannot connect to %s\n", url);
+        free(payload);
+        goto done;
+    }
     samples = calloc(requests, sizeof samples[0]);
-    memset(payload, 'x', bytes);
     for (size_t i = 0; i < warmup + requests; i++) {
         natsMsg *reply = NULL;
         uint64_t start = peer_now_ns();

@@ -36,6 +36,19 @@ static inline void peer_print_summary(uint64_t *samples, size_t count) {
     fflush(stdout);
 }
 
+/* A load's rate: what `done` (a counter the load's callbacks add to) gained over `seconds`,
+ * after `warmup_ms` not counted. Prints "rate_per_s", one line on stdout. */
+static inline void peer_measure_load(volatile uint64_t *const *done, int count, int warmup_ms, double seconds) {
+    usleep((useconds_t)warmup_ms * 1000);
+    uint64_t before = 0, after = 0;
+    for (int i = 0; i < count; i++) before += __atomic_load_n(done[i], __ATOMIC_RELAXED);
+    uint64_t start = peer_now_ns();
+    usleep((useconds_t)(seconds * 1e6));
+    for (int i = 0; i < count; i++) after += __atomic_load_n(done[i], __ATOMIC_RELAXED);
+    printf("%.0f\n", (after - before) / ((peer_now_ns() - start) / 1e9));
+    fflush(stdout);
+}
+
 /* In a child: execs `argv` with LISTEN_FDS=1 (fd 3 = `listen_fd`) when `listen_fd` >= 0, its
  * output to /dev/null (unless BENCH_PEER_VERBOSE is set). */
 static inline void __attribute__((noreturn)) peer_exec_activated(char *const argv[], int listen_fd) {
