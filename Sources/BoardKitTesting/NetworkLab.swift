@@ -98,12 +98,17 @@ public final class NetworkLab: @unchecked Sendable {
         return true
     }
 
-    /// `ip netns del` of each (`ip`'s output files in `directory`).
+    /// `ip netns del` of each (`ip`'s output files in `directory`), in a task of its own: a
+    /// cancelled caller (a test past its time limit) would otherwise stop the `ip` that removes
+    /// them, and namespaces outlive the process.
     private static func deleteNamespaces(_ names: [String], ip: String, directory: String) async {
-        for name in names {
-            _ = try? await ChildProcess(executable: ip, arguments: ["netns", "del", name], environment: [:], directory: directory, name: "ip").wait(
-                timeout: .seconds(10))
-        }
+        guard !names.isEmpty else { return }
+        await Task.detached {
+            for name in names {
+                _ = try? await ChildProcess(executable: ip, arguments: ["netns", "del", name], environment: [:], directory: directory, name: "ip")
+                    .wait(timeout: .seconds(10))
+            }
+        }.value
     }
 
     /// `ip netns add` ×2, a veth pair between them, addresses, links up. Nil failure: made.

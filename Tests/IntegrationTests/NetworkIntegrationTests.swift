@@ -154,6 +154,30 @@ struct NetworkIntegrationTests {
         }
     }
 
+    /// A lab whose task is cancelled (a test over its time limit) still removes its network
+    /// namespaces: they outlive the process otherwise.
+    @Test(.enabled("needs network namespaces (root, iproute2, CAP_NET_ADMIN)") { await NetworkLab.canMakeNamespaces() })
+    func theLabsNamespacesGoEvenWhenItsTaskIsCancelled() async throws {
+        let names = try await Task {
+            try await NetworkLab.with { lab in
+                withUnsafeCurrentTask { $0?.cancel() }
+                return lab.namespaces
+            }
+        }.value
+        #expect(names.count == 2)
+        // `ip netns` keeps a namespace it names as a file in /run/netns.
+        let left = Set((try? FileManager.default.contentsOfDirectory(atPath: "/run/netns")) ?? [])
+        #expect(left.isDisjoint(with: names), "left behind: \(left.intersection(names))")
+        // Cleaned here, so that a failure of this test leaves nothing either.
+        for name in left.intersection(names) {
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: "/usr/sbin/ip")
+            process.arguments = ["netns", "del", name]
+            try? process.run()
+            process.waitUntilExit()
+        }
+    }
+
     /// B's side of a cut link. It needs B's motherboard running while the link is down, which
     /// only network namespaces give (over 127.0.0.1 the cut stops B's motherboard): skipped, and
     /// said so in the test report, where they cannot be made.
