@@ -8,7 +8,9 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
     /// message is two frames, the header and the payload.
     public static let previousVersion: UInt8 = 3
 
-    /// Protocol version of the sender.
+    /// The protocol version this header is read as: the current one for every decoded header (a
+    /// version-3 message is read into the same fields). Not what goes on the wire: the sender's
+    /// framing writes the version byte (``HeaderCodec/encode(_:version:)``).
     public var version: UInt8
     /// What the message is.
     public var kind: MessageKind
