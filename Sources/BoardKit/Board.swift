@@ -50,7 +50,13 @@ public struct RawMessage: Sendable, Hashable {
 /// says goodbye and returns.
 public struct Board: Sendable {
     @usableFromInline typealias Handler = @Sendable (Envelope, BoardContext) async throws -> Data
-    @usableFromInline typealias ImmediateHandler = @Sendable (Envelope, BoardContext) throws -> Data
+    /// A command handler that answers on the socket thread. A struct around the closure: a
+    /// closure kept in a dictionary as itself is re-abstracted (a heap allocation) every time it
+    /// is taken out, which this one is on every command.
+    @usableFromInline struct ImmediateHandler: Sendable {
+        @usableFromInline let run: @Sendable (Envelope, BoardContext) throws -> Data
+        @inlinable init(_ run: @escaping @Sendable (Envelope, BoardContext) throws -> Data) { self.run = run }
+    }
 
     /// The board's id. `$BOARDBUS_BOARD_ID` overrides it, so one executable can serve several ids.
     public let id: BoardID
@@ -122,7 +128,7 @@ public struct Board: Sendable {
     /// gateways, and that need not decode them.
     public mutating func onCommand(named name: String, _ handler: @escaping @Sendable (RawMessage, BoardContext) throws -> Data) {
         commandHandlers[name] = nil
-        immediateCommandHandlers[name] = { envelope, context in try handler(RawMessage(envelope), context) }
+        immediateCommandHandlers[name] = ImmediateHandler { envelope, context in try handler(RawMessage(envelope), context) }
     }
 
     /// Subscribes to an action by name, with the raw payload.
@@ -157,7 +163,7 @@ public struct Board: Sendable {
     ) {
         commandHandlers[Command.commandName] = nil
         schemas.commands[Command.commandName] = BoardSchemas.Command(request: .of(Command.self), reply: .of(Command.Reply.self))
-        immediateCommandHandlers[Command.commandName] = { envelope, context in
+        immediateCommandHandlers[Command.commandName] = ImmediateHandler { envelope, context in
             let format = try PayloadFormat(contentType: envelope.header.contentType)
             return try PayloadCodec.encode(
                 handler(PayloadCodec.decode(Command.self, from: envelope.payload, format: format), context), format: format)

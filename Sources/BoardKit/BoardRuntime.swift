@@ -37,7 +37,7 @@ final class BoardRuntime: Service, Sendable {
             // Synchronous command handlers answer right here on the socket thread; everything
             // else goes through the inbox, in order, to tasks on the same thread.
             if envelope.header.kind == .command, let handler = board.immediateCommandHandlers[envelope.header.typeName] {
-                respond(to: envelope, with: HandlerSpan.runNow(envelope.header) { Result { try handler(envelope, context) } })
+                respond(to: envelope, with: HandlerSpan.runNow(envelope.header) { Result { try handler.run(envelope, context) } })
             } else if envelope.header.kind == .dispatch || envelope.header.kind == .store {
                 // Stores apply their messages right here, one at a time, in arrival order.
                 respond(to: envelope, with: HandlerSpan.runNow(envelope.header) { Result { try handleStore(envelope) } })

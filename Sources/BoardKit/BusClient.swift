@@ -203,9 +203,17 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
         var continuation: UnsafeContinuation<Envelope, any Error>
     }
 
+    /// The handler of messages that are not answers. A class around the closure: a closure
+    /// returned through `withLock`'s generic result is re-abstracted (heap allocations) on every
+    /// message.
+    private final class MessageHandler: Sendable {
+        let handle: @Sendable (Envelope) -> Void
+        init(_ handle: @escaping @Sendable (Envelope) -> Void) { self.handle = handle }
+    }
+
     private struct Guarded {
         var pending = CorrelationTable<Pending>()
-        var messageHandler: (@Sendable (Envelope) -> Void)?
+        var messageHandler: MessageHandler?
         var tickHandler: (@Sendable () -> Void)?
         var subscriptions: [UUID: any BusSubscription] = [:]
         var lastRenewal: ContinuousClock.Instant?
@@ -229,6 +237,7 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
     }
 
     func setMessageHandler(_ handler: @escaping @Sendable (Envelope) -> Void) {
+        let handler = MessageHandler(handler)
         guarded.withLock { $0.messageHandler = handler }
     }
 
@@ -296,7 +305,7 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
         // ended, until the broker forgets the subscription) is dropped.
         let push = kind == .store && [StoreOperation.change, StoreOperation.restored].contains(envelope.header.typeName)
         guard subscribers.isEmpty, !push else { return }
-        handler?(envelope)
+        handler?.handle(envelope)
     }
 
     func tick() {
