@@ -13,7 +13,7 @@ struct BenchCommand: ParsableCommand {
         commandName: "boardbus-bench",
         abstract: "Measure BoardBus round trips, throughput, start-up and memory against a C zmq_proxy baseline.")
 
-    @Flag(help: "A short run (under a minute).")
+    @Flag(help: "A short run (about a minute).")
     var quick = false
 
     @Option(help: "Instead of the comparison, a steady load for this many seconds: messages sent, answered, lost, broker memory.")
