@@ -121,10 +121,13 @@ public final class BoardLauncher: Sendable {
         try process.runWithDefaultSignalMask()
         try? log.close()
         let pid = process.processIdentifier
-        children.withLock { $0[pid] = Child(id: id, process: process, pidFile: pidFile) }
-        let secretFile = Child.secretFile(pidFile)
-        _ = fileManager.createFile(atPath: secretFile, contents: Data(secret.utf8), attributes: [.posixPermissions: 0o600])
-        try "\(pid)\n".write(toFile: pidFile, atomically: true, encoding: .utf8)
+        // Under the children's lock, as their removal in `finished`: an earlier instance of the
+        // board whose end is handled only now must not take this one's files with it.
+        try children.withLock { children in
+            children[pid] = Child(id: id, process: process, pidFile: pidFile)
+            _ = fileManager.createFile(atPath: Child.secretFile(pidFile), contents: Data(secret.utf8), attributes: [.posixPermissions: 0o600])
+            try "\(pid)\n".write(toFile: pidFile, atomically: true, encoding: .utf8)
+        }
         logger.info("started board", metadata: ["board": "\(id)", "pid": "\(pid)", "log": "\(logPath)"])
         return LaunchedProcess(pid: pid, secret: secret)
     }
@@ -174,16 +177,28 @@ public final class BoardLauncher: Sendable {
     }
 
     private func finished(pid: Int32, id: BoardID, pidFile: String, status: String, clean: Bool) {
-        let removed = children.withLock { $0.removeValue(forKey: pid) }
+        let removed = children.withLock { children in
+            let removed = children.removeValue(forKey: pid)
+            if removed != nil { Self.removeFiles(pidFile, ifTheyNamePID: pid) }
+            return removed
+        }
         guard removed != nil else { return }
-        try? FileManager.default.removeItem(atPath: pidFile)
-        try? FileManager.default.removeItem(atPath: Child.secretFile(pidFile))
         if stopping.load(ordering: .acquiring) {
             logger.info("board stopped", metadata: ["board": "\(id)", "pid": "\(pid)", "status": "\(status)"])
             return
         }
         logger.info("board process ended", metadata: ["board": "\(id)", "pid": "\(pid)", "status": "\(status)"])
         onExit(pid, status, clean)
+    }
+
+    /// Removes a board's pid and secret files when the pid file still names `pid`: the end of a
+    /// process is handled after it happened (on Foundation's thread), by which time the board may
+    /// run again, with files of its own under the same names.
+    static func removeFiles(_ pidFile: String, ifTheyNamePID pid: Int32) {
+        let named = (try? String(contentsOfFile: pidFile, encoding: .utf8)).flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        guard named == nil || named == pid else { return }
+        try? FileManager.default.removeItem(atPath: pidFile)
+        try? FileManager.default.removeItem(atPath: Child.secretFile(pidFile))
     }
 
     private func executablePath(_ board: FleetManifest.Board) -> String {
@@ -219,10 +234,7 @@ public final class BoardLauncher: Sendable {
             guard children[pid]?.process == nil else { return nil }
             return children.removeValue(forKey: pid)
         }
-        if let removed {
-            try? FileManager.default.removeItem(atPath: removed.pidFile)
-            try? FileManager.default.removeItem(atPath: removed.secretFile)
-        }
+        if let removed { children.withLock { _ in Self.removeFiles(removed.pidFile, ifTheyNamePID: pid) } }
     }
 
     /// The pids of the processes still running.

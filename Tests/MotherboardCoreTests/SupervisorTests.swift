@@ -151,4 +151,29 @@ struct BoardLauncherTests {
             #expect(launcher.runningPIDs.isEmpty)
         }
     }
+
+    /// The end of a board's earlier process is handled after it happened: by then the board may
+    /// run again, and the earlier process's end must leave the new one's pid and secret files
+    /// (without them a broker started again neither adopts nor stops it).
+    @Test func anEarlierProcessThatEndsLeavesTheLaterOnesFiles() async throws {
+        try await withTemporaryDirectory("launcher") { directory in
+            let launcher = BoardLauncher(
+                address: BusAddress(runtimeDirectory: directory), stateDirectory: "\(directory)/state", binaryDirectory: "/bin",
+                logger: Logger(label: "test")
+            ) { _, _, _ in }
+            let board = FleetManifest.Board(id: "demo.sleeper", executable: "/bin/sleep", arguments: ["30"])
+            let earlier = try launcher.start(board)
+            let later = try launcher.start(board)
+            let pidFile = "\(directory)/pids/demo.sleeper.pid"
+            kill(earlier.pid, SIGKILL)
+            let handled = await eventually(timeout: .seconds(10)) { !launcher.runningPIDs.contains(earlier.pid) }
+            #expect(handled, "the earlier process's end was not handled")
+            let named = try? String(contentsOfFile: pidFile, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(named == "\(later.pid)")
+            #expect(FileManager.default.fileExists(atPath: "\(directory)/pids/demo.sleeper.secret"))
+            await launcher.stopAll(gracePeriod: .seconds(1))
+            // The later one's own end removes them.
+            #expect(!FileManager.default.fileExists(atPath: pidFile))
+        }
+    }
 }
