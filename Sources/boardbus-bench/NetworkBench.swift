@@ -67,10 +67,11 @@ enum NetworkBench {
             let result = try JSONDecoder().decode(ClientResult.self, from: Data(line.utf8))
             let label = "100 B, tcp+CURVE across \(lab.isolated ? "network namespaces" : "127.0.0.1")"
             report.latency(
-                label, baseline: LatencySummary(values: result.baseline), boardBus: LatencySummary(values: result.boardBus), judged: "tcp+CURVE echo")
+                label, baseline: LatencySummary(values: result.baseline), boardBus: LatencySummary(values: result.boardBus), judged: "tcp+CURVE echo",
+                p50Guard: 1.3)
             report.throughput(
                 "\(label), \(settings.clients)×\(settings.window) in flight", baseline: result.baselineRate, boardBus: result.boardBusRate,
-                judged: "tcp+CURVE echo")
+                judged: "tcp+CURVE echo", floor: 0.33)
 
             // One round in a quick run: each is about 3 s (the cut is noticed after the 2.5 s liveness timeout).
             try await linkTimes(lab: lab, rounds: quick ? 1 : 5, report: report)
