@@ -116,7 +116,7 @@ public final class BoardLauncher: Sendable {
             let signalled = finished.terminationReason == .uncaughtSignal
             let status = signalled ? "signal \(finished.terminationStatus)" : "exit \(finished.terminationStatus)"
             self?.finished(
-                pid: finished.processIdentifier, id: id, pidFile: pidFile, status: status, clean: !signalled && finished.terminationStatus == 0)
+                pid: finished.processIdentifier, id: id, status: status, clean: !signalled && finished.terminationStatus == 0)
         }
         try process.runWithDefaultSignalMask()
         try? log.close()
@@ -176,13 +176,8 @@ public final class BoardLauncher: Sendable {
         board.scope.isRoot ? board.id.rawValue : "\(board.id)@\(board.scope.name)"
     }
 
-    private func finished(pid: Int32, id: BoardID, pidFile: String, status: String, clean: Bool) {
-        let removed = children.withLock { children in
-            let removed = children.removeValue(forKey: pid)
-            if removed != nil { Self.removeFiles(pidFile, ifTheyNamePID: pid) }
-            return removed
-        }
-        guard removed != nil else { return }
+    private func finished(pid: Int32, id: BoardID, status: String, clean: Bool) {
+        guard forget(pid) != nil else { return }
         if stopping.load(ordering: .acquiring) {
             logger.info("board stopped", metadata: ["board": "\(id)", "pid": "\(pid)", "status": "\(status)"])
             return
@@ -191,14 +186,21 @@ public final class BoardLauncher: Sendable {
         onExit(pid, status, clean)
     }
 
-    /// Removes a board's pid and secret files when the pid file still names `pid`: the end of a
-    /// process is handled after it happened (on Foundation's thread), by which time the board may
-    /// run again, with files of its own under the same names.
-    static func removeFiles(_ pidFile: String, ifTheyNamePID pid: Int32) {
-        let named = (try? String(contentsOfFile: pidFile, encoding: .utf8)).flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-        guard named == nil || named == pid else { return }
-        try? FileManager.default.removeItem(atPath: pidFile)
-        try? FileManager.default.removeItem(atPath: Child.secretFile(pidFile))
+    /// Forgets the process `pid` (when `it` says so of it) and removes its pid and secret files
+    /// while the pid file still names it, under the children's lock, where ``start(_:)`` writes
+    /// them: the end of a process is handled after it happened (on Foundation's thread), by which
+    /// time the board may run again, with files of its own under the same names.
+    private func forget(_ pid: Int32, if it: (Child) -> Bool = { _ in true }) -> Child? {
+        children.withLock { children in
+            guard let child = children[pid], it(child) else { return nil }
+            children[pid] = nil
+            let named = Self.pid(inFile: child.pidFile)
+            if named == nil || named == pid {
+                try? FileManager.default.removeItem(atPath: child.pidFile)
+                try? FileManager.default.removeItem(atPath: child.secretFile)
+            }
+            return child
+        }
     }
 
     private func executablePath(_ board: FleetManifest.Board) -> String {
@@ -210,8 +212,7 @@ public final class BoardLauncher: Sendable {
     /// noticed through heartbeats, not `onExit`.
     public func adoptRunning(_ board: FleetManifest.Board) -> LaunchedProcess? {
         let pidFile = "\(pidDirectory)/\(BoardLauncher.fileStem(board)).pid"
-        guard let text = try? String(contentsOfFile: pidFile, encoding: .utf8),
-            let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 0, isRunning(pid),
+        guard let pid = Self.pid(inFile: pidFile), pid > 0, isRunning(pid),
             URL(fileURLWithPath: "/proc/\(pid)/exe").resolvingSymlinksInPath().path
                 == URL(fileURLWithPath: executablePath(board)).resolvingSymlinksInPath().path
         else { return nil }
@@ -219,6 +220,11 @@ public final class BoardLauncher: Sendable {
         let secret = try? String(contentsOfFile: Child.secretFile(pidFile), encoding: .utf8)
         logger.info("adopted running board", metadata: ["board": "\(board.id)", "pid": "\(pid)"])
         return LaunchedProcess(pid: pid, secret: secret)
+    }
+
+    /// The pid a pid file names, if it can be read.
+    private static func pid(inFile path: String) -> Int32? {
+        (try? String(contentsOfFile: path, encoding: .utf8)).flatMap { Int32($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
     }
 
     /// Whether a process is alive (and not a zombie).
@@ -230,11 +236,7 @@ public final class BoardLauncher: Sendable {
 
     /// Forgets an adopted process that is gone, removing its pid file.
     public func forgetAdopted(_ pid: Int32) {
-        let removed = children.withLock { children -> Child? in
-            guard children[pid]?.process == nil else { return nil }
-            return children.removeValue(forKey: pid)
-        }
-        if let removed { children.withLock { _ in Self.removeFiles(removed.pidFile, ifTheyNamePID: pid) } }
+        _ = forget(pid) { $0.process == nil }
     }
 
     /// The pids of the processes still running.
