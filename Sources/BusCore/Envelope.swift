@@ -32,7 +32,7 @@ public struct Envelope: Sendable, Hashable, Codable {
     /// header's ``HeaderCodec/validatedSize(_:)``) + 1 + the payload's size.
     package static func write(_ header: EnvelopeHeader, headerBytes: Int, payload: Data, into buffer: UnsafeMutableRawBufferPointer) {
         _ = HeaderCodec.write(header, into: buffer)
-        buffer[headerBytes] = WireFraming.headerEnd
+        buffer[headerBytes] = WireFraming.endOfHeader
         guard !payload.isEmpty else { return }
         payload.withUnsafeBytes { bytes in
             (buffer.baseAddress! + headerBytes + 1).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
@@ -65,16 +65,18 @@ public struct Envelope: Sendable, Hashable, Codable {
     ///   - first: the first frame's bytes (after the routing id).
     ///   - frameCount: frames after the routing id.
     ///   - secondFrameBytes: the size of the second frame (the payload, in version 3).
+    ///   - framing: ``WireFraming/accepted(first:frameCount:)`` of these frames when the caller
+    ///     found it already; nil: found here.
     ///   - payload: the payload, given where it is: a range of the first frame (version 4), or nil
     ///     for the second frame (version 3); asked only for a message that is accepted.
     package static func assemble(
-        first: UnsafeRawBufferPointer, frameCount: Int, secondFrameBytes: Int, limits: BusLimits,
+        first: UnsafeRawBufferPointer, frameCount: Int, secondFrameBytes: Int, limits: BusLimits, framing: WireFraming? = nil,
         payload: (_ inFirstFrame: Range<Int>?) -> Data
     ) -> Result<Envelope, MalformedMessage> {
         guard frameCount > 0 else { return .failure(MalformedMessage(BusError(.malformed, "no header frame"), answerWith: nil)) }
         let header: Range<Int>
         let payloadRange: Range<Int>?
-        switch WireFraming.of(first: first, frameCount: frameCount) {
+        switch framing.map(Result.success) ?? WireFraming.of(first: first, frameCount: frameCount) {
         case .success(.one(let headerRange, let inFrame)): (header, payloadRange) = (headerRange, inFrame)
         case .success(.two): (header, payloadRange) = (0..<first.count, nil)
         case .failure(let error): return .failure(MalformedMessage(error, answerWith: HeaderLayout.answerableCorrelationID(first)))

@@ -69,7 +69,7 @@ public enum HeaderCodec {
         static func isKnown(_ tag: UInt8) -> Bool { (1...8).contains(tag) }
     }
 
-    static let magic: (UInt8, UInt8) = (0x42, 0x42)
+    @usableFromInline static let magic: (UInt8, UInt8) = (0x42, 0x42)
 
     /// Encodes a header; throws `badArgument` when a field is over its limit (nothing is cut).
     /// `version` is the version byte written: the current one, or 3 for a version-3 peer.

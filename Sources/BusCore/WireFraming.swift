@@ -15,21 +15,19 @@ public enum WireFraming: Sendable, Hashable {
     case two
 
     /// The byte that ends a version-4 header (no optional field has tag 0).
-    public static let headerEnd: UInt8 = 0
+    public static let endOfHeader: UInt8 = 0
 
     /// How the `frameCount` frames of one message, the first of which is `first`, are framed;
     /// `malformed` (or `tooLarge`, for a header over the limit) when the count does not fit the
     /// version or a version-4 header does not end.
     public static func of(first: UnsafeRawBufferPointer, frameCount: Int) -> Result<WireFraming, BusError> {
-        let version = first.count > 2 && first[0] == HeaderCodec.magic.0 && first[1] == HeaderCodec.magic.1 ? first[2] : nil
-        switch version {
+        if let framing = accepted(first: first, frameCount: frameCount) { return .success(framing) }
+        switch version(of: first) {
         case EnvelopeHeader.currentVersion:
             guard frameCount == 1 else {
                 return .failure(BusError(.malformed, "a version-4 message is one frame (header and payload), got \(frameCount)"))
             }
-            let end = headerEnd(inFrame: first)
-            if end >= 0 { return .success(.one(header: 0..<end, payload: (end + 1)..<first.count)) }
-            if end == tooLong {
+            if headerEnd(inFrame: first) == tooLong {
                 return .failure(
                     BusError(
                         .tooLarge,
@@ -37,10 +35,7 @@ public enum WireFraming: Sendable, Hashable {
             }
             return .failure(BusError(.malformed, "a version-4 header ends with a 0 byte before the payload; the frame ends first"))
         case EnvelopeHeader.previousVersion:
-            guard frameCount == 2 else {
-                return .failure(BusError(.malformed, "a version-3 message is two frames (header, payload), got \(frameCount)"))
-            }
-            return .success(.two)
+            return .failure(BusError(.malformed, "a version-3 message is two frames (header, payload), got \(frameCount)"))
         default:
             // Not a header this peer reads: its reader says why (magic, version, size).
             switch frameCount {
@@ -49,6 +44,28 @@ public enum WireFraming: Sendable, Hashable {
             default: return .failure(BusError(.malformed, "expected 1 frame (header and payload), got \(frameCount)"))
             }
         }
+    }
+
+    /// The framing of a message that is well framed in version 4 or 3, found without building an
+    /// error (a receiver asks it of every message); nil for anything else, which
+    /// ``of(first:frameCount:)`` refuses, saying why.
+    @inlinable
+    public static func accepted(first: UnsafeRawBufferPointer, frameCount: Int) -> WireFraming? {
+        switch (frameCount, version(of: first)) {
+        case (1, EnvelopeHeader.currentVersion):
+            let end = headerEnd(inFrame: first)
+            return end >= 0 ? .one(header: 0..<end, payload: (end + 1)..<first.count) : nil
+        case (2, EnvelopeHeader.previousVersion):
+            return .two
+        default:
+            return nil
+        }
+    }
+
+    /// The version byte of a first frame that starts with the magic, else nil.
+    @inlinable
+    public static func version(of first: UnsafeRawBufferPointer) -> UInt8? {
+        first.count > 2 && first[0] == HeaderCodec.magic.0 && first[1] == HeaderCodec.magic.1 ? first[2] : nil
     }
 
     /// ``headerEnd(inFrame:)``'s answer for a header that runs past the limit.
@@ -73,7 +90,7 @@ public enum WireFraming: Sendable, Hashable {
         // Optional fields (a tag, a u16 length, the value) until the 0 byte.
         while offset < count {
             if offset > HeaderCodec.maximumHeaderBytes { return tooLong }
-            if base.load(fromByteOffset: offset, as: UInt8.self) == headerEnd { return offset }
+            if base.load(fromByteOffset: offset, as: UInt8.self) == endOfHeader { return offset }
             guard count - offset >= 3 else { return -1 }
             offset += 3 + length(at: offset + 1)
         }

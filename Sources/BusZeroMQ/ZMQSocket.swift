@@ -151,10 +151,10 @@ package final class ZMQSocket {
     /// fits exactly), then the payload, in the last received payload frame when it is that one, else
     /// copied, or lent to libzmq without a copy when large.
     private func sendPreviousVersion(_ envelope: Envelope, routingID: Data) throws -> SendResult {
-        _ = try HeaderCodec.validatedSize(envelope.header)
+        let headerBytes = try HeaderCodec.validatedSize(envelope.header)
         let routed = try sendRoutingID(routingID)
         if routed != .sent { return routed }
-        let headerResult = try sendHeader(envelope.header)
+        let headerResult = try sendHeader(envelope.header, size: headerBytes)
         if headerResult != .sent { return headerResult }
         if case .two = lastFraming, isLastPayload(envelope.payload) {
             lastPayloadData = nil
@@ -195,8 +195,8 @@ package final class ZMQSocket {
 
     /// Sends a version-3 header frame: encoded into the last received header frame when that was
     /// a version-3 one of the size, else into the socket's buffer and copied.
-    private func sendHeader(_ header: EnvelopeHeader) throws -> SendResult {
-        let size = try HeaderCodec.validatedSize(header)
+    /// `size` is its ``HeaderCodec/validatedSize(_:)``, found by the caller.
+    private func sendHeader(_ header: EnvelopeHeader, size: Int) throws -> SendResult {
         if case .two = lastFraming, zmq_msg_size(lastHeader) == size {
             _ = HeaderCodec.write(header, version: EnvelopeHeader.previousVersion, into: lastFrameBytes)
             framesReused += 1
@@ -318,25 +318,25 @@ package final class ZMQSocket {
         }
         guard received else { return .nothing }
         let first = lastFrameBytes
-        switch (parts, first.count > 2 && first[0] == 0x42 && first[1] == 0x42 ? first[2] : 0) {
-        case (1, EnvelopeHeader.currentVersion):
-            let end = WireFraming.headerEnd(inFrame: UnsafeRawBufferPointer(first))
-            guard end >= 0 else { break }  // refused below
-            lastFraming = .one(header: 0..<end, payload: (end + 1)..<first.count)
+        let framing = WireFraming.accepted(first: UnsafeRawBufferPointer(first), frameCount: parts)
+        switch framing {
+        case .one(let header, let payload):
+            lastFraming = .one(header: header, payload: payload)
             if routed, let routingID, !previousVersionPeers.isEmpty { previousVersionPeers.remove(routingID) }
-            let payloadBytes = first.count - end - 1
-            if payloadBytes <= limits.maximumPayloadBytes,
-                intercept(routingID, UnsafeMutableRawBufferPointer(rebasing: first[0..<end]), payloadBytes)
+            if payload.count <= limits.maximumPayloadBytes,
+                intercept(routingID, UnsafeMutableRawBufferPointer(rebasing: first[header]), payload.count)
             {
                 return .intercepted
             }
-        case (2, EnvelopeHeader.previousVersion):
+        case .two:
             // Answered in version 3 from now on; never routed in place.
             if routed, let routingID { previousVersionPeers.insert(routingID) }
-        default:
-            break
+        case nil:
+            break  // refused below, saying why
         }
-        let content = Envelope.assemble(first: UnsafeRawBufferPointer(first), frameCount: parts, secondFrameBytes: secondFrameBytes, limits: limits) {
+        let content = Envelope.assemble(
+            first: UnsafeRawBufferPointer(first), frameCount: parts, secondFrameBytes: secondFrameBytes, limits: limits, framing: framing
+        ) {
             self.takePayload(inFirstFrame: $0, secondFrameBytes: secondFrameBytes)
         }
         return .message(ReceivedMessage(routingID: routingID, content: content))
