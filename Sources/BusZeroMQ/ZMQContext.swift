@@ -6,11 +6,12 @@ import Synchronization
 package final class ZMQContext: @unchecked Sendable {
     let handle: UnsafeMutableRawPointer
 
-    /// Makes a context with one I/O thread (enough for Unix-domain sockets) and room for
-    /// `maximumSockets` sockets (libzmq's default is 1 023).
-    package init(maximumSockets: Int32? = nil) throws {
+    /// Makes a context with `ioThreads` I/O threads (one is enough for Unix-domain sockets; each
+    /// connection stays on one of them) and room for `maximumSockets` sockets (libzmq's default
+    /// is 1 023).
+    package init(maximumSockets: Int32? = nil, ioThreads: Int32 = 1) throws {
         guard let handle = zmq_ctx_new() else { throw ZMQContext.lastError("zmq_ctx_new") }
-        zmq_ctx_set(handle, ZMQ_IO_THREADS, 1)
+        zmq_ctx_set(handle, ZMQ_IO_THREADS, ioThreads)
         if let maximumSockets { zmq_ctx_set(handle, ZMQ_MAX_SOCKETS, maximumSockets) }
         self.handle = handle
     }

@@ -46,6 +46,9 @@ public final class MotherboardServer: Service {
         /// The most connections all endpoints together hold (ipc, tcp, MDP); fewer when the
         /// descriptor limit leaves less room (``ConnectionLimit``). Default 8192.
         public var maximumConnections = 8192
+        /// libzmq I/O threads of the broker's sockets (1 to 16): each connection is served by one
+        /// of them, so more than one spreads many connections' reads and writes over more cores.
+        public var ioThreads = 1
         /// Plaintext tcp, no keys: anyone who reaches the port is in.
         public var insecure = false
         /// The parent motherboard to attach to, serving this manifest's scopes there.
@@ -97,7 +100,7 @@ public final class MotherboardServer: Service {
 
         // Room to spare for the broker's sockets, their monitors and the gateways' three each
         // (their boards share one connection): libzmq's default is 1 023.
-        let context = try ZMQContext(maximumSockets: 4096)
+        let context = try ZMQContext(maximumSockets: 4096, ioThreads: Int32(options.ioThreads))
         let socket = try ZMQSocket(context: context, kind: .router)
         // Hard cap: frames far beyond the soft limit disconnect the peer inside libzmq; those
         // between the two get a typed `tooLarge` answer from the broker.

@@ -37,6 +37,9 @@ struct BenchCommand: ParsableCommand {
     @Option(help: ArgumentHelp("Instead of the comparison, only the baseline's throughput load for this many seconds.", visibility: .hidden))
     var loadBaseline: Double?
 
+    @Option(help: ArgumentHelp("With --load: the broker's libzmq I/O threads (motherboard --io-threads).", visibility: .hidden))
+    var brokerIOThreads = 1
+
     @Option(help: ArgumentHelp("With --load or --load-baseline: connections.", visibility: .hidden))
     var loadClients = 4
 
@@ -202,7 +205,7 @@ struct BenchCommand: ParsableCommand {
         }
         if let load {
             let manifest = #"{"boards": [{"id": "bench.echo", "executable": "bench-echo-board"}]}"#
-            try await TestFleet.with(manifest: manifest) { fleet in
+            try await TestFleet.with(manifest: manifest, brokerArguments: ["--io-threads", "\(brokerIOThreads)"]) { fleet in
                 print("motherboard pid \(fleet.brokerPID), bench-echo-board pid \(fleet.pid(of: BoardBusBench.board) ?? 0), client pid \(getpid())")
                 fflush(nil)
                 let payload = echoPayload(bytes: bytes)

@@ -88,6 +88,9 @@ struct MotherboardCommand: ParsableCommand {
     )
     var mdp: String?
 
+    @Option(help: "libzmq I/O threads for the broker's connections (1 to 16; default 1). Each connection is served by one of them.")
+    var ioThreads = 1
+
     @Flag(help: "Stop when the parent process exits (for test harnesses).")
     var exitWithParent = false
 
@@ -121,6 +124,8 @@ struct MotherboardCommand: ParsableCommand {
                 guard maxConnections > 0 else { throw BusError(.badArgument, "--max-connections must be at least 1, not \(maxConnections)") }
                 options.maximumConnections = maxConnections
             }
+            guard (1...16).contains(ioThreads) else { throw BusError(.badArgument, "--io-threads must be 1 to 16, not \(ioThreads)") }
+            options.ioThreads = ioThreads
             options.curveKeyPath = curveKey
             options.allowListPath = allow
             options.policyPath = policy

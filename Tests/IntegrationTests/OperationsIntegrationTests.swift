@@ -282,4 +282,36 @@ struct OperationsIntegrationTests {
             }
         }
     }
+
+    /// `--io-threads` gives the broker's connections more libzmq I/O threads: a fleet on two
+    /// serves calls from several clients, and a count out of 1…16 is refused at start.
+    @Test func theBrokerRunsOnMoreThanOneIOThreadAndRefusesACountOutOfRange() async throws {
+        let manifest = #"{"boards": [{"id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always"}]}"#
+        try await TestFleet.with(manifest: manifest, brokerArguments: ["--io-threads", "2"]) { fleet in
+            let names = try ioThreadNames(of: fleet.brokerPID)
+            #expect(names.sorted() == ["ZMQbg/IO/0", "ZMQbg/IO/1"], "\(names)")
+            for sequence in 1...3 {
+                let result = try await fleet.busctl("call", "demo.greeter", "ping", #"{"sequence":\#(sequence)}"#)
+                #expect(result.exitCode == 0 && result.standardOutput.contains("\(sequence)"), "\(result.standardError)")
+            }
+        }
+        let binaries = try TestFleet.locateBinaries()
+        try await withTemporaryDirectory("io-threads") { directory in
+            for count in ["0", "17", "-1"] {
+                let result = try await ChildProcess(
+                    executable: "\(binaries)/motherboard", arguments: ["--runtime-dir", "\(directory)/run", "--io-threads=\(count)"],
+                    environment: ProcessInfo.processInfo.environment, directory: directory, name: "motherboard"
+                ).wait(timeout: .seconds(30))
+                #expect(result.exitCode == 1, "\(count)")
+                #expect(result.standardError.contains("--io-threads must be 1 to 16, not \(count)"), "\(result.standardError)")
+            }
+        }
+    }
+
+    /// The names of a process's libzmq I/O threads (`ZMQbg/IO/N`).
+    private func ioThreadNames(of pid: Int32) throws -> [String] {
+        let tasks = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")
+        return tasks.compactMap { try? String(contentsOfFile: "/proc/\(pid)/task/\($0)/comm", encoding: .utf8) }
+            .map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.filter { $0.hasPrefix("ZMQbg/IO/") }
+    }
 }
