@@ -49,6 +49,12 @@ public final class MotherboardServer: Service {
         /// libzmq I/O threads of the broker's sockets (1 to 16): each connection is served by one
         /// of them, so more than one spreads many connections' reads and writes over more cores.
         public var ioThreads = 1
+
+        /// Refuses an I/O thread count out of 1…16 (a context without one serves no connection),
+        /// naming it as `name` (the option it came from).
+        public static func checkIOThreads(_ count: Int, name: String = "ioThreads") throws(BusError) {
+            guard (1...16).contains(count) else { throw BusError(.badArgument, "\(name) must be 1 to 16, not \(count)") }
+        }
         /// Plaintext tcp, no keys: anyone who reaches the port is in.
         public var insecure = false
         /// The parent motherboard to attach to, serving this manifest's scopes there.
@@ -100,6 +106,7 @@ public final class MotherboardServer: Service {
 
         // Room to spare for the broker's sockets, their monitors and the gateways' three each
         // (their boards share one connection): libzmq's default is 1 023.
+        try Options.checkIOThreads(options.ioThreads)
         let context = try ZMQContext(maximumSockets: 4096, ioThreads: Int32(options.ioThreads))
         let socket = try ZMQSocket(context: context, kind: .router)
         // Hard cap: frames far beyond the soft limit disconnect the peer inside libzmq; those

@@ -124,7 +124,7 @@ struct MotherboardCommand: ParsableCommand {
                 guard maxConnections > 0 else { throw BusError(.badArgument, "--max-connections must be at least 1, not \(maxConnections)") }
                 options.maximumConnections = maxConnections
             }
-            guard (1...16).contains(ioThreads) else { throw BusError(.badArgument, "--io-threads must be 1 to 16, not \(ioThreads)") }
+            try MotherboardServer.Options.checkIOThreads(ioThreads, name: "--io-threads")
             options.ioThreads = ioThreads
             options.curveKeyPath = curveKey
             options.allowListPath = allow
