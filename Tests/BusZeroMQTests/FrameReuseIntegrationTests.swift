@@ -36,23 +36,8 @@ struct FrameReuseIntegrationTests {
     }
 
     func withPair<T: Sendable>(_ body: @escaping @Sendable (Pair) throws -> T) async throws -> T {
-        try await withTemporaryEndpoint("reuse") { endpoint in
-            try await onOwnThread {
-                let context = try ZMQContext()
-                defer { context.terminate() }
-                let router = try ZMQSocket(context: context, kind: .router)
-                defer { router.close() }
-                try router.bind(endpoint)
-                let dealer = try ZMQSocket(context: context, kind: .dealer)
-                defer { dealer.close() }
-                try dealer.connect(endpoint)
-                // The router learns the dealer's routing id from a first message.
-                try dealer.send(Envelope(header: EnvelopeHeader(kind: .heartbeat)))
-                guard router.waitReadable(timeoutMilliseconds: 5_000), let hello = try router.receiveEnvelope(limits: .default),
-                    let dealerID = hello.routingID
-                else { throw BusError(.timeout, "the router received nothing") }
-                return try body(Pair(router: router, dealer: dealer, dealerID: dealerID))
-            }
+        try await withRouterAndDealers("reuse", hellos: [try heartbeatFrames()]) { router, dealers in
+            try body(Pair(router: router, dealer: dealers[0].socket, dealerID: dealers[0].id))
         }
     }
 

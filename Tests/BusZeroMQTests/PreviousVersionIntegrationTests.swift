@@ -35,32 +35,9 @@ struct PreviousVersionIntegrationTests {
     }
 
     func withTrio<T: Sendable>(_ body: @escaping @Sendable (Trio) throws -> T) async throws -> T {
-        try await withTemporaryEndpoint("v3") { endpoint in
-            try await onOwnThread {
-                let context = try ZMQContext()
-                defer { context.terminate() }
-                let router = try ZMQSocket(context: context, kind: .router)
-                defer { router.close() }
-                try router.bind(endpoint)
-                let current = try ZMQSocket(context: context, kind: .dealer)
-                defer { current.close() }
-                try current.connect(endpoint)
-                let previous = try ZMQSocket(context: context, kind: .dealer)
-                defer { previous.close() }
-                try previous.connect(endpoint)
-                let hello = Envelope(header: EnvelopeHeader(kind: .heartbeat))
-                try current.send(hello)
-                guard router.waitReadable(timeoutMilliseconds: 5_000), let first = try router.receiveEnvelope(limits: .default),
-                    let currentID = first.routingID
-                else { throw BusError(.timeout, "the router received nothing") }
-                router.releaseReceivedFrames()
-                try previous.send(try hello.frames(version: 3))
-                guard router.waitReadable(timeoutMilliseconds: 5_000), let second = try router.receiveEnvelope(limits: .default),
-                    let previousID = second.routingID
-                else { throw BusError(.timeout, "the router received nothing") }
-                router.releaseReceivedFrames()
-                return try body(Trio(router: router, current: current, previous: previous, currentID: currentID, previousID: previousID))
-            }
+        try await withRouterAndDealers("v3", hellos: [try heartbeatFrames(), try heartbeatFrames(version: 3)]) { router, dealers in
+            try body(
+                Trio(router: router, current: dealers[0].socket, previous: dealers[1].socket, currentID: dealers[0].id, previousID: dealers[1].id))
         }
     }
 
