@@ -46,6 +46,10 @@ let package = Package(
         // its pkg-config flags are not used: they name krb5's include directory, which SwiftPM
         // refuses with a warning on every build). Only BusZeroMQ imports it.
         .systemLibrary(name: "CBoardBusZeroMQ", providers: [.apt(["libzmq3-dev"])]),
+        // libnats from Debian's libnats-dev (nats/nats.h, `link "nats"`): only BusNATS imports it.
+        .systemLibrary(name: "CBoardBusNATS", providers: [.apt(["libnats-dev"])]),
+        // The NATS client the motherboard's NATS gateway uses, and the fleet's subjects there.
+        .target(name: "BusNATS", dependencies: ["CBoardBusNATS", "BusCore"]),
         // The motherboard's accept() and accept4(): keep libzmq's listeners away from the
         // descriptor limit (accept_guard.c says how and why).
         .target(name: "CBoardBusAcceptGuard"),
@@ -77,7 +81,7 @@ let package = Package(
         .target(
             name: "MotherboardGateways",
             dependencies: [
-                "BusCore", "BusZeroMQ", "MotherboardCore",
+                "BusCore", "BusZeroMQ", "BusNATS", "MotherboardCore",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
             ]
@@ -101,7 +105,7 @@ let package = Package(
         .executableTarget(
             name: "motherboard",
             dependencies: [
-                "MotherboardCore", "MotherboardDaemon", "MotherboardGateways", "BoardBusLogWriter",
+                "BusNATS", "MotherboardCore", "MotherboardDaemon", "MotherboardGateways", "BoardBusLogWriter",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -232,7 +236,8 @@ let package = Package(
         .testTarget(
             name: "MotherboardCoreTests",
             dependencies: [
-                "MotherboardCore", "MotherboardDaemon", "MotherboardGateways", "BusCore", "BusZeroMQ", "BoardKitTesting", "BoardBusLogWriter",
+                "MotherboardCore", "MotherboardDaemon", "MotherboardGateways", "BusCore", "BusNATS", "BusZeroMQ", "BoardKitTesting",
+                "BoardBusLogWriter",
             ]),
         // The socket loop, frame reuse and backlog accounting over real ZeroMQ sockets.
         .testTarget(name: "BusZeroMQTests", dependencies: ["BusZeroMQ", "BusCore", "BoardKitTesting"]),

@@ -1,17 +1,34 @@
-# Shared by scripts/fleet, scripts/test and scripts/bench: make sure libzmq's headers (and, for the
-# protocol tests of boards written in Python, Debian's pyzmq and cbor2) are installed.
+# Shared by scripts/fleet, scripts/test and scripts/bench: make sure the headers the build needs
+# (libzmq's, and libnats's for the motherboard's NATS gateway) and, for the protocol tests of
+# boards written in Python, Debian's pyzmq and cbor2 are installed.
 # Sourced, not run.
 
 ensure_libzmq() {
-    if [ -f /usr/include/zmq.h ] && pkg-config --exists libzmq 2>/dev/null \
+    if [ -f /usr/include/zmq.h ] && pkg-config --exists libzmq 2>/dev/null && [ -f /usr/include/nats/nats.h ] \
         && /usr/bin/python3 -c 'import zmq, cbor2' 2>/dev/null; then
         return 0
     fi
-    echo "==> installing libzmq3-dev, python3-zmq and python3-cbor2 with apt-get" >&2
+    echo "==> installing libzmq3-dev, libnats-dev, python3-zmq and python3-cbor2 with apt-get" >&2
     local sudo=""
     if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
     $sudo apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libzmq3-dev pkg-config python3 python3-zmq python3-cbor2 >&2
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libzmq3-dev libnats-dev pkg-config python3 python3-zmq python3-cbor2 >&2
+}
+
+# The NATS tests: Debian's nats-server (the cluster's nodes) and nats-py 2.16.0 from PyPI (the
+# third-party client that calls a board by its subject).
+ensure_nats_peers() {
+    if [ ! -x /usr/sbin/nats-server ]; then
+        echo "==> installing nats-server with apt-get" >&2
+        local sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        $sudo apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nats-server >&2
+    fi
+    if /usr/bin/python3 -c 'import nats' 2>/dev/null; then return 0; fi
+    echo "==> installing nats-py 2.16.0 from PyPI (pip --user)" >&2
+    /usr/bin/python3 -m pip install --quiet --user --break-system-packages nats-py==2.16.0 >&2 \
+        || /usr/bin/python3 -m pip install --quiet --user nats-py==2.16.0 >&2
 }
 
 # The metrics tests check the exposition with prometheus_client's own parser, from PyPI, for

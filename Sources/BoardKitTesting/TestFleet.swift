@@ -100,11 +100,13 @@ public final class TestFleet: @unchecked Sendable {
     }
 
     /// Kills the broker with SIGKILL (its boards live on) and starts a new one on the same
-    /// runtime directory; returns once it is READY.
-    public func restartBrokerAfterKill(timeout: Duration = .seconds(30)) async throws {
+    /// runtime directory; returns once it is READY. `whileDown` runs between the two (what others
+    /// see while no broker runs).
+    public func restartBrokerAfterKill(timeout: Duration = .seconds(30), whileDown: () async throws -> Void = {}) async throws {
         let old = lock.withLock { broker }
         kill(old.pid, SIGKILL)
         _ = try? await old.wait(timeout: .seconds(10))
+        try await whileDown()
         let fresh = try await TestFleet.startBroker(
             binaryDirectory: binaryDirectory, manifestPath: manifestPath, address: address, directory: directory,
             name: nextOutputName("motherboard"), environment: ["BOARDBUS_STATE_DIR": stateDirectory].merging(brokerEnvironment) { $1 },
@@ -135,11 +137,12 @@ public final class TestFleet: @unchecked Sendable {
         try await run("busctl", arguments: arguments, timeout: timeout)
     }
 
-    /// Runs one of the package's executables to completion against this fleet.
+    /// Runs one of the package's executables (or a program by absolute path) to completion against
+    /// this fleet.
     public func run(_ executable: String, arguments: [String], timeout: Duration = .seconds(30)) async throws -> ChildProcess.Result {
         let child = try await ChildProcess(
             executable: try TestFleet.executable(executable, in: binaryDirectory), arguments: arguments,
-            environment: environment, directory: directory, name: nextOutputName(executable))
+            environment: environment, directory: directory, name: nextOutputName((executable as NSString).lastPathComponent))
         return try await child.wait(timeout: timeout)
     }
 
@@ -211,9 +214,10 @@ public final class TestFleet: @unchecked Sendable {
         }
     }
 
-    /// The path of one of the build products, or a `badArgument` that says how to get it built.
+    /// The path of one of the build products (or `name` itself when it is an absolute path), or a
+    /// `badArgument` that says how to get it built.
     static func executable(_ name: String, in binaryDirectory: String) throws -> String {
-        let path = "\(binaryDirectory)/\(name)"
+        let path = name.hasPrefix("/") ? name : "\(binaryDirectory)/\(name)"
         guard FileManager.default.isExecutableFile(atPath: path) else {
             throw BusError(
                 .badArgument,

@@ -33,6 +33,10 @@ public struct Registration: BusPayload, Hashable {
     /// names the board it is from (source and scope), and the broker's name the board they are
     /// for (target and scope). A connection serves either one board or only such boards.
     public var sharesConnection: Bool?
+    /// Set by a gateway for a board it serves from another host (the NATS gateway: the name the
+    /// board's motherboard announced): `list` shows it as the board's host. Read only with
+    /// ``sharesConnection``.
+    public var host: String?
 
     public init(
         id: BoardID, pid: Int32, scope: Scope = .root, inputType: String? = nil, inputTypes: [String]? = nil, commands: [String] = [],
@@ -67,6 +71,7 @@ public struct Registration: BusPayload, Hashable {
         schemas = try container.decodeIfPresent(BoardSchemas.self, forKey: .schemas)
         sharesConnection = try container.decodeIfPresent(Bool.self, forKey: .sharesConnection)
         inputTypes = try container.decodeIfPresent([String].self, forKey: .inputTypes)
+        host = try container.decodeIfPresent(String.self, forKey: .host)
     }
 
     /// A new registration secret: 32 random bytes from the system's generator, as hex.
@@ -231,6 +236,14 @@ public enum ControlOperation {
     public static let uplinkBoard = "uplink.board"
     /// Pushed to the uplink: a board of a served scope left (``StatusRequest``).
     public static let uplinkGone = "uplink.gone"
+    /// From the motherboard's own NATS gateway, on its in-process endpoint (``UplinkAttach``, with
+    /// the gateway's secret): the boards of this motherboard, every scope's, are pushed to it from
+    /// then on, but those it registered itself for other hosts.
+    public static let exportAttach = "export.attach"
+    /// Pushed to the exporting gateway: a board registered (``Registration``, no secret).
+    public static let exportBoard = "export.board"
+    /// Pushed to the exporting gateway: a board left (``StatusRequest``).
+    public static let exportGone = "export.gone"
     /// From an attached motherboard's link, when it comes up (``LinkChain``: the attaching
     /// motherboard's link id): answered with the parent's chain (its link id, then those above
     /// it), or `badArgument` when the attaching motherboard is in it (attaching would make a cycle).

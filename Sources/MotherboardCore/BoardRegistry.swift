@@ -24,7 +24,8 @@ final class LiveBoard {
     /// Where its connection comes from when it is not the broker's ipc socket (tcp: address and
     /// key name); such a board whose link fails is kept as unreachable rather than dropped.
     let remote: RemotePeer?
-    var host: String? { remote?.description }
+    /// Where it runs when not here: its tcp peer, or the host a gateway registered it for.
+    var host: String? { remote?.description ?? (sharesConnection ? registration.host : nil) }
     /// The remote principal it registered as (its key's name, or the one a gateway registered
     /// it for); nil for the broker's own user. The access policy is asked again about it when
     /// the policy changes.

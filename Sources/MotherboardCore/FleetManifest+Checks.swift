@@ -7,8 +7,9 @@ import Foundation
 extension FleetManifest {
     /// The keys each kind of object of the manifest may have.
     static let knownKeys: [String: Set<String>] = [
-        "manifest": ["scopes", "boards", "flows", "metricsListen", "listen", "attach", "mdp", "policy"],
+        "manifest": ["scopes", "boards", "flows", "metricsListen", "listen", "attach", "mdp", "policy", "nats"],
         "attach": ["address", "serverKey", "clientKey", "insecure"],
+        "nats": ["servers", "fleet", "host", "credentials", "tlsCA"],
         "board": ["id", "executable", "arguments", "scope", "start", "restart", "restartLimit", "delivery", "maxDeliveries"],
         "restartLimit": ["count", "windowSeconds"],
         "scope": ["name", "parent"],
@@ -77,6 +78,7 @@ extension FleetManifest {
             try each("scopes", "scope")
             try each("flows", "flow")
             if let attach = object["attach"] { try checkKeys(attach, kind: "attach", path: "attach") }
+            if let nats = object["nats"] { try checkKeys(nats, kind: "nats", path: "nats") }
         case "board":
             if let limit = object["restartLimit"] { try checkKeys(limit, kind: "restartLimit", path: "\(path).restartLimit") }
         default:

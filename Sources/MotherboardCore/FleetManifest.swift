@@ -192,12 +192,28 @@ public struct FleetManifest: Sendable, Hashable, Codable {
     /// The access policy file for remote principals (relative: to the manifest's directory;
     /// `--policy` overrides; default `<state>/policy.json`).
     public var policy: String?
+    /// The NATS cluster to join (`--nats` overrides).
+    public var nats: NATS?
     /// The directory of the manifest file it was loaded from: relative key paths in `attach` are
     /// relative to it. Not part of the manifest's JSON.
     public var directory: String?
 
     private enum CodingKeys: String, CodingKey {
-        case scopes, boards, flows, metricsListen, listen, attach, mdp, policy
+        case scopes, boards, flows, metricsListen, listen, attach, mdp, policy, nats
+    }
+
+    /// `"nats": {"servers": ["nats://10.0.0.1:4222", …], "fleet": "shop", "host": "edge-a",
+    /// "credentials": FILE, "tlsCA": FILE}` (files relative to the manifest's directory).
+    public struct NATS: Codable, Sendable, Hashable {
+        public var servers: [String]
+        /// The fleet's name on the cluster (default `boardbus`).
+        public var fleet: String?
+        /// This motherboard's name in the others' lists (default: the host name).
+        public var host: String?
+        /// A `.creds` file (user JWT and NKey seed).
+        public var credentials: String?
+        /// The certificate authority of the servers' TLS certificates.
+        public var tlsCA: String?
     }
 
     /// `"attach": {"address": "tcp://10.0.0.1:7400", "serverKey": KEY-OR-FILE, "clientKey": FILE}`.
@@ -240,6 +256,7 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         attach = try container.decodeIfPresent(Attach.self, forKey: .attach)
         mdp = try container.decodeIfPresent(String.self, forKey: .mdp)
         policy = try container.decodeIfPresent(String.self, forKey: .policy)
+        nats = try container.decodeIfPresent(NATS.self, forKey: .nats)
     }
 
     /// Reads and checks a manifest file.

@@ -120,6 +120,9 @@ extension Motherboard {
         // child's link asks for the chain above, the uplink says what is above its motherboard.
         ControlOperation.uplinkAttach: .init(federation: true) { motherboard, envelope, peer, _ in try motherboard.attachUplink(envelope, from: peer)
         },
+        ControlOperation.exportAttach: .init(federation: true) { motherboard, envelope, peer, _ in
+            try motherboard.attachExporter(envelope, from: peer)
+        },
         ControlOperation.linkChain: .init(federation: true) { motherboard, envelope, peer, _ in try motherboard.answerLinkChain(envelope, from: peer)
         },
         ControlOperation.uplinkChain: .init(caller: .uplink("only this motherboard's own uplink says what is above it"), federation: true) {

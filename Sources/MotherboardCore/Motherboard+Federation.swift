@@ -66,6 +66,35 @@ extension Motherboard {
         for board in registry.sorted { uplinkBoardRegistered(board) }
     }
 
+    /// `export.attach`: the NATS gateway proves itself; every board here is pushed to it.
+    func attachExporter(_ envelope: Envelope, from peer: PeerID) throws {
+        let request = try PayloadCodec.decode(UplinkAttach.self, from: envelope.payload)
+        guard sender(of: peer, envelope) == nil, Self.secretsMatch(exportSecret, request.secret) else {
+            throw BusError(.unauthorized, "only this motherboard's own NATS gateway may attach as its exporter")
+        }
+        exporter = peer
+        logger.info("exporter attached", metadata: ["peer": "\(peer)"])
+        reply(to: envelope, from: peer, with: Delivery(delivered: 0))
+        for board in registry.sorted { exportBoardRegistered(board) }
+    }
+
+    /// A board registered here: the exporter is told, unless a gateway serves it from elsewhere.
+    func exportBoardRegistered(_ board: LiveBoard) {
+        guard let exporter, board.host == nil || board.remote != nil else { return }
+        var registration = board.registration
+        registration.secret = nil
+        registration.schemas = nil
+        let header = EnvelopeHeader(kind: .control, target: board.id.rawValue, scope: board.scope, typeName: ControlOperation.exportBoard)
+        send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(registration)), to: exporter)
+    }
+
+    /// A board left: the exporter is told.
+    func exportBoardGone(_ board: LiveBoard) {
+        guard let exporter, board.host == nil || board.remote != nil else { return }
+        let header = EnvelopeHeader(kind: .control, target: board.id.rawValue, scope: board.scope, typeName: ControlOperation.exportGone)
+        send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(StatusRequest(id: board.id, scope: board.scope))), to: exporter)
+    }
+
     /// `link.chain`: a motherboard attaching here names itself; it is refused when it is this one
     /// or one above it (the attach would close a cycle), else told the chain above it.
     func answerLinkChain(_ envelope: Envelope, from peer: PeerID) throws {
@@ -132,17 +161,27 @@ extension Motherboard {
         _ header: EnvelopeHeader, payload: Data, deliveryID: UInt64?, timeout: Duration, to uplink: PeerID, now: ContinuousClock.Instant
     ) {
         var header = header
-        header.target = ""
         header.linkTrail = (header.linkTrail ?? []) + [linkID]
+        sendActionPart(header, payload: payload, deliveryID: deliveryID, timeout: timeout, to: uplink, named: "uplink", now: now)
+    }
+
+    /// One part of an action's delivery sent to a gateway (the uplink, the NATS gateway), which
+    /// answers with the subscribers it reached when the sender waits (`deliveryID`).
+    func sendActionPart(
+        _ header: EnvelopeHeader, payload: Data, deliveryID: UInt64?, timeout: Duration, to peer: PeerID, named name: String,
+        now: ContinuousClock.Instant
+    ) {
+        var header = header
+        header.target = ""
         if let deliveryID {
             header.flags.insert(.replyExpected)
             header.correlationID = replies.expectActionPart(
-                deliveryID, board: ScopedName(scope: .root, name: "uplink"), boardPeer: uplink, deadline: now.advanced(by: timeout))
+                deliveryID, board: ScopedName(scope: .root, name: name), boardPeer: peer, deadline: now.advanced(by: timeout))
         } else {
             header.flags.remove(.replyExpected)
             header.correlationID = 0
         }
-        send(Envelope(header: header, payload: payload), to: uplink)
+        send(Envelope(header: header, payload: payload), to: peer)
     }
 
     /// An action that went up from here came back (motherboards attached in a cycle: to itself,

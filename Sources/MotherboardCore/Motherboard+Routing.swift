@@ -202,8 +202,11 @@ extension Motherboard {
     func finish(_ request: ReplyRegistry.Request, _ outcome: Result<Envelope, BusError>) {
         if let action = request.action {
             guard let answer = try? outcome.get(), answer.header.kind == .reply else { return finishActionPart(action, acknowledged: 0) }
-            // The uplink's part counts the subscribers the parent motherboard reached.
-            let count = request.boardPeer == uplink ? (try? PayloadCodec.decode(Delivery.self, from: answer.payload))?.delivered ?? 0 : 1
+            // The uplink's part counts the subscribers the parent motherboard reached, the NATS
+            // gateway's those of the fleet's other motherboards.
+            let count =
+                request.boardPeer == uplink || request.boardPeer == exporter
+                ? (try? PayloadCodec.decode(Delivery.self, from: answer.payload))?.delivered ?? 0 : 1
             return finishActionPart(action, acknowledged: count)
         }
         switch outcome {
@@ -242,6 +245,17 @@ extension Motherboard {
         let delivered = runFlows(
             .output, from: source, typeName: envelope.header.typeName, payload: envelope.payload, trace: envelope.header.trace,
             traceState: envelope.header.traceState, now: now)
+        // The fleet's other motherboards run their flows on it too (not on an output that came
+        // from there, nor on one of a board served here from another host).
+        if let exporter, peer != exporter, sender?.host == nil || sender?.remote != nil {
+            var header = envelope.header
+            header.source = source.name
+            header.scope = source.scope
+            header.target = ""
+            header.flags.remove(.replyExpected)
+            header.correlationID = 0
+            send(Envelope(header: header, payload: envelope.payload), to: exporter)
+        }
         if delivered == 0 {
             counters.droppedOutputs += 1
             logger.debug("output dropped: no flow", metadata: ["board": "\(source)", "type": "\(envelope.header.typeName)"])
@@ -294,9 +308,16 @@ extension Motherboard {
     /// When the sender waits, the broker waits too: each subscriber acknowledges once its handler
     /// ran, and the sender's `Delivery` counts the subscribers that did (a subscriber that dies or
     /// misses the deadline is not counted). So an acknowledged action was handled.
+    ///
+    /// With a NATS gateway, an action sent here goes to the fleet's other motherboards too (one
+    /// more part of its delivery, counted by their subscribers); one that came from there
+    /// (``exporter``) is delivered here only, from its scope if this manifest declares it, else
+    /// in the root scope.
     func deliverAction(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
         let sender = sender(of: peer, envelope)
-        let sendingScope = scope(of: envelope, sender: sender)
+        let fromCluster = exporter != nil && peer == exporter
+        var sendingScope = scope(of: envelope, sender: sender)
+        if fromCluster, !scopes.contains(sendingScope) { sendingScope = .root }
         if let noScope = noScopeError(sendingScope) {
             return reply(to: envelope, from: peer, error: noScope)
         }
@@ -306,8 +327,9 @@ extension Motherboard {
         }
         // Past this motherboard's own scopes, the action bubbles on in the parent motherboard,
         // through at most `maximumLinkHops` motherboards.
-        let goesUp = uplink != nil && uplink != peer && (envelope.header.linkTrail?.count ?? 0) < HeaderCodec.maximumLinkHops
-        let parts = subscribers.count + (goesUp ? 1 : 0)
+        let goesUp = uplink != nil && uplink != peer && !fromCluster && (envelope.header.linkTrail?.count ?? 0) < HeaderCodec.maximumLinkHops
+        let goesOut = exporter != nil && !fromCluster && peer != uplink
+        let parts = subscribers.count + (goesUp ? 1 : 0) + (goesOut ? 1 : 0)
         let acknowledged = envelope.header.flags.contains(.replyExpected) && parts > 0
         let deliveryID =
             acknowledged
@@ -332,6 +354,11 @@ extension Motherboard {
         }
         if goesUp, let uplink {
             sendActionUp(header, payload: envelope.payload, deliveryID: acknowledged ? deliveryID : nil, timeout: timeout, to: uplink, now: now)
+        }
+        if goesOut, let exporter {
+            sendActionPart(
+                header, payload: envelope.payload, deliveryID: acknowledged ? deliveryID : nil, timeout: timeout, to: exporter, named: "nats",
+                now: now)
         }
         if !acknowledged { reply(to: envelope, from: peer, with: Delivery(delivered: subscribers.count)) }
     }

@@ -91,6 +91,10 @@ public final class Motherboard {
     var uplink: PeerID?
     /// The secret the uplink proves itself with (``UplinkAttach``); nil: no uplink may attach.
     public var uplinkSecret: String?
+    /// The NATS gateway, once attached (`export.attach`): it is told of every board here.
+    var exporter: PeerID?
+    /// The secret the NATS gateway proves itself with; nil: none may attach.
+    public var exportSecret: String?
     /// This motherboard's mark in the link trail of the actions it sends up (random per process).
     let linkID = UInt64.random(in: 1...UInt64.max)
     /// The link ids of the motherboards above this one (its parent first), as its uplink learned
@@ -348,6 +352,7 @@ public final class Motherboard {
         logger.info(
             "board registered", metadata: ["board": "\(board.name)", "pid": "\(registration.pid)", "host": "\(remote?.description ?? "local")"])
         uplinkBoardRegistered(board)
+        exportBoardRegistered(board)
         let accepted = RegistrationAccepted(
             heartbeatIntervalMilliseconds: settings.heartbeatInterval.wholeMilliseconds,
             livenessTimeoutMilliseconds: settings.livenessTimeout.wholeMilliseconds)
@@ -376,6 +381,9 @@ public final class Motherboard {
         }
         if let holder = registry[name], holder.peer != peer {
             guard Self.secretsMatch(holder.registration.secret, registration.secret) else {
+                if let host = holder.host, holder.sharesConnection {
+                    return BusError(.idInUse, "board id '\(name)' is served by the motherboard on \(host); one id is one board across hosts")
+                }
                 return BusError(
                     .idInUse, "board id '\(name)' is held by live process \(holder.registration.pid); only that board can register it again")
             }
@@ -421,6 +429,7 @@ public final class Motherboard {
     func drop(_ name: ScopedName, reason: String, unreachableSince: ContinuousClock.Instant? = nil) {
         guard let board = registry.remove(name) else { return }
         uplinkBoardGone(board)
+        exportBoardGone(board)
         let failure: BusError
         if let unreachableSince {
             unreachable[name] = UnreachableBoard(board: board, since: unreachableSince)
@@ -518,6 +527,7 @@ public final class Motherboard {
             lose(board, reason: "its socket is gone or full")
         }
         if peer == uplink, !transport.isConnected(peer) { uplinkLost(peer) }
+        if peer == exporter, !transport.isConnected(peer) { exporter = nil }
     }
 
     func reply(to request: Envelope, from peer: PeerID, error: BusError) {

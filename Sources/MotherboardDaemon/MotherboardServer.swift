@@ -62,6 +62,8 @@ public final class MotherboardServer: Service {
         /// Where to speak Majordomo (MDP 0.2), if anywhere: `ipc://mdp.sock` (a relative path is in
         /// the runtime directory) or `tcp://ADDRESS:PORT` (CURVE as `listen`). Default: the manifest's `mdp`.
         public var mdp: String?
+        /// The NATS cluster this motherboard joins (`--nats`, else the manifest's `nats`).
+        public var nats: NATSGatewaySettings?
 
         public init(
             address: BusAddress, manifest: FleetManifest, binaryDirectory: String, settings: MotherboardSettings = .init(),
@@ -162,6 +164,9 @@ public final class MotherboardServer: Service {
         let attach =
             try options.attach ?? options.manifest.attach.map { try UplinkSettings(manifest: $0, directory: options.manifest.directory) }
         if attach != nil { motherboard.uplinkSecret = Registration.makeSecret() }
+        let nats =
+            try options.nats ?? options.manifest.nats.map { try NATSGatewaySettings(manifest: $0, directory: options.manifest.directory) }
+        if nats != nil { motherboard.exportSecret = Registration.makeSecret() }
         let policy = try PolicyFile(path: policyPath(stateDirectory: stateDirectory), logger: logger)
         motherboard.install(policy: policy.policy, source: policy.path, text: policy.text)
         motherboard.audit = AuditLog(path: "\(stateDirectory)/audit.log", logger: logger).write
@@ -217,6 +222,7 @@ public final class MotherboardServer: Service {
             var configurations: [Gateways.Configuration] = []
             if let mdp { configurations.append(.majordomo(endpoint: mdp)) }
             if let attach, let secret = motherboard.uplinkSecret { configurations.append(.uplink(attach, secret: secret)) }
+            if let nats, let secret = motherboard.exportSecret { configurations.append(.nats(nats, secret: secret)) }
             for configuration in configurations {
                 do {
                     let gateway = try Gateways.make(configuration, environment: environment)

@@ -55,6 +55,8 @@ package enum Gateways {
         case majordomo(endpoint: String)
         /// The uplink to a parent motherboard, proving itself to its own motherboard with `secret`.
         case uplink(UplinkSettings, secret: String)
+        /// A NATS cluster, proving itself to its own motherboard with `secret`.
+        case nats(NATSGatewaySettings, secret: String)
     }
 
     package static func make(_ configuration: Configuration, environment: GatewayEnvironment) throws -> any Gateway {
@@ -66,6 +68,10 @@ package enum Gateways {
                 beforeBind: environment.watchConnections, connectionKey: environment.noteKey)
         case .uplink(let settings, let secret):
             try Uplink(
+                settings: settings, context: environment.context, localEndpoint: environment.localEndpoint, secret: secret,
+                limits: environment.limits, logger: environment.logger)
+        case .nats(let settings, let secret):
+            try NATSGateway(
                 settings: settings, context: environment.context, localEndpoint: environment.localEndpoint, secret: secret,
                 limits: environment.limits, logger: environment.logger)
         }

@@ -5,6 +5,7 @@ import Foundation
 import Logging
 import MotherboardCore
 import MotherboardDaemon
+import BusNATS
 import MotherboardGateways
 import ServiceLifecycle
 
@@ -88,6 +89,24 @@ struct MotherboardCommand: ParsableCommand {
     )
     var mdp: String?
 
+    @Option(
+        help:
+            "Join a NATS cluster: nats://HOST:PORT[,nats://HOST:PORT…] (user and password may be in a URL). This motherboard's boards are served to the fleet's other motherboards there, and theirs here. Default: the manifest's nats."
+    )
+    var nats: String?
+
+    @Option(help: "The fleet's name on the NATS cluster (A–Z a–z 0–9 _ -; default: the manifest's, else boardbus).")
+    var natsFleet: String?
+
+    @Option(help: "This motherboard's name in the fleet's lists (busctl list's HOST; default: the manifest's, else the host name).")
+    var natsHost: String?
+
+    @Option(help: "A NATS .creds file (user JWT and NKey seed).")
+    var natsCredentials: String?
+
+    @Option(help: "The certificate authority of the NATS servers' TLS certificates (the connection is then TLS).")
+    var natsTlsCa: String?
+
     @Option(help: "libzmq I/O threads for the broker's connections (1 to 16; default 1). Each connection is served by one of them.")
     var ioThreads = 1
 
@@ -139,6 +158,17 @@ struct MotherboardCommand: ParsableCommand {
                     throw BusError(.badArgument, "--attach needs --attach-server-key and --attach-client-key (or --attach-insecure)")
                 }
                 options.attach = try UplinkSettings(endpoint: attach, credentials: credentials)
+            }
+            if let nats {
+                let fromManifest = fleet.nats
+                options.nats = try NATSGatewaySettings(
+                    nats: NATSSettings(
+                        servers: nats.split(separator: ",").map(String.init), name: natsHost,
+                        credentialsFile: natsCredentials ?? fromManifest?.credentials, tlsCAFile: natsTlsCa ?? fromManifest?.tlsCA),
+                    fleet: natsFleet ?? fromManifest?.fleet ?? NATSGatewaySettings.defaultFleet,
+                    host: natsHost ?? fromManifest?.host ?? ProcessInfo.processInfo.hostName)
+            } else if natsFleet != nil || natsHost != nil || natsCredentials != nil || natsTlsCa != nil {
+                throw BusError(.badArgument, "--nats-fleet, --nats-host, --nats-credentials and --nats-tls-ca go with --nats")
             }
             let server = MotherboardServer(options: options, logger: logger)
             let group = ServiceGroup(configuration: .init(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))

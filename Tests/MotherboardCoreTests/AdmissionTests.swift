@@ -107,7 +107,8 @@ struct ControlOperationTableTests {
         // Every operation has an entry; an unknown name is `malformed`; the federation ones are marked.
         #expect(control(harness, "nosuch", from: harness.client)?.typeName == "malformed")
         let federation = Set(Motherboard.defaultControlOperations.filter(\.value.federation).keys)
-        #expect(federation == [ControlOperation.uplinkAttach, ControlOperation.linkChain, ControlOperation.uplinkChain])
+        #expect(
+            federation == [ControlOperation.uplinkAttach, ControlOperation.exportAttach, ControlOperation.linkChain, ControlOperation.uplinkChain])
         #expect(control(harness, ControlOperation.uplinkChain, from: harness.client)?.typeName == "unauthorized")
         #expect(control(harness, ControlOperation.registerFlow, from: harness.client)?.typeName == "notRegistered")
     }

@@ -1,0 +1,301 @@
+import BusCore
+import CBoardBusNATS
+import Foundation
+import Glibc
+import Synchronization
+
+/// How to reach a NATS cluster and prove who this client is.
+public struct NATSSettings: Sendable, Hashable {
+    /// `nats://HOST:PORT` (or `tls://…`) of one or more servers of the cluster; user and password
+    /// may be in a URL (`nats://USER:PASSWORD@HOST:PORT`).
+    public var servers: [String]
+    /// The connection's name, as `nats-server`'s monitoring shows it.
+    public var name: String?
+    /// A `.creds` file (a user JWT and its NKey seed, as `nsc` writes it).
+    public var credentialsFile: String?
+    /// The certificate authority that signs the servers' TLS certificates; set, the connection
+    /// must be TLS.
+    public var tlsCAFile: String?
+
+    public init(servers: [String], name: String? = nil, credentialsFile: String? = nil, tlsCAFile: String? = nil)
+        throws
+    {
+        let servers = servers.map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        guard !servers.isEmpty else { throw BusError(.badArgument, "NATS needs at least one server URL (nats://HOST:PORT)") }
+        for server in servers where !(server.hasPrefix("nats://") || server.hasPrefix("tls://")) {
+            throw BusError(.badArgument, "a NATS server URL starts with nats:// or tls://, not '\(server)'")
+        }
+        self.servers = servers
+        self.name = name
+        self.credentialsFile = credentialsFile
+        self.tlsCAFile = tlsCAFile
+    }
+}
+
+/// A message heard on a subscription.
+public struct NATSMessage: Sendable {
+    public var subject: String
+    /// Where an answer goes (a request's inbox); nil for a plain publication.
+    public var reply: String?
+    /// The headers this side reads (``NATSConnection/readHeaders``) that the message has.
+    public var headers: [String: String]
+    public var payload: Data
+    /// The server's `503` to a request nobody subscribes to.
+    public var isNoResponders: Bool
+    /// Which of this connection's subscriptions heard it.
+    public var subscription: Int
+}
+
+/// A libnats connection whose subscriptions' messages are queued for one consumer thread, which
+/// waits on ``wakeDescriptor`` (an eventfd, readable while messages wait) and takes them with
+/// ``take()``. Publishing is thread-safe. The connection reconnects by itself, to any server of
+/// the cluster, forever; publications made meanwhile are buffered (8 MiB) and sent on reconnect.
+public final class NATSConnection: @unchecked Sendable {
+    public enum Event: Sendable, Equatable {
+        case disconnected
+        case reconnected(url: String)
+    }
+
+    private let connection: OpaquePointer
+    private let options: OpaquePointer
+    private let state: Shared
+    private let subscriptions = Mutex<[Int: SubscriptionHandle]>([:])
+    /// What each subscription's callback reaches through its closure pointer; kept until the
+    /// connection goes, since a callback may still run just after an unsubscribe.
+    private let boxes = Mutex<[SubscriptionBox]>([])
+    private let nextSubscription = Atomic<Int>(1)
+    /// Readable while messages or events wait.
+    public var wakeDescriptor: Int32 { state.wake }
+
+    /// What libnats's threads hand the consumer: messages and connection events, in order.
+    final class Shared: @unchecked Sendable {
+        let wake: Int32
+        let headers: [String]
+        let queue = Mutex<(messages: [NATSMessage], events: [Event])>(([], []))
+        init(wake: Int32, headers: [String]) {
+            self.wake = wake
+            self.headers = headers
+        }
+        func signal() {
+            var one: UInt64 = 1
+            _ = write(wake, &one, 8)
+        }
+    }
+
+    /// Connects (retrying in the background when no server answers yet: publications wait in
+    /// the buffer). `readHeaders` are the header names copied from each message heard.
+    public init(settings: NATSSettings, readHeaders: [String]) throws {
+        let wake = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
+        guard wake >= 0 else { throw BusError(.transport, "eventfd failed: errno \(errno)") }
+        state = Shared(wake: wake, headers: readHeaders)
+        var made: OpaquePointer?
+        guard natsOptions_Create(&made) == NATS_OK, let options = made else {
+            Glibc.close(wake)
+            throw BusError(.transport, "cannot make libnats options")
+        }
+        self.options = options
+        do {
+            try Self.configure(options, settings, state: state)
+            made = nil
+            try Self.check(natsConnection_Connect(&made, options), "cannot connect to NATS at \(settings.servers.joined(separator: ","))")
+            guard let made else { throw BusError(.transport, "natsConnection_Connect gave nothing") }
+            connection = made
+        } catch {
+            natsOptions_Destroy(options)
+            Glibc.close(wake)
+            throw error
+        }
+    }
+
+    private static func configure(_ options: OpaquePointer, _ settings: NATSSettings, state: Shared) throws {
+        var urls = settings.servers.map { strdup($0) }
+        defer { urls.forEach { free($0) } }
+        try urls.withUnsafeMutableBufferPointer { buffer in
+            try buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: buffer.count) { pointer in
+                try check(natsOptions_SetServers(options, pointer, Int32(buffer.count)), "NATS server URLs")
+            }
+        }
+        if let name = settings.name { try check(natsOptions_SetName(options, name), "NATS connection name") }
+        if let file = settings.credentialsFile {
+            try check(natsOptions_SetUserCredentialsFromFiles(options, file, nil), "NATS credentials file '\(file)'")
+        }
+        if let file = settings.tlsCAFile {
+            try check(natsOptions_SetSecure(options, true), "NATS TLS")
+            try check(natsOptions_LoadCATrustedCertificates(options, file), "NATS TLS certificate authority '\(file)'")
+        }
+        // Forever, quickly: a cluster node that goes away is replaced by another within a second.
+        try check(natsOptions_SetMaxReconnect(options, -1), "NATS reconnects")
+        try check(natsOptions_SetReconnectWait(options, 250), "NATS reconnect wait")
+        try check(natsOptions_SetPingInterval(options, 1000), "NATS ping interval")
+        try check(natsOptions_SetMaxPingsOut(options, 2), "NATS pings out")
+        try check(natsOptions_SetTimeout(options, 2000), "NATS connect timeout")
+        try check(natsOptions_SetRetryOnFailedConnect(options, true, nil, nil), "NATS connect retries")
+        // One thread delivers every subscription's messages, in the order they came: a store's
+        // snapshot (an answer, on the inbox) and its changes (on their subject) stay in order.
+        try check(natsOptions_UseGlobalMessageDelivery(options, true), "NATS message delivery")
+        // Its own publications (announcements) are not heard back.
+        try check(natsOptions_SetNoEcho(options, true), "NATS no echo")
+        let closure = Unmanaged.passUnretained(state).toOpaque()
+        try check(
+            natsOptions_SetDisconnectedCB(
+                options,
+                { _, closure in
+                    let state = Unmanaged<Shared>.fromOpaque(closure!).takeUnretainedValue()
+                    state.queue.withLock { $0.events.append(.disconnected) }
+                    state.signal()
+                }, closure), "NATS disconnect handler")
+        try check(
+            natsOptions_SetReconnectedCB(
+                options,
+                { connection, closure in
+                    let state = Unmanaged<Shared>.fromOpaque(closure!).takeUnretainedValue()
+                    var buffer = [CChar](repeating: 0, count: 512)
+                    _ = natsConnection_GetConnectedUrl(connection, &buffer, buffer.count)
+                    let url = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+                    state.queue.withLock { $0.events.append(.reconnected(url: url)) }
+                    state.signal()
+                }, closure), "NATS reconnect handler")
+    }
+
+    deinit {
+        natsConnection_Destroy(connection)
+        natsOptions_Destroy(options)
+        Glibc.close(state.wake)
+    }
+
+    /// Closes the connection: buffered publications are flushed first, for at most `flush`.
+    public func close(flush: Duration = .milliseconds(500)) {
+        _ = natsConnection_FlushTimeout(connection, flush.wholeMilliseconds64)
+        let subscriptions = self.subscriptions.withLock { all in
+            defer { all = [:] }
+            return all
+        }
+        for subscription in subscriptions.values.map(\.pointer) {
+            natsSubscription_Unsubscribe(subscription)
+            natsSubscription_Destroy(subscription)
+        }
+        natsConnection_Close(connection)
+    }
+
+    /// Whether the connection is up now.
+    public var isConnected: Bool { natsConnection_Status(connection) == NATS_CONN_STATUS_CONNECTED }
+
+    /// The URL of the server it is connected to, if any.
+    public var connectedURL: String? {
+        var buffer = [CChar](repeating: 0, count: 512)
+        guard natsConnection_GetConnectedUrl(connection, &buffer, buffer.count) == NATS_OK else { return nil }
+        let url = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return url.isEmpty ? nil : url
+    }
+
+    /// Subscribes to `subject` (wildcards allowed); returns the subscription's number, which the
+    /// messages it hears carry.
+    public func subscribe(_ subject: String) throws -> Int {
+        let number = nextSubscription.add(1, ordering: .relaxed).oldValue
+        let box = SubscriptionBox(state: state, number: number)
+        boxes.withLock { $0.append(box) }
+        var subscription: OpaquePointer?
+        try Self.check(
+            natsConnection_Subscribe(
+                &subscription, connection, subject,
+                { _, subscription, message, closure in
+                    guard let message else { return }
+                    let box = Unmanaged<SubscriptionBox>.fromOpaque(closure!).takeUnretainedValue()
+                    box.deliver(message)
+                }, Unmanaged.passUnretained(box).toOpaque()), "cannot subscribe to '\(subject)'")
+        guard let subscription else { throw BusError(.transport, "natsConnection_Subscribe gave nothing") }
+        // A consumer that falls behind loses messages rather than the process its memory.
+        natsSubscription_SetPendingLimits(subscription, 65_536, 64 << 20)
+        let handle = SubscriptionHandle(pointer: subscription)
+        subscriptions.withLock { $0[number] = handle }
+        return number
+    }
+
+    /// Ends subscription `number`.
+    public func unsubscribe(_ number: Int) {
+        guard let subscription = subscriptions.withLock({ $0.removeValue(forKey: number) })?.pointer else { return }
+        natsSubscription_Unsubscribe(subscription)
+        natsSubscription_Destroy(subscription)
+    }
+
+    /// Publishes `payload` on `subject`, with a reply subject and headers when given.
+    public func publish(_ subject: String, reply: String? = nil, headers: [(String, String)] = [], payload: Data) throws {
+        var message: OpaquePointer?
+        let status = payload.withUnsafeBytes { bytes in
+            natsMsg_Create(&message, subject, reply, bytes.baseAddress?.assumingMemoryBound(to: CChar.self), Int32(bytes.count))
+        }
+        try Self.check(status, "cannot make a NATS message for '\(subject)'")
+        guard let message else { throw BusError(.transport, "natsMsg_Create gave nothing") }
+        defer { natsMsg_Destroy(message) }
+        for (name, value) in headers {
+            try Self.check(natsMsgHeader_Set(message, name, value), "NATS header '\(name)'")
+        }
+        try Self.check(natsConnection_PublishMsg(connection, message), "cannot publish to NATS subject '\(subject)'")
+    }
+
+    /// A new inbox subject (`_INBOX.…`), unique in the cluster.
+    public static func makeInbox() -> String {
+        var inbox: UnsafeMutablePointer<CChar>?
+        guard natsInbox_Create(&inbox) == NATS_OK, let inbox else { return "_INBOX.\(UUID().uuidString.replacingOccurrences(of: "-", with: ""))" }
+        defer { natsInbox_Destroy(inbox) }
+        return String(cString: inbox)
+    }
+
+    /// What waits: messages and connection events, oldest first; the wake descriptor is drained.
+    public func take() -> (messages: [NATSMessage], events: [Event]) {
+        var count: UInt64 = 0
+        _ = read(state.wake, &count, 8)
+        return state.queue.withLock { queue in
+            defer { queue = ([], []) }
+            return queue
+        }
+    }
+
+    static func check(_ status: natsStatus, _ what: @autoclosure () -> String) throws {
+        guard status != NATS_OK else { return }
+        let text = String(cString: natsStatus_GetText(status))
+        throw BusError(.transport, "\(what()): \(text)")
+    }
+}
+
+/// A libnats subscription, used by one thread at a time (under the connection's lock, or after
+/// it was taken out of the table).
+struct SubscriptionHandle: @unchecked Sendable {
+    let pointer: OpaquePointer
+}
+
+/// What a subscription's callback finds through its closure pointer: the connection's queue and
+/// the subscription's number.
+final class SubscriptionBox: @unchecked Sendable {
+    let state: NATSConnection.Shared
+    let number: Int
+    init(state: NATSConnection.Shared, number: Int) {
+        self.state = state
+        self.number = number
+    }
+
+    func deliver(_ message: OpaquePointer) {
+        defer { natsMsg_Destroy(message) }
+        let subject = String(cString: natsMsg_GetSubject(message))
+        let reply = natsMsg_GetReply(message).map { String(cString: $0) }
+        var headers: [String: String] = [:]
+        for name in state.headers {
+            var value: UnsafePointer<CChar>?
+            if natsMsgHeader_Get(message, name, &value) == NATS_OK, let value { headers[name] = String(cString: value) }
+        }
+        let length = Int(natsMsg_GetDataLength(message))
+        let payload = length > 0 ? Data(bytes: natsMsg_GetData(message), count: length) : Data()
+        let heard = NATSMessage(
+            subject: subject, reply: reply, headers: headers, payload: payload, isNoResponders: natsMsg_IsNoResponders(message),
+            subscription: number)
+        state.queue.withLock { $0.messages.append(heard) }
+        state.signal()
+    }
+}
+
+extension Duration {
+    fileprivate var wholeMilliseconds64: Int64 {
+        let (seconds, attoseconds) = components
+        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
+    }
+}

@@ -1,0 +1,804 @@
+import BusCore
+import BusNATS
+import BusZeroMQ
+import Foundation
+import Logging
+import MotherboardCore
+
+/// Where and as what a motherboard joins a NATS cluster.
+public struct NATSGatewaySettings: Sendable, Hashable {
+    public var nats: NATSSettings
+    /// The fleet's subjects (every motherboard of one fleet names the same fleet).
+    public var subjects: NATSSubjects
+    /// The name the other motherboards show as this one's boards' host (`busctl list`'s HOST).
+    public var host: String
+
+    public init(nats: NATSSettings, fleet: String, host: String) throws {
+        self.nats = nats
+        subjects = try NATSSubjects(fleet: fleet)
+        guard (1...255).contains(host.utf8.count), !host.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
+            throw BusError(.badArgument, "a NATS host name is 1–255 bytes with no control character")
+        }
+        self.host = host
+    }
+}
+
+/// What a motherboard says on `boardbus.<fleet>.announce`: the boards it serves to the cluster.
+struct NATSAnnouncement: Codable, Sendable {
+    /// This run of the motherboard (random at start).
+    var instance: String
+    var host: String
+    /// When it joined, Unix milliseconds: of two motherboards serving one board id, the one that
+    /// joined first keeps it (then the smaller instance).
+    var joined: Int64
+    /// How often it announces; its boards are forgotten after three intervals and a half of silence.
+    var intervalMilliseconds: Int
+    var boards: [Registration]
+}
+
+/// `boardbus.<fleet>.withdraw` and `.hello`: who says it.
+struct NATSInstance: Codable, Sendable {
+    var instance: String
+}
+
+/// The gateway that joins a motherboard to a NATS cluster (`motherboard --nats`).
+///
+/// On its own thread it holds a libnats connection and two DEALER sockets to its motherboard's
+/// in-process endpoint: one as a client (it attached there as the exporter, so every board of this
+/// motherboard is pushed to it, and it hands the cluster's requests for them to the broker), one
+/// that every board of another motherboard is registered over (as boards that share it, PROTOCOL
+/// 5.1b), so that the broker routes to them as to any board and the gateway sends each request on
+/// as a NATS request. It announces its boards every second and forgets another motherboard's
+/// after 3.5 s of silence (PROTOCOL §10).
+package final class NATSGateway: @unchecked Sendable {
+    let settings: NATSGatewaySettings
+    private let limits: BusLimits
+    private let logger: Logger
+    private let local: ZMQSocket
+    private let served: ZMQSocket
+    private let connection: NATSConnection
+    private let thread = HelperThread()
+    private let secret: String
+    private let subjects: NATSSubjects
+
+    static let announceInterval = Duration.seconds(1)
+    /// Another motherboard's boards are forgotten after this long without its announcement.
+    static let expiry = Duration.milliseconds(3500)
+    /// A request that names no timeout waits this long for the cluster's answer.
+    static let defaultTimeout = Duration.seconds(25)
+
+    private struct Peer {
+        var announcement: NATSAnnouncement
+        var lastHeard: ContinuousClock.Instant
+        var rank: Rank { Rank(joined: announcement.joined, instance: announcement.instance) }
+    }
+
+    /// Of two motherboards serving one id, the lower rank keeps it.
+    private struct Rank: Comparable {
+        var joined: Int64
+        var instance: String
+        static func < (left: Rank, right: Rank) -> Bool { (left.joined, left.instance) < (right.joined, right.instance) }
+    }
+
+    private struct RemoteBoard {
+        var link: HelperBoard
+        var instance: String
+        var lastRefusal: String?
+        /// The subscriptions to its outputs and its stores' changes.
+        var changeSubscriptions: [Int] = []
+    }
+
+    /// A request of this motherboard sent to the cluster, by the number its inbox subject ends in.
+    private struct Outgoing {
+        var board: ScopedName
+        var correlationID: UInt64
+        var deadline: ContinuousClock.Instant
+        var subject: String
+    }
+
+    /// A request from the cluster handed to this motherboard, by its local correlation id.
+    private struct Incoming {
+        var reply: String?
+        var deadline: ContinuousClock.Instant
+        var trace: TraceContext?
+        var traceState: String?
+    }
+
+    private let instance = String(UInt64.random(in: 1...UInt64.max), radix: 16)
+    private let joined = Int64(Date().timeIntervalSince1970 * 1000)
+    private let inboxPrefix = NATSConnection.makeInbox()
+    private var nextID: UInt64 = 1
+    private var attachID: UInt64 = 0
+    private var attached = false
+    private var lastAttach: ContinuousClock.Instant?
+    /// This motherboard's boards, as pushed by the broker.
+    private var localBoards: [ScopedName: Registration] = [:]
+    /// The local boards served to the cluster, with their subscriptions (the board's, then its stores').
+    private var exported: [ScopedName: [Int]] = [:]
+    /// Local boards another motherboard serves already, said once each.
+    private var loggedConflicts: Set<ScopedName> = []
+    private var peers: [String: Peer] = [:]
+    private var remote: [ScopedName: RemoteBoard] = [:]
+    private var registrations = PendingRegistrations()
+    private var outgoing: [UInt64: Outgoing] = [:]
+    private var incoming: [UInt64: Incoming] = [:]
+    private var lastAnnounce: ContinuousClock.Instant?
+    private var lastKeepAlive: ContinuousClock.Instant?
+    private var announceSoon = true
+    /// What each of the gateway's standing subscriptions is for, by its number.
+    private enum Role { case announce, withdraw, hello, inbox, actions }
+    private var roles: [Int: Role] = [:]
+    /// The outputs of a board of another motherboard (by subscription number): its flows run here.
+    private var outputSubscriptions: [Int: ScopedName] = [:]
+    /// Actions sent to the cluster whose sender waits: the answers gathered so far, by the number
+    /// the inbox subject ends in.
+    private var gatherings: [UInt64: Gathering] = [:]
+
+    private struct Gathering {
+        var correlationID: UInt64
+        /// The motherboards whose answer is awaited.
+        var waiting: Set<String>
+        var delivered: Int
+        var deadline: ContinuousClock.Instant
+    }
+    /// The store whose changes each change subscription hears (by subscription number), and the
+    /// board of another motherboard that owns it here.
+    private var changeSubscriptions: [Int: (owner: ScopedName, store: String)] = [:]
+    /// The stores of local exported boards this gateway watches on its motherboard, renewed each second.
+    private var watchedStores: Set<ScopedName> = []
+    private var lastRenewal: ContinuousClock.Instant?
+    private var lastRefusedAnnouncement: ContinuousClock.Instant?
+    /// The most motherboards of the fleet this one knows, and boards each may announce.
+    static let maximumPeers = 256
+    static let maximumBoardsPerPeer = 4096
+
+    init(settings: NATSGatewaySettings, context: ZMQContext, localEndpoint: String, secret: String, limits: BusLimits, logger: Logger) throws {
+        self.settings = settings
+        self.subjects = settings.subjects
+        self.limits = limits
+        self.logger = logger
+        self.secret = secret
+        var made: [ZMQSocket] = []
+        do {
+            for _ in 0..<2 {
+                let socket = try ZMQSocket(context: context, kind: .dealer)
+                made.append(socket)
+                try socket.set(.linger(.zero), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000))
+                try socket.connect(localEndpoint)
+            }
+            connection = try NATSConnection(settings: settings.nats, readHeaders: NATSHeader.all)
+        } catch {
+            made.forEach { $0.close() }
+            throw error
+        }
+        local = made[0]
+        served = made[1]
+    }
+
+    package func start() {
+        thread.start(name: "nats") { [self] in run() }
+    }
+
+    package func stop() {
+        thread.stop()
+    }
+
+    private func run() {
+        let clock = ContinuousClock()
+        do {
+            roles = [
+                try connection.subscribe(subjects.announce): .announce, try connection.subscribe(subjects.withdraw): .withdraw,
+                try connection.subscribe(subjects.hello): .hello, try connection.subscribe("\(inboxPrefix).*"): .inbox,
+                try connection.subscribe(subjects.anyAction): .actions,
+            ]
+            try connection.publish(subjects.hello, payload: PayloadCodec.encodeOrEmpty(NATSInstance(instance: instance)))
+        } catch {
+            logger.error("cannot subscribe to the fleet's NATS subjects", metadata: ["error": "\(error)"])
+        }
+        while thread.isRunning {
+            tick(now: clock.now)
+            let ready = ZMQSocket.poll([local, served], descriptor: connection.wakeDescriptor, timeoutMilliseconds: 100)
+            if ready.sockets[0] { local.drainEnvelopes(limits: limits) { fromLocal($0, now: clock.now) } }
+            if ready.sockets[1] { served.drainEnvelopes(limits: limits) { toServed($0, now: clock.now) } }
+            if ready.descriptor {
+                let (messages, events) = connection.take()
+                for event in events { connectionChanged(event) }
+                for message in messages { fromCluster(message, now: clock.now) }
+            }
+        }
+        // Leaving: the cluster is told, the boards of others unregistered here.
+        try? connection.publish(subjects.withdraw, payload: PayloadCodec.encodeOrEmpty(NATSInstance(instance: instance)))
+        for (name, board) in remote { forget(name, board) }
+        for (id, pending) in incoming {
+            answerCluster(pending, Envelope.error(BusError(.unreachable, "the motherboard is stopping"), correlationID: id))
+        }
+        connection.close()
+        local.close()
+        served.close()
+    }
+
+    private func makeID() -> UInt64 {
+        defer { nextID &+= 1 }
+        return nextID
+    }
+
+    private func connectionChanged(_ event: NATSConnection.Event) {
+        switch event {
+        case .disconnected:
+            logger.warning("NATS connection lost; reconnecting", metadata: ["host": "\(settings.host)"])
+            // Answers to what is in flight would come to the server that is gone: its callers
+            // hear now, not at their deadline. New requests wait in libnats's buffer meanwhile.
+            for (id, pending) in outgoing {
+                outgoing[id] = nil
+                let error = BusError(
+                    .unreachable,
+                    "the connection to the NATS cluster was lost with the request to '\(pending.board)' in flight: it may or may not have been carried out"
+                )
+                answerBoard(pending.board, Envelope.error(error, correlationID: pending.correlationID))
+            }
+        case .reconnected(let url):
+            logger.notice("NATS connection made again", metadata: ["server": "\(url)"])
+            announceSoon = true
+        }
+    }
+
+    // MARK: - Time
+
+    private func tick(now: ContinuousClock.Instant) {
+        if !attached, lastAttach.map({ $0.duration(to: now) > .seconds(1) }) ?? true {
+            attachID = makeID()
+            lastAttach = now
+            var header = EnvelopeHeader(kind: .control, correlationID: attachID, typeName: ControlOperation.exportAttach)
+            header.flags.insert(.replyExpected)
+            _ = try? local.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(UplinkAttach(secret: secret))))
+        }
+        // Another motherboard silent past the expiry is gone, and its boards with it.
+        let expired = peers.filter { $0.value.lastHeard.duration(to: now) > Self.expiry }.map(\.key)
+        if !expired.isEmpty {
+            for instance in expired {
+                logger.warning(
+                    "a motherboard of the fleet is silent: its boards are gone", metadata: ["host": "\(peers[instance]!.announcement.host)"])
+                peers[instance] = nil
+                for id in gatherings.keys { heardFrom(instance, delivered: 0, gathering: id) }
+            }
+            reconcile(now: now)
+        }
+        if announceSoon || lastAnnounce.map({ $0.duration(to: now) >= Self.announceInterval }) ?? true { announce(now: now) }
+        if lastRenewal.map({ $0.duration(to: now) >= .seconds(1) }) ?? true {
+            lastRenewal = now
+            for store in watchedStores { watchLocal(store, operation: StoreOperation.renew) }
+        }
+        if lastKeepAlive.map({ $0.duration(to: now) >= .milliseconds(500) }) ?? true {
+            lastKeepAlive = now
+            for name in remote.keys { registrations.keepAlive(&remote[name]!.link, as: name, now: now, id: makeID()) }
+        }
+        for (id, pending) in outgoing where pending.deadline <= now {
+            outgoing[id] = nil
+            answerBoard(
+                pending.board,
+                Envelope.error(
+                    BusError(.timeout, "no answer from the NATS cluster in time for '\(pending.board)'"), correlationID: pending.correlationID))
+        }
+        for (id, pending) in incoming where pending.deadline.advanced(by: .seconds(5)) <= now { incoming[id] = nil }
+        for (id, gathering) in gatherings where gathering.deadline <= now {
+            gatherings[id] = nil
+            answerAction(gathering.correlationID, delivered: gathering.delivered)
+        }
+    }
+
+    private func announce(now: ContinuousClock.Instant) {
+        guard attached else { return }
+        announceSoon = false
+        lastAnnounce = now
+        let boards = exported.keys.sorted().compactMap { localBoards[$0] }
+        let announcement = NATSAnnouncement(
+            instance: instance, host: settings.host, joined: joined, intervalMilliseconds: Int(Self.announceInterval.components.seconds * 1000),
+            boards: boards)
+        do {
+            try connection.publish(subjects.announce, payload: PayloadCodec.encodeOrEmpty(announcement))
+        } catch {
+            logger.debug("announcement not sent", metadata: ["error": "\(error)"])
+        }
+    }
+
+    // MARK: - Who serves what
+
+    private var rank: Rank { Rank(joined: joined, instance: instance) }
+
+    /// After any change of this motherboard's boards or of what the others announce: exports the
+    /// local boards no earlier motherboard serves, registers here the others' boards.
+    private func reconcile(now: ContinuousClock.Instant) {
+        // The owner of each id the cluster announces: the earliest motherboard.
+        var owners: [ScopedName: (rank: Rank, instance: String, registration: Registration, host: String)] = [:]
+        for (instance, peer) in peers {
+            for registration in peer.announcement.boards {
+                let name = ScopedName(scope: registration.scope, name: registration.id.rawValue)
+                if let owner = owners[name], owner.rank < peer.rank { continue }
+                owners[name] = (peer.rank, instance, registration, peer.announcement.host)
+            }
+        }
+        var changed = false
+        // Local boards: served to the cluster unless an earlier motherboard serves the id.
+        for (name, registration) in localBoards {
+            if let owner = owners[name], owner.rank < rank {
+                if exported[name] != nil { changed = true }
+                unexport(name)
+                if loggedConflicts.insert(name).inserted {
+                    logger.error(
+                        "board is served by another motherboard of the fleet, which joined first: not served to the cluster (one id is one board across hosts)",
+                        metadata: ["board": "\(name)", "host": "\(owner.host)"])
+                }
+            } else if exported[name] == nil {
+                export(name, registration)
+                changed = true
+            }
+        }
+        for name in exported.keys where localBoards[name] == nil {
+            unexport(name)
+            changed = true
+        }
+        // Other motherboards' boards: registered here while their owner announces them.
+        for (name, board) in remote {
+            guard let owner = owners[name], exported[name] == nil else {
+                forget(name, board)
+                continue
+            }
+            // Its motherboard restarted (a new instance on the same host): the same board, kept.
+            guard owner.instance != board.instance else { continue }
+            if owner.host == board.link.registration.host {
+                remote[name]?.instance = owner.instance
+            } else {
+                forget(name, board)
+            }
+        }
+        for (name, owner) in owners where remote[name] == nil && exported[name] == nil {
+            var registration = owner.registration
+            registration.actions = []
+            registration.secret = Registration.makeSecret()
+            registration.sharesConnection = true
+            registration.host = owner.host
+            registration.schemas = nil
+            var board = RemoteBoard(link: HelperBoard(connection: served, registration: registration), instance: owner.instance)
+            if let number = try? connection.subscribe(subjects.anyOutput(board: name.name, scope: name.scope)) {
+                board.changeSubscriptions.append(number)
+                outputSubscriptions[number] = name
+            }
+            for store in registration.stores {
+                guard let number = try? connection.subscribe(subjects.changes(store: store, scope: name.scope)) else { continue }
+                board.changeSubscriptions.append(number)
+                changeSubscriptions[number] = (name, store)
+            }
+            remote[name] = board
+            registrations.register(&remote[name]!.link, as: name, now: now, id: makeID())
+        }
+        if changed { announceSoon = true }
+    }
+
+    /// A board of another motherboard leaves this one.
+    private func forget(_ name: ScopedName, _ board: RemoteBoard) {
+        board.link.close()
+        for number in board.changeSubscriptions {
+            connection.unsubscribe(number)
+            changeSubscriptions[number] = nil
+            outputSubscriptions[number] = nil
+        }
+        remote[name] = nil
+    }
+
+    /// Watches (or renews, or ends the watch of) a local store whose changes go to the cluster.
+    private func watchLocal(_ store: ScopedName, operation: String) {
+        var header = EnvelopeHeader(kind: .store, target: store.name, scope: store.scope, typeName: operation)
+        if operation != StoreOperation.renew {
+            header.flags.insert(.replyExpected)
+            header.correlationID = makeID()
+        }
+        _ = try? local.send(Envelope(header: header))
+    }
+
+    private func export(_ name: ScopedName, _ registration: Registration) {
+        loggedConflicts.remove(name)
+        for store in registration.stores {
+            let store = ScopedName(scope: name.scope, name: store)
+            if watchedStores.insert(store).inserted { watchLocal(store, operation: StoreOperation.subscribe) }
+        }
+        var numbers: [Int] = []
+        do {
+            numbers.append(try connection.subscribe(subjects.anyRequest(board: name.name, scope: name.scope)))
+            for store in registration.stores { numbers.append(try connection.subscribe(subjects.anyRequest(store: store, scope: name.scope))) }
+        } catch {
+            logger.error("cannot serve a board to the NATS cluster", metadata: ["board": "\(name)", "error": "\(error)"])
+        }
+        exported[name] = numbers
+    }
+
+    private func unexport(_ name: ScopedName) {
+        guard let numbers = exported.removeValue(forKey: name) else { return }
+        for number in numbers { connection.unsubscribe(number) }
+        for store in localBoards[name]?.stores ?? [] {
+            let store = ScopedName(scope: name.scope, name: store)
+            if watchedStores.remove(store) != nil { watchLocal(store, operation: StoreOperation.unsubscribe) }
+        }
+    }
+
+    // MARK: - From the cluster
+
+    private func fromCluster(_ message: NATSMessage, now: ContinuousClock.Instant) {
+        switch roles[message.subscription] {
+        case .announce: heardAnnouncement(message, now: now)
+        case .withdraw:
+            guard let gone = try? PayloadCodec.decode(NATSInstance.self, from: message.payload), let peer = peers.removeValue(forKey: gone.instance)
+            else { return }
+            logger.info("a motherboard of the fleet left", metadata: ["host": "\(peer.announcement.host)"])
+            for id in gatherings.keys { heardFrom(gone.instance, delivered: 0, gathering: id) }
+            reconcile(now: now)
+        case .hello:
+            announceSoon = true
+        case .inbox:
+            answered(message)
+        case .actions:
+            actionFromCluster(message, now: now)
+        case nil:
+            if let (owner, store) = changeSubscriptions[message.subscription] {
+                // A change of a store of another motherboard: published here as its owner's.
+                var header = EnvelopeHeader(kind: .store, source: owner.name, target: store, scope: owner.scope, typeName: StoreOperation.change)
+                if let type = message.headers[NATSHeader.contentType], !type.isEmpty, type.utf8.count <= 255 { header.contentType = type }
+                _ = try? served.send(Envelope(header: header, payload: message.payload))
+            } else if let board = outputSubscriptions[message.subscription] {
+                outputFromCluster(message, board: board)
+            } else {
+                request(message, now: now)
+            }
+        }
+    }
+
+    /// An action of another motherboard: delivered here (the broker answers with how many
+    /// subscribers took it; this motherboard never sends it on).
+    private func actionFromCluster(_ message: NATSMessage, now: ContinuousClock.Instant) {
+        guard let action = subjects.action(message.subject) else { return refuse(message, BusError(.malformed, "not an action subject")) }
+        var header = EnvelopeHeader(kind: .action, scope: action.scope, typeName: action.name)
+        let timeout = readHeaders(message.headers, into: &header)
+        if message.reply != nil {
+            let id = makeID()
+            header.correlationID = id
+            header.flags.insert(.replyExpected)
+            incoming[id] = Incoming(reply: message.reply, deadline: now.advanced(by: timeout), trace: header.trace, traceState: header.traceState)
+        }
+        _ = try? local.send(Envelope(header: header, payload: message.payload))
+    }
+
+    /// An output of a board of another motherboard: it speaks here as that board, and this
+    /// motherboard's flows from it run.
+    private func outputFromCluster(_ message: NATSMessage, board name: ScopedName) {
+        guard remote[name]?.link.registered == true else { return }
+        let tokens = message.subject.split(separator: ".", omittingEmptySubsequences: false)
+        guard let last = tokens.last, let typeName = NATSSubjects.untoken(last), !typeName.isEmpty else { return }
+        var header = EnvelopeHeader(kind: .output, source: name.name, scope: name.scope, typeName: typeName)
+        _ = readHeaders(message.headers, into: &header)
+        _ = try? served.send(Envelope(header: header, payload: message.payload))
+    }
+
+    /// The BoardBus fields a message's NATS headers carry; returns how long its sender waits.
+    private func readHeaders(_ headers: [String: String], into header: inout EnvelopeHeader) -> Duration {
+        var timeout = Self.defaultTimeout
+        if let text = headers[NATSHeader.timeout], let milliseconds = UInt32(text), milliseconds > 0 {
+            header.timeoutMilliseconds = milliseconds
+            timeout = .milliseconds(Int64(milliseconds))
+        }
+        if let text = headers[NATSHeader.traceparent] { header.trace = TraceContext(traceparent: text) }
+        if let state = headers[NATSHeader.tracestate], TraceContext.isValidState(state.utf8) { header.traceState = state }
+        if let type = headers[NATSHeader.contentType], !type.isEmpty, type.utf8.count <= 255 { header.contentType = type }
+        if let id = headers[NATSHeader.dispatchID], !id.isEmpty, id.utf8.count <= 255 { header.dispatchID = id }
+        return timeout
+    }
+
+    /// The NATS headers of a BoardBus header's fields.
+    private func natsHeaders(_ header: EnvelopeHeader) -> [(String, String)] {
+        var headers: [(String, String)] = [(NATSHeader.via, settings.host)]
+        if header.timeoutMilliseconds > 0 { headers.append((NATSHeader.timeout, "\(header.timeoutMilliseconds)")) }
+        if let trace = header.trace { headers.append((NATSHeader.traceparent, trace.traceparent)) }
+        if let state = header.traceState { headers.append((NATSHeader.tracestate, state)) }
+        if let type = header.contentType { headers.append((NATSHeader.contentType, type)) }
+        if let id = header.dispatchID { headers.append((NATSHeader.dispatchID, id)) }
+        if !header.source.isEmpty { headers.append((NATSHeader.source, header.source)) }
+        return headers
+    }
+
+    /// An action sent here goes to every other motherboard; when its sender waits, the answers
+    /// of those that announced themselves are summed (those that do not answer in three quarters
+    /// of the time count none).
+    private func actionToCluster(_ envelope: Envelope, now: ContinuousClock.Instant) {
+        let header = envelope.header
+        let subject = subjects.action(header.typeName, scope: header.scope)
+        let waits = header.flags.contains(.replyExpected) && header.correlationID != 0
+        guard waits else {
+            try? connection.publish(subject, headers: natsHeaders(header), payload: envelope.payload)
+            return
+        }
+        guard !peers.isEmpty else { return answerAction(header.correlationID, delivered: 0) }
+        let id = makeID()
+        let timeout = header.timeoutMilliseconds > 0 ? Duration.milliseconds(Int64(header.timeoutMilliseconds)) : Self.defaultTimeout
+        gatherings[id] = Gathering(
+            correlationID: header.correlationID, waiting: Set(peers.keys), delivered: 0, deadline: now.advanced(by: timeout * 3 / 4))
+        do {
+            try connection.publish(subject, reply: "\(inboxPrefix).\(id)", headers: natsHeaders(header), payload: envelope.payload)
+        } catch {
+            gatherings[id] = nil
+            answerAction(header.correlationID, delivered: 0)
+        }
+    }
+
+    /// Motherboard `instance` answered (or left) for the action gathered under `id`.
+    private func heardFrom(_ instance: String, delivered: Int, gathering id: UInt64) {
+        guard var gathering = gatherings[id], gathering.waiting.remove(instance) != nil else { return }
+        gathering.delivered += delivered
+        if gathering.waiting.isEmpty {
+            gatherings[id] = nil
+            answerAction(gathering.correlationID, delivered: gathering.delivered)
+        } else {
+            gatherings[id] = gathering
+        }
+    }
+
+    private func answerAction(_ correlationID: UInt64, delivered: Int) {
+        let header = EnvelopeHeader(kind: .reply, correlationID: correlationID)
+        _ = try? local.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(Delivery(delivered: delivered))))
+    }
+
+    private func heardAnnouncement(_ message: NATSMessage, now: ContinuousClock.Instant) {
+        guard var announcement = try? PayloadCodec.decode(NATSAnnouncement.self, from: message.payload), announcement.instance != instance,
+            (1...64).contains(announcement.instance.utf8.count), (1...255).contains(announcement.host.utf8.count)
+        else { return }
+        // What the cluster can make this motherboard hold is bounded: so many motherboards, so
+        // many boards each; past that, an announcement is ignored (said once a minute).
+        let known = peers[announcement.instance]
+        guard known != nil || peers.count < Self.maximumPeers else {
+            return refuseAnnouncement("more than \(Self.maximumPeers) motherboards", now: now)
+        }
+        announcement.boards = announcement.boards.filter { BoardID.isValid($0.id.rawValue) }
+        guard announcement.boards.count <= Self.maximumBoardsPerPeer else {
+            return refuseAnnouncement("more than \(Self.maximumBoardsPerPeer) boards from \(announcement.host)", now: now)
+        }
+        peers[announcement.instance] = Peer(announcement: announcement, lastHeard: now)
+        if known == nil {
+            logger.info("a motherboard of the fleet joined", metadata: ["host": "\(announcement.host)", "boards": "\(announcement.boards.count)"])
+            announceSoon = true
+        }
+        if known?.announcement.boards != announcement.boards || known?.announcement.host != announcement.host { reconcile(now: now) }
+    }
+
+    private func refuseAnnouncement(_ reason: String, now: ContinuousClock.Instant) {
+        guard lastRefusedAnnouncement.map({ $0.duration(to: now) >= .seconds(60) }) ?? true else { return }
+        lastRefusedAnnouncement = now
+        logger.error("NATS announcement ignored", metadata: ["reason": "\(reason)"])
+    }
+
+    /// A request for a board (or store) served here: handed to the broker as a client's.
+    private func request(_ message: NATSMessage, now: ContinuousClock.Instant) {
+        guard let request = subjects.request(message.subject) else {
+            return refuse(message, BusError(.malformed, "'\(message.subject)' is not a BoardBus request subject"))
+        }
+        // Only what this motherboard serves to the cluster (a board that just left is refused).
+        let served =
+            request.isStore
+            ? exported.keys.contains { $0.scope == request.scope && localBoards[$0]?.stores.contains(request.name) == true }
+            : exported[ScopedName(scope: request.scope, name: request.name)] != nil
+        guard served else {
+            let name = ScopedName(scope: request.scope, name: request.name)
+            return refuse(message, BusError(request.isStore ? .noSuchStore : .noSuchBoard, "'\(name)' is not served by \(settings.host)"))
+        }
+        if request.kind == .store, [StoreOperation.subscribe, StoreOperation.renew, StoreOperation.unsubscribe].contains(request.typeName) {
+            return refuse(
+                message,
+                BusError(
+                    .badArgument,
+                    "a store's changes are published on \(subjects.changes(store: request.name, scope: request.scope)): subscribe there, and ask 'state' for a snapshot"
+                ))
+        }
+        var header = EnvelopeHeader(kind: request.kind, target: request.name, scope: request.scope, typeName: request.typeName)
+        let timeout = readHeaders(message.headers, into: &header)
+        if message.reply != nil {
+            let id = makeID()
+            header.correlationID = id
+            header.flags.insert(.replyExpected)
+            incoming[id] = Incoming(reply: message.reply, deadline: now.advanced(by: timeout), trace: header.trace, traceState: header.traceState)
+        }
+        do {
+            try local.send(Envelope(header: header, payload: message.payload))
+        } catch {
+            if let id = header.correlationID == 0 ? nil : header.correlationID, let pending = incoming.removeValue(forKey: id) {
+                answerCluster(pending, Envelope.error(BusError(.unreachable, "the motherboard cannot take it now: \(error)"), correlationID: id))
+            }
+        }
+    }
+
+    private func refuse(_ message: NATSMessage, _ error: BusError) {
+        guard let reply = message.reply else { return }
+        answerCluster(Incoming(reply: reply, deadline: .now, trace: nil, traceState: nil), Envelope.error(error, correlationID: 0))
+    }
+
+    /// The broker's answer to a request from the cluster goes to the requester's inbox.
+    private func answerCluster(_ pending: Incoming, _ answer: Envelope) {
+        guard let reply = pending.reply else { return }
+        var headers: [(String, String)] = [(NATSHeader.instance, instance)]
+        if answer.header.kind == .error {
+            headers.append((NATSHeader.status, answer.carriedError?.code.name ?? answer.header.typeName))
+        } else {
+            headers.append((NATSHeader.status, "ok"))
+        }
+        if let type = answer.header.contentType { headers.append((NATSHeader.contentType, type)) }
+        if let trace = answer.header.trace ?? pending.trace { headers.append((NATSHeader.traceparent, trace.traceparent)) }
+        if let state = answer.header.traceState ?? pending.traceState { headers.append((NATSHeader.tracestate, state)) }
+        do {
+            try connection.publish(reply, headers: headers, payload: answer.payload)
+        } catch {
+            logger.debug("answer to the cluster not sent", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// An answer on this motherboard's inbox: to the board request it sent.
+    private func answered(_ message: NATSMessage) {
+        guard let number = message.subject.split(separator: ".").last.flatMap({ UInt64($0) }) else { return }
+        if gatherings[number] != nil {
+            // An answer to an action: how many subscribers its motherboard reached.
+            guard let from = message.headers[NATSHeader.instance] else { return }
+            let delivered = message.isNoResponders ? 0 : (try? PayloadCodec.decode(Delivery.self, from: message.payload))?.delivered ?? 0
+            return heardFrom(from, delivered: max(0, delivered), gathering: number)
+        }
+        guard let pending = outgoing.removeValue(forKey: number) else { return }
+        let answer: Envelope
+        if message.isNoResponders {
+            answer = Envelope.error(
+                BusError(.unreachable, "no motherboard of the NATS cluster serves '\(pending.board)' now"), correlationID: pending.correlationID)
+        } else if let status = message.headers[NATSHeader.status], status != "ok" {
+            var error = Envelope(
+                header: EnvelopeHeader(kind: .error, correlationID: pending.correlationID, typeName: status), payload: message.payload)
+            if error.carriedError == nil {
+                error = Envelope.error(BusError(BusError.Code(name: status), status), correlationID: pending.correlationID)
+            }
+            answer = error
+        } else {
+            var reply = Envelope(header: EnvelopeHeader(kind: .reply, correlationID: pending.correlationID), payload: message.payload)
+            if let type = message.headers[NATSHeader.contentType], !type.isEmpty, type.utf8.count <= 255 { reply.header.contentType = type }
+            if let text = message.headers[NATSHeader.traceparent] { reply.header.trace = TraceContext(traceparent: text) }
+            answer = reply
+        }
+        answerBoard(pending.board, answer)
+    }
+
+    // MARK: - From this motherboard
+
+    private func fromLocal(_ envelope: Envelope, now: ContinuousClock.Instant) {
+        let header = envelope.header
+        switch header.kind {
+        case .reply where header.correlationID == attachID && !attached:
+            attached = true
+            logger.info("NATS gateway attached to its motherboard", metadata: ["fleet": "\(subjects.fleet)", "host": "\(settings.host)"])
+        case .error where header.correlationID == attachID && !attached:
+            logger.error("the motherboard refused its NATS gateway", metadata: ["error": "\(String(decoding: envelope.payload, as: UTF8.self))"])
+        case .control where header.typeName == ControlOperation.exportBoard:
+            guard let registration = try? PayloadCodec.decode(Registration.self, from: envelope.payload) else { return }
+            localBoards[ScopedName(scope: registration.scope, name: registration.id.rawValue)] = registration
+            reconcile(now: now)
+        case .control where header.typeName == ControlOperation.exportGone:
+            guard let gone = try? PayloadCodec.decode(StatusRequest.self, from: envelope.payload) else { return }
+            localBoards[ScopedName(scope: gone.scope, name: gone.id.rawValue)] = nil
+            reconcile(now: now)
+        case .reply, .error:
+            guard let pending = incoming.removeValue(forKey: header.correlationID) else { return }
+            answerCluster(pending, envelope)
+        case .action:
+            actionToCluster(envelope, now: now)
+        case .output:
+            try? connection.publish(
+                subjects.output(header.source, scope: header.scope, typeName: header.typeName), headers: natsHeaders(header),
+                payload: envelope.payload)
+        case .store where header.typeName == StoreOperation.change:
+            // A change of a local store the cluster may watch.
+            guard watchedStores.contains(ScopedName(scope: header.scope, name: header.target)) else { return }
+            var headers: [(String, String)] = []
+            if let type = header.contentType { headers.append((NATSHeader.contentType, type)) }
+            try? connection.publish(subjects.changes(store: header.target, scope: header.scope), headers: headers, payload: envelope.payload)
+        default:
+            return
+        }
+    }
+
+    /// A message of the broker for a board of another motherboard: registration answers,
+    /// heartbeats, and requests, sent on through NATS.
+    private func toServed(_ envelope: Envelope, now: ContinuousClock.Instant) {
+        let header = envelope.header
+        if header.kind == .reply || header.kind == .error, header.correlationID != 0 {
+            guard let name = registrations.take(header.correlationID) else { return }
+            return fromBroker(envelope, board: name, now: now)
+        }
+        if header.kind == .dispatch || header.kind == .store {
+            let owner = remote.keys.filter { $0.scope == header.scope && remote[$0]?.link.registration.stores.contains(header.target) == true }.min()
+            guard let owner else { return }
+            return fromBroker(envelope, board: owner, now: now)
+        }
+        fromBroker(envelope, board: ScopedName(scope: header.scope, name: header.target), now: now)
+    }
+
+    private func fromBroker(_ envelope: Envelope, board name: ScopedName, now: ContinuousClock.Instant) {
+        guard var board = remote[name] else { return }
+        let wasRegistered = board.link.registered
+        switch board.link.read(envelope) {
+        case .heartbeat, .otherAnswer:
+            return
+        case .accepted:
+            board.lastRefusal = nil
+            remote[name] = board
+            logger.info("board of another host registered", metadata: ["board": "\(name)", "host": "\(board.link.registration.host ?? "")"])
+        case .refused(let error):
+            if wasRegistered || error.description != board.lastRefusal {
+                logger.warning("board of another host not registered here", metadata: ["board": "\(name)", "answer": "\(error)"])
+            }
+            board.lastRefusal = error.description
+            remote[name] = board
+            if error.code == .notRegistered { registrations.register(&remote[name]!.link, as: name, now: now, id: makeID()) }
+        case .request:
+            sendToCluster(envelope, board: name, now: now)
+        }
+    }
+
+    /// A request of this motherboard for a board of another: a NATS request on its subject.
+    private func sendToCluster(_ envelope: Envelope, board name: ScopedName, now: ContinuousClock.Instant) {
+        let header = envelope.header
+        guard NATSSubjects.requestKinds.contains(header.kind) else {
+            guard header.flags.contains(.replyExpected), header.correlationID != 0 else { return }
+            return answerBoard(
+                name,
+                Envelope.error(BusError(.malformed, "a \(header.kind) is not sent through NATS to '\(name)'"), correlationID: header.correlationID))
+        }
+        let isStore = header.kind == .dispatch || header.kind == .store
+        let subject =
+            isStore
+            ? subjects.store(header.target, scope: name.scope, kind: header.kind, typeName: header.typeName)
+            : subjects.board(name.name, scope: name.scope, kind: header.kind, typeName: header.typeName)
+        let headers = natsHeaders(header)
+        var reply: String?
+        if header.flags.contains(.replyExpected), header.correlationID != 0 {
+            let id = makeID()
+            let timeout = header.timeoutMilliseconds > 0 ? Duration.milliseconds(Int64(header.timeoutMilliseconds)) : Self.defaultTimeout
+            reply = "\(inboxPrefix).\(id)"
+            outgoing[id] = Outgoing(board: name, correlationID: header.correlationID, deadline: now.advanced(by: timeout), subject: subject)
+        }
+        do {
+            try connection.publish(subject, reply: reply, headers: headers, payload: envelope.payload)
+        } catch {
+            if let reply, let id = UInt64(reply.split(separator: ".").last ?? ""), let pending = outgoing.removeValue(forKey: id) {
+                answerBoard(
+                    name, Envelope.error(BusError(.unreachable, "cannot send to the NATS cluster: \(error)"), correlationID: pending.correlationID))
+            }
+        }
+    }
+
+    /// To the broker, as board `name`.
+    private func answerBoard(_ name: ScopedName, _ envelope: Envelope) {
+        var envelope = envelope
+        envelope.header.source = name.name
+        envelope.header.scope = name.scope
+        _ = try? served.send(envelope)
+    }
+}
+
+extension NATSGateway: Gateway {
+    package var description: String { "NATS (\(settings.nats.servers.joined(separator: ",")), fleet \(subjects.fleet), as \(settings.host))" }
+}
+
+extension NATSGatewaySettings {
+    /// The fleet name when none is given.
+    public static let defaultFleet = "boardbus"
+
+    /// From the manifest's `nats` (relative file paths from the manifest's directory).
+    package init(manifest nats: FleetManifest.NATS, directory: String?) throws {
+        func resolved(_ path: String?) -> String? {
+            guard let path, let directory, !path.hasPrefix("/") else { return path }
+            return "\(directory)/\(path)"
+        }
+        try self.init(
+            nats: NATSSettings(
+                servers: nats.servers, name: nats.host, credentialsFile: resolved(nats.credentials), tlsCAFile: resolved(nats.tlsCA)),
+            fleet: nats.fleet ?? Self.defaultFleet, host: nats.host ?? ProcessInfo.processInfo.hostName)
+    }
+}

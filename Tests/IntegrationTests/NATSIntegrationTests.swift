@@ -1,0 +1,301 @@
+import BoardBusDemoDashboardIO
+import BoardBusDemoGreeterIO
+import BoardKit
+import BoardKitTesting
+import BusCore
+import Foundation
+import Synchronization
+import Testing
+
+/// Motherboards joined by a NATS cluster (`motherboard --nats`): real `nats-server` nodes on
+/// 127.0.0.1, real motherboards and boards, and a third-party NATS client (nats-py).
+@Suite(.serialized)
+struct NATSIntegrationTests {
+    static let callScript = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/nats_call.py").path
+
+    static let hostA = #"{ "boards": [ { "id": "auth.login", "executable": "BoardBusDemoLogin", "start": "always" } ] }"#
+    static let hostB = """
+        { "boards": [
+            { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always" },
+            { "id": "demo.annotations", "executable": "BoardBusDemoAnnotationFilter", "start": "always" } ] }
+        """
+
+    /// Each motherboard lists the other's boards with its host; commands, activations and store
+    /// requests reach them, errors come back typed; a NATS client calls a board by its subject.
+    @Test func boardsOfTwoHostsAreReachedThroughTheCluster() async throws {
+        try await NATSCluster.with(nodes: 1) { nats in
+            let fleet = uniqueFleetName()
+            try await TestFleet.with(manifest: Self.hostA, brokerArguments: natsArguments(nats.urls, fleet: fleet, host: "host-a")) { a in
+                try await TestFleet.with(manifest: Self.hostB, brokerArguments: natsArguments(nats.urls, fleet: fleet, host: "host-b")) { b in
+                    _ = try await a.waitForListing("demo.greeter", host: "host-b")
+                    _ = try await a.waitForListing("demo.annotations", host: "host-b")
+                    _ = try await b.waitForListing("auth.login", host: "host-a")
+                    // Local boards have no host.
+                    #expect(try await a.listedBoards().first { $0.id.rawValue == "auth.login" }?.host == nil)
+
+                    let greeting = try await a.busctl("call", "demo.greeter", "greet", #"{"name":"Ann"}"#)
+                    #expect(greeting.exitCode == 0)
+                    #expect(greeting.standardOutput.contains("Hello, Ann!"))
+                    // An error of the board's motherboard comes back with its code.
+                    let unknown = try await a.busctl("call", "demo.greeter", "nope")
+                    #expect(unknown.exitCode != 0)
+                    #expect(unknown.standardError.contains("unknownCommand"))
+                    let mistyped = try await a.busctl("call", "demo.greeter", "greet", #"{"name":5}"#)
+                    #expect(mistyped.exitCode != 0)
+                    #expect(!mistyped.standardError.contains("timeout"))
+
+                    // An activation, then what the board saw.
+                    #expect(try await a.busctl("activate", "demo.greeter", #"{"name":"Bo"}"#).exitCode == 0)
+                    let welcomed = try await eventually(timeout: .seconds(10)) {
+                        let stats = try await b.busctl("call", "demo.greeter", "stats", "--json")
+                        return (try? decode(GreeterIO.Seen.self, from: stats))?.welcomed == ["Bo"]
+                    }
+                    #expect(welcomed)
+
+                    // A store on the other host: dispatch (its sequence number), then its state.
+                    let dispatched = try await a.busctl("dispatch", "annotationFilter", "toggle", #"{"filter":"photos"}"#)
+                    #expect(dispatched.exitCode == 0, "\(dispatched.standardError)")
+                    let state = try await a.busctl("state", "annotationFilter")
+                    #expect(state.exitCode == 0)
+                    #expect(state.standardOutput.contains("photos"))
+                    // A watch here: the snapshot, then a change made on the store's own host.
+                    let watcher = try await ChildProcess(
+                        executable: "\(a.binaryDirectory)/busctl", arguments: ["state", "annotationFilter", "--watch", "--count", "2"],
+                        environment: a.environment, directory: a.directory, name: "watch")
+                    try await watcher.waitForOutput("photos", timeout: .seconds(15))
+                    #expect(try await b.busctl("dispatch", "annotationFilter", "toggle", #"{"filter":"videos"}"#).exitCode == 0)
+                    let watched = try await watcher.wait(timeout: .seconds(15))
+                    #expect(watched.exitCode == 0, "\(watched.standardError)")
+                    let lines = watched.standardOutput.split(separator: "\n")
+                    #expect(lines.count == 2 && lines.last?.contains("videos") == true, "\(watched.standardOutput)")
+
+                    // A plain NATS client (nats-py) calls the board by its documented subject.
+                    let python = try await a.run(
+                        "/usr/bin/python3", arguments: [Self.callScript, nats.url(0), fleet, "", "demo.greeter", "greet", #"{"name":"Py"}"#])
+                    #expect(python.exitCode == 0, "\(python.standardError)")
+                    #expect(python.standardOutput.contains(#""status": "ok""#))
+                    #expect(python.standardOutput.contains("Hello, Py!"))
+                    #expect(python.standardOutput.contains("boardbus.\(fleet).board.~.demo%2Egreeter.command.greet"))
+                    let refused = try await a.run(
+                        "/usr/bin/python3", arguments: [Self.callScript, nats.url(0), fleet, "", "demo.greeter", "nope", "{}"])
+                    #expect(refused.standardOutput.contains(#""status": "unknownCommand""#), "\(refused.standardOutput) \(refused.standardError)")
+                }
+                // B stopped: it withdrew its boards.
+                _ = try await a.waitForListing("demo.greeter", host: nil, timeout: .seconds(5))
+                let gone = try await a.busctl("call", "demo.greeter", "greet", #"{"name":"Ann"}"#)
+                #expect(gone.exitCode != 0)
+            }
+        }
+    }
+
+    /// Actions reach subscribers on every host (counted in the sender's delivery), outputs run the
+    /// flows of the other motherboards, and a board calls a board of another host.
+    @Test func actionsOutputsAndBoardToBoardCallsCrossHosts() async throws {
+        let hostA = """
+            { "boards": [ { "id": "app.dashboard", "executable": "BoardBusDemoDashboard", "start": "always" } ],
+              "flows": [ "auth.login ->> app.dashboard" ] }
+            """
+        let hostB = """
+            { "boards": [ { "id": "auth.login", "executable": "BoardBusDemoLogin", "start": "always" },
+                          { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always" } ] }
+            """
+        try await NATSCluster.with(nodes: 1) { nats in
+            let fleet = uniqueFleetName()
+            try await TestFleet.with(manifest: hostA, brokerArguments: natsArguments(nats.urls, fleet: fleet, host: "host-a")) { a in
+                try await TestFleet.with(manifest: hostB, brokerArguments: natsArguments(nats.urls, fleet: fleet, host: "host-b")) { b in
+                    _ = try await a.waitForListing("auth.login", host: "host-b")
+                    _ = try await a.waitForListing("demo.greeter", host: "host-b")
+                    _ = try await b.waitForListing("app.dashboard", host: "host-a")
+                    // A's action reaches B's greeter, and A's delivery counts it.
+                    let action = try await a.busctl("action", "app.announce", #"{"text":"from A"}"#, "--json")
+                    #expect(action.exitCode == 0, "\(action.standardError)")
+                    #expect(try decode(Delivery.self, from: action).delivered == 1, "\(action.standardOutput)")
+                    let announced = try decode(GreeterIO.Seen.self, from: try await b.busctl("call", "demo.greeter", "stats", "--json"))
+                    #expect(announced.announcements == ["from A"])
+
+                    // Login on B, activated from A: its output runs A's flow to A's dashboard; its
+                    // action reaches B's greeter once.
+                    #expect(try await a.busctl("activate", "auth.login", #"{"username":"ann"}"#).exitCode == 0)
+                    let shown = try await eventually(timeout: .seconds(10)) {
+                        (try? decode(DashboardIO.View.self, from: try await a.busctl("call", "app.dashboard", "show", "--json")))?.user == "ann"
+                    }
+                    #expect(shown)
+                    let seen = try decode(GreeterIO.Seen.self, from: try await b.busctl("call", "demo.greeter", "stats", "--json"))
+                    #expect(seen.loginsSeen == ["ann"])
+                    // The dashboard (on A) calls the greeter (on B), board to board.
+                    let greeted = try await b.busctl("call", "app.dashboard", "greetUser", "--json")
+                    #expect(greeted.exitCode == 0, "\(greeted.standardError)")
+                    #expect(greeted.standardOutput.contains("Hello, ann!"), "\(greeted.standardOutput)")
+                    // An action sent on B reaches no subscriber on A: delivered to B's greeter only, once.
+                    let fromB = try await b.busctl("action", "app.announce", #"{"text":"from B"}"#, "--json")
+                    #expect(try decode(Delivery.self, from: fromB).delivered == 1)
+                    let after = try decode(GreeterIO.Seen.self, from: try await b.busctl("call", "demo.greeter", "stats", "--json"))
+                    #expect(after.announcements == ["from A", "from B"])
+                }
+            }
+        }
+    }
+
+    /// A NATS client that publishes garbage on the fleet's subjects (announcements that are not,
+    /// bad tokens, timeouts like `nan` and `1e20`, headers past their limits, a flood of boards)
+    /// gets typed errors or nothing, and the motherboard goes on serving.
+    @Test func garbageOnTheFleetsSubjectsIsRefusedAndTheMotherboardGoesOn() async throws {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/nats_hostile.py").path
+        try await NATSCluster.with(nodes: 1) { nats in
+            let fleet = uniqueFleetName()
+            try await TestFleet.with(manifest: Self.hostB, brokerArguments: natsArguments(nats.urls, fleet: fleet, host: "host-b")) { b in
+                // Announced before the attack: the script finds the boards served.
+                _ = try await eventually(timeout: .seconds(5)) { b.brokerLog.contains("NATS gateway attached") }
+                try await Task.sleep(for: .milliseconds(300))
+                let run = try await b.run("/usr/bin/python3", arguments: [script, nats.url(0), fleet], timeout: .seconds(60))
+                #expect(run.exitCode == 0, "\(run.standardError)")
+                var statuses: [String: String] = [:]
+                for line in run.standardOutput.split(separator: "\n") {
+                    guard let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], let name = object["name"] as? String
+                    else { continue }
+                    statuses[name] = object["status"] as? String
+                }
+                #expect(statuses["action with a bad token"] == "malformed")
+                #expect(statuses["unknown board"] == "noResponders")
+                #expect(statuses["bad token"] == "noResponders")
+                #expect(statuses["action kind"] == "malformed")
+                #expect(statuses["store watch"] == "badArgument")
+                for timeout in ["nan", "inf", "-0", "1e20", "4294967296", "-1", ""] { #expect(statuses["timeout \(timeout)"] == "ok", "\(timeout)") }
+                #expect(statuses["wrong payload"] == "typeMismatch")
+                #expect(statuses["not json"] == "typeMismatch")
+                #expect(statuses["headers past their limits"] == "ok")
+                #expect(statuses["unknown content type"] == "unsupportedContentType")
+                #expect(statuses.count == 16, "\(run.standardOutput)")
+                // Nothing the announcements named was taken in; the flood was refused and said so.
+                let listed = try await b.listedBoards().map(\.id.rawValue)
+                #expect(listed.sorted() == ["demo.annotations", "demo.greeter"], "\(listed)")
+                #expect(b.brokerLog.contains("more than 4096 boards"))
+                #expect(try await b.busctl("call", "demo.greeter", "greet", #"{"name":"after"}"#).exitCode == 0)
+            }
+        }
+    }
+
+    /// A motherboard killed with SIGKILL says nothing: its boards leave the others' lists when its
+    /// announcements stop (3.5 s), and return when it is back.
+    @Test func aKilledMotherboardsBoardsLeaveAndReturn() async throws {
+        try await NATSCluster.with(nodes: 1) { nats in
+            let fleet = uniqueFleetName()
+            try await TestFleet.with(manifest: Self.hostA, brokerArguments: natsArguments(nats.urls, fleet: fleet, host: "host-a")) { a in
+                try await TestFleet.with(manifest: Self.hostB, brokerArguments: natsArguments(nats.urls, fleet: fleet, host: "host-b")) { b in
+                    _ = try await a.waitForListing("demo.greeter", host: "host-b")
+                    var gone = Duration.zero
+                    let started = ContinuousClock.now
+                    try await b.restartBrokerAfterKill {
+                        gone = try await a.waitForListing("demo.greeter", host: nil, timeout: .seconds(15))
+                        let call = try await a.busctl("call", "demo.greeter", "greet", #"{"name":"Ann"}"#)
+                        #expect(call.exitCode != 0)
+                    }
+                    let back = try await a.waitForListing("demo.greeter", host: "host-b")
+                    let restarted = started.duration(to: .now)
+                    #expect(try await a.busctl("call", "demo.greeter", "greet", #"{"name":"Ann"}"#).exitCode == 0)
+                    print(
+                        "NATS: a killed motherboard's boards left the other's list after \(gone); back \(back) after its restart (\(restarted) in all)"
+                    )
+                }
+            }
+        }
+    }
+
+    /// One board id is one board across hosts: a second board with an id another motherboard
+    /// serves is refused, with that host in the error; neither side's list changes.
+    @Test func aSecondBoardWithAnIdTheClusterServesIsRefused() async throws {
+        try await NATSCluster.with(nodes: 1) { nats in
+            let fleet = uniqueFleetName()
+            try await TestFleet.with(manifest: Self.hostB, brokerArguments: natsArguments(nats.urls, fleet: fleet, host: "host-b")) { b in
+                try await TestFleet.with(manifest: Self.hostA, brokerArguments: natsArguments(nats.urls, fleet: fleet, host: "host-a")) { a in
+                    _ = try await a.waitForListing("demo.greeter", host: "host-b")
+                    let second = try await a.run("BoardBusDemoGreeter", arguments: [], timeout: .seconds(20))
+                    #expect(second.exitCode != 0)
+                    #expect(second.standardError.contains("idInUse") || second.standardError.contains("served by the motherboard on host-b"))
+                    #expect(second.standardError.contains("host-b"), "\(second.standardError)")
+                    #expect(try await a.listedBoards().first { $0.id.rawValue == "demo.greeter" }?.host == "host-b")
+                    #expect(try await b.listedBoards().first { $0.id.rawValue == "demo.greeter" }?.host == nil)
+                }
+            }
+        }
+    }
+
+    /// A 3-node cluster loses the node one motherboard is connected to, under a loop of calls:
+    /// libnats reconnects to another node, calls go on, each is answered once or fails with
+    /// `unreachable` / `timeout`, and the board ran no call twice.
+    @Test func callsGoOnWhenTheNATSNodeOfAMotherboardDies() async throws {
+        try await NATSCluster.with(nodes: 3) { nats in
+            let fleet = uniqueFleetName()
+            // A knows node 0 only (it learns the others from the cluster); B is on node 2.
+            try await TestFleet.with(manifest: Self.hostA, brokerArguments: natsArguments([nats.url(0)], fleet: fleet, host: "host-a")) { a in
+                try await TestFleet.with(manifest: Self.hostB, brokerArguments: natsArguments([nats.url(2)], fleet: fleet, host: "host-b")) { b in
+                    _ = try await a.waitForListing("demo.greeter", host: "host-b")
+                    // Eight callers at once, so that calls are in flight when the node dies.
+                    let tally = SharedTally()
+                    try await a.withClient { client in
+                        try await withThrowingTaskGroup(of: Void.self) { group in
+                            for caller in 0..<8 {
+                                group.addTask {
+                                    for index in 0..<2000 {
+                                        let name = "c\(caller)n\(index)"
+                                        do {
+                                            let reply = try await client.call(
+                                                GreeterIO.id, command: "greet", payload: Data(#"{"name":"\#(name)"}"#.utf8), timeout: .seconds(2))
+                                            let right = String(decoding: reply, as: UTF8.self).contains("Hello, \(name)!")
+                                            tally.state.withLock { $0.answered(right: right) }
+                                        } catch let error as BusError {
+                                            tally.state.withLock { $0.failures[error.code.name, default: 0] += 1 }
+                                        }
+                                        if tally.state.withLock({ $0.answeredAfterKill >= 400 }) { return }
+                                    }
+                                }
+                            }
+                            group.addTask {
+                                _ = await eventually(timeout: .seconds(30)) { tally.state.withLock { $0.answered >= 200 } }
+                                await nats.kill(node: 0)
+                                tally.state.withLock { $0.killedAt = .now }
+                            }
+                            try await group.waitForAll()
+                        }
+                    }
+                    let (answered, failures, firstAfterKill, wrong) = tally.state.withLock { ($0.answered, $0.failures, $0.firstAfterKill, $0.wrong) }
+                    #expect(wrong == 0, "answers to other calls")
+                    #expect(tally.state.withLock { $0.answeredAfterKill } >= 400, "calls did not go on after the node died: \(failures)")
+                    // Nothing but unreachable or timeout, never another error, never a lost answer.
+                    #expect(Set(failures.keys).isSubset(of: ["unreachable", "timeout"]), "\(failures)")
+                    // The board ran each answered call once, and at most the failed ones besides.
+                    let stats = try decode(GreeterIO.Seen.self, from: try await b.busctl("call", "demo.greeter", "stats", "--json"))
+                    let failed = failures.values.reduce(0, +)
+                    #expect(
+                        stats.greetings >= answered && stats.greetings <= answered + failed,
+                        "\(stats.greetings) greetings, \(answered) answered, \(failed) failed")
+                    print(
+                        "NATS: node killed under a call loop: \(answered) answered, failures \(failures), first answer \(firstAfterKill.map { "\($0)" } ?? "none") after the kill"
+                    )
+                }
+            }
+        }
+    }
+}
+
+/// The calls of the node-kill test, counted by its callers together.
+final class SharedTally: Sendable {
+    let state = Mutex(CallTally())
+}
+
+struct CallTally {
+    var answered = 0
+    var wrong = 0
+    var failures: [String: Int] = [:]
+    var killedAt: ContinuousClock.Instant?
+    var answeredAfterKill = 0
+    var firstAfterKill: Duration?
+
+    mutating func answered(right: Bool) {
+        answered += 1
+        if !right { wrong += 1 }
+        guard let killedAt else { return }
+        answeredAfterKill += 1
+        if firstAfterKill == nil { firstAfterKill = killedAt.duration(to: .now) }
+    }
+}
