@@ -15,15 +15,15 @@ ensure_libzmq() {
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq libzmq3-dev libnats-dev pkg-config python3 python3-zmq python3-cbor2 >&2
 }
 
-# The NATS tests: Debian's nats-server (the cluster's nodes) and nats-py 2.16.0 from PyPI (the
-# third-party client that calls a board by its subject).
+# The NATS tests: Debian's nats-server (the cluster's nodes), openssl (their TLS certificates)
+# and nats-py 2.16.0 from PyPI (the third-party client that calls a board by its subject).
 ensure_nats_peers() {
-    if [ ! -x /usr/sbin/nats-server ]; then
-        echo "==> installing nats-server with apt-get" >&2
+    if [ ! -x /usr/sbin/nats-server ] || ! command -v openssl >/dev/null 2>&1; then
+        echo "==> installing nats-server and openssl with apt-get" >&2
         local sudo=""
         [ "$(id -u)" -eq 0 ] || sudo="sudo"
         $sudo apt-get update -qq >&2
-        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nats-server >&2
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq nats-server openssl >&2
     fi
     if /usr/bin/python3 -c 'import nats' 2>/dev/null; then return 0; fi
     echo "==> installing nats-py 2.16.0 from PyPI (pip --user)" >&2

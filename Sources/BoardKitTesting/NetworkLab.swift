@@ -188,6 +188,18 @@ public final class NetworkLab: @unchecked Sendable {
             name: nextName(URL(fileURLWithPath: executable).lastPathComponent))
     }
 
+    /// The address of host 0 (A) or 1 (B).
+    public func address(of host: Int) -> String { host == 0 ? parentAddress : edgeAddress }
+
+    /// A motherboard on host 0 (A, runtime directory ``runtimeA``) or 1 (B, ``runtimeB``) with
+    /// `manifest` (written to `<name>.json`) and `arguments`, once it is READY;
+    /// `runtime` names another runtime directory (a second motherboard on the host).
+    public func startMotherboard(manifest: String, named name: String, arguments: [String], in host: Int, runtime: String? = nil) async throws
+        -> ChildProcess
+    {
+        try await startBroker(manifest: manifest, named: name, arguments, in: host, runtime: runtime ?? (host == 0 ? runtimeA : runtimeB))
+    }
+
     /// A motherboard on `host` with `manifest` and `arguments`, once it is READY.
     private func startBroker(manifest: String, named name: String, _ arguments: [String], in host: Int, runtime: String) async throws -> ChildProcess
     {

@@ -169,7 +169,7 @@ public enum HeaderCodec {
     static let contentTypeRule = "content type must be 1 to \(maximumContentTypeBytes) bytes of printable ASCII"
 
     /// A principal's name, as field 6 carries it: 1 to 255 bytes of printable ASCII, no space.
-    static func isValidPrincipal<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> Bool {
+    package static func isValidPrincipal<Bytes: Collection<UInt8>>(_ bytes: Bytes) -> Bool {
         (1...255).contains(bytes.count) && bytes.allSatisfy { $0 > 0x20 && $0 < 0x7F }
     }
 

@@ -32,6 +32,19 @@ public struct NATSSettings: Sendable, Hashable {
     }
 }
 
+extension NATSSettings: CustomStringConvertible {
+    /// The servers, passwords hidden (what logs and errors say).
+    public var description: String { servers.map(Self.redacted).joined(separator: ",") }
+
+    /// A server URL with its password, if it has one, as `***`.
+    public static func redacted(_ url: String) -> String {
+        guard let scheme = url.range(of: "://"), let at = url[scheme.upperBound...].firstIndex(of: "@") else { return url }
+        let userInfo = url[scheme.upperBound..<at]
+        guard let colon = userInfo.firstIndex(of: ":") else { return url }
+        return String(url[..<colon]) + ":***" + String(url[at...])
+    }
+}
+
 /// A message heard on a subscription.
 public struct NATSMessage: Sendable {
     public var subject: String
@@ -53,7 +66,11 @@ public struct NATSMessage: Sendable {
 public final class NATSConnection: @unchecked Sendable {
     public enum Event: Sendable, Equatable {
         case disconnected
+        /// Connected (again: or for the first time, when no server answered at start).
         case reconnected(url: String)
+        /// An error libnats met on its own threads (a subscription that fell behind, a permission
+        /// the server refused).
+        case error(String)
     }
 
     private let connection: OpaquePointer
@@ -80,10 +97,15 @@ public final class NATSConnection: @unchecked Sendable {
             var one: UInt64 = 1
             _ = write(wake, &one, 8)
         }
+        func post(_ event: Event) {
+            queue.withLock { $0.events.append(event) }
+            signal()
+        }
     }
 
-    /// Connects (retrying in the background when no server answers yet: publications wait in
-    /// the buffer). `readHeaders` are the header names copied from each message heard.
+    /// Connects. When no server answers yet, it goes on trying in the background (publications
+    /// wait in the buffer); a server that answers but refuses (credentials, TLS) is an error at
+    /// once. `readHeaders` are the header names copied from each message heard.
     public init(settings: NATSSettings, readHeaders: [String]) throws {
         let wake = eventfd(0, Int32(EFD_NONBLOCK | EFD_CLOEXEC))
         guard wake >= 0 else { throw BusError(.transport, "eventfd failed: errno \(errno)") }
@@ -97,7 +119,27 @@ public final class NATSConnection: @unchecked Sendable {
         do {
             try Self.configure(options, settings, state: state)
             made = nil
-            try Self.check(natsConnection_Connect(&made, options), "cannot connect to NATS at \(settings.servers.joined(separator: ","))")
+            let servers = settings.description
+            var status = natsConnection_Connect(&made, options)
+            if status == NATS_NO_SERVER {
+                // Nothing listens yet: the same again, now retrying in the background.
+                try Self.check(
+                    natsOptions_SetRetryOnFailedConnect(
+                        options, true,
+                        { connection, closure in
+                            let state = Unmanaged<Shared>.fromOpaque(closure!).takeUnretainedValue()
+                            state.post(.reconnected(url: NATSConnection.connectedURL(of: connection) ?? ""))
+                        }, Unmanaged.passUnretained(state).toOpaque()), "NATS connect retries")
+                made = nil
+                status = natsConnection_Connect(&made, options)
+                if status == NATS_NOT_YET_CONNECTED { status = NATS_OK }
+            }
+            if status != NATS_OK {
+                var last = status
+                let detail = nats_GetLastError(&last).map { String(cString: $0) } ?? ""
+                let text = String(cString: natsStatus_GetText(status))
+                throw BusError(.transport, "cannot connect to NATS at \(servers): \(text)\(detail.isEmpty || detail == text ? "" : " (\(detail))")")
+            }
             guard let made else { throw BusError(.transport, "natsConnection_Connect gave nothing") }
             connection = made
         } catch {
@@ -129,7 +171,6 @@ public final class NATSConnection: @unchecked Sendable {
         try check(natsOptions_SetPingInterval(options, 1000), "NATS ping interval")
         try check(natsOptions_SetMaxPingsOut(options, 2), "NATS pings out")
         try check(natsOptions_SetTimeout(options, 2000), "NATS connect timeout")
-        try check(natsOptions_SetRetryOnFailedConnect(options, true, nil, nil), "NATS connect retries")
         // One thread delivers every subscription's messages, in the order they came: a store's
         // snapshot (an answer, on the inbox) and its changes (on their subject) stay in order.
         try check(natsOptions_UseGlobalMessageDelivery(options, true), "NATS message delivery")
@@ -140,20 +181,22 @@ public final class NATSConnection: @unchecked Sendable {
             natsOptions_SetDisconnectedCB(
                 options,
                 { _, closure in
-                    let state = Unmanaged<Shared>.fromOpaque(closure!).takeUnretainedValue()
-                    state.queue.withLock { $0.events.append(.disconnected) }
-                    state.signal()
+                    Unmanaged<Shared>.fromOpaque(closure!).takeUnretainedValue().post(.disconnected)
                 }, closure), "NATS disconnect handler")
+        try check(
+            natsOptions_SetErrorHandler(
+                options,
+                { _, _, status, closure in
+                    var last = status
+                    let detail = nats_GetLastError(&last).map { String(cString: $0) } ?? String(cString: natsStatus_GetText(status))
+                    Unmanaged<Shared>.fromOpaque(closure!).takeUnretainedValue().post(.error(detail))
+                }, closure), "NATS error handler")
         try check(
             natsOptions_SetReconnectedCB(
                 options,
                 { connection, closure in
                     let state = Unmanaged<Shared>.fromOpaque(closure!).takeUnretainedValue()
-                    var buffer = [CChar](repeating: 0, count: 512)
-                    _ = natsConnection_GetConnectedUrl(connection, &buffer, buffer.count)
-                    let url = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-                    state.queue.withLock { $0.events.append(.reconnected(url: url)) }
-                    state.signal()
+                    state.post(.reconnected(url: NATSConnection.connectedURL(of: connection) ?? ""))
                 }, closure), "NATS reconnect handler")
     }
 
@@ -181,7 +224,9 @@ public final class NATSConnection: @unchecked Sendable {
     public var isConnected: Bool { natsConnection_Status(connection) == NATS_CONN_STATUS_CONNECTED }
 
     /// The URL of the server it is connected to, if any.
-    public var connectedURL: String? {
+    public var connectedURL: String? { Self.connectedURL(of: connection) }
+
+    static func connectedURL(of connection: OpaquePointer?) -> String? {
         var buffer = [CChar](repeating: 0, count: 512)
         guard natsConnection_GetConnectedUrl(connection, &buffer, buffer.count) == NATS_OK else { return nil }
         let url = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)

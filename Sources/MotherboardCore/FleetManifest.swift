@@ -214,6 +214,8 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         public var credentials: String?
         /// The certificate authority of the servers' TLS certificates.
         public var tlsCA: String?
+        /// The access policy's principal for what comes through NATS (default `nats`).
+        public var principal: String?
     }
 
     /// `"attach": {"address": "tcp://10.0.0.1:7400", "serverKey": KEY-OR-FILE, "clientKey": FILE}`.

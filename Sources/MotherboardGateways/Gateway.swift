@@ -78,6 +78,17 @@ package enum Gateways {
     }
 }
 
+extension Gateways.Configuration: CustomStringConvertible {
+    /// For logs (no secret, no password).
+    package var description: String {
+        switch self {
+        case .majordomo(let endpoint): "Majordomo at \(endpoint)"
+        case .uplink(let settings, _): "uplink to \(settings.endpoint)"
+        case .nats(let settings, _): settings.description
+        }
+    }
+}
+
 extension MajordomoBridge: Gateway {
     package var description: String { "Majordomo (MDP 0.2) at \(settings.endpoint)" }
 }

@@ -12,15 +12,30 @@ public struct NATSGatewaySettings: Sendable, Hashable {
     public var subjects: NATSSubjects
     /// The name the other motherboards show as this one's boards' host (`busctl list`'s HOST).
     public var host: String
+    /// The principal the access policy sees for what comes through NATS (requests, actions): NATS
+    /// does not say who published a message, so it is one principal for the whole cluster.
+    public var principal: String
 
-    public init(nats: NATSSettings, fleet: String, host: String) throws {
+    /// The principal when none is given.
+    public static let defaultPrincipal = "nats"
+
+    public init(nats: NATSSettings, fleet: String, host: String, principal: String = Self.defaultPrincipal) throws {
         self.nats = nats
         subjects = try NATSSubjects(fleet: fleet)
         guard (1...255).contains(host.utf8.count), !host.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
             throw BusError(.badArgument, "a NATS host name is 1–255 bytes with no control character")
         }
+        guard HeaderCodec.isValidPrincipal(principal.utf8) else {
+            throw BusError(.badArgument, "a NATS principal is 1–255 printable ASCII characters, not '\(principal.escapedForDisplay())'")
+        }
         self.host = host
+        self.principal = principal
     }
+}
+
+extension NATSGatewaySettings: CustomStringConvertible {
+    /// For logs: the servers (passwords hidden), the fleet, the host name.
+    public var description: String { "NATS (\(nats), fleet \(subjects.fleet), as \(host))" }
 }
 
 /// What a motherboard says on `boardbus.<fleet>.announce`: the boards it serves to the cluster.
@@ -195,6 +210,9 @@ package final class NATSGateway: @unchecked Sendable {
         } catch {
             logger.error("cannot subscribe to the fleet's NATS subjects", metadata: ["error": "\(error)"])
         }
+        if !connection.isConnected {
+            logger.warning("no NATS server answers yet: trying again every 250 ms", metadata: ["servers": "\(settings.nats)"])
+        }
         while thread.isRunning {
             tick(now: clock.now)
             let ready = ZMQSocket.poll([local, served], descriptor: connection.wakeDescriptor, timeoutMilliseconds: 100)
@@ -237,8 +255,10 @@ package final class NATSGateway: @unchecked Sendable {
                 answerBoard(pending.board, Envelope.error(error, correlationID: pending.correlationID))
             }
         case .reconnected(let url):
-            logger.notice("NATS connection made again", metadata: ["server": "\(url)"])
+            logger.notice("NATS connection made", metadata: ["server": "\(url)"])
             announceSoon = true
+        case .error(let text):
+            logger.warning("NATS error", metadata: ["error": "\(text)"])
         }
     }
 
@@ -456,6 +476,7 @@ package final class NATSGateway: @unchecked Sendable {
     private func actionFromCluster(_ message: NATSMessage, now: ContinuousClock.Instant) {
         guard let action = subjects.action(message.subject) else { return refuse(message, BusError(.malformed, "not an action subject")) }
         var header = EnvelopeHeader(kind: .action, scope: action.scope, typeName: action.name)
+        header.onBehalfOf = settings.principal
         let timeout = readHeaders(message.headers, into: &header)
         if message.reply != nil {
             let id = makeID()
@@ -595,6 +616,7 @@ package final class NATSGateway: @unchecked Sendable {
                 ))
         }
         var header = EnvelopeHeader(kind: request.kind, target: request.name, scope: request.scope, typeName: request.typeName)
+        header.onBehalfOf = settings.principal
         let timeout = readHeaders(message.headers, into: &header)
         if message.reply != nil {
             let id = makeID()
@@ -783,7 +805,7 @@ package final class NATSGateway: @unchecked Sendable {
 }
 
 extension NATSGateway: Gateway {
-    package var description: String { "NATS (\(settings.nats.servers.joined(separator: ",")), fleet \(subjects.fleet), as \(settings.host))" }
+    package var description: String { settings.description }
 }
 
 extension NATSGatewaySettings {
@@ -799,6 +821,7 @@ extension NATSGatewaySettings {
         try self.init(
             nats: NATSSettings(
                 servers: nats.servers, name: nats.host, credentialsFile: resolved(nats.credentials), tlsCAFile: resolved(nats.tlsCA)),
-            fleet: nats.fleet ?? Self.defaultFleet, host: nats.host ?? ProcessInfo.processInfo.hostName)
+            fleet: nats.fleet ?? Self.defaultFleet, host: nats.host ?? ProcessInfo.processInfo.hostName,
+            principal: nats.principal ?? Self.defaultPrincipal)
     }
 }

@@ -83,6 +83,8 @@ struct BenchCommand: ParsableCommand {
     var tcpBaseline = ""
     @Option(help: ArgumentHelp("With --tcp-client: the baseline proxy's key file.", visibility: .hidden))
     var tcpBaselineKey = ""
+    @Option(help: ArgumentHelp("With --tcp-client: a motherboard joined by NATS to the echo board's, to call it through too.", visibility: .hidden))
+    var tcpNatsBus: String?
     @Option(help: ArgumentHelp("With --tcp-client: round trips of each.", visibility: .hidden))
     var tcpRequests = 5_000
     @Option(help: ArgumentHelp("With --tcp-client: seconds of throughput load of each.", visibility: .hidden))
@@ -146,7 +148,7 @@ struct BenchCommand: ParsableCommand {
         if let tcpClient {
             try await NetworkBench.client(
                 endpoint: tcpClient, serverKey: tcpServerKey, clientKey: tcpClientKey, baselineEndpoint: tcpBaseline, baselineKey: tcpBaselineKey,
-                requests: tcpRequests, seconds: tcpSeconds, settings: quick ? .quick : .full)
+                natsBus: tcpNatsBus, requests: tcpRequests, seconds: tcpSeconds, settings: quick ? .quick : .full)
             return
         }
         if scaleOnly {

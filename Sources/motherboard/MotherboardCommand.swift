@@ -101,6 +101,12 @@ struct MotherboardCommand: ParsableCommand {
     @Option(help: "This motherboard's name in the fleet's lists (busctl list's HOST; default: the manifest's, else the host name).")
     var natsHost: String?
 
+    @Option(
+        help:
+            "The access policy's principal for requests and actions that come through NATS (default: the manifest's, else nats): what the policy allows it is all the cluster may do here."
+    )
+    var natsPrincipal: String?
+
     @Option(help: "A NATS .creds file (user JWT and NKey seed).")
     var natsCredentials: String?
 
@@ -166,9 +172,10 @@ struct MotherboardCommand: ParsableCommand {
                         servers: nats.split(separator: ",").map(String.init), name: natsHost,
                         credentialsFile: natsCredentials ?? fromManifest?.credentials, tlsCAFile: natsTlsCa ?? fromManifest?.tlsCA),
                     fleet: natsFleet ?? fromManifest?.fleet ?? NATSGatewaySettings.defaultFleet,
-                    host: natsHost ?? fromManifest?.host ?? ProcessInfo.processInfo.hostName)
-            } else if natsFleet != nil || natsHost != nil || natsCredentials != nil || natsTlsCa != nil {
-                throw BusError(.badArgument, "--nats-fleet, --nats-host, --nats-credentials and --nats-tls-ca go with --nats")
+                    host: natsHost ?? fromManifest?.host ?? ProcessInfo.processInfo.hostName,
+                    principal: natsPrincipal ?? fromManifest?.principal ?? NATSGatewaySettings.defaultPrincipal)
+            } else if natsFleet != nil || natsHost != nil || natsCredentials != nil || natsTlsCa != nil || natsPrincipal != nil {
+                throw BusError(.badArgument, "--nats-fleet, --nats-host, --nats-principal, --nats-credentials and --nats-tls-ca go with --nats")
             }
             let server = MotherboardServer(options: options, logger: logger)
             let group = ServiceGroup(configuration: .init(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))

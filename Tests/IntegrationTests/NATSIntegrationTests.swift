@@ -8,11 +8,10 @@ import Synchronization
 import Testing
 
 /// Motherboards joined by a NATS cluster (`motherboard --nats`): real `nats-server` nodes on
-/// 127.0.0.1, real motherboards and boards, and a third-party NATS client (nats-py).
+/// 127.0.0.1, real motherboards and boards, and a hostile NATS client (nats-py); README's NATS
+/// walkthrough (NATSReadmeTests) has the third-party client that calls a board.
 @Suite(.serialized)
 struct NATSIntegrationTests {
-    static let callScript = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/nats_call.py").path
-
     static let hostA = #"{ "boards": [ { "id": "auth.login", "executable": "BoardBusDemoLogin", "start": "always" } ] }"#
     static let hostB = """
         { "boards": [
@@ -21,12 +20,12 @@ struct NATSIntegrationTests {
         """
 
     /// Each motherboard lists the other's boards with its host; commands, activations and store
-    /// requests reach them, errors come back typed; a NATS client calls a board by its subject.
+    /// requests reach them, a store is watched across hosts, errors come back typed.
     @Test func boardsOfTwoHostsAreReachedThroughTheCluster() async throws {
         try await NATSCluster.with(nodes: 1) { nats in
             let fleet = uniqueFleetName()
-            try await TestFleet.with(manifest: Self.hostA, brokerArguments: natsArguments(nats.urls, fleet: fleet, host: "host-a")) { a in
-                try await TestFleet.with(manifest: Self.hostB, brokerArguments: natsArguments(nats.urls, fleet: fleet, host: "host-b")) { b in
+            try await TestFleet.with(manifest: Self.hostA, brokerArguments: try nats.arguments(fleet: fleet, host: "host-a")) { a in
+                try await TestFleet.with(manifest: Self.hostB, brokerArguments: try nats.arguments(fleet: fleet, host: "host-b")) { b in
                     _ = try await a.waitForListing("demo.greeter", host: "host-b")
                     _ = try await a.waitForListing("demo.annotations", host: "host-b")
                     _ = try await b.waitForListing("auth.login", host: "host-a")
@@ -69,16 +68,6 @@ struct NATSIntegrationTests {
                     let lines = watched.standardOutput.split(separator: "\n")
                     #expect(lines.count == 2 && lines.last?.contains("videos") == true, "\(watched.standardOutput)")
 
-                    // A plain NATS client (nats-py) calls the board by its documented subject.
-                    let python = try await a.run(
-                        "/usr/bin/python3", arguments: [Self.callScript, nats.url(0), fleet, "", "demo.greeter", "greet", #"{"name":"Py"}"#])
-                    #expect(python.exitCode == 0, "\(python.standardError)")
-                    #expect(python.standardOutput.contains(#""status": "ok""#))
-                    #expect(python.standardOutput.contains("Hello, Py!"))
-                    #expect(python.standardOutput.contains("boardbus.\(fleet).board.~.demo%2Egreeter.command.greet"))
-                    let refused = try await a.run(
-                        "/usr/bin/python3", arguments: [Self.callScript, nats.url(0), fleet, "", "demo.greeter", "nope", "{}"])
-                    #expect(refused.standardOutput.contains(#""status": "unknownCommand""#), "\(refused.standardOutput) \(refused.standardError)")
                 }
                 // B stopped: it withdrew its boards.
                 _ = try await a.waitForListing("demo.greeter", host: nil, timeout: .seconds(5))
@@ -101,8 +90,8 @@ struct NATSIntegrationTests {
             """
         try await NATSCluster.with(nodes: 1) { nats in
             let fleet = uniqueFleetName()
-            try await TestFleet.with(manifest: hostA, brokerArguments: natsArguments(nats.urls, fleet: fleet, host: "host-a")) { a in
-                try await TestFleet.with(manifest: hostB, brokerArguments: natsArguments(nats.urls, fleet: fleet, host: "host-b")) { b in
+            try await TestFleet.with(manifest: hostA, brokerArguments: try nats.arguments(fleet: fleet, host: "host-a")) { a in
+                try await TestFleet.with(manifest: hostB, brokerArguments: try nats.arguments(fleet: fleet, host: "host-b")) { b in
                     _ = try await a.waitForListing("auth.login", host: "host-b")
                     _ = try await a.waitForListing("demo.greeter", host: "host-b")
                     _ = try await b.waitForListing("app.dashboard", host: "host-a")
@@ -136,6 +125,121 @@ struct NATSIntegrationTests {
         }
     }
 
+    /// What comes through NATS is principal `nats` to the access policy: a motherboard whose
+    /// policy grants it one command refuses the rest `forbidden`, actions included.
+    @Test func theAccessPolicyDecidesWhatTheClusterMayDo() async throws {
+        let narrow =
+            #"{"rules": [{"name": "greet only", "allow": ["call"], "principals": ["nats"], "targets": ["demo.greeter"], "commands": ["greet"]}]}"#
+        try await NATSCluster.with(nodes: 1) { nats in
+            let fleet = uniqueFleetName()
+            try await TestFleet.with(manifest: Self.hostA, brokerArguments: try nats.arguments(fleet: fleet, host: "host-a")) { a in
+                try await TestFleet.with(manifest: Self.hostB, brokerArguments: try nats.arguments(fleet: fleet, host: "host-b", policy: narrow)) {
+                    b in
+                    _ = try await a.waitForListing("demo.greeter", host: "host-b")
+                    #expect(try await a.busctl("call", "demo.greeter", "greet", #"{"name":"Ann"}"#).exitCode == 0)
+                    for denied in [
+                        ["call", "demo.greeter", "stats"], ["activate", "demo.greeter", #"{"name":"Bo"}"#], ["state", "annotationFilter"],
+                    ] {
+                        let result = try await a.run("busctl", arguments: denied)
+                        #expect(result.exitCode != 0 && result.standardError.contains("forbidden"), "\(denied): \(result.standardError)")
+                        #expect(result.standardError.contains("nats"), "the refusal names the principal: \(result.standardError)")
+                    }
+                    // An action from A reaches none of B's subscribers.
+                    let action = try await a.busctl("action", "app.announce", #"{"text":"denied"}"#, "--json")
+                    #expect(try decode(Delivery.self, from: action).delivered == 0)
+                    let seen = try decode(GreeterIO.Seen.self, from: try await b.busctl("call", "demo.greeter", "stats", "--json"))
+                    #expect(seen.announcements.isEmpty && seen.welcomed.isEmpty)
+                    // B's own clients are the broker's user: not the cluster's principal.
+                    #expect(try await b.busctl("call", "demo.greeter", "stats").exitCode == 0)
+                    // The other way, A's open policy lets B's clients in.
+                    #expect(try await b.busctl("call", "auth.login", "users").exitCode == 0)
+                }
+            }
+        }
+    }
+
+    /// A motherboard proves itself to NATS with a user and password, or checks the servers' TLS
+    /// certificates against a CA: a refusal stops it at start with NATS's reason, and no password
+    /// is ever written to its log.
+    @Test func credentialsAndTLSAreUsedAndARefusalIsClear() async throws {
+        let manifest = #"{ "boards": [] }"#
+        try await NATSCluster.with(nodes: 1, arguments: ["--user", "fleet", "--pass", "s3cret-pw"]) { nats in
+            let fleet = uniqueFleetName()
+            let port = nats.ports[0]
+            let refused = try await Self.startFailing(
+                manifest: manifest, in: nats.directory, nats: "nats://fleet:wrong-pw@127.0.0.1:\(port)", fleet: fleet)
+            #expect(refused.exitCode == 1)
+            #expect(refused.standardError.contains("Authorization Violation"), "\(refused.standardError)")
+            #expect(!refused.standardError.contains("wrong-pw") && refused.standardError.contains("fleet:***@"))
+            let url = "nats://fleet:s3cret-pw@127.0.0.1:\(port)"
+            try await TestFleet.with(manifest: Self.hostA, brokerArguments: try nats.arguments([url], fleet: fleet, host: "host-a")) { a in
+                try await TestFleet.with(manifest: manifest, brokerArguments: try nats.arguments([url], fleet: fleet, host: "host-b")) { b in
+                    _ = try await b.waitForListing("auth.login", host: "host-a")
+                    #expect(!a.brokerLog.contains("s3cret-pw") && !b.brokerLog.contains("s3cret-pw"))
+                }
+            }
+        }
+        try await NATSCluster.with(
+            nodes: 1, arguments: ["--tls", "--tlscert", "{dir}/server.pem", "--tlskey", "{dir}/server.key"], scheme: "tls",
+            prepare: Self.makeCertificates
+        ) { nats in
+            let fleet = uniqueFleetName()
+            // Without the CA, the server's certificate is refused.
+            let unchecked = try await Self.startFailing(manifest: manifest, in: nats.directory, nats: nats.url(0), fleet: fleet)
+            #expect(unchecked.exitCode == 1)
+            #expect(
+                unchecked.standardError.lowercased().contains("ssl") || unchecked.standardError.lowercased().contains("certificate"),
+                "\(unchecked.standardError)")
+            let tls = try nats.arguments(fleet: fleet, host: "host-a") + ["--nats-tls-ca", "\(nats.directory)/ca.pem"]
+            try await TestFleet.with(manifest: Self.hostA, brokerArguments: tls) { a in
+                let other = try nats.arguments(fleet: fleet, host: "host-b") + ["--nats-tls-ca", "\(nats.directory)/ca.pem"]
+                try await TestFleet.with(manifest: manifest, brokerArguments: other) { b in
+                    _ = try await b.waitForListing("auth.login", host: "host-a")
+                    #expect(try await b.busctl("call", "auth.login", "users").exitCode == 0)
+                }
+            }
+        }
+    }
+
+    /// A motherboard that is expected not to start: what it said, once it has exited.
+    static func startFailing(manifest: String, in directory: String, nats: String, fleet: String) async throws -> ChildProcess.Result {
+        let path = "\(directory)/failing-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        try manifest.write(toFile: "\(path)/fleet.json", atomically: true, encoding: .utf8)
+        let child = try await ChildProcess(
+            executable: "\(try TestFleet.locateBinaries())/motherboard",
+            arguments: [
+                "--manifest", "\(path)/fleet.json", "--runtime-dir", "\(path)/run", "--state-dir", "\(path)/state", "--exit-with-parent", "--nats",
+                nats,
+                "--nats-fleet", fleet,
+            ], environment: ProcessInfo.processInfo.environment, directory: path, name: "motherboard")
+        return try await child.wait(timeout: .seconds(30))
+    }
+
+    /// A CA, and a certificate it signs for 127.0.0.1 (`server.pem`, `server.key`), with openssl.
+    static func makeCertificates(in directory: String) async throws {
+        let file = { (name: String) in "\(directory)/\(name)" }
+        let steps = [
+            [
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=BoardBus test CA", "-keyout", file("ca.key"), "-out",
+                file("ca.pem"),
+            ],
+            ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout", file("server.key"), "-out", file("server.csr")],
+            [
+                "x509", "-req", "-in", file("server.csr"), "-CA", file("ca.pem"), "-CAkey", file("ca.key"), "-CAcreateserial", "-days", "2", "-out",
+                file("server.pem"), "-extfile", file("san.cnf"),
+            ],
+        ]
+        try "subjectAltName = IP:127.0.0.1\n".write(toFile: "\(directory)/san.cnf", atomically: true, encoding: .utf8)
+        for step in steps {
+            let result = try await ChildProcess(
+                executable: "/usr/bin/openssl", arguments: step, environment: [:], directory: directory,
+                name: "openssl-\(UInt32.random(in: 0...UInt32.max))"
+            ).wait(timeout: .seconds(60))
+            guard result.exitCode == 0 else { throw BusError(.transport, "openssl \(step[0]) failed: \(result.standardError)") }
+        }
+    }
+
     /// A NATS client that publishes garbage on the fleet's subjects (announcements that are not,
     /// bad tokens, timeouts like `nan` and `1e20`, headers past their limits, a flood of boards)
     /// gets typed errors or nothing, and the motherboard goes on serving.
@@ -143,7 +247,7 @@ struct NATSIntegrationTests {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/nats_hostile.py").path
         try await NATSCluster.with(nodes: 1) { nats in
             let fleet = uniqueFleetName()
-            try await TestFleet.with(manifest: Self.hostB, brokerArguments: natsArguments(nats.urls, fleet: fleet, host: "host-b")) { b in
+            try await TestFleet.with(manifest: Self.hostB, brokerArguments: try nats.arguments(fleet: fleet, host: "host-b")) { b in
                 // Announced before the attack: the script finds the boards served.
                 _ = try await eventually(timeout: .seconds(5)) { b.brokerLog.contains("NATS gateway attached") }
                 try await Task.sleep(for: .milliseconds(300))
@@ -175,13 +279,44 @@ struct NATSIntegrationTests {
         }
     }
 
+    /// A plain NATS program that announces a board and answers on its subject is a board of the
+    /// fleet: listed with its host, called from busctl, its errors typed; gone when it withdraws.
+    @Test func aNATSResponderServesAsABoard() async throws {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/nats_board.py").path
+        try await NATSCluster.with(nodes: 1) { nats in
+            let fleet = uniqueFleetName()
+            try await TestFleet.with(manifest: Self.hostA, brokerArguments: try nats.arguments(fleet: fleet, host: "host-a")) { a in
+                let board = try await ChildProcess(
+                    executable: "/usr/bin/python3", arguments: [script, nats.url(0), fleet], environment: a.environment, directory: a.directory,
+                    name: "nats-board")
+                do {
+                    try await board.waitForOutput("READY", timeout: .seconds(20))
+                    _ = try await a.waitForListing("py.echo", host: "python")
+                    let echoed = try await a.busctl("call", "py.echo", "echo", #"{"x":[1,"é"]}"#)
+                    #expect(echoed.exitCode == 0, "\(echoed.standardError)")
+                    #expect(echoed.standardOutput.contains("é"))
+                    let failed = try await a.busctl("call", "py.echo", "fail")
+                    #expect(failed.exitCode != 0)
+                    #expect(failed.standardError.contains("rejected: py.echo says no"), "\(failed.standardError)")
+                    // Any other command: the board says it has none such.
+                    #expect(try await a.busctl("call", "py.echo", "other").standardError.contains("unknownCommand"))
+                    await board.stop()
+                    _ = try await a.waitForListing("py.echo", host: nil, timeout: .seconds(5))
+                } catch {
+                    await board.stop()
+                    throw error
+                }
+            }
+        }
+    }
+
     /// A motherboard killed with SIGKILL says nothing: its boards leave the others' lists when its
     /// announcements stop (3.5 s), and return when it is back.
     @Test func aKilledMotherboardsBoardsLeaveAndReturn() async throws {
         try await NATSCluster.with(nodes: 1) { nats in
             let fleet = uniqueFleetName()
-            try await TestFleet.with(manifest: Self.hostA, brokerArguments: natsArguments(nats.urls, fleet: fleet, host: "host-a")) { a in
-                try await TestFleet.with(manifest: Self.hostB, brokerArguments: natsArguments(nats.urls, fleet: fleet, host: "host-b")) { b in
+            try await TestFleet.with(manifest: Self.hostA, brokerArguments: try nats.arguments(fleet: fleet, host: "host-a")) { a in
+                try await TestFleet.with(manifest: Self.hostB, brokerArguments: try nats.arguments(fleet: fleet, host: "host-b")) { b in
                     _ = try await a.waitForListing("demo.greeter", host: "host-b")
                     var gone = Duration.zero
                     let started = ContinuousClock.now
@@ -206,8 +341,8 @@ struct NATSIntegrationTests {
     @Test func aSecondBoardWithAnIdTheClusterServesIsRefused() async throws {
         try await NATSCluster.with(nodes: 1) { nats in
             let fleet = uniqueFleetName()
-            try await TestFleet.with(manifest: Self.hostB, brokerArguments: natsArguments(nats.urls, fleet: fleet, host: "host-b")) { b in
-                try await TestFleet.with(manifest: Self.hostA, brokerArguments: natsArguments(nats.urls, fleet: fleet, host: "host-a")) { a in
+            try await TestFleet.with(manifest: Self.hostB, brokerArguments: try nats.arguments(fleet: fleet, host: "host-b")) { b in
+                try await TestFleet.with(manifest: Self.hostA, brokerArguments: try nats.arguments(fleet: fleet, host: "host-a")) { a in
                     _ = try await a.waitForListing("demo.greeter", host: "host-b")
                     let second = try await a.run("BoardBusDemoGreeter", arguments: [], timeout: .seconds(20))
                     #expect(second.exitCode != 0)
@@ -227,8 +362,9 @@ struct NATSIntegrationTests {
         try await NATSCluster.with(nodes: 3) { nats in
             let fleet = uniqueFleetName()
             // A knows node 0 only (it learns the others from the cluster); B is on node 2.
-            try await TestFleet.with(manifest: Self.hostA, brokerArguments: natsArguments([nats.url(0)], fleet: fleet, host: "host-a")) { a in
-                try await TestFleet.with(manifest: Self.hostB, brokerArguments: natsArguments([nats.url(2)], fleet: fleet, host: "host-b")) { b in
+            try await TestFleet.with(manifest: Self.hostA, brokerArguments: try nats.arguments([nats.url(0)], fleet: fleet, host: "host-a")) { a in
+                try await TestFleet.with(manifest: Self.hostB, brokerArguments: try nats.arguments([nats.url(2)], fleet: fleet, host: "host-b")) {
+                    b in
                     _ = try await a.waitForListing("demo.greeter", host: "host-b")
                     // Eight callers at once, so that calls are in flight when the node dies.
                     let tally = SharedTally()

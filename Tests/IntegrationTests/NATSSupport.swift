@@ -14,15 +14,22 @@ final class NATSCluster: Sendable {
     private let nodes: Mutex<[ChildProcess]>
 
     /// Client URL of node `index`.
-    func url(_ index: Int) -> String { "nats://127.0.0.1:\(ports[index])" }
+    func url(_ index: Int) -> String { "\(scheme)://127.0.0.1:\(ports[index])" }
     var urls: [String] { ports.indices.map(url) }
 
-    static func with<T>(nodes count: Int, _ body: (NATSCluster) async throws -> T) async throws -> T {
+    /// `arguments` go to every node (`--user`, `--tls`…; `{dir}` is the cluster's directory);
+    /// `scheme` is its clients' URL scheme; `prepare` runs with the cluster's directory before the
+    /// nodes start (to make their files).
+    static func with<T>(
+        nodes count: Int, arguments: [String] = [], scheme: String = "nats", prepare: (String) async throws -> Void = { _ in },
+        _ body: (NATSCluster) async throws -> T
+    ) async throws -> T {
         guard FileManager.default.isExecutableFile(atPath: server) else {
             throw BusError(.badArgument, "\(server) is missing: scripts/test installs Debian's nats-server")
         }
         return try await withTemporaryDirectory("nats") { directory in
-            let cluster = try NATSCluster(directory: directory, count: count)
+            try await prepare(directory)
+            let cluster = try NATSCluster(directory: directory, count: count, arguments: arguments, scheme: scheme)
             return try await using(cluster, stop: { await $0.stop() }) { cluster in
                 try await cluster.start()
                 return try await body(cluster)
@@ -30,8 +37,13 @@ final class NATSCluster: Sendable {
         }
     }
 
-    private init(directory: String, count: Int) throws {
+    let arguments: [String]
+    let scheme: String
+
+    private init(directory: String, count: Int, arguments: [String], scheme: String) throws {
         self.directory = directory
+        self.arguments = arguments.map { $0.replacingOccurrences(of: "{dir}", with: directory) }
+        self.scheme = scheme
         ports = try (0..<(2 * count)).map { _ in try freeLoopbackPort() }
         nodes = Mutex([])
     }
@@ -53,7 +65,7 @@ final class NATSCluster: Sendable {
     }
 
     private func startNode(_ index: Int) async throws {
-        var arguments = ["-a", "127.0.0.1", "-p", "\(ports[index])", "-n", "node-\(index)", "-P", "\(directory)/nats-\(index).pid"]
+        var arguments = ["-a", "127.0.0.1", "-p", "\(ports[index])", "-n", "node-\(index)", "-P", "\(directory)/nats-\(index).pid"] + self.arguments
         if count > 1 {
             let routes = (0..<count).filter { $0 != index }.map { "nats://127.0.0.1:\(clusterPort($0))" }.joined(separator: ",")
             arguments += ["--cluster_name", "boardbus-test", "-cluster", "nats://127.0.0.1:\(clusterPort(index))", "-routes", routes]
@@ -80,9 +92,17 @@ final class NATSCluster: Sendable {
 /// A fleet name of its own for each test, so that tests never hear one another's fleets.
 func uniqueFleetName() -> String { "t\(String(UInt64.random(in: 0...UInt64.max), radix: 36))" }
 
-/// The arguments that join a motherboard to `urls` as `host` of `fleet`.
-func natsArguments(_ urls: [String], fleet: String, host: String) -> [String] {
-    ["--nats", urls.joined(separator: ","), "--nats-fleet", fleet, "--nats-host", host]
+extension NATSCluster {
+    /// An access policy that lets the cluster (principal `nats`) do anything.
+    static let openPolicy = #"{"rules": [{"name": "the fleet", "allow": ["*"], "principals": ["nats"], "targets": ["*"]}]}"#
+
+    /// The arguments that join a motherboard to this cluster (or to `urls` of it) as `host` of
+    /// `fleet`, with `policy` (default: the cluster may do anything) as its access policy.
+    func arguments(_ urls: [String]? = nil, fleet: String, host: String, policy: String = openPolicy) throws -> [String] {
+        let path = "\(directory)/policy-\(host)-\(UInt32.random(in: 0...UInt32.max)).json"
+        try policy.write(toFile: path, atomically: true, encoding: .utf8)
+        return ["--nats", (urls ?? self.urls).joined(separator: ","), "--nats-fleet", fleet, "--nats-host", host, "--policy", path]
+    }
 }
 
 extension TestFleet {

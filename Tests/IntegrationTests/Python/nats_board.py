@@ -1,0 +1,59 @@
+"""A board served by a plain NATS program (nats-py), from PROTOCOL.md §10 alone.
+
+Usage: nats_board.py URL FLEET
+Announces board `py.echo` (command `echo`, which answers with its payload, `fail`, which answers
+a typed error, and any other command is `unknownCommand`) every second as a motherboard would, serves its subject, prints READY, and
+withdraws on SIGTERM.
+"""
+import asyncio
+import json
+import signal
+import sys
+import time
+import uuid
+
+import nats
+
+
+async def main():
+    url, fleet = sys.argv[1:3]
+    prefix = "boardbus.%s" % fleet
+    instance = uuid.uuid4().hex[:16]
+    connection = await nats.connect(url)
+    announcement = json.dumps({
+        "instance": instance, "host": "python", "joined": int(time.time() * 1000), "intervalMilliseconds": 1000,
+        "boards": [{"id": "py.echo", "pid": 0, "commands": ["echo", "fail"]}],
+    }).encode()
+
+    async def serve(message):
+        command = message.subject.split(".")[-1]
+        if command == "echo":
+            await connection.publish(message.reply, message.data, headers={"BoardBus-Status": "ok", "BoardBus-Instance": instance})
+        else:
+            code, text = ("rejected", "py.echo says no") if command == "fail" else ("unknownCommand", "py.echo has no command %s" % command)
+            error = json.dumps({"code": code, "message": text}).encode()
+            await connection.publish(message.reply, error, headers={"BoardBus-Status": code, "BoardBus-Instance": instance})
+
+    async def hello(message):
+        await connection.publish(prefix + ".announce", announcement)
+
+    await connection.subscribe(prefix + ".board.~.py%2Eecho.command.*", cb=serve)
+    await connection.subscribe(prefix + ".hello", cb=hello)
+    await connection.publish(prefix + ".announce", announcement)
+    await connection.flush()
+    print("READY", flush=True)
+
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    while not stop.is_set():
+        await connection.publish(prefix + ".announce", announcement)
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=1)
+        except asyncio.TimeoutError:
+            pass
+    await connection.publish(prefix + ".withdraw", json.dumps({"instance": instance}).encode())
+    await connection.flush()
+    await connection.close()
+
+
+asyncio.run(main())
