@@ -98,8 +98,11 @@ public final class NATSConnection: @unchecked Sendable {
             _ = write(wake, &one, 8)
         }
         func post(_ event: Event) {
-            queue.withLock { $0.events.append(event) }
-            signal()
+            let first = queue.withLock { queue in
+                queue.events.append(event)
+                return queue.events.count == 1 && queue.messages.isEmpty
+            }
+            if first { signal() }
         }
     }
 
@@ -171,6 +174,9 @@ public final class NATSConnection: @unchecked Sendable {
         try check(natsOptions_SetPingInterval(options, 1000), "NATS ping interval")
         try check(natsOptions_SetMaxPingsOut(options, 2), "NATS pings out")
         try check(natsOptions_SetTimeout(options, 2000), "NATS connect timeout")
+        // Each publication is written at once: libnats's flusher thread waits a millisecond to
+        // gather more, which is a millisecond on every hop of a call.
+        try check(natsOptions_SetSendAsap(options, true), "NATS send at once")
         // One thread delivers every subscription's messages, in the order they came: a store's
         // snapshot (an answer, on the inbox) and its changes (on their subject) stay in order.
         try check(natsOptions_UseGlobalMessageDelivery(options, true), "NATS message delivery")
@@ -286,7 +292,8 @@ public final class NATSConnection: @unchecked Sendable {
         return String(cString: inbox)
     }
 
-    /// What waits: messages and connection events, oldest first; the wake descriptor is drained.
+    /// What waits: messages and connection events, oldest first; the wake descriptor is drained
+    /// (before the queue is taken: a message queued after it wakes the consumer again).
     public func take() -> (messages: [NATSMessage], events: [Event]) {
         var count: UInt64 = 0
         _ = read(state.wake, &count, 8)
@@ -333,8 +340,12 @@ final class SubscriptionBox: @unchecked Sendable {
         let heard = NATSMessage(
             subject: subject, reply: reply, headers: headers, payload: payload, isNoResponders: natsMsg_IsNoResponders(message),
             subscription: number)
-        state.queue.withLock { $0.messages.append(heard) }
-        state.signal()
+        // The consumer is woken once for all that waits: by the first message it has not taken.
+        let first = state.queue.withLock { queue in
+            queue.messages.append(heard)
+            return queue.messages.count == 1 && queue.events.isEmpty
+        }
+        if first { state.signal() }
     }
 }
 
