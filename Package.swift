@@ -204,7 +204,9 @@ let package = Package(
         // libFuzzer target when built by scripts/fuzz.
         .executableTarget(
             name: "boardbus-fuzz",
-            dependencies: ["BusCore", "BusCodec", "MotherboardCore", "MotherboardGateways", .product(name: "Logging", package: "swift-log")]),
+            dependencies: [
+                "BusCore", "BusCodec", "BusNATS", "MotherboardCore", "MotherboardGateways", .product(name: "Logging", package: "swift-log"),
+            ]),
         .executableTarget(
             name: "boardbus-bench",
             dependencies: [

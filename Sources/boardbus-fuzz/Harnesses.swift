@@ -1,5 +1,6 @@
 import BusCodec
 import BusCore
+import BusNATS
 import Foundation
 import MotherboardCore
 import MotherboardGateways
@@ -9,8 +10,34 @@ import MotherboardGateways
 enum Harnesses {
     static let all: [String: @Sendable (Data) -> Void] = [
         "header": header, "cbor": cbor, "json": json, "mdp": mdp, "route": RoutingHarness.route, "policy": policy,
-        "allowlist": allowList, "manifest": manifest, "keyfile": keyFile, "monitor": monitor,
+        "allowlist": allowList, "manifest": manifest, "keyfile": keyFile, "monitor": monitor, "nats": nats,
     ]
+
+    /// The fleet's NATS subjects, which anyone who may publish on the cluster writes: a subject
+    /// (any bytes) is read as a request or an action, or not at all, and what is read has one
+    /// spelling, the one the motherboards write; a token is read back only as the token its name
+    /// makes.
+    static func nats(_ input: Data) {
+        let subjects = try! NATSSubjects(fleet: "f")
+        guard let subject = String(data: input, encoding: .utf8) else { return }
+        if let request = subjects.request(subject) {
+            let written =
+                request.isStore
+                ? subjects.store(request.name, scope: request.scope, kind: request.kind, typeName: request.typeName)
+                : subjects.board(request.name, scope: request.scope, kind: request.kind, typeName: request.typeName)
+            precondition(written == subject, "read as \(request), written back as '\(written)'")
+        }
+        if let action = subjects.action(subject) {
+            precondition(subjects.action(action.name, scope: action.scope) == subject, "an action subject read and written back differs")
+        }
+        for token in subject.split(separator: ".", omittingEmptySubsequences: false) {
+            guard let name = NATSSubjects.untoken(token) else { continue }
+            precondition(NATSSubjects.token(name) == token, "token '\(token)' read as '\(name)', which is written '\(NATSSubjects.token(name))'")
+        }
+        let token = NATSSubjects.token(subject)
+        precondition(NATSSubjects.untoken(Substring(token)) == subject, "a name's token does not read back")
+        precondition(!token.contains(".") && !token.contains("*") && !token.contains(">"), "a token with a separator or a wildcard")
+    }
 
     /// The header codec: every input is refused with a `BusError`, or decodes to a header that
     /// encodes to as many bytes and decodes back to itself. Read as a version-4 message's one
