@@ -9,7 +9,7 @@ extension FleetManifest {
     static let knownKeys: [String: Set<String>] = [
         "manifest": ["scopes", "boards", "flows", "metricsListen", "listen", "attach", "mdp", "policy", "nats"],
         "attach": ["address", "serverKey", "clientKey", "insecure"],
-        "nats": ["servers", "fleet", "host", "credentials", "tlsCA", "principal"],
+        "nats": ["servers", "fleet", "host", "credentials", "tlsCA", "principal", "maximumInFlight"],
         "board": ["id", "executable", "arguments", "scope", "start", "restart", "restartLimit", "delivery", "maxDeliveries"],
         "restartLimit": ["count", "windowSeconds"],
         "scope": ["name", "parent"],

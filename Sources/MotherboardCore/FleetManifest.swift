@@ -216,6 +216,8 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         public var tlsCA: String?
         /// The access policy's principal for what comes through NATS (default `nats`).
         public var principal: String?
+        /// The most requests from the cluster waiting for this motherboard at once (default 10 000).
+        public var maximumInFlight: Int?
     }
 
     /// `"attach": {"address": "tcp://10.0.0.1:7400", "serverKey": KEY-OR-FILE, "clientKey": FILE}`.

@@ -16,10 +16,18 @@ public struct NATSGatewaySettings: Sendable, Hashable {
     /// does not say who published a message, so it is one principal for the whole cluster.
     public var principal: String
 
+    /// The most requests and actions from the cluster that wait for this motherboard's answers at
+    /// once; past it, the cluster is answered `busy`.
+    public var maximumInFlight: Int
+
     /// The principal when none is given.
     public static let defaultPrincipal = "nats"
+    public static let defaultMaximumInFlight = 10_000
 
-    public init(nats: NATSSettings, fleet: String, host: String, principal: String = Self.defaultPrincipal) throws {
+    public init(
+        nats: NATSSettings, fleet: String, host: String, principal: String = Self.defaultPrincipal,
+        maximumInFlight: Int = Self.defaultMaximumInFlight
+    ) throws {
         self.nats = nats
         subjects = try NATSSubjects(fleet: fleet)
         guard (1...255).contains(host.utf8.count), !host.unicodeScalars.contains(where: { $0.properties.generalCategory == .control }) else {
@@ -28,8 +36,10 @@ public struct NATSGatewaySettings: Sendable, Hashable {
         guard HeaderCodec.isValidPrincipal(principal.utf8) else {
             throw BusError(.badArgument, "a NATS principal is 1–255 printable ASCII characters, not '\(principal.escapedForDisplay())'")
         }
+        guard maximumInFlight >= 1 else { throw BusError(.badArgument, "the most NATS requests in flight is at least 1, not \(maximumInFlight)") }
         self.host = host
         self.principal = principal
+        self.maximumInFlight = maximumInFlight
     }
 }
 
@@ -163,6 +173,8 @@ package final class NATSGateway: @unchecked Sendable {
     private var watchedStores: Set<ScopedName> = []
     private var lastRenewal: ContinuousClock.Instant?
     private var lastRefusedAnnouncement: ContinuousClock.Instant?
+    private var lastErrorLog: ContinuousClock.Instant?
+    private var suppressedErrors = 0
     /// The most motherboards of the fleet this one knows, and boards each may announce.
     static let maximumPeers = 256
     static let maximumBoardsPerPeer = 4096
@@ -258,7 +270,15 @@ package final class NATSGateway: @unchecked Sendable {
             logger.notice("NATS connection made", metadata: ["server": "\(url)"])
             announceSoon = true
         case .error(let text):
-            logger.warning("NATS error", metadata: ["error": "\(text)"])
+            // A consumer that falls behind hears one per message dropped: said once a second.
+            let now = ContinuousClock.now
+            guard lastErrorLog.map({ $0.duration(to: now) >= .seconds(1) }) ?? true else {
+                suppressedErrors += 1
+                return
+            }
+            logger.warning("NATS error", metadata: ["error": "\(text)", "more since the last": "\(suppressedErrors)"])
+            lastErrorLog = now
+            suppressedErrors = 0
         }
     }
 
@@ -475,16 +495,33 @@ package final class NATSGateway: @unchecked Sendable {
     /// subscribers took it; this motherboard never sends it on).
     private func actionFromCluster(_ message: NATSMessage, now: ContinuousClock.Instant) {
         guard let action = subjects.action(message.subject) else { return refuse(message, BusError(.malformed, "not an action subject")) }
-        var header = EnvelopeHeader(kind: .action, scope: action.scope, typeName: action.name)
+        handToBroker(EnvelopeHeader(kind: .action, scope: action.scope, typeName: action.name), message, now: now)
+    }
+
+    /// What came from the cluster goes to the broker on behalf of the cluster's principal; its
+    /// answer is awaited (at most ``NATSGatewaySettings/maximumInFlight`` at once: past that, or
+    /// when the broker cannot take it, the asker hears why at once).
+    private func handToBroker(_ header: EnvelopeHeader, _ message: NATSMessage, now: ContinuousClock.Instant) {
+        var header = header
         header.onBehalfOf = settings.principal
         let timeout = readHeaders(message.headers, into: &header)
-        if message.reply != nil {
+        if let reply = message.reply {
+            guard incoming.count < settings.maximumInFlight else {
+                return refuse(
+                    message,
+                    BusError(.busy, "\(settings.host) has \(settings.maximumInFlight) requests from the cluster in flight already; try again later"))
+            }
             let id = makeID()
             header.correlationID = id
             header.flags.insert(.replyExpected)
-            incoming[id] = Incoming(reply: message.reply, deadline: now.advanced(by: timeout), trace: header.trace, traceState: header.traceState)
+            incoming[id] = Incoming(reply: reply, deadline: now.advanced(by: timeout), trace: header.trace, traceState: header.traceState)
         }
-        _ = try? local.send(Envelope(header: header, payload: message.payload))
+        do {
+            try local.send(Envelope(header: header, payload: message.payload))
+        } catch {
+            guard header.correlationID != 0, let pending = incoming.removeValue(forKey: header.correlationID) else { return }
+            answerCluster(pending, Envelope.error(BusError(.unreachable, "the motherboard cannot take it now: \(error)"), correlationID: 0))
+        }
     }
 
     /// An output of a board of another motherboard: it speaks here as that board, and this
@@ -615,22 +652,7 @@ package final class NATSGateway: @unchecked Sendable {
                     "a store's changes are published on \(subjects.changes(store: request.name, scope: request.scope)): subscribe there, and ask 'state' for a snapshot"
                 ))
         }
-        var header = EnvelopeHeader(kind: request.kind, target: request.name, scope: request.scope, typeName: request.typeName)
-        header.onBehalfOf = settings.principal
-        let timeout = readHeaders(message.headers, into: &header)
-        if message.reply != nil {
-            let id = makeID()
-            header.correlationID = id
-            header.flags.insert(.replyExpected)
-            incoming[id] = Incoming(reply: message.reply, deadline: now.advanced(by: timeout), trace: header.trace, traceState: header.traceState)
-        }
-        do {
-            try local.send(Envelope(header: header, payload: message.payload))
-        } catch {
-            if let id = header.correlationID == 0 ? nil : header.correlationID, let pending = incoming.removeValue(forKey: id) {
-                answerCluster(pending, Envelope.error(BusError(.unreachable, "the motherboard cannot take it now: \(error)"), correlationID: id))
-            }
-        }
+        handToBroker(EnvelopeHeader(kind: request.kind, target: request.name, scope: request.scope, typeName: request.typeName), message, now: now)
     }
 
     private func refuse(_ message: NATSMessage, _ error: BusError) {
@@ -822,6 +844,6 @@ extension NATSGatewaySettings {
             nats: NATSSettings(
                 servers: nats.servers, name: nats.host, credentialsFile: resolved(nats.credentials), tlsCAFile: resolved(nats.tlsCA)),
             fleet: nats.fleet ?? Self.defaultFleet, host: nats.host ?? ProcessInfo.processInfo.hostName,
-            principal: nats.principal ?? Self.defaultPrincipal)
+            principal: nats.principal ?? Self.defaultPrincipal, maximumInFlight: nats.maximumInFlight ?? Self.defaultMaximumInFlight)
     }
 }

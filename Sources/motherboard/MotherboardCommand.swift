@@ -107,6 +107,12 @@ struct MotherboardCommand: ParsableCommand {
     )
     var natsPrincipal: String?
 
+    @Option(
+        help:
+            "The most requests and actions from the NATS cluster waiting for this motherboard's answers at once (default: the manifest's, else 10000); past it, the cluster is answered busy."
+    )
+    var natsMaxInFlight: Int?
+
     @Option(help: "A NATS .creds file (user JWT and NKey seed).")
     var natsCredentials: String?
 
@@ -173,9 +179,14 @@ struct MotherboardCommand: ParsableCommand {
                         credentialsFile: natsCredentials ?? fromManifest?.credentials, tlsCAFile: natsTlsCa ?? fromManifest?.tlsCA),
                     fleet: natsFleet ?? fromManifest?.fleet ?? NATSGatewaySettings.defaultFleet,
                     host: natsHost ?? fromManifest?.host ?? ProcessInfo.processInfo.hostName,
-                    principal: natsPrincipal ?? fromManifest?.principal ?? NATSGatewaySettings.defaultPrincipal)
-            } else if natsFleet != nil || natsHost != nil || natsCredentials != nil || natsTlsCa != nil || natsPrincipal != nil {
-                throw BusError(.badArgument, "--nats-fleet, --nats-host, --nats-principal, --nats-credentials and --nats-tls-ca go with --nats")
+                    principal: natsPrincipal ?? fromManifest?.principal ?? NATSGatewaySettings.defaultPrincipal,
+                    maximumInFlight: natsMaxInFlight ?? fromManifest?.maximumInFlight ?? NATSGatewaySettings.defaultMaximumInFlight)
+            } else if natsFleet != nil || natsHost != nil || natsCredentials != nil || natsTlsCa != nil || natsPrincipal != nil
+                || natsMaxInFlight != nil
+            {
+                throw BusError(
+                    .badArgument,
+                    "--nats-fleet, --nats-host, --nats-principal, --nats-max-in-flight, --nats-credentials and --nats-tls-ca go with --nats")
             }
             let server = MotherboardServer(options: options, logger: logger)
             let group = ServiceGroup(configuration: .init(services: [server], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))

@@ -240,6 +240,45 @@ struct NATSIntegrationTests {
         }
     }
 
+    /// What the cluster may leave waiting on a motherboard is bounded: past `--nats-max-in-flight`
+    /// requests that a board holds, the next is answered `busy` at once; the held ones time out.
+    @Test func requestsFromTheClusterWaitingOnAMotherboardAreBounded() async throws {
+        let hold = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/hold_board.py").path
+        let holding = #"{ "boards": [ { "id": "py.hold", "executable": "/usr/bin/python3", "arguments": ["\#(hold)"], "start": "always" } ] }"#
+        try await NATSCluster.with(nodes: 1) { nats in
+            let fleet = uniqueFleetName()
+            try await TestFleet.with(manifest: Self.hostA, brokerArguments: try nats.arguments(fleet: fleet, host: "host-a")) { a in
+                let b = try nats.arguments(fleet: fleet, host: "host-b") + ["--nats-max-in-flight", "3"]
+                try await TestFleet.with(manifest: holding, brokerArguments: b) { _ in
+                    _ = try await a.waitForListing("py.hold", host: "host-b")
+                    let codes = try await withThrowingTaskGroup(of: String.self) { group in
+                        for _ in 0..<3 {
+                            group.addTask {
+                                let held = try await a.busctl("call", "py.hold", "hold", "--timeout", "4")
+                                return held.standardError.components(separatedBy: ":").dropFirst().first?.trimmingCharacters(in: .whitespaces) ?? "ok"
+                            }
+                        }
+                        // The fourth once the three are held on B.
+                        try await Task.sleep(for: .milliseconds(1500))
+                        let started = ContinuousClock.now
+                        let fourth = try await a.busctl("call", "py.hold", "hold", "--timeout", "4")
+                        #expect(fourth.standardError.contains("busy"), "\(fourth.standardError)")
+                        #expect(started.duration(to: .now) < .seconds(3), "busy is said at once, not at the deadline")
+                        var codes: [String] = []
+                        for try await code in group { codes.append(code) }
+                        return codes
+                    }
+                    #expect(codes == ["timeout", "timeout", "timeout"], "\(codes)")
+                    // Once B's broker has timed them out too, the cluster is served again.
+                    let served = try await eventually(timeout: .seconds(10), checkingEvery: .milliseconds(200)) {
+                        try await a.busctl("call", "py.hold", "hold", "--timeout", "1").standardError.contains("timeout")
+                    }
+                    #expect(served)
+                }
+            }
+        }
+    }
+
     /// A NATS client that publishes garbage on the fleet's subjects (announcements that are not,
     /// bad tokens, timeouts like `nan` and `1e20`, headers past their limits, a flood of boards)
     /// gets typed errors or nothing, and the motherboard goes on serving.
