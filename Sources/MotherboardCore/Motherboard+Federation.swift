@@ -55,10 +55,7 @@ extension Motherboard {
 
     /// `uplink.attach`: the uplink proves itself; the boards of the served scopes are pushed to it.
     func attachUplink(_ envelope: Envelope, from peer: PeerID) throws {
-        let request = try PayloadCodec.decode(UplinkAttach.self, from: envelope.payload)
-        guard sender(of: peer, envelope) == nil, Self.secretsMatch(uplinkSecret, request.secret) else {
-            throw BusError(.unauthorized, "only this motherboard's own uplink may attach")
-        }
+        try checkOwnGateway(envelope, from: peer, secret: uplinkSecret, refusal: "only this motherboard's own uplink may attach")
         uplink = peer
         logger.info("uplink attached", metadata: ["peer": "\(peer)"])
         // The uplink learns this motherboard's link id, to say who asks when its link comes up.
@@ -66,12 +63,17 @@ extension Motherboard {
         for board in registry.sorted { uplinkBoardRegistered(board) }
     }
 
+    /// A gateway of this motherboard's own (not a board) proves itself with the secret made for it
+    /// (``UplinkAttach``); nil: there is none to attach.
+    private func checkOwnGateway(_ envelope: Envelope, from peer: PeerID, secret: String?, refusal: String) throws {
+        let request = try PayloadCodec.decode(UplinkAttach.self, from: envelope.payload)
+        guard sender(of: peer, envelope) == nil, Self.secretsMatch(secret, request.secret) else { throw BusError(.unauthorized, refusal) }
+    }
+
     /// `export.attach`: the NATS gateway proves itself; every board here is pushed to it.
     func attachExporter(_ envelope: Envelope, from peer: PeerID) throws {
-        let request = try PayloadCodec.decode(UplinkAttach.self, from: envelope.payload)
-        guard sender(of: peer, envelope) == nil, Self.secretsMatch(exportSecret, request.secret) else {
-            throw BusError(.unauthorized, "only this motherboard's own NATS gateway may attach as its exporter")
-        }
+        try checkOwnGateway(
+            envelope, from: peer, secret: exportSecret, refusal: "only this motherboard's own NATS gateway may attach as its exporter")
         exporter = peer
         logger.info("exporter attached", metadata: ["peer": "\(peer)"])
         reply(to: envelope, from: peer, with: Delivery(delivered: 0))

@@ -83,23 +83,12 @@ struct NATSReadmeTests {
                 lab.isolated ? (node.port, node.cluster) : (Int(try freeLoopbackPort()), Int(try freeLoopbackPort()))
             }
             func url(_ index: Int) -> String { "nats://\(lab.address(of: Self.nodes[index].host)):\(ports[index].0)" }
-            // What the README says, as this run has it: addresses and ports.
-            func toLab(_ text: String) -> String {
-                var text = text
-                for (index, node) in Self.nodes.enumerated() {
-                    text = text.replacingOccurrences(
-                        of: "\(Self.readmeAddresses[node.host]):\(node.port)", with: "\(lab.address(of: node.host)):\(ports[index].0)")
-                }
-                return text
+            // The README's nodes' addresses and ports as this run has them, and back.
+            let spellings = Self.nodes.enumerated().map { index, node in
+                (readme: "\(Self.readmeAddresses[node.host]):\(node.port)", lab: "\(lab.address(of: node.host)):\(ports[index].0)")
             }
-            func toReadme(_ text: String) -> String {
-                var text = text
-                for (index, node) in Self.nodes.enumerated() {
-                    text = text.replacingOccurrences(
-                        of: "\(lab.address(of: node.host)):\(ports[index].0)", with: "\(Self.readmeAddresses[node.host]):\(node.port)")
-                }
-                return text
-            }
+            func toLab(_ text: String) -> String { spellings.reduce(text) { $0.replacingOccurrences(of: $1.readme, with: $1.lab) } }
+            func toReadme(_ text: String) -> String { spellings.reduce(text) { $0.replacingOccurrences(of: $1.lab, with: $1.readme) } }
             var servers: [ChildProcess] = []
             for (index, node) in Self.nodes.enumerated() {
                 let routes = Self.nodes.indices.filter { $0 != index }.map { "nats://\(lab.address(of: Self.nodes[$0].host)):\(ports[$0].1)" }
