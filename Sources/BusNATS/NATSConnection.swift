@@ -65,7 +65,8 @@ public struct NATSMessage: Sendable {
 /// the cluster, forever; publications made meanwhile are buffered (8 MiB) and sent on reconnect.
 public final class NATSConnection: @unchecked Sendable {
     public enum Event: Sendable, Equatable {
-        case disconnected
+        /// The connection dropped: the `epoch`-th time (what ``disconnections`` said before it).
+        case disconnected(epoch: Int)
         /// Connected (again: or for the first time, when no server answered at start).
         case reconnected(url: String)
         /// An error libnats met on its own threads (a subscription that fell behind, a permission
@@ -77,18 +78,27 @@ public final class NATSConnection: @unchecked Sendable {
     private let options: OpaquePointer
     private let state: Shared
     private let subscriptions = Mutex<[Int: SubscriptionHandle]>([:])
-    /// What each subscription's callback reaches through its closure pointer; kept until the
-    /// connection goes, since a callback may still run just after an unsubscribe.
-    private let boxes = Mutex<[SubscriptionBox]>([])
     private let nextSubscription = Atomic<Int>(1)
     /// Readable while messages or events wait.
     public var wakeDescriptor: Int32 { state.wake }
 
-    /// What libnats's threads hand the consumer: messages and connection events, in order.
+    /// What the consumer takes: a message or a connection event, in the order they came.
+    public enum Item: Sendable {
+        case message(NATSMessage)
+        case event(Event)
+    }
+
+    /// How many times the connection has dropped so far: a request sent while it reads `n` was
+    /// sent after the `n`-th drop (and, when none came since, is in libnats's buffer or sent).
+    public var disconnections: Int { state.disconnections.load(ordering: .acquiring) }
+
+    /// What libnats's threads hand the consumer, in order. Retained for the life of the process
+    /// (one per connection): libnats may call its connection handlers after the connection closed.
     final class Shared: @unchecked Sendable {
         let wake: Int32
         let headers: [String]
-        let queue = Mutex<(messages: [NATSMessage], events: [Event])>(([], []))
+        let queue = Mutex<[Item]>([])
+        let disconnections = Atomic<Int>(0)
         init(wake: Int32, headers: [String]) {
             self.wake = wake
             self.headers = headers
@@ -97,10 +107,11 @@ public final class NATSConnection: @unchecked Sendable {
             var one: UInt64 = 1
             _ = write(wake, &one, 8)
         }
-        func post(_ event: Event) {
+        /// Queues `item`; the consumer is woken once for all that waits, by the first it has not taken.
+        func post(_ item: Item) {
             let first = queue.withLock { queue in
-                queue.events.append(event)
-                return queue.events.count == 1 && queue.messages.isEmpty
+                queue.append(item)
+                return queue.count == 1
             }
             if first { signal() }
         }
@@ -131,7 +142,7 @@ public final class NATSConnection: @unchecked Sendable {
                         options, true,
                         { connection, closure in
                             let state = Unmanaged<Shared>.fromOpaque(closure!).takeUnretainedValue()
-                            state.post(.reconnected(url: NATSConnection.connectedURL(of: connection) ?? ""))
+                            state.post(.event(.reconnected(url: NATSConnection.connectedURL(of: connection) ?? "")))
                         }, Unmanaged.passUnretained(state).toOpaque()), "NATS connect retries")
                 made = nil
                 status = natsConnection_Connect(&made, options)
@@ -182,12 +193,14 @@ public final class NATSConnection: @unchecked Sendable {
         try check(natsOptions_UseGlobalMessageDelivery(options, true), "NATS message delivery")
         // Its own publications (announcements) are not heard back.
         try check(natsOptions_SetNoEcho(options, true), "NATS no echo")
-        let closure = Unmanaged.passUnretained(state).toOpaque()
+        let closure = Unmanaged.passRetained(state).toOpaque()
         try check(
             natsOptions_SetDisconnectedCB(
                 options,
                 { _, closure in
-                    Unmanaged<Shared>.fromOpaque(closure!).takeUnretainedValue().post(.disconnected)
+                    let state = Unmanaged<Shared>.fromOpaque(closure!).takeUnretainedValue()
+                    let epoch = state.disconnections.add(1, ordering: .acquiringAndReleasing).newValue
+                    state.post(.event(.disconnected(epoch: epoch)))
                 }, closure), "NATS disconnect handler")
         try check(
             natsOptions_SetErrorHandler(
@@ -195,14 +208,14 @@ public final class NATSConnection: @unchecked Sendable {
                 { _, _, status, closure in
                     var last = status
                     let detail = nats_GetLastError(&last).map { String(cString: $0) } ?? String(cString: natsStatus_GetText(status))
-                    Unmanaged<Shared>.fromOpaque(closure!).takeUnretainedValue().post(.error(detail))
+                    Unmanaged<Shared>.fromOpaque(closure!).takeUnretainedValue().post(.event(.error(detail)))
                 }, closure), "NATS error handler")
         try check(
             natsOptions_SetReconnectedCB(
                 options,
                 { connection, closure in
                     let state = Unmanaged<Shared>.fromOpaque(closure!).takeUnretainedValue()
-                    state.post(.reconnected(url: NATSConnection.connectedURL(of: connection) ?? ""))
+                    state.post(.event(.reconnected(url: NATSConnection.connectedURL(of: connection) ?? "")))
                 }, closure), "NATS reconnect handler")
     }
 
@@ -243,18 +256,26 @@ public final class NATSConnection: @unchecked Sendable {
     /// messages it hears carry.
     public func subscribe(_ subject: String) throws -> Int {
         let number = nextSubscription.add(1, ordering: .relaxed).oldValue
-        let box = SubscriptionBox(state: state, number: number)
-        boxes.withLock { $0.append(box) }
+        // The box lives until libnats says the subscription's last callback returned.
+        let box = Unmanaged.passRetained(SubscriptionBox(state: state, number: number))
         var subscription: OpaquePointer?
-        try Self.check(
+        let status =
             natsConnection_Subscribe(
                 &subscription, connection, subject,
                 { _, subscription, message, closure in
                     guard let message else { return }
                     let box = Unmanaged<SubscriptionBox>.fromOpaque(closure!).takeUnretainedValue()
                     box.deliver(message)
-                }, Unmanaged.passUnretained(box).toOpaque()), "cannot subscribe to '\(subject)'")
-        guard let subscription else { throw BusError(.transport, "natsConnection_Subscribe gave nothing") }
+                }, box.toOpaque())
+        guard status == NATS_OK, let subscription else {
+            box.release()
+            try Self.check(status, "cannot subscribe to '\(subject)'")
+            throw BusError(.transport, "natsConnection_Subscribe gave nothing")
+        }
+        let completed = natsSubscription_SetOnCompleteCB(
+            subscription, { closure in Unmanaged<SubscriptionBox>.fromOpaque(closure!).release() }, box.toOpaque())
+        // Without the completion callback (libnats refused it), the box stays: a few bytes, never freed.
+        _ = completed
         // A consumer that falls behind loses messages rather than the process its memory.
         natsSubscription_SetPendingLimits(subscription, 65_536, 64 << 20)
         let handle = SubscriptionHandle(pointer: subscription)
@@ -292,13 +313,13 @@ public final class NATSConnection: @unchecked Sendable {
         return String(cString: inbox)
     }
 
-    /// What waits: messages and connection events, oldest first; the wake descriptor is drained
-    /// (before the queue is taken: a message queued after it wakes the consumer again).
-    public func take() -> (messages: [NATSMessage], events: [Event]) {
+    /// What waits, oldest first; the wake descriptor is drained (before the queue is taken: an
+    /// item queued after it wakes the consumer again).
+    public func take() -> [Item] {
         var count: UInt64 = 0
         _ = read(state.wake, &count, 8)
         return state.queue.withLock { queue in
-            defer { queue = ([], []) }
+            defer { queue = [] }
             return queue
         }
     }
@@ -340,12 +361,7 @@ final class SubscriptionBox: @unchecked Sendable {
         let heard = NATSMessage(
             subject: subject, reply: reply, headers: headers, payload: payload, isNoResponders: natsMsg_IsNoResponders(message),
             subscription: number)
-        // The consumer is woken once for all that waits: by the first message it has not taken.
-        let first = state.queue.withLock { queue in
-            queue.messages.append(heard)
-            return queue.messages.count == 1 && queue.events.isEmpty
-        }
-        if first { state.signal() }
+        state.post(.message(heard))
     }
 }
 

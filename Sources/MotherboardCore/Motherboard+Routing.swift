@@ -204,9 +204,10 @@ extension Motherboard {
             guard let answer = try? outcome.get(), answer.header.kind == .reply else { return finishActionPart(action, acknowledged: 0) }
             // The uplink's part counts the subscribers the parent motherboard reached, the NATS
             // gateway's those of the fleet's other motherboards.
+            // Their word, bounded: a count past any fleet's cannot overflow the sum.
             let count =
                 request.boardPeer == uplink || request.boardPeer == exporter
-                ? (try? PayloadCodec.decode(Delivery.self, from: answer.payload))?.delivered ?? 0 : 1
+                ? min(max((try? PayloadCodec.decode(Delivery.self, from: answer.payload))?.delivered ?? 0, 0), 1 << 30) : 1
             return finishActionPart(action, acknowledged: count)
         }
         switch outcome {

@@ -133,9 +133,11 @@ struct HelperBoard {
         connection.sendToBroker(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(registration)))
     }
 
-    /// Unregisters (when registered) and closes its socket, unless it shares it.
+    /// Unregisters (when registered, or, sharing a gateway's connection, when a registration may
+    /// still be on its way: the broker drops only a board that connection holds) and closes its
+    /// socket, unless it shares it.
     func close() {
-        if registered {
+        if registered || (registration.sharesConnection == true && correlationID != 0) {
             connection.sendToBroker(Envelope(header: EnvelopeHeader(kind: .unregister, source: registration.id.rawValue, scope: registration.scope)))
         }
         if registration.sharesConnection != true { connection.close() }

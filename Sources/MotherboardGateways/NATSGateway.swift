@@ -59,6 +59,9 @@ struct NATSAnnouncement: Codable, Sendable {
     /// How often it announces; its boards are forgotten after three intervals and a half of silence.
     var intervalMilliseconds: Int
     var boards: [Registration]
+    /// Whether it delivers the fleet's actions and answers for them (every motherboard does; a
+    /// NATS program serving boards may not): an action's sender waits for those that do.
+    var actions: Bool?
 }
 
 /// `boardbus.<fleet>.withdraw` and `.hello`: who says it.
@@ -118,6 +121,8 @@ package final class NATSGateway: @unchecked Sendable {
         var board: ScopedName
         var correlationID: UInt64
         var deadline: ContinuousClock.Instant
+        /// The connection's drops before it was sent (``NATSConnection/disconnections``).
+        var epoch: Int
         var subject: String
     }
 
@@ -138,8 +143,19 @@ package final class NATSGateway: @unchecked Sendable {
     private var lastAttach: ContinuousClock.Instant?
     /// This motherboard's boards, as pushed by the broker.
     private var localBoards: [ScopedName: Registration] = [:]
-    /// The local boards served to the cluster, with their subscriptions (the board's, then its stores').
-    private var exported: [ScopedName: [Int]] = [:]
+    /// A local board served to the cluster: as it registered here, and its request subscription.
+    private struct Exported {
+        var registration: Registration
+        var subscription: Int?
+    }
+    private var exported: [ScopedName: Exported] = [:]
+    /// A local store served to the cluster: by how many exported boards that own it, its request
+    /// subscription; this gateway watches it on its motherboard (renewed each second).
+    private struct ServedStore {
+        var owners: Int
+        var subscription: Int?
+    }
+    private var servedStores: [ScopedName: ServedStore] = [:]
     /// Local boards another motherboard serves already, said once each.
     private var loggedConflicts: Set<ScopedName> = []
     private var peers: [String: Peer] = [:]
@@ -169,8 +185,6 @@ package final class NATSGateway: @unchecked Sendable {
     /// The store whose changes each change subscription hears (by subscription number), and the
     /// board of another motherboard that owns it here.
     private var changeSubscriptions: [Int: (owner: ScopedName, store: String)] = [:]
-    /// The stores of local exported boards this gateway watches on its motherboard, renewed each second.
-    private var watchedStores: Set<ScopedName> = []
     private var lastRenewal: ContinuousClock.Instant?
     private var lastRefusedAnnouncement: ContinuousClock.Instant?
     private var lastErrorLog: ContinuousClock.Instant?
@@ -178,6 +192,8 @@ package final class NATSGateway: @unchecked Sendable {
     /// The most motherboards of the fleet this one knows, and boards each may announce.
     static let maximumPeers = 256
     static let maximumBoardsPerPeer = 4096
+    /// What one motherboard's answer to an action may count at most (an answer is anyone's word).
+    static let maximumDeliveredPerPeer = 1 << 20
 
     init(settings: NATSGatewaySettings, context: ZMQContext, localEndpoint: String, secret: String, limits: BusLimits, logger: Logger) throws {
         self.settings = settings
@@ -231,9 +247,12 @@ package final class NATSGateway: @unchecked Sendable {
             if ready.sockets[0] { local.drainEnvelopes(limits: limits) { fromLocal($0, now: clock.now) } }
             if ready.sockets[1] { served.drainEnvelopes(limits: limits) { toServed($0, now: clock.now) } }
             if ready.descriptor {
-                let (messages, events) = connection.take()
-                for event in events { connectionChanged(event) }
-                for message in messages { fromCluster(message, now: clock.now) }
+                for item in connection.take() {
+                    switch item {
+                    case .event(let event): connectionChanged(event)
+                    case .message(let message): fromCluster(message, now: clock.now)
+                    }
+                }
             }
         }
         // Leaving: the cluster is told, the boards of others unregistered here.
@@ -254,11 +273,12 @@ package final class NATSGateway: @unchecked Sendable {
 
     private func connectionChanged(_ event: NATSConnection.Event) {
         switch event {
-        case .disconnected:
+        case .disconnected(let epoch):
             logger.warning("NATS connection lost; reconnecting", metadata: ["host": "\(settings.host)"])
-            // Answers to what is in flight would come to the server that is gone: its callers
-            // hear now, not at their deadline. New requests wait in libnats's buffer meanwhile.
-            for (id, pending) in outgoing {
+            // Answers to what was in flight would come to the server that is gone: its callers
+            // hear now, not at their deadline. What was sent after the drop waits in libnats's
+            // buffer and goes when the connection is made again.
+            for (id, pending) in outgoing where pending.epoch < epoch {
                 outgoing[id] = nil
                 let error = BusError(
                     .unreachable,
@@ -269,6 +289,8 @@ package final class NATSGateway: @unchecked Sendable {
         case .reconnected(let url):
             logger.notice("NATS connection made", metadata: ["server": "\(url)"])
             announceSoon = true
+            // The others may have forgotten this motherboard meanwhile, and it them.
+            try? connection.publish(subjects.hello, payload: PayloadCodec.encodeOrEmpty(NATSInstance(instance: instance)))
         case .error(let text):
             // A consumer that falls behind hears one per message dropped: said once a second.
             let now = ContinuousClock.now
@@ -306,7 +328,7 @@ package final class NATSGateway: @unchecked Sendable {
         if announceSoon || lastAnnounce.map({ $0.duration(to: now) >= Self.announceInterval }) ?? true { announce(now: now) }
         if lastRenewal.map({ $0.duration(to: now) >= .seconds(1) }) ?? true {
             lastRenewal = now
-            for store in watchedStores { watchLocal(store, operation: StoreOperation.renew) }
+            for store in servedStores.keys { watchLocal(store, operation: StoreOperation.renew) }
         }
         if lastKeepAlive.map({ $0.duration(to: now) >= .milliseconds(500) }) ?? true {
             lastKeepAlive = now
@@ -330,10 +352,10 @@ package final class NATSGateway: @unchecked Sendable {
         guard attached else { return }
         announceSoon = false
         lastAnnounce = now
-        let boards = exported.keys.sorted().compactMap { localBoards[$0] }
+        let boards = exported.keys.sorted().compactMap { exported[$0]?.registration }
         let announcement = NATSAnnouncement(
             instance: instance, host: settings.host, joined: joined, intervalMilliseconds: Int(Self.announceInterval.components.seconds * 1000),
-            boards: boards)
+            boards: boards, actions: true)
         do {
             try connection.publish(subjects.announce, payload: PayloadCodec.encodeOrEmpty(announcement))
         } catch {
@@ -368,7 +390,9 @@ package final class NATSGateway: @unchecked Sendable {
                         "board is served by another motherboard of the fleet, which joined first: not served to the cluster (one id is one board across hosts)",
                         metadata: ["board": "\(name)", "host": "\(owner.host)"])
                 }
-            } else if exported[name] == nil {
+            } else if exported[name]?.registration != registration {
+                // New, or registered again with something else (commands, stores).
+                unexport(name)
                 export(name, registration)
                 changed = true
             }
@@ -383,21 +407,19 @@ package final class NATSGateway: @unchecked Sendable {
                 forget(name, board)
                 continue
             }
-            // Its motherboard restarted (a new instance on the same host): the same board, kept.
-            guard owner.instance != board.instance else { continue }
-            if owner.host == board.link.registration.host {
-                remote[name]?.instance = owner.instance
-            } else {
+            // Registered again with something else: registered again here.
+            var known = board.link.registration
+            known.secret = nil
+            guard Self.imported(owner.registration, host: owner.host) == known else {
                 forget(name, board)
+                continue
             }
+            // Its motherboard restarted (a new instance on the same host): the same board, kept.
+            remote[name]?.instance = owner.instance
         }
         for (name, owner) in owners where remote[name] == nil && exported[name] == nil {
-            var registration = owner.registration
-            registration.actions = []
+            var registration = Self.imported(owner.registration, host: owner.host)
             registration.secret = Registration.makeSecret()
-            registration.sharesConnection = true
-            registration.host = owner.host
-            registration.schemas = nil
             var board = RemoteBoard(link: HelperBoard(connection: served, registration: registration), instance: owner.instance)
             if let number = try? connection.subscribe(subjects.anyOutput(board: name.name, scope: name.scope)) {
                 board.changeSubscriptions.append(number)
@@ -412,6 +434,18 @@ package final class NATSGateway: @unchecked Sendable {
             registrations.register(&remote[name]!.link, as: name, now: now, id: makeID())
         }
         if changed { announceSoon = true }
+    }
+
+    /// Another motherboard's board as the gateway registers it here (no secret yet): it shares the
+    /// gateway's connection, names its host, and takes no action (the gateway delivers those).
+    private static func imported(_ announced: Registration, host: String) -> Registration {
+        var registration = announced
+        registration.actions = []
+        registration.secret = nil
+        registration.sharesConnection = true
+        registration.host = host
+        registration.schemas = nil
+        return registration
     }
 
     /// A board of another motherboard leaves this one.
@@ -437,26 +471,39 @@ package final class NATSGateway: @unchecked Sendable {
 
     private func export(_ name: ScopedName, _ registration: Registration) {
         loggedConflicts.remove(name)
-        for store in registration.stores {
-            let store = ScopedName(scope: name.scope, name: store)
-            if watchedStores.insert(store).inserted { watchLocal(store, operation: StoreOperation.subscribe) }
-        }
-        var numbers: [Int] = []
+        var subscription: Int?
         do {
-            numbers.append(try connection.subscribe(subjects.anyRequest(board: name.name, scope: name.scope)))
-            for store in registration.stores { numbers.append(try connection.subscribe(subjects.anyRequest(store: store, scope: name.scope))) }
+            subscription = try connection.subscribe(subjects.anyRequest(board: name.name, scope: name.scope))
         } catch {
             logger.error("cannot serve a board to the NATS cluster", metadata: ["board": "\(name)", "error": "\(error)"])
         }
-        exported[name] = numbers
+        exported[name] = Exported(registration: registration, subscription: subscription)
+        for store in registration.stores {
+            let key = ScopedName(scope: name.scope, name: store)
+            if var served = servedStores[key] {
+                served.owners += 1
+                servedStores[key] = served
+                continue
+            }
+            servedStores[key] = ServedStore(owners: 1, subscription: try? connection.subscribe(subjects.anyRequest(store: store, scope: name.scope)))
+            watchLocal(key, operation: StoreOperation.subscribe)
+        }
     }
 
     private func unexport(_ name: ScopedName) {
-        guard let numbers = exported.removeValue(forKey: name) else { return }
-        for number in numbers { connection.unsubscribe(number) }
-        for store in localBoards[name]?.stores ?? [] {
-            let store = ScopedName(scope: name.scope, name: store)
-            if watchedStores.remove(store) != nil { watchLocal(store, operation: StoreOperation.unsubscribe) }
+        guard let gone = exported.removeValue(forKey: name) else { return }
+        if let subscription = gone.subscription { connection.unsubscribe(subscription) }
+        for store in gone.registration.stores {
+            let key = ScopedName(scope: name.scope, name: store)
+            guard var served = servedStores[key] else { continue }
+            served.owners -= 1
+            guard served.owners == 0 else {
+                servedStores[key] = served
+                continue
+            }
+            servedStores[key] = nil
+            if let subscription = served.subscription { connection.unsubscribe(subscription) }
+            watchLocal(key, operation: StoreOperation.unsubscribe)
         }
     }
 
@@ -505,6 +552,11 @@ package final class NATSGateway: @unchecked Sendable {
         var header = header
         header.onBehalfOf = settings.principal
         let timeout = readHeaders(message.headers, into: &header)
+        // An answer goes to an inbox, never onto the fleet's own subjects, where this motherboard's
+        // permissions would make it an announcement or an action: such a request is dropped.
+        if let reply = message.reply, !Self.isAnswerable(reply) {
+            return logger.debug("a request whose reply subject is the fleet's own dropped", metadata: ["reply": "\(reply.escapedForDisplay())"])
+        }
         if let reply = message.reply {
             guard incoming.count < settings.maximumInFlight else {
                 return refuse(
@@ -516,12 +568,20 @@ package final class NATSGateway: @unchecked Sendable {
             header.flags.insert(.replyExpected)
             incoming[id] = Incoming(reply: reply, deadline: now.advanced(by: timeout), trace: header.trace, traceState: header.traceState)
         }
+        let refusal: String?
         do {
-            try local.send(Envelope(header: header, payload: message.payload))
+            refusal = try local.send(Envelope(header: header, payload: message.payload)) == .sent ? nil : "its queue is full"
         } catch {
-            guard header.correlationID != 0, let pending = incoming.removeValue(forKey: header.correlationID) else { return }
-            answerCluster(pending, Envelope.error(BusError(.unreachable, "the motherboard cannot take it now: \(error)"), correlationID: 0))
+            refusal = "\(error)"
         }
+        guard let refusal, header.correlationID != 0, let pending = incoming.removeValue(forKey: header.correlationID) else { return }
+        answerCluster(
+            pending, Envelope.error(BusError(.busy, "the motherboard on \(settings.host) cannot take it now: \(refusal)"), correlationID: 0))
+    }
+
+    /// Whether an answer may go to `subject`: a request's reply subject, outside the fleets' own.
+    static func isAnswerable(_ subject: String) -> Bool {
+        !subject.isEmpty && !subject.hasPrefix("boardbus.") && subject != "boardbus"
     }
 
     /// An output of a board of another motherboard: it speaks here as that board, and this
@@ -536,16 +596,26 @@ package final class NATSGateway: @unchecked Sendable {
     }
 
     /// The BoardBus fields a message's NATS headers carry; returns how long its sender waits.
+    /// A field that would make the header one the codec refuses is left out (the message goes on
+    /// without it), as PROTOCOL §10 says.
     private func readHeaders(_ headers: [String: String], into header: inout EnvelopeHeader) -> Duration {
         var timeout = Self.defaultTimeout
         if let text = headers[NATSHeader.timeout], let milliseconds = UInt32(text), milliseconds > 0 {
             header.timeoutMilliseconds = milliseconds
             timeout = .milliseconds(Int64(milliseconds))
         }
-        if let text = headers[NATSHeader.traceparent] { header.trace = TraceContext(traceparent: text) }
-        if let state = headers[NATSHeader.tracestate], TraceContext.isValidState(state.utf8) { header.traceState = state }
-        if let type = headers[NATSHeader.contentType], !type.isEmpty, type.utf8.count <= 255 { header.contentType = type }
-        if let id = headers[NATSHeader.dispatchID], !id.isEmpty, id.utf8.count <= 255 { header.dispatchID = id }
+        func keep(_ change: (inout EnvelopeHeader) -> Void) {
+            var changed = header
+            change(&changed)
+            if (try? HeaderCodec.validatedSize(changed)) != nil { header = changed }
+        }
+        if let text = headers[NATSHeader.traceparent], let trace = TraceContext(traceparent: text) {
+            keep { $0.trace = trace }
+            // A trace state goes with its trace only.
+            if let state = headers[NATSHeader.tracestate], TraceContext.isValidState(state.utf8) { keep { $0.traceState = state } }
+        }
+        if let type = headers[NATSHeader.contentType], !type.isEmpty { keep { $0.contentType = type } }
+        if let id = headers[NATSHeader.dispatchID], !id.isEmpty { keep { $0.dispatchID = id } }
         return timeout
     }
 
@@ -572,11 +642,16 @@ package final class NATSGateway: @unchecked Sendable {
             try? connection.publish(subject, headers: natsHeaders(header), payload: envelope.payload)
             return
         }
-        guard !peers.isEmpty else { return answerAction(header.correlationID, delivered: 0) }
+        // Those that deliver actions answer; with none, the others still hear it.
+        let answering = Set(peers.filter { $0.value.announcement.actions == true }.keys)
+        guard !answering.isEmpty else {
+            try? connection.publish(subject, headers: natsHeaders(header), payload: envelope.payload)
+            return answerAction(header.correlationID, delivered: 0)
+        }
         let id = makeID()
         let timeout = header.timeoutMilliseconds > 0 ? Duration.milliseconds(Int64(header.timeoutMilliseconds)) : Self.defaultTimeout
         gatherings[id] = Gathering(
-            correlationID: header.correlationID, waiting: Set(peers.keys), delivered: 0, deadline: now.advanced(by: timeout * 3 / 4))
+            correlationID: header.correlationID, waiting: answering, delivered: 0, deadline: now.advanced(by: timeout * 3 / 4))
         do {
             try connection.publish(subject, reply: "\(inboxPrefix).\(id)", headers: natsHeaders(header), payload: envelope.payload)
         } catch {
@@ -588,7 +663,7 @@ package final class NATSGateway: @unchecked Sendable {
     /// Motherboard `instance` answered (or left) for the action gathered under `id`.
     private func heardFrom(_ instance: String, delivered: Int, gathering id: UInt64) {
         guard var gathering = gatherings[id], gathering.waiting.remove(instance) != nil else { return }
-        gathering.delivered += delivered
+        gathering.delivered = min(gathering.delivered + delivered, Self.maximumDeliveredPerPeer * Self.maximumPeers)
         if gathering.waiting.isEmpty {
             gatherings[id] = nil
             answerAction(gathering.correlationID, delivered: gathering.delivered)
@@ -604,7 +679,8 @@ package final class NATSGateway: @unchecked Sendable {
 
     private func heardAnnouncement(_ message: NATSMessage, now: ContinuousClock.Instant) {
         guard var announcement = try? PayloadCodec.decode(NATSAnnouncement.self, from: message.payload), announcement.instance != instance,
-            (1...64).contains(announcement.instance.utf8.count), (1...255).contains(announcement.host.utf8.count)
+            (1...64).contains(announcement.instance.utf8.count), (1...255).contains(announcement.host.utf8.count),
+            !announcement.host.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
         else { return }
         // What the cluster can make this motherboard hold is bounded: so many motherboards, so
         // many boards each; past that, an announcement is ignored (said once a minute).
@@ -638,7 +714,7 @@ package final class NATSGateway: @unchecked Sendable {
         // Only what this motherboard serves to the cluster (a board that just left is refused).
         let served =
             request.isStore
-            ? exported.keys.contains { $0.scope == request.scope && localBoards[$0]?.stores.contains(request.name) == true }
+            ? servedStores[ScopedName(scope: request.scope, name: request.name)] != nil
             : exported[ScopedName(scope: request.scope, name: request.name)] != nil
         guard served else {
             let name = ScopedName(scope: request.scope, name: request.name)
@@ -656,7 +732,7 @@ package final class NATSGateway: @unchecked Sendable {
     }
 
     private func refuse(_ message: NATSMessage, _ error: BusError) {
-        guard let reply = message.reply else { return }
+        guard let reply = message.reply, Self.isAnswerable(reply) else { return }
         answerCluster(Incoming(reply: reply, deadline: .now, trace: nil, traceState: nil), Envelope.error(error, correlationID: 0))
     }
 
@@ -682,11 +758,16 @@ package final class NATSGateway: @unchecked Sendable {
     /// An answer on this motherboard's inbox: to the board request it sent.
     private func answered(_ message: NATSMessage) {
         guard let number = message.subject.split(separator: ".").last.flatMap({ UInt64($0) }) else { return }
-        if gatherings[number] != nil {
+        if let gathering = gatherings[number] {
+            // Nobody subscribes to actions: none will answer.
+            if message.isNoResponders {
+                gatherings[number] = nil
+                return answerAction(gathering.correlationID, delivered: gathering.delivered)
+            }
             // An answer to an action: how many subscribers its motherboard reached.
             guard let from = message.headers[NATSHeader.instance] else { return }
-            let delivered = message.isNoResponders ? 0 : (try? PayloadCodec.decode(Delivery.self, from: message.payload))?.delivered ?? 0
-            return heardFrom(from, delivered: max(0, delivered), gathering: number)
+            let delivered = (try? PayloadCodec.decode(Delivery.self, from: message.payload))?.delivered ?? 0
+            return heardFrom(from, delivered: min(max(0, delivered), Self.maximumDeliveredPerPeer), gathering: number)
         }
         guard let pending = outgoing.removeValue(forKey: number) else { return }
         let answer: Envelope
@@ -725,20 +806,28 @@ package final class NATSGateway: @unchecked Sendable {
             reconcile(now: now)
         case .control where header.typeName == ControlOperation.exportGone:
             guard let gone = try? PayloadCodec.decode(StatusRequest.self, from: envelope.payload) else { return }
-            localBoards[ScopedName(scope: gone.scope, name: gone.id.rawValue)] = nil
+            let name = ScopedName(scope: gone.scope, name: gone.id.rawValue)
+            localBoards[name] = nil
             reconcile(now: now)
+            // Another host's board of that id, refused while the local one held it: now at once.
+            if remote[name]?.link.registered == false { registrations.register(&remote[name]!.link, as: name, now: now, id: makeID()) }
         case .reply, .error:
             guard let pending = incoming.removeValue(forKey: header.correlationID) else { return }
             answerCluster(pending, envelope)
         case .action:
             actionToCluster(envelope, now: now)
         case .output:
+            // Only the outputs of a board this motherboard serves to the cluster.
+            guard exported[ScopedName(scope: header.scope, name: header.source)] != nil else { return }
             try? connection.publish(
                 subjects.output(header.source, scope: header.scope, typeName: header.typeName), headers: natsHeaders(header),
                 payload: envelope.payload)
         case .store where header.typeName == StoreOperation.change:
-            // A change of a local store the cluster may watch.
-            guard watchedStores.contains(ScopedName(scope: header.scope, name: header.target)) else { return }
+            // A change of a local store served to the cluster, by its owner here (not one that came
+            // from the cluster, which would go round for ever).
+            guard servedStores[ScopedName(scope: header.scope, name: header.target)] != nil,
+                exported[ScopedName(scope: header.scope, name: header.source)]?.registration.stores.contains(header.target) == true
+            else { return }
             var headers: [(String, String)] = []
             if let type = header.contentType { headers.append((NATSHeader.contentType, type)) }
             try? connection.publish(subjects.changes(store: header.target, scope: header.scope), headers: headers, payload: envelope.payload)
@@ -805,7 +894,9 @@ package final class NATSGateway: @unchecked Sendable {
             let id = makeID()
             let timeout = header.timeoutMilliseconds > 0 ? Duration.milliseconds(Int64(header.timeoutMilliseconds)) : Self.defaultTimeout
             reply = "\(inboxPrefix).\(id)"
-            outgoing[id] = Outgoing(board: name, correlationID: header.correlationID, deadline: now.advanced(by: timeout), subject: subject)
+            outgoing[id] = Outgoing(
+                board: name, correlationID: header.correlationID, deadline: now.advanced(by: timeout), epoch: connection.disconnections,
+                subject: subject)
         }
         do {
             try connection.publish(subject, reply: reply, headers: headers, payload: envelope.payload)

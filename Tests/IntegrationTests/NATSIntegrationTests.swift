@@ -201,6 +201,37 @@ struct NATSIntegrationTests {
         }
     }
 
+    /// The example server config (`fleet/nats/server.conf`) as printed: the motherboards of fleet
+    /// `shop` serve one another under its `motherboard` user; its `caller` user calls a board, and
+    /// the server refuses it what would make it a motherboard (announcing a board, an action).
+    @Test func theExampleServerConfigKeepsCallersToCalling() async throws {
+        let config = ReadmeTranscriptTests.repository.appendingPathComponent("fleet/nats/server.conf").path
+        let caller = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/nats_caller.py").path
+        let passwords = ["BOARDBUS_NATS_MOTHERBOARD_PASSWORD": "m-\(UInt32.random(in: 0...UInt32.max))", "BOARDBUS_NATS_CALLER_PASSWORD": "c-pw"]
+        try await NATSCluster.with(nodes: 1, arguments: ["-c", config], environment: passwords) { nats in
+            let port = nats.ports[0]
+            let motherboard = "nats://motherboard:\(passwords["BOARDBUS_NATS_MOTHERBOARD_PASSWORD"]!)@127.0.0.1:\(port)"
+            try await TestFleet.with(manifest: Self.hostA, brokerArguments: try nats.arguments([motherboard], fleet: "shop", host: "host-a")) { a in
+                try await TestFleet.with(manifest: Self.hostB, brokerArguments: try nats.arguments([motherboard], fleet: "shop", host: "host-b")) {
+                    b in
+                    _ = try await b.waitForListing("auth.login", host: "host-a")
+                    _ = try await a.waitForListing("demo.greeter", host: "host-b")
+                    let run = try await a.run("/usr/bin/python3", arguments: [caller, "nats://caller:c-pw@127.0.0.1:\(port)", "shop"])
+                    #expect(run.exitCode == 0, "\(run.standardError)")
+                    #expect(run.standardOutput.contains(#""greet": "ok""#), "\(run.standardOutput)")
+                    #expect(
+                        run.standardOutput.contains("permissions violation for publish to \\\"boardbus.shop.announce\\\""), "\(run.standardOutput)")
+                    #expect(run.standardOutput.contains("permissions violation for publish to \\\"boardbus.shop.action"), "\(run.standardOutput)")
+                    // The forged board is nowhere; the action reached nobody.
+                    #expect(try await a.listedBoards().allSatisfy { $0.id.rawValue != "forged.board" })
+                    #expect(try await b.listedBoards().allSatisfy { $0.id.rawValue != "forged.board" })
+                    let seen = try decode(GreeterIO.Seen.self, from: try await b.busctl("call", "demo.greeter", "stats", "--json"))
+                    #expect(seen.announcements.isEmpty && seen.greetings == 1)
+                }
+            }
+        }
+    }
+
     /// A motherboard that is expected not to start: what it said, once it has exited.
     static func startFailing(manifest: String, in directory: String, nats: String, fleet: String) async throws -> ChildProcess.Result {
         let path = "\(directory)/failing-\(UInt32.random(in: 0...UInt32.max))"
@@ -308,7 +339,11 @@ struct NATSIntegrationTests {
                 #expect(statuses["not json"] == "typeMismatch")
                 #expect(statuses["headers past their limits"] == "ok")
                 #expect(statuses["unknown content type"] == "unsupportedContentType")
-                #expect(statuses.count == 16, "\(run.standardOutput)")
+                // Fields the header could not carry are left out, the request goes on.
+                #expect(statuses["control bytes in the content type"] == "ok")
+                #expect(statuses["a trace state without its trace"] == "ok")
+                #expect(statuses["answers on the fleet's subjects"] == "0")
+                #expect(statuses.count == 19, "\(run.standardOutput)")
                 // Nothing the announcements named was taken in; the flood was refused and said so.
                 let listed = try await b.listedBoards().map(\.id.rawValue)
                 #expect(listed.sorted() == ["demo.annotations", "demo.greeter"], "\(listed)")
@@ -344,6 +379,39 @@ struct NATSIntegrationTests {
                 } catch {
                     await board.stop()
                     throw error
+                }
+            }
+        }
+    }
+
+    /// A NATS client that answers actions in a motherboard's name with a count past any fleet's
+    /// (2^63 - 1, to overflow the sum) is believed up to a bound: the sender's delivery is counted,
+    /// nothing overflows, the motherboards go on.
+    @Test func anActionAnswerThatLiesAboutItsCountCannotOverflowTheDelivery() async throws {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/nats_liar.py").path
+        try await NATSCluster.with(nodes: 1) { nats in
+            let fleet = uniqueFleetName()
+            try await TestFleet.with(manifest: Self.hostA, brokerArguments: try nats.arguments(fleet: fleet, host: "host-a")) { a in
+                try await TestFleet.with(manifest: Self.hostB, brokerArguments: try nats.arguments(fleet: fleet, host: "host-b")) { b in
+                    _ = try await b.waitForListing("auth.login", host: "host-a")
+                    let liar = try await ChildProcess(
+                        executable: "/usr/bin/python3", arguments: [script, nats.url(0), fleet], environment: b.environment, directory: b.directory,
+                        name: "nats-liar")
+                    do {
+                        try await liar.waitForOutput("READY", timeout: .seconds(20))
+                        for _ in 0..<3 {
+                            let action = try await b.busctl("action", "app.announce", #"{"text":"counted"}"#, "--json")
+                            #expect(action.exitCode == 0, "\(action.standardError)")
+                            let delivered = try decode(Delivery.self, from: action).delivered
+                            #expect(delivered >= 1 && delivered <= 1 + (1 << 20), "\(delivered)")
+                        }
+                        await liar.stop()
+                    } catch {
+                        await liar.stop()
+                        throw error
+                    }
+                    #expect(try await b.busctl("call", "demo.greeter", "greet", #"{"name":"after"}"#).exitCode == 0)
+                    #expect(try await a.busctl("call", "demo.greeter", "greet", #"{"name":"after"}"#).exitCode == 0)
                 }
             }
         }

@@ -21,15 +21,15 @@ final class NATSCluster: Sendable {
     /// `scheme` is its clients' URL scheme; `prepare` runs with the cluster's directory before the
     /// nodes start (to make their files).
     static func with<T>(
-        nodes count: Int, arguments: [String] = [], scheme: String = "nats", prepare: (String) async throws -> Void = { _ in },
-        _ body: (NATSCluster) async throws -> T
+        nodes count: Int, arguments: [String] = [], environment: [String: String] = [:], scheme: String = "nats",
+        prepare: (String) async throws -> Void = { _ in }, _ body: (NATSCluster) async throws -> T
     ) async throws -> T {
         guard FileManager.default.isExecutableFile(atPath: server) else {
             throw BusError(.badArgument, "\(server) is missing: scripts/test installs Debian's nats-server")
         }
         return try await withTemporaryDirectory("nats") { directory in
             try await prepare(directory)
-            let cluster = try NATSCluster(directory: directory, count: count, arguments: arguments, scheme: scheme)
+            let cluster = try NATSCluster(directory: directory, count: count, arguments: arguments, environment: environment, scheme: scheme)
             return try await using(cluster, stop: { await $0.stop() }) { cluster in
                 try await cluster.start()
                 return try await body(cluster)
@@ -38,10 +38,12 @@ final class NATSCluster: Sendable {
     }
 
     let arguments: [String]
+    let environment: [String: String]
     let scheme: String
 
-    private init(directory: String, count: Int, arguments: [String], scheme: String) throws {
+    private init(directory: String, count: Int, arguments: [String], environment: [String: String], scheme: String) throws {
         self.directory = directory
+        self.environment = environment
         self.arguments = arguments.map { $0.replacingOccurrences(of: "{dir}", with: directory) }
         self.scheme = scheme
         ports = try (0..<(2 * count)).map { _ in try freeLoopbackPort() }
@@ -71,7 +73,7 @@ final class NATSCluster: Sendable {
             arguments += ["--cluster_name", "boardbus-test", "-cluster", "nats://127.0.0.1:\(clusterPort(index))", "-routes", routes]
         }
         let node = try await ChildProcess(
-            executable: Self.server, arguments: arguments, environment: [:], directory: directory,
+            executable: Self.server, arguments: arguments, environment: environment, directory: directory,
             name: "nats-\(index)-\(UInt32.random(in: 0...UInt32.max))")
         nodes.withLock { $0.append(node) }
         let ready = await eventually(timeout: .seconds(10)) { node.standardError.contains("Server is ready") || !node.isRunning }

@@ -60,6 +60,21 @@ async def main():
     await request("headers past their limits", prefix + ".board.~.demo%2Egreeter.command.greet", b'{"name":"h"}',
                   {"traceparent": "zz" * 300, "tracestate": "\u00e9" * 300, "Content-Type": "x" * 300, "BoardBus-Dispatch-Id": "d" * 300})
     await request("unknown content type", prefix + ".board.~.demo%2Egreeter.command.greet", b'{"name":"c"}', {"Content-Type": "application/x-nope"})
+    await request("control bytes in the content type", prefix + ".board.~.demo%2Egreeter.command.greet", b'{"name":"b"}',
+                  {"Content-Type": "application/json\u0001"})
+    await request("a trace state without its trace", prefix + ".board.~.demo%2Egreeter.command.greet", b'{"name":"s"}',
+                  {"tracestate": "a=b"})
+    # A request whose reply subject is the fleet's own: an answer there would be an action.
+    forged = []
+
+    async def heard(message):
+        forged.append(message.subject)
+
+    await connection.subscribe(prefix + ".action.~.forged", cb=heard)
+    await connection.publish(prefix + ".board.~.demo%2Egreeter.command.nope", b"{}", reply=prefix + ".action.~.forged")
+    await connection.flush()
+    await asyncio.sleep(1)
+    results.append({"name": "answers on the fleet's subjects", "status": str(len(forged))})
     await connection.flush()
     for result in results:
         print(json.dumps(result))
