@@ -1,14 +1,15 @@
-"""A NATS client that lies for a motherboard (nats-py): it learns the fleet's motherboards from
-their announcements and answers every action, before they do, in the name of one of them, that it
-reached 2^63 - 1 subscribers.
+"""A NATS client that passes for a motherboard and lies (nats-py): it announces itself as one that
+delivers actions, and answers every action that it reached 2^63 - 1 subscribers.
 
 Usage: nats_liar.py URL FLEET
-Prints READY once it knows a motherboard, then runs until SIGTERM.
+Prints READY once it has announced itself, then runs until SIGTERM.
 """
 import asyncio
 import json
 import signal
 import sys
+import time
+import uuid
 
 import nats
 
@@ -16,29 +17,28 @@ import nats
 async def main():
     url, fleet = sys.argv[1:3]
     prefix = "boardbus.%s" % fleet
+    instance = "liar-" + uuid.uuid4().hex[:8]
     connection = await nats.connect(url)
-    instances = []
-    known = asyncio.Event()
-
-    async def announced(message):
-        instance = json.loads(message.data).get("instance")
-        if instance and instance not in instances:
-            instances.append(instance)
-            known.set()
+    announcement = json.dumps({"instance": instance, "host": "liar", "joined": int(time.time() * 1000),
+                               "intervalMilliseconds": 1000, "boards": [], "actions": True}).encode()
 
     async def lie(message):
         if message.reply:
-            for instance in instances:
-                await connection.publish(message.reply, json.dumps({"delivered": 2 ** 63 - 1}).encode(),
-                                         headers={"BoardBus-Status": "ok", "BoardBus-Instance": instance})
+            await connection.publish(message.reply, json.dumps({"delivered": 2 ** 63 - 1}).encode(),
+                                     headers={"BoardBus-Status": "ok", "BoardBus-Instance": instance})
 
-    await connection.subscribe(prefix + ".announce", cb=announced)
     await connection.subscribe(prefix + ".action.>", cb=lie)
-    await asyncio.wait_for(known.wait(), timeout=20)
+    await connection.publish(prefix + ".announce", announcement)
+    await connection.flush()
     print("READY", flush=True)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    await stop.wait()
+    while not stop.is_set():
+        await connection.publish(prefix + ".announce", announcement)
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=0.5)
+        except asyncio.TimeoutError:
+            pass
     await connection.close()
 
 
