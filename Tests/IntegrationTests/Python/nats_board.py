@@ -7,12 +7,12 @@ withdraws on SIGTERM.
 """
 import asyncio
 import json
-import signal
 import sys
 import time
 import uuid
 
 import nats
+from nats_peer import announce_until_terminated
 
 
 async def main():
@@ -39,18 +39,7 @@ async def main():
 
     await connection.subscribe(prefix + ".board.~.py%2Eecho.command.*", cb=serve)
     await connection.subscribe(prefix + ".hello", cb=hello)
-    await connection.publish(prefix + ".announce", announcement)
-    await connection.flush()
-    print("READY", flush=True)
-
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    while not stop.is_set():
-        await connection.publish(prefix + ".announce", announcement)
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=1)
-        except asyncio.TimeoutError:
-            pass
+    await announce_until_terminated(connection, prefix, announcement)
     await connection.publish(prefix + ".withdraw", json.dumps({"instance": instance}).encode())
     await connection.flush()
     await connection.close()

@@ -6,12 +6,12 @@ Prints READY once it has announced itself, then runs until SIGTERM.
 """
 import asyncio
 import json
-import signal
 import sys
 import time
 import uuid
 
 import nats
+from nats_peer import announce_until_terminated
 
 
 async def main():
@@ -28,17 +28,7 @@ async def main():
                                      headers={"BoardBus-Status": "ok", "BoardBus-Instance": instance})
 
     await connection.subscribe(prefix + ".action.>", cb=lie)
-    await connection.publish(prefix + ".announce", announcement)
-    await connection.flush()
-    print("READY", flush=True)
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    while not stop.is_set():
-        await connection.publish(prefix + ".announce", announcement)
-        try:
-            await asyncio.wait_for(stop.wait(), timeout=0.5)
-        except asyncio.TimeoutError:
-            pass
+    await announce_until_terminated(connection, prefix, announcement, every=0.5)
     await connection.close()
 
 
