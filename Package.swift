@@ -105,7 +105,7 @@ let package = Package(
         .executableTarget(
             name: "motherboard",
             dependencies: [
-                "BusNATS", "MotherboardCore", "MotherboardDaemon", "MotherboardGateways", "BoardBusLogWriter",
+                "MotherboardCore", "MotherboardDaemon", "MotherboardGateways", "BoardBusLogWriter",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

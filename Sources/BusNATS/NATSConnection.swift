@@ -242,9 +242,7 @@ public final class NATSConnection: @unchecked Sendable {
     /// Whether the connection is up now.
     public var isConnected: Bool { natsConnection_Status(connection) == NATS_CONN_STATUS_CONNECTED }
 
-    /// The URL of the server it is connected to, if any.
-    public var connectedURL: String? { Self.connectedURL(of: connection) }
-
+    /// The URL of the server `connection` is connected to, if any.
     static func connectedURL(of connection: OpaquePointer?) -> String? {
         var buffer = [CChar](repeating: 0, count: 512)
         guard natsConnection_GetConnectedUrl(connection, &buffer, buffer.count) == NATS_OK else { return nil }

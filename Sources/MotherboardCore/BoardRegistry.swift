@@ -25,7 +25,10 @@ final class LiveBoard {
     /// key name); such a board whose link fails is kept as unreachable rather than dropped.
     let remote: RemotePeer?
     /// Where it runs when not here: its tcp peer, or the host a gateway registered it for.
-    var host: String? { remote?.description ?? (sharesConnection ? registration.host : nil) }
+    var host: String? { remote?.description ?? servedFrom }
+    /// The host of another motherboard whose board a gateway (NATS) registered here; nil for a
+    /// board of this motherboard's own (on its ipc socket, or connected to it over tcp).
+    var servedFrom: String? { sharesConnection && remote == nil ? registration.host : nil }
     /// The remote principal it registered as (its key's name, or the one a gateway registered
     /// it for); nil for the broker's own user. The access policy is asked again about it when
     /// the policy changes.

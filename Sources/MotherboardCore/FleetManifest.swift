@@ -218,6 +218,10 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         public var principal: String?
         /// The most requests from the cluster waiting for this motherboard at once (default 10 000).
         public var maximumInFlight: Int?
+
+        public init(servers: [String]) {
+            self.servers = servers
+        }
     }
 
     /// `"attach": {"address": "tcp://10.0.0.1:7400", "serverKey": KEY-OR-FILE, "clientKey": FILE}`.

@@ -82,7 +82,7 @@ extension Motherboard {
 
     /// A board registered here: the exporter is told, unless a gateway serves it from elsewhere.
     func exportBoardRegistered(_ board: LiveBoard) {
-        guard let exporter, board.host == nil || board.remote != nil else { return }
+        guard let exporter, board.servedFrom == nil else { return }
         var registration = board.registration
         registration.secret = nil
         registration.schemas = nil
@@ -92,7 +92,7 @@ extension Motherboard {
 
     /// A board left: the exporter is told.
     func exportBoardGone(_ board: LiveBoard) {
-        guard let exporter, board.host == nil || board.remote != nil else { return }
+        guard let exporter, board.servedFrom == nil else { return }
         let header = EnvelopeHeader(kind: .control, target: board.id.rawValue, scope: board.scope, typeName: ControlOperation.exportGone)
         send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(StatusRequest(id: board.id, scope: board.scope))), to: exporter)
     }

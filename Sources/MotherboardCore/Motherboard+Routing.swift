@@ -248,7 +248,7 @@ extension Motherboard {
             traceState: envelope.header.traceState, now: now)
         // The fleet's other motherboards run their flows on it too (not on an output that came
         // from there, nor on one of a board served here from another host).
-        if let exporter, peer != exporter, sender?.host == nil || sender?.remote != nil {
+        if let exporter, peer != exporter, sender?.servedFrom == nil {
             var header = envelope.header
             header.source = source.name
             header.scope = source.scope

@@ -113,7 +113,7 @@ package final class NATSGateway: @unchecked Sendable {
         var instance: String
         var lastRefusal: String?
         /// The subscriptions to its outputs and its stores' changes.
-        var changeSubscriptions: [Int] = []
+        var subscriptions: [Int] = []
     }
 
     /// A request of this motherboard sent to the cluster, by the number its inbox subject ends in.
@@ -123,7 +123,6 @@ package final class NATSGateway: @unchecked Sendable {
         var deadline: ContinuousClock.Instant
         /// The connection's drops before it was sent (``NATSConnection/disconnections``).
         var epoch: Int
-        var subject: String
     }
 
     /// A request from the cluster handed to this motherboard, by its local correlation id.
@@ -422,12 +421,12 @@ package final class NATSGateway: @unchecked Sendable {
             registration.secret = Registration.makeSecret()
             var board = RemoteBoard(link: HelperBoard(connection: served, registration: registration), instance: owner.instance)
             if let number = try? connection.subscribe(subjects.anyOutput(board: name.name, scope: name.scope)) {
-                board.changeSubscriptions.append(number)
+                board.subscriptions.append(number)
                 outputSubscriptions[number] = name
             }
             for store in registration.stores {
                 guard let number = try? connection.subscribe(subjects.changes(store: store, scope: name.scope)) else { continue }
-                board.changeSubscriptions.append(number)
+                board.subscriptions.append(number)
                 changeSubscriptions[number] = (name, store)
             }
             remote[name] = board
@@ -451,7 +450,7 @@ package final class NATSGateway: @unchecked Sendable {
     /// A board of another motherboard leaves this one.
     private func forget(_ name: ScopedName, _ board: RemoteBoard) {
         board.link.close()
-        for number in board.changeSubscriptions {
+        for number in board.subscriptions {
             connection.unsubscribe(number)
             changeSubscriptions[number] = nil
             outputSubscriptions[number] = nil
@@ -619,6 +618,11 @@ package final class NATSGateway: @unchecked Sendable {
         return timeout
     }
 
+    /// How long the sender of `header` waits (its timeout, else the default).
+    private static func timeout(of header: EnvelopeHeader) -> Duration {
+        header.timeoutMilliseconds > 0 ? .milliseconds(Int64(header.timeoutMilliseconds)) : defaultTimeout
+    }
+
     /// The NATS headers of a BoardBus header's fields.
     private func natsHeaders(_ header: EnvelopeHeader) -> [(String, String)] {
         var headers: [(String, String)] = [(NATSHeader.via, settings.host)]
@@ -649,7 +653,7 @@ package final class NATSGateway: @unchecked Sendable {
             return answerAction(header.correlationID, delivered: 0)
         }
         let id = makeID()
-        let timeout = header.timeoutMilliseconds > 0 ? Duration.milliseconds(Int64(header.timeoutMilliseconds)) : Self.defaultTimeout
+        let timeout = Self.timeout(of: header)
         gatherings[id] = Gathering(
             correlationID: header.correlationID, waiting: answering, delivered: 0, deadline: now.advanced(by: timeout * 3 / 4))
         do {
@@ -889,19 +893,18 @@ package final class NATSGateway: @unchecked Sendable {
             ? subjects.store(header.target, scope: name.scope, kind: header.kind, typeName: header.typeName)
             : subjects.board(name.name, scope: name.scope, kind: header.kind, typeName: header.typeName)
         let headers = natsHeaders(header)
-        var reply: String?
+        var reply: (id: UInt64, subject: String)?
         if header.flags.contains(.replyExpected), header.correlationID != 0 {
             let id = makeID()
-            let timeout = header.timeoutMilliseconds > 0 ? Duration.milliseconds(Int64(header.timeoutMilliseconds)) : Self.defaultTimeout
-            reply = "\(inboxPrefix).\(id)"
+            reply = (id, "\(inboxPrefix).\(id)")
             outgoing[id] = Outgoing(
-                board: name, correlationID: header.correlationID, deadline: now.advanced(by: timeout), epoch: connection.disconnections,
-                subject: subject)
+                board: name, correlationID: header.correlationID, deadline: now.advanced(by: Self.timeout(of: header)),
+                epoch: connection.disconnections)
         }
         do {
-            try connection.publish(subject, reply: reply, headers: headers, payload: envelope.payload)
+            try connection.publish(subject, reply: reply?.subject, headers: headers, payload: envelope.payload)
         } catch {
-            if let reply, let id = UInt64(reply.split(separator: ".").last ?? ""), let pending = outgoing.removeValue(forKey: id) {
+            if let id = reply?.id, let pending = outgoing.removeValue(forKey: id) {
                 answerBoard(
                     name, Envelope.error(BusError(.unreachable, "cannot send to the NATS cluster: \(error)"), correlationID: pending.correlationID))
             }

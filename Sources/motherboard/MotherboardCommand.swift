@@ -5,7 +5,6 @@ import Foundation
 import Logging
 import MotherboardCore
 import MotherboardDaemon
-import BusNATS
 import MotherboardGateways
 import ServiceLifecycle
 
@@ -172,15 +171,18 @@ struct MotherboardCommand: ParsableCommand {
                 options.attach = try UplinkSettings(endpoint: attach, credentials: credentials)
             }
             if let nats {
-                let fromManifest = fleet.nats
-                options.nats = try NATSGatewaySettings(
-                    nats: NATSSettings(
-                        servers: nats.split(separator: ",").map(String.init), name: natsHost,
-                        credentialsFile: natsCredentials ?? fromManifest?.credentials, tlsCAFile: natsTlsCa ?? fromManifest?.tlsCA),
-                    fleet: natsFleet ?? fromManifest?.fleet ?? NATSGatewaySettings.defaultFleet,
-                    host: natsHost ?? fromManifest?.host ?? ProcessInfo.processInfo.hostName,
-                    principal: natsPrincipal ?? fromManifest?.principal ?? NATSGatewaySettings.defaultPrincipal,
-                    maximumInFlight: natsMaxInFlight ?? fromManifest?.maximumInFlight ?? NATSGatewaySettings.defaultMaximumInFlight)
+                // The manifest's nats with the command line's on top: one way to settings, whose
+                // relative files are the manifest's (the command line's are made absolute here).
+                var merged = fleet.nats ?? FleetManifest.NATS(servers: [])
+                merged.servers = nats.split(separator: ",").map(String.init)
+                merged.fleet = natsFleet ?? merged.fleet
+                merged.host = natsHost ?? merged.host
+                merged.principal = natsPrincipal ?? merged.principal
+                merged.maximumInFlight = natsMaxInFlight ?? merged.maximumInFlight
+                let here = FileManager.default.currentDirectoryPath
+                if let natsCredentials { merged.credentials = URL(fileURLWithPath: natsCredentials, relativeTo: URL(fileURLWithPath: here)).path }
+                if let natsTlsCa { merged.tlsCA = URL(fileURLWithPath: natsTlsCa, relativeTo: URL(fileURLWithPath: here)).path }
+                options.nats = try NATSGatewaySettings(manifest: merged, directory: fleet.directory)
             } else if natsFleet != nil || natsHost != nil || natsCredentials != nil || natsTlsCa != nil || natsPrincipal != nil
                 || natsMaxInFlight != nil
             {

@@ -194,8 +194,11 @@ struct NATSIntegrationTests {
                 "\(unchecked.standardError)")
             let tls = try nats.arguments(fleet: fleet, host: "host-a") + ["--nats-tls-ca", "\(nats.directory)/ca.pem"]
             try await TestFleet.with(manifest: Self.hostA, brokerArguments: tls) { a in
-                let other = try nats.arguments(fleet: fleet, host: "host-b") + ["--nats-tls-ca", "\(nats.directory)/ca.pem"]
-                try await TestFleet.with(manifest: manifest, brokerArguments: other) { b in
+                // B's CA is the manifest's, a path relative to the manifest (both directories are in
+                // the same temporary directory), under --nats on the command line.
+                let relative = "../\(URL(fileURLWithPath: nats.directory).lastPathComponent)/ca.pem"
+                let withCA = #"{ "boards": [], "nats": { "servers": ["nats://unused:1"], "tlsCA": "\#(relative)" } }"#
+                try await TestFleet.with(manifest: withCA, brokerArguments: try nats.arguments(fleet: fleet, host: "host-b")) { b in
                     _ = try await b.waitForListing("auth.login", host: "host-a")
                     #expect(try await b.busctl("call", "auth.login", "users").exitCode == 0)
                 }
