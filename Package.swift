@@ -121,6 +121,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "HeapModule", package: "swift-collections"),
             ]
         ),
         // Flux stores: the in-process library, and stores reached over the bus (durable with GRDB).

@@ -38,9 +38,11 @@ HEADER = 41
 
 # How a thread is told apart in a callgrind file, by the exported functions it runs (Debian's
 # libzmq has no symbols for its internals): the loop thread (BoardBus's socket loop, the C
-# programs' main thread) receives messages through the libzmq API; libzmq's I/O thread waits in
-# epoll_wait and receives nothing through the API. Of each kind, the busiest thread is the one.
-LOOP_MARKS = ("SocketLoop", "zmq_proxy", "zmq_msg_recv", "zmq_recv")
+# programs' main thread) runs the loop (`SocketLoop.run`, mangled) or receives messages through
+# the libzmq API; libzmq's I/O thread waits in epoll_wait and receives nothing through the API.
+# A board's main thread hands work to its loop (`SocketLoop.enqueue`) but runs no loop. Of each
+# kind, the busiest thread is the one.
+LOOP_MARKS = ("SocketLoopC3run", "zmq_proxy", "zmq_msg_recv", "zmq_recv")
 IO_MARKS = ("epoll_wait",)
 
 

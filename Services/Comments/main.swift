@@ -13,4 +13,4 @@ host.action(CommentsIO.Delete.self, named: CommentsIO.Delete.name)
 board.host(host)
 // Activation only starts the board (it may be started on demand); the store is the interface.
 board.onAnyActivation { _, _ in }
-try await board.run()
+board.runAsProcess()

@@ -28,4 +28,4 @@ board.onCommand(DashboardIO.GreetUser.self) { _, context in
     let greeting = try await context.interact(with: GreeterIO.id, GreeterIO.Greet(name: user))
     return DashboardIO.GreetedUser(message: greeting.message)
 }
-try await board.run()
+board.runAsProcess()

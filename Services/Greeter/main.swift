@@ -1,7 +1,7 @@
 import BoardKit
 import BoardBusDemoGreeterIO
 import BoardBusDemoLoginIO
-import Foundation
+import FoundationEssentials
 import Logging
 
 // A process may own swift-log before its board runs (its own backend; swift-otel's bootstrap
@@ -38,4 +38,4 @@ board.onAction(GreeterIO.Announcement.self) { announcement, _ in
 board.onAction(LoginIO.UserLoggedIn.self) { login, _ in
     await memory.loginSeen(login.username)
 }
-try await board.run()
+board.runAsProcess()

@@ -31,4 +31,4 @@ struct LoginModule: ModulePlugin {
 
 var launcher = PluginLauncher(id: LoginIO.id)
 try launcher.install(LoginModule())
-try await launcher.launch()
+launcher.launchAsProcess()

@@ -30,4 +30,4 @@ board.onStart { context in
         }
     }
 }
-try await board.run()
+board.runAsProcess()

@@ -8,4 +8,4 @@ let board = TaskBoard.make(id: PaymentIO.id) { (pay: PaymentIO.Pay, context: Boa
     try await context.sendAction(PaymentIO.OrderPaid(orderID: pay.orderID))
     return PaymentIO.Paid(orderID: pay.orderID, amount: pay.amount)
 }
-try await PluginLauncher(board: board).launch()
+PluginLauncher(board: board).launchAsProcess()

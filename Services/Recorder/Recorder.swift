@@ -18,7 +18,7 @@ final class Log: Sendable {
 
 /// A board that records every activation, flow output, completion and action it is given.
 @main
-struct Recorder: AsyncParsableCommand {
+struct Recorder: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "A board that records what reaches it, for tests.")
 
     @Option(help: "Boards (comma-separated) whose outputs a run-time flow of this board receives.", transform: Recorder.boardIDs)
@@ -33,6 +33,9 @@ struct Recorder: AsyncParsableCommand {
     @Option(parsing: .upToNextOption, help: ArgumentHelp("Holds a query on a store for as long as the board lives.", valueName: "store> <json"))
     var holdQuery: [String] = []
 
+    @Flag(help: "Calls runAsProcess from inside a task, which it refuses (for tests).")
+    var runFromTask = false
+
     func validate() throws {
         guard holdQuery.isEmpty || holdQuery.count == 2 else {
             throw ValidationError("--hold-query takes a store name and a JSON query")
@@ -43,7 +46,7 @@ struct Recorder: AsyncParsableCommand {
         try text.split(separator: ",").map { try BoardID(validating: String($0)) }
     }
 
-    func run() async throws {
+    func run() throws {
         let log = Log()
         var board = Board(id: RecorderIO.id)
         board.onAnyActivation { message, _ in log.record("activation", message) }
@@ -51,6 +54,7 @@ struct Recorder: AsyncParsableCommand {
             board.onAction(named: action) { message, _ in log.record("action", message) }
         }
         board.onCommand(RecorderIO.Recorded.self) { _, _ in RecorderIO.Recording(entries: log.all) }
+        board.onCommand(RecorderIO.Threads.self) { request, _ in try await Recorder.threadReport(sleeping: .milliseconds(request.sleepMilliseconds)) }
         let (flowSources, completionSources, holdQuery) = (from, completionsOf, holdQuery)
         board.onStart { context in
             if holdQuery.count == 2 {
@@ -68,6 +72,38 @@ struct Recorder: AsyncParsableCommand {
                 }
             }
         }
-        try await board.run()
+        if runFromTask {
+            let ready = board
+            Task { ready.runAsProcess() }
+            dispatchMain()
+        }
+        board.runAsProcess()
+    }
+
+    static func threadReport(sleeping pause: Duration) async throws -> RecorderIO.ThreadReport {
+        let handlerThread = currentThreadName()
+        var slept: [String: Double] = [:]
+        func milliseconds(_ duration: Duration) -> Double {
+            Double(duration.components.seconds) * 1_000 + Double(duration.components.attoseconds) / 1e15
+        }
+        slept["nanoseconds"] = try await milliseconds(
+            ContinuousClock().measure { try await Task.sleep(nanoseconds: UInt64(pause / .nanoseconds(1))) })
+        slept["continuous"] = try await milliseconds(ContinuousClock().measure { try await Task.sleep(for: pause) })
+        let suspending = SuspendingClock()
+        slept["suspending"] = try await milliseconds(
+            suspending.measure { try await Task.sleep(until: suspending.now.advanced(by: pause), clock: suspending) })
+        let mainActorOnMainThread = await MainActor.run { Thread.isMainThread }
+        let detachedThread = await Task.detached { currentThreadName() }.value
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
+        let threads = tasks.map { threadName(at: "/proc/self/task/\($0)/comm") }.sorted()
+        return RecorderIO.ThreadReport(
+            threads: threads, handlerThread: handlerThread, mainActorOnMainThread: mainActorOnMainThread, detachedThread: detachedThread,
+            sleptMilliseconds: slept)
+    }
+
+    static func currentThreadName() -> String { threadName(at: "/proc/thread-self/comm") }
+
+    static func threadName(at path: String) -> String {
+        ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "?").trimmingCharacters(in: .whitespacesAndNewlines)
     }
 }

@@ -41,3 +41,38 @@ public enum RecorderIO {
         public func of(_ kind: String) -> [Entry] { entries.filter { $0.kind == kind } }
     }
 }
+
+extension RecorderIO {
+    /// Command `threads`: where the board process runs its work. It sleeps on each clock, runs a
+    /// job on the main actor and a detached task, then lists the process's threads.
+    public struct Threads: BoardCommand, Hashable {
+        public static let commandName = "threads"
+        public typealias Reply = ThreadReport
+        /// How long each sleep asks for.
+        public var sleepMilliseconds: Int
+        public init(sleepMilliseconds: Int) { self.sleepMilliseconds = sleepMilliseconds }
+    }
+
+    /// Reply of ``Threads``: thread names as the kernel has them (`/proc/self/task/*/comm`).
+    public struct ThreadReport: BusPayload, Hashable {
+        /// Every thread of the process, sorted.
+        public var threads: [String]
+        /// The thread the command's handler started on.
+        public var handlerThread: String
+        /// Whether the main actor's job ran on the main thread.
+        public var mainActorOnMainThread: Bool
+        /// The thread a detached task ran on.
+        public var detachedThread: String
+        /// Per way of sleeping (`nanoseconds`, `continuous`, `suspending`): the milliseconds it took.
+        public var sleptMilliseconds: [String: Double]
+        public init(
+            threads: [String], handlerThread: String, mainActorOnMainThread: Bool, detachedThread: String, sleptMilliseconds: [String: Double]
+        ) {
+            self.threads = threads
+            self.handlerThread = handlerThread
+            self.mainActorOnMainThread = mainActorOnMainThread
+            self.detachedThread = detachedThread
+            self.sleptMilliseconds = sleptMilliseconds
+        }
+    }
+}

@@ -1,22 +1,22 @@
 import ArgumentParser
 import BoardKit
-import Foundation
+import FoundationEssentials
 import BoardBusDemoTasksIO
 
 /// A BlockTaskBoard that runs `Job`s, in the execution mode given on the command line.
 @main
-struct Tasks: AsyncParsableCommand {
+struct Tasks: ParsableCommand {
     static let configuration = CommandConfiguration(abstract: "A task board that sleeps for each job's milliseconds.")
 
     @Option(help: "How jobs that overlap run: default, latest, only, queue or concurrent:N.")
     var mode: ExecutionMode = .default
 
-    func run() async throws {
+    func run() throws {
         let board = BlockTaskBoard.make(id: "demo.tasks", mode: mode) { (job: TasksIO.Job, _: BoardContext) -> TasksIO.Done in
             try await Task.sleep(for: .milliseconds(job.millis))
             return TasksIO.Done(tag: job.tag)
         }
-        try await board.run()
+        board.runAsProcess()
     }
 }
 

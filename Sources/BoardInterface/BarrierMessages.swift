@@ -1,5 +1,5 @@
 import BusCore
-import Foundation
+import FoundationEssentials
 
 // What a barrier board (BoardKit's `BarrierBoard`) sends and answers, for interface libraries.
 

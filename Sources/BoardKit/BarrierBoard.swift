@@ -1,5 +1,6 @@
 import BusCore
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Boardy's BarrierBoard: activations wait at a closed barrier until it is overcome or cancelled.
 ///

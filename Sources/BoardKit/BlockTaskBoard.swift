@@ -1,5 +1,6 @@
 import BusCore
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// How a ``BlockTaskBoard`` runs tasks when activations overlap.
 public enum ExecutionMode: Sendable, Hashable, CustomStringConvertible {

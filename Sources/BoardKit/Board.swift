@@ -1,5 +1,6 @@
 import BusCore
-import Foundation
+import FoundationEssentials
+import Glibc
 import Logging
 import ServiceLifecycle
 
@@ -229,9 +230,40 @@ public struct Board: Sendable {
     /// Connects, registers and serves until SIGTERM/SIGINT or `complete()`: the main of a board
     /// process. A failure that ends the board (its id taken, `idInUse`; no motherboard) is
     /// printed as one line on standard error (`board ID: CODE: MESSAGE`) and the process exits
-    /// with status 1, rather than trapping at the top level.
+    /// with status 1, rather than trapping at the top level. ``runAsProcess(logging:environment:)``
+    /// does the same on fewer threads, from a synchronous `main`.
     /// - Parameter logging: who owns swift-log in this process (``BoardLogging``).
     public func run(logging: BoardLogging = .standardError, environment: [String: String] = ProcessInfo.processInfo.environment) async throws {
+        if let status = await serve(logging: logging, environment: environment, stopSignals: nil) { exit(status) }
+    }
+
+    /// The whole of a board process: serves as ``run(logging:environment:)`` does, then exits
+    /// (status 0 when the board stopped, 1 on a failure, printed as `run` prints it). Called from
+    /// a synchronous `main.swift` (no top-level `await`) before any task is made, it runs every
+    /// task of the process without a thread pool: the handlers on the socket's thread, the rest
+    /// on the main thread, which also takes SIGTERM and SIGINT. An idle board is then four
+    /// threads (main, the socket loop, libzmq's I/O and reaper) that sleep until a message, a
+    /// timer or a signal comes, whatever the number of cores. As on an event loop, handlers
+    /// and tasks must not block their thread. Child processes inherit SIGTERM and SIGINT
+    /// blocked unless their launcher resets the mask (Foundation's `Process` and
+    /// swift-subprocess do).
+    public func runAsProcess(logging: BoardLogging = .standardError, environment: [String: String] = ProcessInfo.processInfo.environment)
+        -> Never
+    {
+        do {
+            let status = try ProcessExecutor.run(stopSignals: [SIGTERM, SIGINT]) { stops in
+                await serve(logging: logging, environment: environment, stopSignals: stops) ?? 0
+            }
+            exit(status)
+        } catch {
+            printFailure(error)
+            exit(1)
+        }
+    }
+
+    /// Serves until the board stops; returns the status to exit with after a failure (printed),
+    /// nil when it stopped. `stopSignals` nil: the service group traps SIGTERM and SIGINT itself.
+    private func serve(logging: BoardLogging, environment: [String: String], stopSignals: AsyncStream<Int32>?) async -> Int32? {
         var logger: Logger
         switch logging {
         case .standardError: logger = Logger(label: "board") { BusLogging.handler(label: $0, environment: environment) }
@@ -244,13 +276,32 @@ public struct Board: Sendable {
         do {
             let client = try BusClient(environment: environment, probe: false)
             let runtime = BoardRuntime(board: self, client: client, logger: logger)
-            let group = ServiceGroup(configuration: .init(services: [runtime], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-            try await group.run()
+            let group = ServiceGroup(
+                configuration: .init(services: [runtime], gracefulShutdownSignals: stopSignals == nil ? [.sigterm, .sigint] : [], logger: logger))
+            guard let stopSignals else {
+                try await group.run()
+                return nil
+            }
+            try await withThrowingDiscardingTaskGroup { tasks in
+                tasks.addTask {
+                    for await _ in stopSignals {
+                        await group.triggerGracefulShutdown()
+                        return
+                    }
+                }
+                try await group.run()
+                tasks.cancelAll()
+            }
+            return nil
         } catch {
-            let described = (error as? BusError)?.description ?? "\(error)"
-            FileHandle.standardError.write(Data("board \(id): \(described.escapedForDisplay(limit: 2_000))\n".utf8))
-            exit(1)
+            printFailure(error)
+            return 1
         }
+    }
+
+    private func printFailure(_ error: any Error) {
+        let described = (error as? BusError)?.description ?? "\(error)"
+        writeLine("board \(id): \(described.escapedForDisplay(limit: 2_000))\n", to: STDERR_FILENO)
     }
 
     /// The board as a service on `client`, for a host that runs boards in its own process

@@ -1,5 +1,6 @@
 import BusCore
-import Foundation
+import FoundationEssentials
+import Glibc
 import Logging
 import Synchronization
 

@@ -1,5 +1,6 @@
 import BusCore
-import Foundation
+import FoundationEssentials
+import Glibc
 import Logging
 import ServiceLifecycle
 import Synchronization
@@ -65,7 +66,7 @@ final class BoardRuntime: Service, Sendable {
         }
         try await register(deadline: .seconds(30))
         for start in board.startHandlers { try await start(context) }
-        if announce { FileHandle.standardOutput.write(Data("READY \(board.id)\n".utf8)) }
+        if announce { writeLine("READY \(board.id)\n", to: STDOUT_FILENO) }
         onReady()
 
         let completed = await withTaskGroup(of: Bool.self) { group in

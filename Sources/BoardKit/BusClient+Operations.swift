@@ -1,5 +1,6 @@
 import BusCore
-import Foundation
+import FoundationEssentials
+import Glibc
 import Synchronization
 
 /// The bus operations on raw JSON payloads, as `busctl` uses them. Typed versions are in

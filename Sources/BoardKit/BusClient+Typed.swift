@@ -1,5 +1,6 @@
 import BusCore
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Type-safe operations: payloads are `Codable` values, type names come from their types.
 extension BusClient {

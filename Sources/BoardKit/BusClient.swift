@@ -1,6 +1,7 @@
 import BusCore
 import BusZeroMQ
-import Foundation
+import FoundationEssentials
+import Glibc
 import Synchronization
 
 /// A connection to the motherboard: a DEALER socket on its own thread, with requests matched to
@@ -166,7 +167,7 @@ public final class BusClient: Sendable {
     public func close() {
         if connection.isCurrentThread {
             // The socket thread cannot wait for itself: finish closing from another thread.
-            Thread { self.close() }.start()
+            startThread(named: "bus-close") { self.close() }
             return
         }
         connection.stop()

@@ -1,6 +1,7 @@
 import BusCore
 import BusZeroMQ
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// How a ``BusClient`` reaches the broker: in production a ZeroMQ DEALER on a thread of its own
 /// (``ZeroMQConnection``); in BoardKitTesting's in-process fleet an in-memory pipe to the broker's

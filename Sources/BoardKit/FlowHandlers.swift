@@ -1,5 +1,6 @@
 import BusCore
-import Foundation
+import FoundationEssentials
+import Glibc
 import Synchronization
 
 /// The closures of the flows a board registered with "deliver to me", by flow id.

@@ -1,5 +1,6 @@
 import BusCore
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// A module of a service (Boardy's ModulePlugin): it installs its handlers into the board.
 public protocol ModulePlugin: Sendable {
@@ -13,7 +14,7 @@ public protocol ModulePlugin: Sendable {
 /// ```swift
 /// var launcher = PluginLauncher(id: LoginIO.id)
 /// try launcher.install(LoginModule())
-/// try await launcher.launch()
+/// launcher.launchAsProcess()   // or, among other async work, `try await launcher.launch()`
 /// ```
 public struct PluginLauncher: Sendable {
     private var board: Board
@@ -45,5 +46,12 @@ public struct PluginLauncher: Sendable {
         async throws
     {
         try await board.run(logging: logging, environment: environment)
+    }
+
+    /// The whole of the process, on four threads: ``Board/runAsProcess(logging:environment:)``.
+    public func launchAsProcess(logging: BoardLogging = .standardError, environment: [String: String] = ProcessInfo.processInfo.environment)
+        -> Never
+    {
+        board.runAsProcess(logging: logging, environment: environment)
     }
 }

@@ -1,5 +1,6 @@
 import BusCore
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// A store a board hosts for other processes (the `Flux` library's `StoreHost` is one).
 ///

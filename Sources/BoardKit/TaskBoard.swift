@@ -1,5 +1,6 @@
 import BusCore
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Boardy's TaskBoard: a board that runs one task per activation and then completes.
 ///

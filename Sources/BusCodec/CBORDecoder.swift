@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Decodes `Decodable` values from CBOR (RFC 8949) of the profile ``CBOREncoder`` writes.
 ///

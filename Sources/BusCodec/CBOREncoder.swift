@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Encodes `Encodable` values as CBOR (RFC 8949), the bus's compact payload format
 /// (docs/PROTOCOL.md, "Payload content types").

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// ``CBOREncoder``'s one-pass encoding: bytes are written as the value encodes itself, with no
 /// tree of nodes in between.

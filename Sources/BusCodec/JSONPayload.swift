@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The fast path of JSON payloads: the same bytes and values as Foundation's `JSONEncoder`
 /// (with `.sortedKeys`) and `JSONDecoder`, in a fraction of their time, or nil where it cannot

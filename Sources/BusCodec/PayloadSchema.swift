@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The shape of a payload, as a JSON Schema (draft 2020-12 subset): derived from a `Decodable`
 /// type by decoding it once with a recording decoder (``of(_:)``), never written by hand.

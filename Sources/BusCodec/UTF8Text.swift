@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 extension String {
     /// The text of `bytes` when they are valid UTF-8, else nil: for the header's fields and CBOR's

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Who may do what on a broker (PROTOCOL §5.10): rules over principals, operations and targets.
 ///
@@ -155,14 +155,14 @@ extension AccessPolicy {
         }
         let top: [String: Any]
         do {
-            guard let object = try JSONSerialization.jsonObject(with: data) as? [String: Any] else {
+            guard let object = try JSONDecoder().decode(PolicyJSON.self, from: data).value as? [String: Any] else {
                 throw fail("", "must be a JSON object with \"rules\" (and \"groups\")")
             }
             top = object
         } catch let error as BusError {
             throw error
-        } catch {
-            throw fail("", "not valid JSON (\(error.localizedDescription))")
+        } catch let DecodingError.dataCorrupted(context) {
+            throw fail("", "not valid JSON (\(context.underlyingError.map { "\($0)" } ?? context.debugDescription))")
         }
         for key in top.keys where !["groups", "rules"].contains(key) { throw fail(key, "unknown key") }
         func strings(_ value: Any?, _ path: String, allowEmpty: Bool = false) throws -> [String] {
@@ -239,5 +239,36 @@ extension AccessPolicy {
 
     private static func isPattern(_ text: String) -> Bool {
         !text.isEmpty && text.utf8.count <= 256 && text.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F }
+    }
+}
+
+/// A policy file's JSON as the reader walks it: objects, lists and strings as Swift's own, and
+/// anything else (numbers, booleans, null) as a value that is none of them.
+private enum PolicyJSON: Decodable {
+    case object([String: PolicyJSON])
+    case list([PolicyJSON])
+    case string(String)
+    case other
+
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if let text = try? container.decode(String.self) {
+            self = .string(text)
+        } else if let list = try? container.decode([PolicyJSON].self) {
+            self = .list(list)
+        } else if let object = try? container.decode([String: PolicyJSON].self) {
+            self = .object(object)
+        } else {
+            self = .other
+        }
+    }
+
+    var value: Any {
+        switch self {
+        case .object(let object): object.mapValues(\.value)
+        case .list(let list): list.map(\.value)
+        case .string(let text): text
+        case .other: self
+        }
     }
 }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Where a fleet lives: its runtime directory and the broker's endpoint.
 ///

@@ -1,5 +1,6 @@
-import Foundation
+import FoundationEssentials
 import Logging
+import Synchronization
 
 /// Logging set-up shared by the broker, boards and tools: swift-log to standard error, with the
 /// level taken from `$BOARDBUS_LOG` (trace, debug, info, notice, warning, error, critical).
@@ -24,18 +25,17 @@ public enum BusLogging {
     private static let once = Once()
 
     private final class Once: Sendable {
-        private let done = NSLock()
-        nonisolated(unsafe) private var installed = false
+        private let installed = Mutex(false)
 
         func bootstrap(level: Logger.Level) {
-            done.lock()
-            defer { done.unlock() }
-            guard !installed else { return }
-            installed = true
-            LoggingSystem.bootstrap { label in
-                var handler = StreamLogHandler.standardError(label: label)
-                handler.logLevel = level
-                return handler
+            installed.withLock { installed in
+                guard !installed else { return }
+                installed = true
+                LoggingSystem.bootstrap { label in
+                    var handler = StreamLogHandler.standardError(label: label)
+                    handler.logLevel = level
+                    return handler
+                }
             }
         }
     }

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// A CURVE key pair as ZeroMQ writes keys: 40 Z85 characters each. The secret may be absent (a
 /// peer's public key alone, e.g. the broker's as a client knows it).
@@ -43,7 +44,7 @@ public struct CurveKeyPair: Sendable, Hashable {
         do {
             text = try String(contentsOfFile: path, encoding: .utf8)
         } catch {
-            throw BusError(.badArgument, "cannot read key file \(path): \(error.localizedDescription)")
+            throw BusError(.badArgument, "cannot read key file \(path): \(error)")
         }
         return try CurveKeyPair(certificate: text, source: path)
     }
@@ -138,7 +139,7 @@ public struct CurveAllowList: Sendable, Equatable {
         } catch let error as BusError {
             throw error
         } catch {
-            throw BusError(.badArgument, "cannot read allow-list \(path): \(error.localizedDescription)")
+            throw BusError(.badArgument, "cannot read allow-list \(path): \(error)")
         }
     }
 

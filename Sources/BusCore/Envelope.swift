@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// One bus message: a header the broker routes on and a payload it never decodes.
 ///

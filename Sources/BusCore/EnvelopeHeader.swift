@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The routing part of an envelope. The broker reads only this; payloads pass through untouched.
 public struct EnvelopeHeader: Sendable, Hashable, Codable {

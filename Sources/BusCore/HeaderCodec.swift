@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// The compact binary encoding of ``EnvelopeHeader`` (docs/PROTOCOL.md, "Header frame").
 ///

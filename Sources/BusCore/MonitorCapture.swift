@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Reads what `busctl monitor --output` wrote, from chunks of any size: one JSON object a line,
 /// a ``MonitorEvent`` or `{"dropped":N}`. A line that is neither, that is longer than

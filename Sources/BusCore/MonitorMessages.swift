@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Which routed messages a monitor shows. Each list matches when it is empty or when one of its
 /// values matches; the lists combine with "and". `--board X` matches either end.
@@ -184,7 +184,7 @@ public struct MonitorEvent: BusPayload, Hashable {
     public var line: String {
         func shown(_ text: String) -> String { text.escapedForDisplay(limit: .max) }
         var parts = [
-            Self.clock(time), shown(scope), shown(kind).padding(toLength: 10, withPad: " ", startingAt: 0),
+            Self.clock(time), shown(scope), Self.padded(shown(kind), to: 10),
             "\(shown(source)) → \(shown(target))", type.isEmpty ? "-" : shown(type),
         ]
         parts.append("#\(correlationID)")
@@ -214,7 +214,14 @@ public struct MonitorEvent: BusPayload, Hashable {
     }
 
     private static func duration(_ microseconds: Int) -> String {
-        microseconds < 10_000 ? "\(microseconds)µs" : String(format: "%.1fms", Double(microseconds) / 1000)
+        guard microseconds >= 10_000 else { return "\(microseconds)µs" }
+        let tenths = (microseconds + 50) / 100
+        return "\(tenths / 10).\(tenths % 10)ms"
+    }
+
+    /// `text` cut or filled with spaces to `width` characters.
+    private static func padded(_ text: String, to width: Int) -> String {
+        text.count >= width ? String(text.prefix(width)) : text + String(repeating: " ", count: width - text.count)
     }
 }
 

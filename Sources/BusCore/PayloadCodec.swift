@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A value that can travel as a payload: `Codable`, with a type name carried in the header so
 /// that receivers can refuse a payload of the wrong type with ``BusError/Code/typeMismatch``.

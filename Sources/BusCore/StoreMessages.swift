@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Operations of `store` messages (the header's type name).
 public enum StoreOperation {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// How a message's header and payload sit in its frames (docs/PROTOCOL.md §3).
 ///

@@ -1,5 +1,6 @@
 import CBoardBusZeroMQ
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Bounds the bytes a router queues toward one peer that does not read them.
 ///

@@ -1,7 +1,8 @@
 import BusCore
 import CBoardBusZeroMQ
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import Synchronization
 
 /// Watches the connections that sockets accept, through libzmq's socket monitor, on a thread of
@@ -54,7 +55,7 @@ package final class ConnectionWatch: @unchecked Sendable {
             throw error
         }
         monitors = made
-        let thread = Thread { [self] in
+        startThread(named: "connections") { [self] in
             while running.load(ordering: .acquiring) {
                 let ready = ZMQSocket.poll(monitors, timeoutMilliseconds: 100)
                 for (index, isReady) in ready.enumerated() where isReady {
@@ -69,8 +70,6 @@ package final class ConnectionWatch: @unchecked Sendable {
             for pair in monitors { pair.close() }
             finished.signal()
         }
-        thread.name = "connections"
-        thread.start()
     }
 
     /// Reads a monitor message (libzmq 4.x: a 6-byte frame, the event number and its value in

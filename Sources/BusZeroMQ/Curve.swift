@@ -1,6 +1,8 @@
 import BusCore
 import CBoardBusZeroMQ
-import Foundation
+import FoundationEssentials
+import Dispatch
+import Glibc
 import Synchronization
 
 extension CurveKeyPair {
@@ -75,7 +77,7 @@ package final class ZAPHandler: @unchecked Sendable {
             socket.close()
             throw error
         }
-        let thread = Thread { [self] in
+        startThread(named: "zap") { [self] in
             while running.load(ordering: .acquiring) {
                 if ZMQSocket.poll([socket], timeoutMilliseconds: 100)[0], let frames = try? socket.receive() {
                     _ = try? socket.send(Self.answer(frames, decide: decide))
@@ -84,8 +86,6 @@ package final class ZAPHandler: @unchecked Sendable {
             socket.close()
             finished.signal()
         }
-        thread.name = "zap"
-        thread.start()
     }
 
     /// The reply to one request: version, request id, status code, status text, user id, metadata.

@@ -1,6 +1,7 @@
 import BusCore
 import CBoardBusZeroMQ
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Checks whether a broker listens on an `ipc://` endpoint before a client waits on it.
 ///

@@ -1,6 +1,8 @@
 import BusCore
 import CBoardBusZeroMQ
-import Foundation
+import FoundationEssentials
+import Dispatch
+import Glibc
 import Synchronization
 
 /// What runs on a ``SocketLoop``'s thread. Every call happens on that thread, which owns the socket.
@@ -107,15 +109,11 @@ package final class SocketLoop: TaskExecutor, @unchecked Sendable {
     package func start() {
         guard phase.compareExchange(expected: Phase.created.rawValue, desired: Phase.running.rawValue, ordering: .acquiringAndReleasing).exchanged
         else { return }
-        let thread = Thread { [self] in
-            // Named from the thread itself (`Thread.name` set beforehand does not reach the
-            // kernel on Linux), so that `ps -L`, `top -H` and `perf` show what each thread is.
-            _ = boardbus_set_thread_name(name)
+        startThread(named: name) { [self] in
             loopThread.store(UInt(pthread_self()), ordering: .releasing)
             run()
             finished.signal()
         }
-        thread.start()
     }
 
     /// Whether the caller runs on the loop thread.

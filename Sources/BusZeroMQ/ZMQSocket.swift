@@ -1,6 +1,7 @@
 import BusCore
 import CBoardBusZeroMQ
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// One libzmq socket. Not thread-safe: it belongs to one thread (a ``SocketLoop``), and only that
 /// thread touches it after it has been handed over.

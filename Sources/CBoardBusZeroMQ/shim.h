@@ -8,10 +8,19 @@
 #include <sys/un.h>
 #include <sys/prctl.h>
 #include <malloc.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 /* Names the calling thread (at most 15 bytes are kept); prctl is variadic, which Swift cannot call. */
 static inline int boardbus_set_thread_name(const char *name) {
     return prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0);
+}
+
+/* 1 on the process's main thread (its thread id is the process id), else 0. */
+static inline int boardbus_is_main_thread(void) {
+    return syscall(SYS_gettid) == getpid();
 }
 
 /* Bytes the C heap holds free (glibc's mallinfo2, which Swift's Glibc module does not export). */

@@ -15,7 +15,6 @@ board.onCommand(Echo.self) { echo, _ in echo }
 board.onCommand(named: "echo.raw") { message, _ in message.payload }
 // Accepts any activation, so the benchmark can time an on-demand start.
 board.onAnyActivation { _, _ in }
-// A synchronous main (not `try await board.run()`), so that valgrind can run this board for
-// `scripts/bench --counts` (see runBlocking).
-let ready = board
-try runBlocking { try await ready.run() }
+// A synchronous main, as a board process's should be: four threads, and valgrind can run it for
+// `scripts/bench --counts` (an async main ends in libdispatch's `dispatch_main`; see runBlocking).
+board.runAsProcess()
