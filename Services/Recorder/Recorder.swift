@@ -93,11 +93,15 @@ struct Recorder: ParsableCommand {
         slept["suspending"] = try await milliseconds(
             suspending.measure { try await Task.sleep(until: suspending.now.advanced(by: pause), clock: suspending) })
         let mainActorOnMainThread = await MainActor.run { Thread.isMainThread }
-        let detachedThread = await Task.detached { currentThreadName() }.value
+        // On the main thread, it may assume the main actor's isolation; elsewhere it could not.
+        let (detachedThread, detachedAssumesMainActor) = await Task.detached {
+            (currentThreadName(), Thread.isMainThread && MainActor.assumeIsolated { true })
+        }.value
         let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []
         let threads = tasks.map { threadName(at: "/proc/self/task/\($0)/comm") }.sorted()
         return RecorderIO.ThreadReport(
             threads: threads, handlerThread: handlerThread, mainActorOnMainThread: mainActorOnMainThread, detachedThread: detachedThread,
+            detachedAssumesMainActor: detachedAssumesMainActor,
             sleptMilliseconds: slept)
     }
 

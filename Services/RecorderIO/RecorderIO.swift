@@ -63,15 +63,19 @@ extension RecorderIO {
         public var mainActorOnMainThread: Bool
         /// The thread a detached task ran on.
         public var detachedThread: String
+        /// Whether that task could assume the main actor's isolation (`MainActor.assumeIsolated`).
+        public var detachedAssumesMainActor: Bool
         /// Per way of sleeping (`nanoseconds`, `continuous`, `suspending`): the milliseconds it took.
         public var sleptMilliseconds: [String: Double]
         public init(
-            threads: [String], handlerThread: String, mainActorOnMainThread: Bool, detachedThread: String, sleptMilliseconds: [String: Double]
+            threads: [String], handlerThread: String, mainActorOnMainThread: Bool, detachedThread: String, detachedAssumesMainActor: Bool,
+            sleptMilliseconds: [String: Double]
         ) {
             self.threads = threads
             self.handlerThread = handlerThread
             self.mainActorOnMainThread = mainActorOnMainThread
             self.detachedThread = detachedThread
+            self.detachedAssumesMainActor = detachedAssumesMainActor
             self.sleptMilliseconds = sleptMilliseconds
         }
     }

@@ -208,6 +208,11 @@ enum ProcessExecutor {
         func enqueue<C: Clock>(_ job: consuming ExecutorJob, after delay: C.Duration, tolerance: C.Duration?, clock: C) {
             ProcessLoop.shared.take(UnownedJob(job), main: true, after: BoardKit.delay(delay))
         }
+        /// Whatever runs on the main thread during the loop runs one job at a time with the main
+        /// actor's jobs, so the main thread is the main actor's (as on libdispatch's main queue):
+        /// `MainActor.assumeIsolated` holds there, in a task without an actor too.
+        func isIsolatingCurrentContext() -> Bool? { boardbus_is_main_thread() == 1 }
+        func checkIsolated() { precondition(boardbus_is_main_thread() == 1, "the main actor runs on the main thread; this is another") }
         func run() throws { ProcessLoop.shared.runUntil { false } }
         func runUntil(_ condition: () -> Bool) throws { ProcessLoop.shared.runUntil(condition) }
         func stop() { ProcessLoop.shared.stop() }
