@@ -33,8 +33,12 @@ struct Recorder: ParsableCommand {
     @Option(parsing: .upToNextOption, help: ArgumentHelp("Holds a query on a store for as long as the board lives.", valueName: "store> <json"))
     var holdQuery: [String] = []
 
-    @Flag(help: "Calls runAsProcess from inside a task, which it refuses (for tests).")
-    var runFromTask = false
+    @Option(help: "For tests: calls runAsProcess as it refuses to run, from inside a task or after another thread started.")
+    var misuse: Misuse?
+
+    enum Misuse: String, ExpressibleByArgument {
+        case task, thread
+    }
 
     func validate() throws {
         guard holdQuery.isEmpty || holdQuery.count == 2 else {
@@ -72,12 +76,18 @@ struct Recorder: ParsableCommand {
                 }
             }
         }
-        if runFromTask {
-            let ready = board
+        let ready = board
+        switch misuse {
+        case .task?:
             Task { ready.runAsProcess() }
             dispatchMain()
+        case .thread?:
+            Thread { sleep(60) }.start()
+            while (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) == 1 { usleep(1_000) }
+        case nil:
+            break
         }
-        board.runAsProcess()
+        ready.runAsProcess()
     }
 
     static func threadReport(sleeping pause: Duration) async throws -> RecorderIO.ThreadReport {

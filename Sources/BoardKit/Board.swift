@@ -239,7 +239,8 @@ public struct Board: Sendable {
 
     /// The whole of a board process: serves as ``run(logging:environment:)`` does, then exits
     /// (status 0 when the board stopped, 1 on a failure, printed as `run` prints it). Called from
-    /// a synchronous `main.swift` (no top-level `await`) before any task is made, it runs every
+    /// a synchronous `main.swift` (no top-level `await`) before any other thread or task is made
+    /// (else it refuses, `badArgument`), it runs every
     /// task of the process without a thread pool: the handlers on the socket's thread, the rest
     /// on the main thread, which also takes SIGTERM and SIGINT. An idle board is then four
     /// threads (main, the socket loop, libzmq's I/O and reaper) that sleep until a message, a
@@ -251,10 +252,9 @@ public struct Board: Sendable {
         -> Never
     {
         do {
-            let status = try ProcessExecutor.run(stopSignals: [SIGTERM, SIGINT]) { stops in
+            try ProcessExecutor.run(stopSignals: [SIGTERM, SIGINT]) { stops in
                 await serve(logging: logging, environment: environment, stopSignals: stops) ?? 0
             }
-            exit(status)
         } catch {
             printFailure(error)
             exit(1)

@@ -1,5 +1,7 @@
 import BusCore
 import CBoardBusZeroMQ
+import Dispatch
+import FoundationEssentials
 import Glibc
 import HeapModule
 import Synchronization
@@ -22,19 +24,28 @@ import Synchronization
 /// Swift 6.3 lets a process give concurrency its own main and default executors (the
 /// `ExecutorFactory` of the "custom main and global executors" pitch, still behind an SPI). With
 /// another compiler, where that interface may differ, the process keeps Swift's default
-/// executors and the service group traps the signals itself: the same board, on more threads.
+/// executors (libdispatch's main queue on the main thread, as an async `main` has it) and the
+/// service group traps the signals itself: the same board, on more threads.
 enum ProcessExecutor {
-    /// Runs `body` as the process's first task until it returns its exit status. `body` gets the
-    /// stop signals that arrive, or nil when the service group must trap them itself. Must be
-    /// called from a synchronous `main`, on the main thread, before any task exists.
-    static func run(stopSignals: [Int32], _ body: @escaping @Sendable (AsyncStream<Int32>?) async -> Int32) throws -> Int32 {
+    /// Runs `body` as the process's first task, then exits with the status it returns. `body`
+    /// gets the stop signals that arrive, or nil when the service group must trap them itself.
+    /// Must be called from a synchronous `main`, on the main thread, before any other thread or
+    /// task exists (the stop signals are blocked in the threads made after).
+    static func run(stopSignals: [Int32], _ body: @escaping @Sendable (AsyncStream<Int32>?) async -> Int32) throws -> Never {
         guard boardbus_is_main_thread() == 1, withUnsafeCurrentTask(body: { $0 == nil }) else {
             throw BusError(.badArgument, "a board process runs from a synchronous main, on the main thread, outside any task")
         }
+        let threads = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task").count) ?? 1
+        guard threads == 1 else {
+            throw BusError(
+                .badArgument,
+                "a board process starts its loop before any other thread (it has \(threads)): SIGTERM would reach one that does not block it")
+        }
         #if compiler(>=6.3) && compiler(<6.4)
-            return try ProcessLoop.shared.run(stopSignals: stopSignals, body)
+            exit(try ProcessLoop.shared.run(stopSignals: stopSignals, body))
         #else
-            return try runBlocking { await body(nil) }
+            Task { exit(await body(nil)) }
+            dispatchMain()
         #endif
     }
 }
@@ -102,7 +113,9 @@ enum ProcessExecutor {
                 }
                 queues.order &+= 1
                 let earliest = queues.later.min?.deadline ?? .max
-                let deadline = Self.now() &+ Self.nanoseconds(delay)
+                // Saturated: a deadline past the clock's range (a sleep of UInt64.max ns) is never.
+                let (sum, overflow) = Self.now().addingReportingOverflow(Self.nanoseconds(delay))
+                let deadline = overflow ? UInt64.max : sum
                 queues.later.insert(Timed(deadline: deadline, order: queues.order, job: job, main: main))
                 return deadline < earliest
             }
@@ -162,7 +175,8 @@ enum ProcessExecutor {
             // Milliseconds rounded up, so that a timer never fires early.
             var timeout: Int32 = 0
             if let deadline {
-                timeout = deadline == .max ? -1 : Int32(clamping: (deadline &- min(deadline, Self.now()) + 999_999) / 1_000_000)
+                let left = deadline - min(deadline, Self.now())
+                timeout = deadline == .max ? -1 : Int32(clamping: left / 1_000_000 + (left % 1_000_000 == 0 ? 0 : 1))
             }
             guard poll(&descriptors, 2, timeout) > 0 else { return [] }
             var counter: UInt64 = 0
@@ -176,19 +190,22 @@ enum ProcessExecutor {
             return arrived
         }
 
-        /// CLOCK_MONOTONIC in nanoseconds: the loop's clock for every timer.
+        /// CLOCK_MONOTONIC in nanoseconds: the loop's clock for every timer. It stops while the
+        /// machine is suspended, so a `ContinuousClock` sleep across a suspend ends late (never
+        /// early, which `CLOCK_BOOTTIME` would do to a `SuspendingClock` sleep).
         private static func now() -> UInt64 {
             var time = timespec()
             clock_gettime(CLOCK_MONOTONIC, &time)
             return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
         }
 
-        /// A delay in whole nanoseconds, negative ones as none.
+        /// A delay in whole nanoseconds, negative ones as none, past UInt64's range as `.max`.
         private static func nanoseconds(_ delay: Duration) -> UInt64 {
             let (seconds, attoseconds) = delay.components
             guard seconds >= 0, attoseconds >= 0 else { return 0 }
             let (whole, overflow) = UInt64(seconds).multipliedReportingOverflow(by: 1_000_000_000)
-            return overflow ? .max / 2 : whole &+ UInt64(attoseconds / 1_000_000_000)
+            let (total, carry) = whole.addingReportingOverflow(UInt64(attoseconds / 1_000_000_000))
+            return overflow || carry ? .max : total
         }
 
     }

@@ -1,8 +1,9 @@
 import Glibc
 
-/// Writes `text` whole to a standard stream's descriptor (1 or 2), as one `write` where the
-/// kernel takes it all (a line from two processes on one pipe is not interleaved), retrying
-/// partial writes and interruptions. Errors are dropped: there is nowhere else to say them.
+/// Writes `text` whole to a standard stream's descriptor (1 or 2): one `write` when the kernel
+/// takes it all (on a pipe, a line of up to 4 KiB, `PIPE_BUF`, is then never interleaved with
+/// another process's), else more, retrying partial writes and interruptions. Errors are
+/// dropped: there is nowhere else to say them.
 func writeLine(_ text: String, to descriptor: Int32) {
     var bytes = Array(text.utf8)
     var offset = 0

@@ -163,7 +163,12 @@ extension AccessPolicy {
             throw error
         } catch let DecodingError.dataCorrupted(context) {
             throw fail("", "not valid JSON (\(context.underlyingError.map { "\($0)" } ?? context.debugDescription))")
+        } catch {
+            throw fail("", "not valid JSON (\(error))")
         }
+        // A key twice in one object would be read as one of its values, silently: a rule's
+        // principals or targets written twice must not widen or narrow it unseen.
+        if let key = PolicyJSON.firstDuplicateKey(in: data) { throw fail("", "key '\(key)' appears twice in one object") }
         for key in top.keys where !["groups", "rules"].contains(key) { throw fail(key, "unknown key") }
         func strings(_ value: Any?, _ path: String, allowEmpty: Bool = false) throws -> [String] {
             guard let list = value as? [Any], allowEmpty || !list.isEmpty else { throw fail(path, "must be a non-empty list of strings") }
@@ -261,6 +266,45 @@ private enum PolicyJSON: Decodable {
         } else {
             self = .other
         }
+    }
+
+    /// The first key that one object of `data` (valid JSON) has twice, as the decoder reads keys
+    /// (escapes resolved); nil when there is none.
+    static func firstDuplicateKey(in data: Data) -> String? {
+        let bytes = [UInt8](data)
+        // One entry per open container: the keys seen so far for an object, nil for an array.
+        var open: [Set<String>?] = []
+        var expectsKey = false
+        var index = 0
+        while index < bytes.count {
+            switch bytes[index] {
+            case UInt8(ascii: "{"):
+                open.append([])
+                expectsKey = true
+            case UInt8(ascii: "["):
+                open.append(nil)
+                expectsKey = false
+            case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                _ = open.popLast()
+                expectsKey = false
+            case UInt8(ascii: ","):
+                expectsKey = open.last.map { $0 != nil } ?? false
+            case UInt8(ascii: "\""):
+                var end = index + 1
+                while end < bytes.count, bytes[end] != UInt8(ascii: "\"") { end += bytes[end] == UInt8(ascii: "\\") ? 2 : 1 }
+                if expectsKey, open.count > 0, open[open.count - 1] != nil {
+                    let quoted = Data(bytes[index...min(end, bytes.count - 1)])
+                    let key = (try? JSONDecoder().decode(String.self, from: quoted)) ?? String(decoding: quoted, as: UTF8.self)
+                    if !open[open.count - 1]!.insert(key).inserted { return key }
+                }
+                expectsKey = false
+                index = end
+            default:
+                break
+            }
+            index += 1
+        }
+        return nil
     }
 
     var value: Any {

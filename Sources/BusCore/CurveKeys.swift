@@ -44,7 +44,7 @@ public struct CurveKeyPair: Sendable, Hashable {
         do {
             text = try String(contentsOfFile: path, encoding: .utf8)
         } catch {
-            throw BusError(.badArgument, "cannot read key file \(path): \(error)")
+            throw BusError(.badArgument, "cannot read key file \(path): \(readFailure(error))")
         }
         return try CurveKeyPair(certificate: text, source: path)
     }
@@ -139,7 +139,7 @@ public struct CurveAllowList: Sendable, Equatable {
         } catch let error as BusError {
             throw error
         } catch {
-            throw BusError(.badArgument, "cannot read allow-list \(path): \(error)")
+            throw BusError(.badArgument, "cannot read allow-list \(path): \(readFailure(error))")
         }
     }
 
@@ -173,5 +173,17 @@ public struct CurveClientCredentials: Sendable, Hashable {
         case (nil, _): throw BusError(.badArgument, "BOARDBUS_CLIENT_KEY is set but BOARDBUS_SERVER_KEY (the motherboard's public key) is not")
         case (_, nil): throw BusError(.badArgument, "BOARDBUS_SERVER_KEY is set but BOARDBUS_CLIENT_KEY (this client's key file) is not")
         }
+    }
+}
+
+/// Why a text file could not be read, in words (FoundationEssentials' errors describe
+/// themselves only by their code).
+func readFailure(_ error: any Error) -> String {
+    guard let error = error as? CocoaError else { return "\(error)" }
+    switch error.code {
+    case .fileReadNoSuchFile, .fileNoSuchFile: return "no such file"
+    case .fileReadNoPermission: return "permission denied"
+    case .fileReadInapplicableStringEncoding, .fileReadCorruptFile: return "not UTF-8 text"
+    default: return "error \(error.code.rawValue)"
     }
 }

@@ -16,6 +16,10 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
     public var kind: MessageKind
     /// Options, e.g. whether a reply is expected.
     public var flags: MessageFlags
+    /// Whether the content type is `application/cbor`: every typed CBOR message and its reply
+    /// carry it, so it is kept here rather than in the box of optional fields, where it would
+    /// cost an allocation per header.
+    private var isCBOR = false
     /// Chosen by the requester; the reply carries the same value. 0 when no reply is expected.
     public var correlationID: UInt64
     /// How long the sender will wait for a reply, in milliseconds; 0 means no deadline.
@@ -124,8 +128,12 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
     /// Optional field 3: the payload's media type (``PayloadFormat``), on a command and its
     /// reply; nil means JSON. 1 to ``HeaderCodec/maximumContentTypeBytes`` bytes of ASCII.
     public var contentType: String? {
-        get { optional?.contentType }
-        set { setOptional(clearing: newValue == nil) { $0.contentType = newValue } }
+        get { isCBOR ? PayloadFormat.cborContentType : optional?.contentType }
+        set {
+            isCBOR = newValue == PayloadFormat.cborContentType
+            let boxed = isCBOR ? nil : newValue
+            setOptional(clearing: boxed == nil) { $0.contentType = boxed }
+        }
     }
     /// Optional fields this version does not know, as received (tag, length, value each); sent on
     /// unchanged, so that peers newer than the broker can use fields it does not know yet.

@@ -86,11 +86,21 @@ struct AccessPolicyTests {
             (#"{"rules": {}}"#, "rules: must be a list of rules"),
             (#"[1]"#, "must be a JSON object"),
             ("{", "not valid JSON"),
+            // A key twice in one object, however it is spelt, is refused rather than read as one.
+            (#"{"rules": [{"allow": ["call"], "principals": ["*"], "principals": ["ops"]}]}"#, "key 'principals' appears twice"),
+            (#"{"rules": [{"allow": ["call"], "principals": ["ops"], "principal\u0073": ["*"]}]}"#, "key 'principals' appears twice"),
+            (#"{"rules": [], "rules": [{"allow": ["*"], "principals": ["*"]}]}"#, "key 'rules' appears twice"),
+            (#"{"groups": {"g": ["a"], "g": ["b"]}, "rules": []}"#, "key 'g' appears twice"),
         ]
         for (text, expected) in cases {
             let message = refusal(text)
             #expect(message.contains(expected) && message.hasPrefix("policy p.json"), "\(text) → \(message)")
         }
+        // The same key in two objects is two keys; quotes and braces inside strings are text.
+        #expect(
+            refusal(
+                #"{"rules": [{"name": "a \"}{\" b", "allow": ["call"], "principals": ["a"]}, {"deny": ["call"], "principals": ["a"]}]}"#)
+                == "accepted")
         // At the length limit and one past it.
         let longest = String(repeating: "t", count: 256)
         #expect(refusal(#"{"rules": [{"allow": ["call"], "principals": ["a"], "targets": ["\#(longest)"]}]}"#) == "accepted")

@@ -39,6 +39,26 @@ struct EnvelopeTests {
         #expect(try JSONDecoder().decode(EnvelopeHeader.self, from: JSONEncoder().encode(original)) == original)
     }
 
+    /// `application/cbor`, on every typed CBOR message, is kept apart from the other optional
+    /// fields: switching between it, another content type and none reads back what was set,
+    /// through copies, equality and the wire.
+    @Test func theCBORContentTypeReadsBackAsSetBesideTheOtherFields() throws {
+        var header = EnvelopeHeader(kind: .command, typeName: "echo", contentType: PayloadFormat.cborContentType)
+        let cbor = header
+        header.contentType = "text/plain"
+        #expect(header.contentType == "text/plain" && cbor.contentType == PayloadFormat.cborContentType && header != cbor)
+        header.dispatchID = "d-1"
+        header.contentType = PayloadFormat.cborContentType
+        #expect(header.contentType == PayloadFormat.cborContentType && header.dispatchID == "d-1")
+        header.dispatchID = nil
+        #expect(header == cbor && header.hashValue == cbor.hashValue)
+        for value in [cbor, header] {
+            #expect(try HeaderCodec.decode(Data(HeaderCodec.encode(value))) == value)
+        }
+        header.contentType = nil
+        #expect(header.contentType == nil && header == EnvelopeHeader(kind: .command, typeName: "echo"))
+    }
+
     @Test func refusesWrongFrameCounts() throws {
         let header = EnvelopeHeader(kind: .heartbeat)
         let one = try Envelope(header: header).frames()

@@ -80,6 +80,25 @@ struct CurveTests {
         #expect(throws: BusError.self) { try CurveKeyPair.load(path: "/nonexistent/key") }
     }
 
+    /// A file that cannot be read says why in words, not as an error code.
+    @Test func anUnreadableKeyFileSaysWhy() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let binary = "\(directory)/binary.key"
+        try Data([0xFF, 0xFE, 0x00, 0xC3]).write(to: URL(fileURLWithPath: binary))
+        let cases = [
+            ("\(directory)/missing.key", "no such file"), (binary, "not UTF-8 text"),
+        ]
+        for (path, reason) in cases {
+            let keyError = try #require(throws: BusError.self) { try CurveKeyPair.load(path: path) }
+            #expect(keyError.message == "cannot read key file \(path): \(reason)")
+        }
+        // A missing allow-list is an empty one; one that is not text is refused.
+        #expect(try CurveAllowList.load(path: "\(directory)/missing.list").name(of: "x") == nil)
+        let listError = try #require(throws: BusError.self) { try CurveAllowList.load(path: binary) }
+        #expect(listError.message == "cannot read allow-list \(binary): not UTF-8 text")
+    }
+
     @Test func theAllowListTakesNamesAndKeysAndSaysWhichLineIsWrong() throws {
         let key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yu7"
         let hashKey = "#q:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yu7"

@@ -49,13 +49,15 @@ struct BoardProcessIntegrationTests {
         }
     }
 
-    @Test func runAsProcessInsideATaskIsRefusedWithAReason() async throws {
+    @Test(arguments: [
+        ("task", "a board process runs from a synchronous main, on the main thread, outside any task"),
+        ("thread", "a board process starts its loop before any other thread (it has 2)"),
+    ])
+    func runAsProcessCalledTooLateIsRefusedWithAReason(misuse: String, reason: String) async throws {
         try await TestFleet.with(manifest: Self.manifest) { fleet in
-            let result = try await fleet.run("BoardBusDemoRecorder", arguments: ["--run-from-task"])
+            let result = try await fleet.run("BoardBusDemoRecorder", arguments: ["--misuse", misuse])
             #expect(result.exitCode == 1)
-            #expect(
-                result.standardError.contains("board demo.recorder: badArgument: a board process runs from a synchronous main"),
-                "\(result.standardError)")
+            #expect(result.standardError.contains("board demo.recorder: badArgument: \(reason)"), "\(result.standardError)")
         }
     }
 }
