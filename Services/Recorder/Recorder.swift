@@ -92,6 +92,18 @@ struct Recorder: ParsableCommand {
 
     static func threadReport(sleeping pause: Duration) async throws -> RecorderIO.ThreadReport {
         let handlerThread = currentThreadName()
+        // The longest sleeps there are, beside the others: they must still sleep at the end.
+        let woke = Log()
+        let forever = [
+            Task {
+                try await Task.sleep(nanoseconds: .max)
+                woke.record("woke", RawMessage(source: "", typeName: "nanoseconds", payload: Data()))
+            },
+            Task {
+                try await Task.sleep(for: .seconds(Int64.max))
+                woke.record("woke", RawMessage(source: "", typeName: "continuous", payload: Data()))
+            },
+        ]
         var slept: [String: Double] = [:]
         func milliseconds(_ duration: Duration) -> Double {
             Double(duration.components.seconds) * 1_000 + Double(duration.components.attoseconds) / 1e15
@@ -102,6 +114,8 @@ struct Recorder: ParsableCommand {
         let suspending = SuspendingClock()
         slept["suspending"] = try await milliseconds(
             suspending.measure { try await Task.sleep(until: suspending.now.advanced(by: pause), clock: suspending) })
+        let longestSleepsWoke = !woke.all.isEmpty
+        for task in forever { task.cancel() }
         let mainActorOnMainThread = await MainActor.run { Thread.isMainThread }
         // On the main thread, it may assume the main actor's isolation; elsewhere it could not.
         let (detachedThread, detachedAssumesMainActor) = await Task.detached {
@@ -111,7 +125,7 @@ struct Recorder: ParsableCommand {
         let threads = tasks.map { threadName(at: "/proc/self/task/\($0)/comm") }.sorted()
         return RecorderIO.ThreadReport(
             threads: threads, handlerThread: handlerThread, mainActorOnMainThread: mainActorOnMainThread, detachedThread: detachedThread,
-            detachedAssumesMainActor: detachedAssumesMainActor,
+            detachedAssumesMainActor: detachedAssumesMainActor, longestSleepsWoke: longestSleepsWoke,
             sleptMilliseconds: slept)
     }
 

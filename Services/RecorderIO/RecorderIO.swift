@@ -65,10 +65,13 @@ extension RecorderIO {
         public var detachedThread: String
         /// Whether that task could assume the main actor's isolation (`MainActor.assumeIsolated`).
         public var detachedAssumesMainActor: Bool
+        /// Whether a sleep of `UInt64.max` ns or `Int64.max` s, started first, ended before the others.
+        public var longestSleepsWoke: Bool
         /// Per way of sleeping (`nanoseconds`, `continuous`, `suspending`): the milliseconds it took.
         public var sleptMilliseconds: [String: Double]
         public init(
             threads: [String], handlerThread: String, mainActorOnMainThread: Bool, detachedThread: String, detachedAssumesMainActor: Bool,
+            longestSleepsWoke: Bool,
             sleptMilliseconds: [String: Double]
         ) {
             self.threads = threads
@@ -76,6 +79,7 @@ extension RecorderIO {
             self.mainActorOnMainThread = mainActorOnMainThread
             self.detachedThread = detachedThread
             self.detachedAssumesMainActor = detachedAssumesMainActor
+            self.longestSleepsWoke = longestSleepsWoke
             self.sleptMilliseconds = sleptMilliseconds
         }
     }

@@ -24,6 +24,7 @@ struct BoardProcessIntegrationTests {
                 #expect(report.mainActorOnMainThread)
                 #expect(report.detachedThread == main)
                 #expect(report.detachedAssumesMainActor)
+                #expect(!report.longestSleepsWoke)
                 #expect(report.sleptMilliseconds.keys.sorted() == ["continuous", "nanoseconds", "suspending"])
                 for (way, milliseconds) in report.sleptMilliseconds {
                     #expect(milliseconds >= 25, "the \(way) sleep ended after \(milliseconds) ms")
