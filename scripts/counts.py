@@ -7,6 +7,14 @@ runs twice, with LOW and HIGH serial round trips of 100 B, and the difference di
 HIGH - LOW is the cost of one round trip, start-up and warm-up excluded.
 
     scripts/counts.py [--check THRESHOLDS] [--write THRESHOLDS] [--only raw,cbor,c] [--json OUT]
+    scripts/counts.py --saturated
+
+With --saturated, only the broker is counted, under load instead of one call at a time: the
+motherboard (raw echo) and the C zmq_proxy each under callgrind, its echo without valgrind, and
+4 connections with 100 requests in flight each (the baseline's raw clients), for SATURATED
+seconds twice; the round trips made in the longer run past the shorter divide the difference.
+Under callgrind the broker is the slowest process, so it runs saturated, as it does on many
+cores: what one round trip costs it when every wake-up finds a batch of messages.
 
 Run through `scripts/bench --counts` (which builds the release binaries first). With --check,
 exits 1 when a BoardBus count passes its committed threshold (scripts/test runs it).
@@ -230,6 +238,80 @@ def measure(load, work):
     return results
 
 
+SATURATED = (3, 6)
+
+
+def run_saturated(directory, seconds, baseline):
+    """One saturated load of the broker (see --saturated); returns the round trips made."""
+    environment = dict(os.environ)
+    environment.pop("BOARDBUS_ADDRESS", None)
+    if baseline:
+        front, back = f"ipc://{directory}/front.sock", f"ipc://{directory}/back.sock"
+        broker = subprocess.Popen(
+            valgrind("callgrind", f"{directory}/broker") + [f"{BIN}/zmq-baseline-proxy", front, back],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        echo_command, endpoint = [f"{BIN}/zmq-baseline-echo", back], front
+    else:
+        runtime, state = f"{directory}/run", f"{directory}/state"
+        environment.update(BOARDBUS_RUNTIME_DIR=runtime, BOARDBUS_STATE_DIR=state, BOARDBUS_BOARD_ID="bench.echo")
+        broker = subprocess.Popen(
+            valgrind("callgrind", f"{directory}/broker")
+            + [f"{BIN}/motherboard", "--runtime-dir", runtime, "--state-dir", state, "--log-max-bytes", "0"],
+            stdout=subprocess.PIPE, stderr=open(f"{directory}/broker.stderr", "wb"), stdin=subprocess.DEVNULL, env=environment)
+        echo_command, endpoint = [f"{BIN}/bench-echo-board"], f"ipc://{runtime}/motherboard.sock"
+    echo = None
+    try:
+        read_line(broker, b"READY", 300, "the broker")
+        echo = subprocess.Popen(echo_command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=environment)
+        read_line(echo, b"READY", 300, "the echo")
+        client = subprocess.run(
+            [f"{BIN}/boardbus-bench", "--load", str(seconds), "--load-endpoint", endpoint, "--command", "echo.raw",
+             "--load-clients", "4", "--load-window", "100"],
+            capture_output=True, timeout=seconds + 120, env=environment)
+        match = re.search(rb"round trips: (\d+)", client.stdout)
+        if client.returncode != 0 or not match:
+            raise Failure(f"the load failed: {client.stderr.decode(errors='replace')[-2000:]}")
+        return int(match.group(1))
+    finally:
+        for process in (echo, broker):
+            if process is not None and process.poll() is None:
+                stop(process, 180)
+
+
+def measure_saturated(work):
+    """Per round trip of a saturated broker: its loop thread, I/O thread and process, for the C
+    baseline ("c") and BoardBus ("raw")."""
+    results = {}
+    for load, baseline in (("c", True), ("raw", False)):
+        runs = []
+        for seconds in SATURATED:
+            directory = tempfile.mkdtemp(prefix=f"counts-saturated-{load}-{seconds}-", dir=work)
+            print(f"counts: saturated {load}, {seconds} s", file=sys.stderr, flush=True)
+            round_trips = run_saturated(directory, seconds, baseline)
+            runs.append((round_trips, callgrind_threads(directory, "broker")))
+        (low_trips, low), (high_trips, high) = runs
+        if high_trips <= low_trips:
+            raise Failure(f"the longer load made no more round trips ({low_trips}, {high_trips})")
+        per = {key: value * (HIGH - LOW) / (high_trips - low_trips) for key, value in per_round_trip_threads(low, high).items()}
+        results[load] = {f"broker.{key}": value for key, value in per.items()}
+        results[load]["round trips"] = high_trips - low_trips
+    return results
+
+
+def render_saturated(results):
+    rows = [
+        ("broker loop thread: instructions", "broker.loop"),
+        ("broker libzmq I/O thread: instructions", "broker.io"),
+        ("broker process: instructions", "broker.process"),
+    ]
+    lines = ["| per round trip, saturated (4×100) | C zmq_proxy | BoardBus raw echo | BoardBus / C |", "|---|---|---|---|"]
+    for label, key in rows:
+        base, value = results["c"][key], results["raw"][key]
+        lines.append(f"| {label} | {base:,.1f} | {value:,.1f} | {value / base:.2f}× |")
+    lines.append(f"| round trips counted | {results['c']['round trips']:,} | {results['raw']['round trips']:,} | |")
+    return "\n".join(lines)
+
+
 def render(results):
     rows = [
         ("broker loop thread: instructions", "broker.loop"),
@@ -296,6 +378,7 @@ def main():
     parser.add_argument("--write", help="write the counts measured as thresholds to this file (with the margins in it, if it exists)")
     parser.add_argument("--json", help="also write the counts measured to this file")
     parser.add_argument("--keep", action="store_true", help="keep valgrind's outputs (their directory is printed)")
+    parser.add_argument("--saturated", action="store_true", help="count the broker under load instead (see the top of this file)")
     arguments = parser.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("counts: valgrind is missing (apt-get install valgrind)")
@@ -310,6 +393,15 @@ def main():
     for name in EXECUTABLES:
         if os.path.exists(f"{BUILT}/{name}"):
             subprocess.run(["objcopy", "--strip-debug", f"{BUILT}/{name}", f"{BIN}/{name}"], check=True)
+    if arguments.saturated:
+        try:
+            saturated = measure_saturated(work)
+        except Failure as failure:
+            sys.exit(f"counts: {failure} (outputs kept in {work})")
+        if not arguments.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        print(render_saturated(saturated))
+        return
     try:
         results = {load: measure(load, work) for load in loads}
     except Failure as failure:

@@ -97,6 +97,11 @@ struct BenchCommand: ParsableCommand {
     var countClient: Int?
     @Option(help: ArgumentHelp("With --count-client: the broker's endpoint.", visibility: .hidden))
     var countEndpoint = ""
+    @Option(
+        help: ArgumentHelp(
+            "With --load: load a broker already running at this endpoint (a motherboard, or the baseline's proxy, with its echo) with the baseline's raw clients, and print the round trips; for a broker run under a tool.",
+            visibility: .hidden))
+    var loadEndpoint = ""
     @Flag(
         help: ArgumentHelp(
             "Instead of the comparison: print the size of a BoardBus echo request's header and its 0 byte (its frame without the payload).",
@@ -203,6 +208,12 @@ struct BenchCommand: ParsableCommand {
         if let brokerLogic {
             print("broker logic per round trip, no sockets: \(Int(try BrokerLogicBench.roundTrip(iterations: brokerLogic))) ns")
             print("routed in place: \(Int(try BrokerLogicBench.roundTripInPlace(iterations: brokerLogic))) ns")
+            return
+        }
+        if let load, !loadEndpoint.isEmpty {
+            let rate = try BaselineBench(endpoint: loadEndpoint, command: command).throughput(
+                payload: echoPayload(bytes: bytes), clients: loadClients, window: loadWindow, seconds: load)
+            print("round trips: \(Int((rate * load).rounded())) in \(load) s (\(Int(rate)) msg/s)")
             return
         }
         if let load {
