@@ -113,8 +113,11 @@ enum ProcessExecutor {
                 }
                 queues.order &+= 1
                 let earliest = queues.later.min?.deadline ?? .max
-                // Saturated: a deadline past the clock's range (a sleep of UInt64.max ns) is never.
-                let (sum, overflow) = Self.now().addingReportingOverflow(Self.nanoseconds(delay))
+                // On CLOCK_MONOTONIC, which stops while the machine is suspended: a `ContinuousClock`
+                // sleep across a suspend ends late (never early, which `CLOCK_BOOTTIME` would do to
+                // a `SuspendingClock` sleep). Saturated: a deadline past the clock's range (a sleep
+                // of UInt64.max ns) is never.
+                let (sum, overflow) = monotonicNanoseconds().addingReportingOverflow(Self.nanoseconds(delay))
                 let deadline = overflow ? UInt64.max : sum
                 queues.later.insert(Timed(deadline: deadline, order: queues.order, job: job, main: main))
                 return deadline < earliest
@@ -148,7 +151,7 @@ enum ProcessExecutor {
 
         /// Runs the jobs queued so far and the timed ones that are due.
         private func runDue() {
-            let now = Self.now()
+            let now = monotonicNanoseconds()
             let jobs = queues.withLock { queues -> [(job: UnownedJob, main: Bool)] in
                 var jobs: [(job: UnownedJob, main: Bool)] = []
                 swap(&jobs, &queues.now)
@@ -175,7 +178,7 @@ enum ProcessExecutor {
             // Milliseconds rounded up, so that a timer never fires early.
             var timeout: Int32 = 0
             if let deadline {
-                let left = deadline - min(deadline, Self.now())
+                let left = deadline - min(deadline, monotonicNanoseconds())
                 timeout = deadline == .max ? -1 : Int32(clamping: left / 1_000_000 + (left % 1_000_000 == 0 ? 0 : 1))
             }
             guard poll(&descriptors, 2, timeout) > 0 else { return [] }
@@ -188,15 +191,6 @@ enum ProcessExecutor {
                 arrived.append(Int32(info.ssi_signo))
             }
             return arrived
-        }
-
-        /// CLOCK_MONOTONIC in nanoseconds: the loop's clock for every timer. It stops while the
-        /// machine is suspended, so a `ContinuousClock` sleep across a suspend ends late (never
-        /// early, which `CLOCK_BOOTTIME` would do to a `SuspendingClock` sleep).
-        private static func now() -> UInt64 {
-            var time = timespec()
-            clock_gettime(CLOCK_MONOTONIC, &time)
-            return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
         }
 
         /// A delay in whole nanoseconds, negative ones as none, past UInt64's range as `.max`.

@@ -206,15 +206,15 @@ package final class SocketLoop: TaskExecutor, @unchecked Sendable {
         timerfd_settime(tickDescriptor, 0, &schedule, nil)
         // Plain nanoseconds on the monotonic clock: this is checked on every turn of the loop.
         let tickNanoseconds = UInt64(period.tv_sec) * 1_000_000_000 + UInt64(period.tv_nsec)
-        var nextTick = Self.monotonicNanoseconds() + tickNanoseconds
+        var nextTick = monotonicNanoseconds() + tickNanoseconds
         var readSocket = true
         while phase.load(ordering: .acquiring) == Phase.running.rawValue {
             // A batch cut short leaves messages that will not signal the descriptor again.
             let more = readSocket && !receiveBatch()
             var sent = drainQueue()
-            if Self.monotonicNanoseconds() >= nextTick {
+            if monotonicNanoseconds() >= nextTick {
                 handler.tick(on: socket)
-                nextTick = Self.monotonicNanoseconds() + tickNanoseconds
+                nextTick = monotonicNanoseconds() + tickNanoseconds
                 sent = true
             }
             if more || (sent && socket.hasIncoming) {
@@ -255,12 +255,6 @@ package final class SocketLoop: TaskExecutor, @unchecked Sendable {
         loopThread.store(0, ordering: .releasing)
         for job in strandedLocal { globalConcurrentExecutor.enqueue(job) }
         for case .job(let job) in stranded { globalConcurrentExecutor.enqueue(job) }
-    }
-
-    private static func monotonicNanoseconds() -> UInt64 {
-        var time = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &time)
-        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
     }
 
     /// Runs what other threads (and tasks on this executor) queued, a bounded number of rounds so

@@ -1,3 +1,4 @@
+import BusCore
 import Foundation
 import Histogram
 
@@ -23,14 +24,6 @@ struct LatencySummary {
 /// A histogram of nanoseconds from 100 ns to 10 s with three significant digits.
 func makeHistogram() -> Histogram<UInt64> {
     Histogram<UInt64>(lowestDiscernibleValue: 100, highestTrackableValue: 10_000_000_000, numberOfSignificantValueDigits: .three)
-}
-
-/// Nanoseconds on the monotonic clock.
-@inline(__always)
-func monotonicNanoseconds() -> UInt64 {
-    var time = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &time)
-    return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
 }
 
 /// Resident memory of a process, in KiB, from /proc.

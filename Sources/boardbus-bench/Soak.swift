@@ -1,3 +1,4 @@
+import BusCore
 import BoardKit
 import FluxBus
 import BoardKitTesting
