@@ -20,6 +20,7 @@ Run through `scripts/bench --counts` (which builds the release binaries first). 
 exits 1 when a BoardBus count passes its committed threshold (scripts/test runs it).
 """
 import argparse
+import contextlib
 import glob
 import json
 import os
@@ -59,6 +60,8 @@ class Failure(Exception):
 
 
 def valgrind(tool, prefix):
+    if tool is None:
+        return []
     if tool == "callgrind":
         return ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={prefix}.%p", f"--log-file={prefix}.%p.log"]
     return ["valgrind", "--tool=dhat", f"--dhat-out-file={prefix}.%p.dhat", f"--log-file={prefix}.%p.log"]
@@ -113,26 +116,46 @@ def stop(target, seconds):
     raise Failure(f"pid {pid} did not stop in {seconds} s")
 
 
-def run_boardbus(directory, tool, requests, command, content):
-    """One load of the real motherboard and echo board, each under `tool`, with the bench's client.
-    The board is started here, outside the manifest (as a board of another program would be):
-    the broker's launcher cannot spawn under valgrind."""
-    runtime, state = f"{directory}/run", f"{directory}/state"
-    environment = dict(os.environ, BOARDBUS_RUNTIME_DIR=runtime, BOARDBUS_STATE_DIR=state)
+@contextlib.contextmanager
+def broker_and_echo(directory, broker_tool, echo_tool, baseline):
+    """Starts a broker and its echo, each under its valgrind tool (None: without valgrind), and
+    yields the broker's endpoint and the environment to call it with; stops both after. BoardBus's
+    echo board is started here, outside the manifest (as a board of another program would be): the
+    broker's launcher cannot spawn under valgrind."""
+    environment = dict(os.environ)
     environment.pop("BOARDBUS_ADDRESS", None)
+    if baseline:
+        front, back = f"ipc://{directory}/front.sock", f"ipc://{directory}/back.sock"
+        broker_command, echo_command, endpoint = [f"{BIN}/zmq-baseline-proxy", front, back], [f"{BIN}/zmq-baseline-echo", back], front
+        names = ("the baseline proxy", "the baseline echo")
+    else:
+        runtime, state = f"{directory}/run", f"{directory}/state"
+        environment.update(BOARDBUS_RUNTIME_DIR=runtime, BOARDBUS_STATE_DIR=state)
+        broker_command = [f"{BIN}/motherboard", "--runtime-dir", runtime, "--state-dir", state, "--log-max-bytes", "0"]
+        echo_command, endpoint = [f"{BIN}/bench-echo-board"], f"ipc://{runtime}/motherboard.sock"
+        names = ("the motherboard", "the echo board")
     broker = subprocess.Popen(
-        valgrind(tool, f"{directory}/broker")
-        + [f"{BIN}/motherboard", "--runtime-dir", runtime, "--state-dir", state, "--log-max-bytes", "0"],
+        valgrind(broker_tool, f"{directory}/broker") + broker_command,
         stdout=subprocess.PIPE, stderr=open(f"{directory}/broker.stderr", "wb"), stdin=subprocess.DEVNULL, env=environment)
-    board = None
+    echo = None
     try:
-        read_line(broker, b"READY", 300, "the motherboard")
-        board = subprocess.Popen(
-            valgrind(tool, f"{directory}/board") + [f"{BIN}/bench-echo-board"],
+        read_line(broker, b"READY", 300, names[0])
+        echo = subprocess.Popen(
+            valgrind(echo_tool, f"{directory}/board") + echo_command,
             stdout=subprocess.PIPE, stderr=open(f"{directory}/board.stderr", "wb"), stdin=subprocess.DEVNULL,
             env=dict(environment, BOARDBUS_BOARD_ID="bench.echo"))
-        read_line(board, b"READY", 300, "the echo board")
-        arguments = ["--count-client", str(requests), "--count-endpoint", f"ipc://{runtime}/motherboard.sock", "--command", command]
+        read_line(echo, b"READY", 300, names[1])
+        yield endpoint, environment
+    finally:
+        for process in (echo, broker):
+            if process is not None and process.poll() is None:
+                stop(process, 180)
+
+
+def run_boardbus(directory, tool, requests, command, content):
+    """One load of the real motherboard and echo board, each under `tool`, with the bench's client."""
+    with broker_and_echo(directory, tool, tool, baseline=False) as (endpoint, environment):
+        arguments = ["--count-client", str(requests), "--count-endpoint", endpoint, "--command", command]
         if content:
             arguments += ["--format", content]
         client = subprocess.Popen(
@@ -140,33 +163,15 @@ def run_boardbus(directory, tool, requests, command, content):
             stdout=subprocess.PIPE, stderr=open(f"{directory}/client.stderr", "wb"), stdin=subprocess.DEVNULL, env=environment)
         if wait(client, 900, "the client") != 0:
             raise Failure(f"the client failed: {open(f'{directory}/client.stderr').read()[-2000:]}")
-    finally:
-        for process in (board, broker):
-            if process is not None and process.poll() is None:
-                stop(process, 180)
 
 
 def run_baseline(directory, tool, requests, frames):
-    front, back = f"ipc://{directory}/front.sock", f"ipc://{directory}/back.sock"
-    proxy = subprocess.Popen(
-        valgrind(tool, f"{directory}/broker") + [f"{BIN}/zmq-baseline-proxy", front, back],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-    echo = None
-    try:
-        read_line(proxy, b"READY", 300, "the baseline proxy")
-        echo = subprocess.Popen(
-            valgrind(tool, f"{directory}/board") + [f"{BIN}/zmq-baseline-echo", back],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-        read_line(echo, b"READY", 300, "the baseline echo")
+    with broker_and_echo(directory, tool, tool, baseline=True) as (endpoint, _):
         client = subprocess.Popen(
-            valgrind(tool, f"{directory}/client") + [f"{BIN}/zmq-baseline-client", front, str(requests), str(HEADER if frames == 1 else HEADER - 1), str(PAYLOAD), str(frames)],
+            valgrind(tool, f"{directory}/client") + [f"{BIN}/zmq-baseline-client", endpoint, str(requests), str(HEADER if frames == 1 else HEADER - 1), str(PAYLOAD), str(frames)],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         if wait(client, 900, "the baseline client") != 0:
             raise Failure("the baseline client failed")
-    finally:
-        for process in (echo, proxy):
-            if process is not None and process.poll() is None:
-                stop(process, 120)
 
 
 def callgrind_threads(directory, role):
@@ -242,28 +247,9 @@ SATURATED = (3, 6)
 
 
 def run_saturated(directory, seconds, baseline):
-    """One saturated load of the broker (see --saturated); returns the round trips made."""
-    environment = dict(os.environ)
-    environment.pop("BOARDBUS_ADDRESS", None)
-    if baseline:
-        front, back = f"ipc://{directory}/front.sock", f"ipc://{directory}/back.sock"
-        broker = subprocess.Popen(
-            valgrind("callgrind", f"{directory}/broker") + [f"{BIN}/zmq-baseline-proxy", front, back],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-        echo_command, endpoint = [f"{BIN}/zmq-baseline-echo", back], front
-    else:
-        runtime, state = f"{directory}/run", f"{directory}/state"
-        environment.update(BOARDBUS_RUNTIME_DIR=runtime, BOARDBUS_STATE_DIR=state, BOARDBUS_BOARD_ID="bench.echo")
-        broker = subprocess.Popen(
-            valgrind("callgrind", f"{directory}/broker")
-            + [f"{BIN}/motherboard", "--runtime-dir", runtime, "--state-dir", state, "--log-max-bytes", "0"],
-            stdout=subprocess.PIPE, stderr=open(f"{directory}/broker.stderr", "wb"), stdin=subprocess.DEVNULL, env=environment)
-        echo_command, endpoint = [f"{BIN}/bench-echo-board"], f"ipc://{runtime}/motherboard.sock"
-    echo = None
-    try:
-        read_line(broker, b"READY", 300, "the broker")
-        echo = subprocess.Popen(echo_command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, env=environment)
-        read_line(echo, b"READY", 300, "the echo")
+    """One saturated load of the broker (see --saturated): the broker under callgrind, its echo
+    without valgrind; returns the round trips made."""
+    with broker_and_echo(directory, "callgrind", None, baseline) as (endpoint, environment):
         client = subprocess.run(
             [f"{BIN}/boardbus-bench", "--load", str(seconds), "--load-endpoint", endpoint, "--command", "echo.raw",
              "--load-clients", "4", "--load-window", "100"],
@@ -272,10 +258,6 @@ def run_saturated(directory, seconds, baseline):
         if client.returncode != 0 or not match:
             raise Failure(f"the load failed: {client.stderr.decode(errors='replace')[-2000:]}")
         return int(match.group(1))
-    finally:
-        for process in (echo, broker):
-            if process is not None and process.poll() is None:
-                stop(process, 180)
 
 
 def measure_saturated(work):
