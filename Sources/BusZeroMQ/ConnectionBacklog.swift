@@ -1,3 +1,4 @@
+import BusCore
 import CBoardBusZeroMQ
 import FoundationEssentials
 import Glibc
@@ -24,9 +25,12 @@ import Glibc
 /// again.
 ///
 /// Small messages are not counted (the per-message limit of the pipe bounds them): the routing
-/// of small messages pays nothing. Used on the router's socket thread only. Keyed by the
-/// router's own peer type (the broker's hashes its routing id once per message, not per look-up).
-package final class ConnectionBacklog<Peer: Hashable> {
+/// of small messages pays nothing. Used on the router's socket thread only. Keyed by
+/// ``PeerID`` (not generic: its look-ups, made for every message, are specialised and inlined
+/// here, where a generic class's would run through the standard library's generic dictionary).
+package final class ConnectionBacklog {
+    package typealias Peer = PeerID
+
     /// Messages at least this large are counted.
     package static var countedMessageBytes: Int { 4096 }
 
@@ -46,8 +50,9 @@ package final class ConnectionBacklog<Peer: Hashable> {
     /// Bytes that may wait toward one peer before it counts as stalled.
     package let budget: Int
     private var peers: [Peer: PeerState] = [:]
-    private var descriptors: [Peer: Int32] = [:]
-    package private(set) var stalled: Set<Peer> = []
+    // Looked at for every message (on the router's thread only): no exclusivity checks.
+    @exclusivity(unchecked) private var descriptors: [Peer: Int32] = [:]
+    @exclusivity(unchecked) @usableFromInline package private(set) var stalled: Set<Peer> = []
     /// Large messages refused because their peer was stalled.
     package private(set) var refusedMessages = 0
     private var ticks: UInt64 = 0
@@ -111,6 +116,7 @@ package final class ConnectionBacklog<Peer: Hashable> {
     }
 
     /// Whether the router should refuse `peer`'s new requests (`busy`).
+    @inlinable
     package func isStalled(_ peer: Peer) -> Bool {
         !stalled.isEmpty && stalled.contains(peer)
     }

@@ -343,6 +343,16 @@ package final class ZMQSocket {
         return .message(ReceivedMessage(routingID: routingID, content: content))
     }
 
+    /// `forwardReceived(to:)` toward a broker's peer: its id goes out from where it is held
+    /// (the common case, one frame toward a peer that speaks the current version).
+    package func forwardReceived(to peer: PeerID) throws -> SendResult {
+        guard case .one = lastFraming, previousVersionPeers.isEmpty else { return try forwardReceived(to: peer.bytes) }
+        let routed = try peer.withUnsafeBytes { id in try check(zmq_send(handle, id.baseAddress, id.count, ZMQ_DONTWAIT | ZMQ_SNDMORE)) }
+        if routed != .sent { return routed }
+        framesReused += 1
+        return try check(zmq_msg_send(lastHeader, handle, ZMQ_DONTWAIT))
+    }
+
     /// Sends the envelope last received on to `routingID` (on a ROUTER socket) as it is, with the
     /// header as an interceptor may have rewritten it: its frame goes back to libzmq, no copy (to a
     /// peer that speaks version 3, header and payload are copied into two frames). Only once per

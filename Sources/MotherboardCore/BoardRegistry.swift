@@ -88,10 +88,11 @@ final class LiveBoard {
 /// up rather than scanning every live board. A class: the broker reads it on every message,
 /// and a struct's copy there retained each of its tables.
 final class BoardRegistry {
-    private(set) var boards: [ScopedName: LiveBoard] = [:]
-    private var boardsByPeer: [PeerID: LiveBoard] = [:]
+    // Looked up on every message, on the broker's loop thread only: no exclusivity checks.
+    @exclusivity(unchecked) private(set) var boards: [ScopedName: LiveBoard] = [:]
+    @exclusivity(unchecked) private var boardsByPeer: [PeerID: LiveBoard] = [:]
     /// The boards of each gateway connection (registered with `sharesConnection`).
-    private(set) var gatewayBoards: [PeerID: [ScopedName: LiveBoard]] = [:]
+    @exclusivity(unchecked) private(set) var gatewayBoards: [PeerID: [ScopedName: LiveBoard]] = [:]
     /// Whether any connection is a gateway's: checked first, so that a broker without gateways
     /// looks no connection up in their table.
     var hasGateways: Bool { !gatewayBoards.isEmpty }

@@ -1,36 +1,8 @@
 import BusCore
 import Foundation
 
-// The broker's peers: how it names a connection, where a network one comes from, and what
-// each is to it.
-
-/// A ZeroMQ routing id: how the broker's ROUTER socket names a connected peer.
-public struct PeerID: Hashable, Sendable, CustomStringConvertible {
-    public let bytes: Data
-    /// Computed once: the broker looks peers up on every message, and hashing a `Data` through
-    /// `Hasher` costs more than the lookup itself.
-    private let digest: UInt64
-
-    public init(_ bytes: Data) {
-        self.bytes = bytes
-        // FNV-1a over the routing id (5 bytes for libzmq's generated ids).
-        self.digest = bytes.withUnsafeBytes { buffer in
-            var digest: UInt64 = 0xcbf2_9ce4_8422_2325
-            for byte in buffer { digest = (digest ^ UInt64(byte)) &* 0x100_0000_01b3 }
-            return digest
-        }
-    }
-
-    public static func == (lhs: PeerID, rhs: PeerID) -> Bool {
-        lhs.digest == rhs.digest && lhs.bytes == rhs.bytes
-    }
-
-    public func hash(into hasher: inout Hasher) {
-        hasher.combine(digest)
-    }
-
-    public var description: String { bytes.map { String(format: "%02x", $0) }.joined() }
-}
+// The broker's peers: where a network connection comes from, and what each is to it (how it
+// names a connection, ``PeerID``, is BusCore's).
 
 /// Where a connection that is not on the ipc socket comes from: a tcp peer's address and the
 /// name its key has in the allow-list (the ZAP handler's user id).

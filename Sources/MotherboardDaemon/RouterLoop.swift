@@ -13,7 +13,7 @@ import ServiceLifecycle
 /// queue were full.
 final class RouterTransport: MotherboardTransport {
     private let socket: ZMQSocket
-    let backlog: ConnectionBacklog<PeerID>
+    let backlog: ConnectionBacklog
 
     init(socket: ZMQSocket, backlogBudget: Int = MotherboardSettings().maximumUnreadBytesPerPeer) {
         self.socket = socket
@@ -37,7 +37,7 @@ final class RouterTransport: MotherboardTransport {
             answerInstead(kind: kind, correlationID: HeaderLayout.correlationID(in: header), to: peer)
             return false
         }
-        return sent(try? socket.forwardReceived(to: peer.bytes), to: peer)
+        return sent(try? socket.forwardReceived(to: peer), to: peer)
     }
 
     /// An answer refused because its peer does not read: a small `busy` error goes in its place,

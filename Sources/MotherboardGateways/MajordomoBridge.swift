@@ -152,7 +152,7 @@ package final class MajordomoBridge: @unchecked Sendable {
             // The key name of a tcp peer's connection, read with every message (a routing id may
             // move to another connection): the principal the gateway acts for.
             let user = sockets.router.lastMessageUserID
-            if let peer = frames.first, sockets.backlog.noteReceived(from: peer, descriptor: descriptor), let user {
+            if let peer = frames.first, sockets.backlog.noteReceived(from: PeerID(peer), descriptor: descriptor), let user {
                 connectionKey(user, descriptor)
             }
             session.fromPeer(frames, principal: user, now: now)
@@ -168,9 +168,9 @@ private final class MajordomoSockets: MajordomoLinks {
     let services: ZMQSocket
     /// Answers waiting unread toward each MDP client: a client that never reads cannot make the
     /// motherboard hold more than the budget for it.
-    let backlog: ConnectionBacklog<Data>
+    let backlog: ConnectionBacklog
 
-    init(router: ZMQSocket, client: ZMQSocket, services: ZMQSocket, backlog: ConnectionBacklog<Data>) {
+    init(router: ZMQSocket, client: ZMQSocket, services: ZMQSocket, backlog: ConnectionBacklog) {
         self.router = router
         self.client = client
         self.services = services
@@ -178,9 +178,9 @@ private final class MajordomoSockets: MajordomoLinks {
     }
 
     package func toPeer(_ frames: [Data]) -> Bool { (try? router.send(frames)) == .sent }
-    package func isStalled(_ client: Data) -> Bool { backlog.isStalled(client) }
-    package func mayQueue(_ bytes: Int, to client: Data) -> Bool { backlog.mayQueue(bytes, to: client) }
-    package func queuedBytes(to client: Data) -> Int { backlog.queuedBytes(to: client) }
+    package func isStalled(_ client: Data) -> Bool { backlog.isStalled(PeerID(client)) }
+    package func mayQueue(_ bytes: Int, to client: Data) -> Bool { backlog.mayQueue(bytes, to: PeerID(client)) }
+    package func queuedBytes(to client: Data) -> Int { backlog.queuedBytes(to: PeerID(client)) }
     package func toMotherboard(_ envelope: Envelope) throws -> Bool { try client.send(envelope) == .sent }
     package func sendToBroker(_ envelope: Envelope) { _ = try? services.send(envelope) }
     /// The services' connection is the bridge's to close.

@@ -34,15 +34,15 @@ struct ConnectionBacklogTests {
             close(writer)
             close(reader)
         }
-        let peer = Data([0, 1, 2, 3, 4])
-        let backlog = ConnectionBacklog<Data>(budget: 1 << 20)
+        let peer = PeerID(Data([0, 1, 2, 3, 4]))
+        let backlog = ConnectionBacklog(budget: 1 << 20)
         backlog.noteReceived(from: peer, descriptor: writer)
         // Small messages are never counted.
         for _ in 0..<10_000 { #expect(backlog.mayQueue(100, to: peer)) }
         #expect(backlog.queuedBytes(to: peer) == 0)
 
         fill(writer)
-        #expect(!ConnectionBacklog<Data>.takesMore(writer))
+        #expect(!ConnectionBacklog.takesMore(writer))
         var accepted = 0
         while backlog.mayQueue(64 << 10, to: peer), accepted < 100 { accepted += 1 }
         #expect(accepted == 17)  // 1 MiB of 64 KiB messages and the one that crosses the budget, then refused
@@ -84,13 +84,13 @@ struct ConnectionBacklogTests {
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while waiting() >= capacity / 2, buffer.withUnsafeMutableBytes({ read(reader, $0.baseAddress, $0.count) }) > 0 {}
         try #require(waiting() < capacity / 2 && waiting() > capacity / 4, "\(waiting()) of \(capacity) waiting")
-        #expect(!ConnectionBacklog<Data>.takesMore(writer))
+        #expect(!ConnectionBacklog.takesMore(writer))
 
-        let peer = Data("stopped".utf8)
-        let backlog = ConnectionBacklog<Data>(budget: 1 << 20)
+        let peer = PeerID(Data("stopped".utf8))
+        let backlog = ConnectionBacklog(budget: 1 << 20)
         backlog.noteReceived(from: peer, descriptor: writer)
         // Until it has been frozen for long enough, each tick counts it from zero.
-        for _ in 0..<ConnectionBacklog<Data>.frozenTicks {
+        for _ in 0..<ConnectionBacklog.frozenTicks {
             #expect(backlog.mayQueue(512 << 10, to: peer))
             backlog.tick()
             #expect(backlog.queuedBytes(to: peer) == 0)
@@ -132,8 +132,8 @@ struct ConnectionBacklogTests {
             close(writer)
             close(reader)
         }
-        let peer = Data([9])
-        let backlog = ConnectionBacklog<Data>(budget: 1 << 20)
+        let peer = PeerID(Data([9]))
+        let backlog = ConnectionBacklog(budget: 1 << 20)
         backlog.noteReceived(from: peer, descriptor: writer)
         let done = DispatchSemaphore(value: 0)
         Thread {
@@ -164,8 +164,8 @@ struct ConnectionBacklogTests {
         let (firstWriter, firstReader) = try socketPair()
         let (secondWriter, secondReader) = try socketPair()
         defer { [firstWriter, firstReader, secondWriter, secondReader].forEach { close($0) } }
-        let peer = Data("chosen-id".utf8)
-        let backlog = ConnectionBacklog<Data>(budget: 1 << 20)
+        let peer = PeerID(Data("chosen-id".utf8))
+        let backlog = ConnectionBacklog(budget: 1 << 20)
         backlog.noteReceived(from: peer, descriptor: firstWriter)
         #expect(backlog.mayQueue(64 << 10, to: peer))
         // Back on a new connection, whose socket the peer does not read.
