@@ -1,5 +1,5 @@
 import BoardKit
-import Foundation
+import FoundationEssentials
 import BoardBusDemoLoginIO
 
 /// The users who logged in, in order.
@@ -17,7 +17,9 @@ struct LoginModule: ModulePlugin {
         let ledger = self.ledger
         board.declaresOutput(LoginIO.LoginSucceeded.self)
         board.onActivate(LoginIO.LogIn.self) { request, context in
-            let username = request.username.trimmingCharacters(in: .whitespaces)
+            // Spaces, tabs and line breaks around a name are not part of it.
+            let name = request.username.drop(while: \.isWhitespace)
+            let username = String(name[..<(name.lastIndex { !$0.isWhitespace }.map(name.index(after:)) ?? name.startIndex)])
             guard !username.isEmpty else { throw BusError(.badArgument, "username must not be empty") }
             await ledger.record(username)
             try await context.sendAction(LoginIO.UserLoggedIn(username: username))

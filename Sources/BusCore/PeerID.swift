@@ -5,13 +5,13 @@ import FoundationEssentials
 /// The broker looks peers up, compares and copies their ids several times per message, so an id
 /// of up to 16 bytes (libzmq generates 5; a peer may choose its own, of up to 255) is held in two
 /// words: no `Data` to compare, hash or count references to. Longer ones are kept whole beside.
-/// Inlinable: other modules (the broker's loop, its socket) use it on every message.
+/// Every byte of an id goes into its hash (through the dictionary's seeded hasher), so peers that
+/// choose their ids cannot make two ids hash alike on purpose. Inlinable: other modules (the
+/// broker's loop, its socket) use it on every message.
 @frozen
 public struct PeerID: Hashable, Sendable, CustomStringConvertible {
     @usableFromInline let head: (UInt64, UInt64)
     @usableFromInline let count: Int
-    /// FNV-1a over every byte, computed once: what the id hashes as.
-    @usableFromInline let digest: UInt64
     /// The whole id, when it is longer than `head`.
     @usableFromInline let long: Long?
 
@@ -24,11 +24,8 @@ public struct PeerID: Hashable, Sendable, CustomStringConvertible {
     public init(_ buffer: UnsafeRawBufferPointer) {
         var head: (UInt64, UInt64) = (0, 0)
         withUnsafeMutableBytes(of: &head) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: buffer.prefix($0.count))) }
-        var digest: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in buffer { digest = (digest ^ UInt64(byte)) &* 0x100_0000_01b3 }
         self.head = head
         self.count = buffer.count
-        self.digest = digest
         self.long = buffer.count > MemoryLayout.size(ofValue: head) ? Long(Data(buffer)) : nil
     }
 
@@ -49,13 +46,20 @@ public struct PeerID: Hashable, Sendable, CustomStringConvertible {
 
     @inlinable
     public static func == (lhs: PeerID, rhs: PeerID) -> Bool {
-        guard lhs.count == rhs.count, lhs.head == rhs.head, lhs.digest == rhs.digest else { return false }
+        guard lhs.count == rhs.count, lhs.head == rhs.head else { return false }
         return lhs.long?.bytes == rhs.long?.bytes
     }
 
     @inlinable
     public func hash(into hasher: inout Hasher) {
-        hasher.combine(digest)
+        if let long {
+            long.bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
+        } else {
+            // Not the count: the ids an id's hash is shared with are the same bytes with zero
+            // bytes added, at most 16 of them.
+            hasher.combine(head.0)
+            hasher.combine(head.1)
+        }
     }
 
     /// The id in hex (`00deadbeef`).

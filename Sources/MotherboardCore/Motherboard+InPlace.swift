@@ -24,27 +24,41 @@ extension Motherboard {
     package func routeInPlace(
         _ header: UnsafeMutableRawBufferPointer, from peer: PeerID, now: ContinuousClock.Instant, principal: String? = nil
     ) -> InPlaceRoute? {
+        var route: InPlaceRoute?
+        _ = routeInPlace(header, from: peer, now: now, principal: principal) { route = InPlaceRoute(peer: $0, kind: $1) }
+        return route
+    }
+
+    /// ``routeInPlace(_:from:now:principal:)`` handing the route to `forward` (the peer to send
+    /// the frame on to, and the message's kind) rather than returning it: the broker's loop sends
+    /// from there, without a route to copy and destroy per message. Returns whether it routed.
+    package func routeInPlace(
+        _ header: UnsafeMutableRawBufferPointer, from peer: PeerID, now: ContinuousClock.Instant, principal: String?,
+        forward: (_ peer: PeerID, _ kind: MessageKind) -> Void
+    ) -> Bool {
         // While a monitor is attached, everything takes the parsed path, where monitors look.
-        guard monitors.isEmpty else { return nil }
+        guard monitors.isEmpty else { return false }
         // A remote principal's messages are asked of the access policy, on the parsed path.
-        guard principal == nil else { return nil }
+        guard principal == nil else { return false }
         let bytes = UnsafeRawBufferPointer(header)
-        guard let layout = try? HeaderLayout(bytes), layout.stringsAreASCII(in: bytes), layout.onBehalfOf == nil else { return nil }
-        guard layout.kind == .command || layout.kind == .reply || layout.kind == .error else { return nil }
+        guard let layout = try? HeaderLayout(bytes), layout.stringsAreASCII(in: bytes), layout.onBehalfOf == nil else { return false }
+        guard layout.kind == .command || layout.kind == .reply || layout.kind == .error else { return false }
         let sender = registry.board(for: peer)
         // A gateway's boards are named in each message: the parsed path finds which.
-        if sender == nil, registry.isGateway(peer) { return nil }
+        if sender == nil, registry.isGateway(peer) { return false }
         // Refused at the gate: the parsed path answers why.
         guard
             admit(layout.kind, hasContentType: layout.contentType != nil, from: peer, sender: sender, target: { Self.string(bytes, layout.target) })
                 == nil
-        else { return nil }
+        else { return false }
         let destination: PeerID?
         switch layout.kind {
         case .command: destination = commandInPlace(layout, header, from: peer, sender: sender, now: now)
         default: destination = replyInPlace(layout, header, from: peer, sender: sender, now: now)
         }
-        return destination.map { InPlaceRoute(peer: $0, kind: layout.kind) }
+        guard let destination else { return false }
+        forward(destination, layout.kind)
+        return true
     }
 
     /// `command` and `deliver`, for a header that needs no rewriting but its correlation id.
@@ -89,7 +103,7 @@ extension Motherboard {
         sender.lastSeen = now
         HeaderLayout.setCorrelationID(request.clientCorrelationID, in: header)
         sender.metrics.received(layout.kind)
-        if let sentAt = request.sentAt { sender.metrics.recordRoundTrip(sentAt.duration(to: now).wholeNanoseconds) }
+        if let roundTrip = request.nanosecondsSinceForwarded(at: now) { sender.metrics.recordRoundTrip(roundTrip) }
         ((request.clientIsBoard ? registry.board(for: request.client)?.metrics : nil) ?? metrics.clients).sent(layout.kind)
         if layout.kind == .error {
             metrics.countError(code: Self.string(UnsafeRawBufferPointer(header), layout.typeName), from: request.board.name)

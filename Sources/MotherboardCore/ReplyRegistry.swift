@@ -16,14 +16,55 @@ struct ReplyRegistry {
         /// The board the request went to: only its connection may answer.
         var board: ScopedName
         var boardPeer: PeerID
-        var deadline: ContinuousClock.Instant
-        /// When the broker forwarded it (for the round-trip time monitors and metrics show).
-        var sentAt: ContinuousClock.Instant? = nil
+        /// When it expires, and when the broker forwarded it (for the round-trip time monitors
+        /// and metrics show), held as ``FixedInstant``s.
+        private var expiry: FixedInstant
+        private var forwarded: FixedInstant?
         /// Whether the client is a registered board (else its answer is counted as a client's,
         /// without looking it up).
         var clientIsBoard = true
         /// For one subscriber's part of an acknowledged action: the delivery it counts towards.
         var action: UInt64? = nil
+
+        init(
+            client: PeerID, clientCorrelationID: UInt64, board: ScopedName, boardPeer: PeerID, deadline: ContinuousClock.Instant,
+            sentAt: ContinuousClock.Instant? = nil, clientIsBoard: Bool = true, action: UInt64? = nil
+        ) {
+            self.client = client
+            self.clientCorrelationID = clientCorrelationID
+            self.board = board
+            self.boardPeer = boardPeer
+            self.expiry = FixedInstant(deadline)
+            self.forwarded = sentAt.map(FixedInstant.init)
+            self.clientIsBoard = clientIsBoard
+            self.action = action
+        }
+
+        var deadline: ContinuousClock.Instant { expiry.instant }
+        var sentAt: ContinuousClock.Instant? { forwarded?.instant }
+
+        /// Whether it expired at `now`.
+        func hasExpired(at now: FixedInstant) -> Bool { expiry <= now }
+
+        /// How long ago, at `now`, the broker forwarded it (nil: not recorded), in nanoseconds.
+        func nanosecondsSinceForwarded(at now: ContinuousClock.Instant) -> Int64? {
+            forwarded.map { (FixedInstant(now).offset - $0.offset).wholeNanoseconds }
+        }
+    }
+
+    /// An instant held as its offset from a fixed origin: a `Duration`, whose layout the
+    /// compiler knows, where `ContinuousClock.Instant`'s may change with the standard library
+    /// (it is not frozen). A request holding one would be copied, moved and destroyed through
+    /// runtime calls, and the broker stores and takes one for every command it routes.
+    struct FixedInstant: Comparable, Hashable {
+        private static let origin = ContinuousClock.Instant.now
+        let offset: Duration
+
+        init(_ instant: ContinuousClock.Instant) { offset = Self.origin.duration(to: instant) }
+
+        var instant: ContinuousClock.Instant { Self.origin.advanced(by: offset) }
+
+        static func < (lhs: FixedInstant, rhs: FixedInstant) -> Bool { lhs.offset < rhs.offset }
     }
 
     /// An acknowledged action waiting for its subscribers.
@@ -127,7 +168,8 @@ struct ReplyRegistry {
 
     /// Takes every request whose deadline has passed, oldest id first.
     mutating func takeExpired(now: ContinuousClock.Instant) -> [Request] {
-        take { $0.deadline <= now }
+        let now = FixedInstant(now)
+        return take { $0.hasExpired(at: now) }
     }
 
     /// Takes every request waiting on `board`'s connection `peer` (it is gone), oldest id first.

@@ -125,11 +125,12 @@ final class RouterLoopHandler: SocketLoopHandler {
         let peer = PeerID(routingID)
         noteConnection(of: peer, on: socket)
         if transport.backlog.isStalled(peer) { return refuseStalled(peer, header: UnsafeRawBufferPointer(header)) }
-        guard let route = motherboard.routeInPlace(header, from: peer, now: clock.now, principal: principal(on: socket)) else { return false }
-        if !transport.forwardReceived(to: route.peer, payloadBytes: payloadBytes, kind: route.kind, header: UnsafeRawBufferPointer(header)) {
-            motherboard.undeliverable(route.kind, to: route.peer, correlationID: HeaderLayout.correlationID(in: UnsafeRawBufferPointer(header)))
+        let (motherboard, transport) = (self.motherboard, self.transport)
+        return motherboard.routeInPlace(header, from: peer, now: clock.now, principal: principal(on: socket)) { destination, kind in
+            if !transport.forwardReceived(to: destination, payloadBytes: payloadBytes, kind: kind, header: UnsafeRawBufferPointer(header)) {
+                motherboard.undeliverable(kind, to: destination, correlationID: HeaderLayout.correlationID(in: UnsafeRawBufferPointer(header)))
+            }
         }
-        return true
     }
 
     /// A peer that does not read what it asked for: its requests are answered `busy` (a small

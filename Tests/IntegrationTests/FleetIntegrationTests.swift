@@ -176,8 +176,9 @@ struct FleetIntegrationTests {
     @Test func activatingLoginRunsTheWholeChain() async throws {
         try await TestFleet.with(manifest: exampleManifest) { fleet in
             // busctl activate → login board → sendAction + sendToMotherboard → flow → dashboard
-            // → nextToBoard → greeter.
-            let result = try await fleet.busctl("activate", "auth.login", #"{"username":"eve"}"#)
+            // → nextToBoard → greeter. The spaces, tab and line break around the name are not part
+            // of it.
+            let result = try await fleet.busctl("activate", "auth.login", #"{"username":" \t eve \n"}"#)
             #expect(result.exitCode == 0, "\(result.standardError)")
             let reached = try await eventually {
                 let seen = try await fleet.withClient { try await $0.interact(with: GreeterIO.id, GreeterIO.Stats()) }
