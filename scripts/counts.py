@@ -380,7 +380,9 @@ def main():
             saturated = measure_saturated(work)
         except Failure as failure:
             sys.exit(f"counts: {failure} (outputs kept in {work})")
-        if not arguments.keep:
+        if arguments.keep:
+            print(f"counts: valgrind's outputs are in {work}", file=sys.stderr)
+        else:
             shutil.rmtree(work, ignore_errors=True)
         print(render_saturated(saturated))
         return

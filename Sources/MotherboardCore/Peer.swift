@@ -4,6 +4,10 @@ import Foundation
 // The broker's peers: where a network connection comes from, and what each is to it (how it
 // names a connection, ``PeerID``, is BusCore's).
 
+/// The routing id type, named here too for code that imports only MotherboardCore (it moved to
+/// BusCore, where the socket layer uses it).
+public typealias PeerID = BusCore.PeerID
+
 /// Where a connection that is not on the ipc socket comes from: a tcp peer's address and the
 /// name its key has in the allow-list (the ZAP handler's user id).
 public struct RemotePeer: Sendable, Hashable, CustomStringConvertible {
