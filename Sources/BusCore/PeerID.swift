@@ -6,8 +6,9 @@ import FoundationEssentials
 /// of up to 16 bytes (libzmq generates 5; a peer may choose its own, of up to 255) is held in two
 /// words: no `Data` to compare, hash or count references to. Longer ones are kept whole beside.
 /// Every byte of an id goes into its hash (through the dictionary's seeded hasher), so peers that
-/// choose their ids cannot make two ids hash alike on purpose. Inlinable: other modules (the
-/// broker's loop, its socket) use it on every message.
+/// choose their ids can make at most 17 hash alike (an id and the same bytes with zero bytes
+/// added, whose counts differ). Inlinable: other modules (the broker's loop, its socket) use it
+/// on every message.
 @frozen
 public struct PeerID: Hashable, Sendable, CustomStringConvertible {
     @usableFromInline let head: (UInt64, UInt64)

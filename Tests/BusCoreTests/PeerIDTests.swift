@@ -46,6 +46,15 @@ import Testing
         #expect(Set([short] + padded.map(PeerID.init)).count == 4)
     }
 
+    /// Every byte goes into the hash: ids that differ in one byte, in either word or past them,
+    /// hash apart (the hasher's seed is random; two 64-bit hashes agree by chance once in 2⁶⁴).
+    @Test(arguments: [(5, 0), (5, 4), (16, 8), (16, 15), (40, 3), (40, 20), (255, 254)])
+    func idsThatDifferInOneByteHashApart(count: Int, position: Int) {
+        var other = Self.id(count)
+        other[position] ^= 0x5a
+        #expect(PeerID(Self.id(count)).hashValue != PeerID(other).hashValue)
+    }
+
     @Test func anIDFromABufferEqualsOneFromData() {
         let bytes = Self.id(40)
         #expect(bytes.withUnsafeBytes { PeerID($0) } == PeerID(bytes))

@@ -50,9 +50,10 @@ struct FrameReuseIntegrationTests {
     static let payload = Data((0..<100).map { UInt8($0) })
 
     /// An interceptor sees the frames before they are parsed, rewrites the header in place and
-    /// sends the frames on; what it declines is parsed as usual, and oversized payloads never
-    /// reach it.
-    @Test func anInterceptedMessageGoesOnInItsFramesWithTheHeaderRewritten() async throws {
+    /// sends the frames on (to a routing id as `Data`, or as the broker's `PeerID`); what it
+    /// declines is parsed as usual, and oversized payloads never reach it.
+    @Test(arguments: [false, true])
+    func anInterceptedMessageGoesOnInItsFramesWithTheHeaderRewritten(toPeerID: Bool) async throws {
         let limits = BusLimits(maximumPayloadBytes: 1_000)
         let (received, declined, oversized, reused) = try await withPair { pair in
             func receive(_ envelope: Envelope, intercept: (Data?, UnsafeMutableRawBufferPointer, Int) -> Bool) throws -> ZMQSocket.ReceiveOutcome {
@@ -64,7 +65,8 @@ struct FrameReuseIntegrationTests {
             let forwardIt = { (routingID: Data?, header: UnsafeMutableRawBufferPointer, payloadBytes: Int) -> Bool in
                 guard routingID == pair.dealerID, payloadBytes == Self.payload.count else { return false }
                 HeaderLayout.setCorrelationID(4242, in: header)
-                return (try? pair.router.forwardReceived(to: routingID)) == .sent
+                let sent = toPeerID ? try? pair.router.forwardReceived(to: PeerID(routingID!)) : try? pair.router.forwardReceived(to: routingID)
+                return sent == .sent
             }
             guard case .intercepted = try receive(Self.command(7, payload: Self.payload), intercept: forwardIt),
                 pair.dealer.waitReadable(timeoutMilliseconds: 5_000), let frames = try pair.dealer.receive()

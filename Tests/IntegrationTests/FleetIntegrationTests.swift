@@ -240,7 +240,8 @@ struct FleetIntegrationTests {
             let unknownCommand = try await fleet.busctl("call", "demo.greeter", "dance")
             #expect(unknownCommand.standardError.hasPrefix("busctl: unknownCommand:"))
 
-            let failing = try await fleet.busctl("activate", "auth.login", #"{"username":" "}"#)
+            // Spaces, a tab and line breaks: no name at all.
+            let failing = try await fleet.busctl("activate", "auth.login", #"{"username":" \t\r\n "}"#)
             #expect(failing.standardError.hasPrefix("busctl: badArgument: username must not be empty"))
 
             // The broker is unharmed by all of it.

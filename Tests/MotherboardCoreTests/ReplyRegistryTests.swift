@@ -30,6 +30,23 @@ struct ReplyRegistryTests {
         #expect(registry.isEmpty)
     }
 
+    /// A request's deadline and forwarding time come back as they went in, however far from now
+    /// (they are held as offsets from a fixed origin), and the round trip is read from them.
+    @Test func aRequestKeepsItsTimesAndReadsItsRoundTrip() {
+        var registry = ReplyRegistry()
+        for offset: Duration in [.zero, .nanoseconds(1), .seconds(-86_400 * 365), .seconds(86_400 * 365 * 100)] {
+            let sentAt = start + offset
+            let id = registry.expect(
+                from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: sentAt + .seconds(5), sentAt: sentAt)
+            let request = registry.take(id)
+            #expect(request?.sentAt == sentAt && request?.deadline == sentAt + .seconds(5))
+            #expect(request?.nanosecondsSinceForwarded(at: sentAt + .microseconds(1_500)) == 1_500_000)
+            #expect(request?.nanosecondsSinceForwarded(at: sentAt - .nanoseconds(3)) == -3)
+        }
+        let unrecorded = registry.expect(from: client, clientCorrelationID: 2, board: greeter, boardPeer: board, deadline: start)
+        #expect(registry.take(unrecorded)?.nanosecondsSinceForwarded(at: start + .seconds(1)) == nil)
+    }
+
     @Test func correlationIDsAreNeverReused() {
         var registry = ReplyRegistry()
         var seen = Set<UInt64>()
