@@ -198,7 +198,9 @@ public final class BusClient: Sendable {
 /// add to it; a mutex guards it.
 final class ClientState: BusConnectionHandler, @unchecked Sendable {
     private struct Pending {
-        var deadline: ContinuousClock.Instant
+        /// Not a `ContinuousClock.Instant`, whose layout is not fixed: a request is stored and
+        /// taken on every call.
+        var deadline: FixedInstant
         /// Which request it is, to say so if it times out (described only then).
         var request: BusClient.RequestSummary
         var continuation: UnsafeContinuation<Envelope, any Error>
@@ -217,7 +219,7 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
         var messageHandler: MessageHandler?
         var tickHandler: (@Sendable () -> Void)?
         var subscriptions: [UUID: any BusSubscription] = [:]
-        var lastRenewal: ContinuousClock.Instant?
+        var lastRenewal: FixedInstant?
         var closed = false
     }
 
@@ -251,7 +253,8 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
     func addPending(_ id: UInt64, deadline: ContinuousClock.Instant, header: EnvelopeHeader, continuation: UnsafeContinuation<Envelope, any Error>) {
         let added = guarded.withLock { state in
             guard !state.closed else { return false }
-            state.pending.insert(Pending(deadline: deadline, request: BusClient.RequestSummary(header), continuation: continuation), for: id)
+            state.pending.insert(
+                Pending(deadline: FixedInstant(deadline), request: BusClient.RequestSummary(header), continuation: continuation), for: id)
             return true
         }
         if !added { continuation.resume(throwing: Self.closedError) }
@@ -276,7 +279,7 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
 
     func addSubscription(_ subscription: any BusSubscription) -> UUID {
         let id = UUID()
-        let now = clock.now()
+        let now = FixedInstant(clock.now())
         guarded.withLock {
             $0.subscriptions[id] = subscription
             // A subscription subscribes as it starts: the renewals begin a second after the first.
@@ -319,6 +322,7 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
 
     /// Fails with `timeout` every request whose deadline is `now` or earlier.
     func expireRequests(now: ContinuousClock.Instant) {
+        let now = FixedInstant(now)
         let expired = guarded.withLock { state in state.pending.removeAll { $0.deadline <= now } }
         for (_, pending) in expired {
             pending.continuation.resume(throwing: BusError(.timeout, "no answer to \(pending.request.description) in time"))
@@ -332,8 +336,9 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
     /// subscriptions) forwards its messages again; what was missed meanwhile shows as a gap, which
     /// the subscriber repairs (a store watch takes a new snapshot).
     private func renewSubscriptions(now: ContinuousClock.Instant) {
+        let now = FixedInstant(now)
         let subscriptions = guarded.withLock { state -> [any BusSubscription] in
-            guard state.lastRenewal.map({ $0.duration(to: now) >= .seconds(1) }) ?? true else { return [] }
+            guard state.lastRenewal.map({ now.duration(since: $0) >= .seconds(1) }) ?? true else { return [] }
             state.lastRenewal = now
             return Array(state.subscriptions.values)
         }

@@ -71,7 +71,7 @@ final class ZeroMQConnection: BusConnection, @unchecked Sendable {
     private final class Adapter: SocketLoopHandler {
         var handler: (any BusConnectionHandler)?
 
-        func received(_ message: ReceivedMessage, on socket: ZMQSocket) {
+        func received(_ message: consuming ReceivedMessage, on socket: ZMQSocket) {
             guard case .success(let envelope) = message.content else { return }
             handler?.received(envelope)
         }

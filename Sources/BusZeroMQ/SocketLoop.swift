@@ -8,7 +8,7 @@ import Synchronization
 /// What runs on a ``SocketLoop``'s thread. Every call happens on that thread, which owns the socket.
 package protocol SocketLoopHandler: AnyObject {
     /// A whole multipart message arrived: an envelope, or frames that are not one.
-    func received(_ message: ReceivedMessage, on socket: ZMQSocket)
+    func received(_ message: consuming ReceivedMessage, on socket: ZMQSocket)
     /// Called about every tick interval, for heartbeats and deadlines.
     func tick(on socket: ZMQSocket)
     /// The loop is about to close the socket (last chance to send a goodbye).
@@ -313,7 +313,8 @@ package final class SocketLoop: TaskExecutor, @unchecked Sendable {
             let receipt = try? socket.receive(limits: limits) { routingID, header, payloadBytes in
                 handler.intercept(from: routingID, header: header, payloadBytes: payloadBytes, on: socket)
             }
-            switch receipt {
+            // Consumed: the message moves to the handler, not copied and destroyed twice.
+            switch consume receipt {
             case .message(let message): handler.received(message, on: socket)
             case .intercepted: break
             case .nothing, nil: return true

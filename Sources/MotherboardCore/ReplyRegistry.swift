@@ -17,7 +17,8 @@ struct ReplyRegistry {
         var board: ScopedName
         var boardPeer: PeerID
         /// When it expires, and when the broker forwarded it (for the round-trip time monitors
-        /// and metrics show), held as ``FixedInstant``s.
+        /// and metrics show), held as `FixedInstant`s: the broker stores and takes a request
+        /// for every command it routes.
         private var expiry: FixedInstant
         private var forwarded: FixedInstant?
         /// Whether the client is a registered board (else its answer is counted as a client's,
@@ -48,23 +49,8 @@ struct ReplyRegistry {
 
         /// How long ago, at `now`, the broker forwarded it (nil: not recorded), in nanoseconds.
         func nanosecondsSinceForwarded(at now: ContinuousClock.Instant) -> Int64? {
-            forwarded.map { (FixedInstant(now).offset - $0.offset).wholeNanoseconds }
+            forwarded.map { FixedInstant(now).duration(since: $0).wholeNanoseconds }
         }
-    }
-
-    /// An instant held as its offset from a fixed origin: a `Duration`, whose layout the
-    /// compiler knows, where `ContinuousClock.Instant`'s may change with the standard library
-    /// (it is not frozen). A request holding one would be copied, moved and destroyed through
-    /// runtime calls, and the broker stores and takes one for every command it routes.
-    struct FixedInstant: Comparable, Hashable {
-        private static let origin = ContinuousClock.Instant.now
-        let offset: Duration
-
-        init(_ instant: ContinuousClock.Instant) { offset = Self.origin.duration(to: instant) }
-
-        var instant: ContinuousClock.Instant { Self.origin.advanced(by: offset) }
-
-        static func < (lhs: FixedInstant, rhs: FixedInstant) -> Bool { lhs.offset < rhs.offset }
     }
 
     /// An acknowledged action waiting for its subscribers.

@@ -146,7 +146,7 @@ final class RouterLoopHandler: SocketLoopHandler {
         return true
     }
 
-    func received(_ message: ReceivedMessage, on socket: ZMQSocket) {
+    func received(_ message: consuming ReceivedMessage, on socket: ZMQSocket) {
         guard let routingID = message.routingID else { return }
         let peer = PeerID(routingID)
         noteConnection(of: peer, on: socket)

@@ -31,3 +31,21 @@ import Testing
         #expect(Duration.zero.wholeMilliseconds == 0)
     }
 }
+
+/// An instant held as an offset from a fixed origin comes back as it went in, and orders and
+/// subtracts as the instants do, however far from the origin.
+@Suite struct FixedInstantTests {
+    @Test func itComesBackAndOrdersAsTheInstant() {
+        let now = ContinuousClock.now
+        let offsets: [Duration] = [.zero, .nanoseconds(1), .nanoseconds(-1), .seconds(-86_400 * 365 * 10), .seconds(86_400 * 365 * 100)]
+        for first in offsets {
+            #expect(FixedInstant(now + first).instant == now + first)
+            for second in offsets {
+                let (a, b) = (FixedInstant(now + first), FixedInstant(now + second))
+                #expect((a < b) == (now + first < now + second))
+                #expect((a == b) == (first == second))
+                #expect(b.duration(since: a) == second - first)
+            }
+        }
+    }
+}

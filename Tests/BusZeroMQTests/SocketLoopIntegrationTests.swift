@@ -12,7 +12,7 @@ struct SocketLoopIntegrationTests {
     /// Answers every message with its payload, on the loop thread.
     final class EchoHandler: SocketLoopHandler, @unchecked Sendable {
         let received = Atomic<Int>(0)
-        func received(_ message: ReceivedMessage, on socket: ZMQSocket) {
+        func received(_ message: consuming ReceivedMessage, on socket: ZMQSocket) {
             guard case .success(let envelope) = message.content, let routingID = message.routingID else { return }
             received.add(1, ordering: .relaxed)
             _ = try? socket.send(envelope.reply(payload: envelope.payload), routingID: routingID)
@@ -25,7 +25,7 @@ struct SocketLoopIntegrationTests {
     final class TickCounter: SocketLoopHandler, @unchecked Sendable {
         let ticks = Atomic<Int>(0)
         let ticked = DispatchSemaphore(value: 0)
-        func received(_ message: ReceivedMessage, on socket: ZMQSocket) {}
+        func received(_ message: consuming ReceivedMessage, on socket: ZMQSocket) {}
         func tick(on socket: ZMQSocket) {
             ticks.add(1, ordering: .relaxed)
             ticked.signal()
@@ -166,7 +166,7 @@ struct SocketLoopIntegrationTests {
         final class Recorder: SocketLoopHandler, @unchecked Sendable {
             let events = Mutex<[String]>([])
             weak var loop: SocketLoop?
-            func received(_ message: ReceivedMessage, on socket: ZMQSocket) {
+            func received(_ message: consuming ReceivedMessage, on socket: ZMQSocket) {
                 guard case .success(let envelope) = message.content else { return }
                 let id = envelope.header.correlationID
                 events.withLock { $0.append("received \(id)") }
@@ -206,7 +206,7 @@ struct SocketLoopIntegrationTests {
         final class Resumer: SocketLoopHandler, @unchecked Sendable {
             let events = Mutex<[String]>([])
             let waiting = Mutex<[UInt64: CheckedContinuation<Void, Never>]>([:])
-            func received(_ message: ReceivedMessage, on socket: ZMQSocket) {
+            func received(_ message: consuming ReceivedMessage, on socket: ZMQSocket) {
                 guard case .success(let envelope) = message.content else { return }
                 let id = envelope.header.correlationID
                 events.withLock { $0.append("received \(id)") }
