@@ -353,6 +353,20 @@ def write_thresholds(path, results):
         file.write("\n")
 
 
+def measured(work, keep, measure):
+    """What `measure()` returns; valgrind's outputs in `work` are kept when it fails or with
+    --keep (their directory is printed), else removed."""
+    try:
+        result = measure()
+    except Failure as failure:
+        sys.exit(f"counts: {failure} (outputs kept in {work})")
+    if keep:
+        print(f"counts: valgrind's outputs are in {work}", file=sys.stderr)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="c,raw,cbor", help="loads to measure: c, c2 (the C baseline in two frames, as version 3), raw, cbor (comma-separated)")
@@ -376,24 +390,9 @@ def main():
         if os.path.exists(f"{BUILT}/{name}"):
             subprocess.run(["objcopy", "--strip-debug", f"{BUILT}/{name}", f"{BIN}/{name}"], check=True)
     if arguments.saturated:
-        try:
-            saturated = measure_saturated(work)
-        except Failure as failure:
-            sys.exit(f"counts: {failure} (outputs kept in {work})")
-        if arguments.keep:
-            print(f"counts: valgrind's outputs are in {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-        print(render_saturated(saturated))
+        print(render_saturated(measured(work, arguments.keep, lambda: measure_saturated(work))))
         return
-    try:
-        results = {load: measure(load, work) for load in loads}
-    except Failure as failure:
-        sys.exit(f"counts: {failure} (outputs kept in {work})")
-    if arguments.keep:
-        print(f"counts: valgrind's outputs are in {work}", file=sys.stderr)
-    else:
-        shutil.rmtree(work, ignore_errors=True)
+    results = measured(work, arguments.keep, lambda: {load: measure(load, work) for load in loads})
     print(render(results))
     if arguments.json:
         with open(arguments.json, "w") as file:

@@ -109,10 +109,11 @@ package final class ZMQSocket {
     }
 
     private func send(frame: Data, more: Bool) throws -> SendResult {
-        try check(
-            frame.withUnsafeBytes { buffer in
-                zmq_send(handle, buffer.baseAddress, buffer.count, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0))
-            })
+        try frame.withUnsafeBytes { try send(frame: $0, more: more) }
+    }
+
+    private func send(frame bytes: UnsafeRawBufferPointer, more: Bool) throws -> SendResult {
+        try check(zmq_send(handle, bytes.baseAddress, bytes.count, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0)))
     }
 
     /// Sends an envelope after the peer's routing id on a ROUTER socket: in one frame (version 4),
@@ -347,10 +348,7 @@ package final class ZMQSocket {
     /// (the common case, one frame toward a peer that speaks the current version).
     package func forwardReceived(to peer: PeerID) throws -> SendResult {
         guard case .one = lastFraming, previousVersionPeers.isEmpty else { return try forwardReceived(to: peer.bytes) }
-        let routed = try peer.withUnsafeBytes { id in try check(zmq_send(handle, id.baseAddress, id.count, ZMQ_DONTWAIT | ZMQ_SNDMORE)) }
-        if routed != .sent { return routed }
-        framesReused += 1
-        return try check(zmq_msg_send(lastHeader, handle, ZMQ_DONTWAIT))
+        return try sendReceivedFrame(after: peer.withUnsafeBytes { try send(frame: $0, more: true) })
     }
 
     /// Sends the envelope last received on to `routingID` (on a ROUTER socket) as it is, with the
@@ -376,7 +374,11 @@ package final class ZMQSocket {
             if headerResult != .sent { return headerResult }
             return try send(frame: Data(UnsafeRawBufferPointer(rebasing: bytes[payload])), more: false)
         }
-        let routed = try sendRoutingID(routingID)
+        return try sendReceivedFrame(after: sendRoutingID(routingID))
+    }
+
+    /// The received version-4 frame, sent on after its routing id went (`routed`).
+    private func sendReceivedFrame(after routed: SendResult) throws -> SendResult {
         if routed != .sent { return routed }
         framesReused += 1
         return try check(zmq_msg_send(lastHeader, handle, ZMQ_DONTWAIT))
