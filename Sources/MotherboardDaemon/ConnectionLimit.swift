@@ -33,6 +33,11 @@ struct ConnectionLimit {
     /// The allow-list name of the CURVE key each tcp connection authenticated with, once a
     /// message came on it.
     private(set) var keys: [Int32: String] = [:]
+    /// Keys noted for a descriptor whose acceptance has not been reported yet: the connection
+    /// watch runs on its own thread and can report an accept after the routing loop has seen
+    /// the connection's first message, which is the only one that notes its key. Applied when
+    /// the accept comes (at most one per descriptor).
+    private(set) var keysBeforeAccept: [Int32: String] = [:]
     /// tcp connections that may still be in their handshake, with when they were accepted.
     private(set) var handshaking: [Int32: ContinuousClock.Instant] = [:]
     /// tcp connections in their handshake, at most, at once.
@@ -64,10 +69,13 @@ struct ConnectionLimit {
         closed(descriptor)
         let isNetwork = endpoint.hasPrefix("tcp://")
         endpoints[descriptor] = endpoint
+        let key = keysBeforeAccept.removeValue(forKey: descriptor)
+        keys[descriptor] = key
         guard isNetwork else { return endpoints.count <= maximum }
         networkCount += 1
         handshaking = handshaking.filter { $0.value.duration(to: now) < Self.handshakeAllowance }
-        handshaking[descriptor] = now
+        // A connection whose key is known has been through its handshake.
+        if key == nil { handshaking[descriptor] = now }
         return endpoints.count <= maximum && networkCount <= networkMaximum && handshaking.count <= Self.maximumUnauthenticated
     }
 
@@ -79,9 +87,13 @@ struct ConnectionLimit {
         if endpoint.hasPrefix("tcp://") { networkCount -= 1 }
     }
 
-    /// A message came on `descriptor` with the key named `name` (a connection still open only).
+    /// A message came on `descriptor` with the key named `name`: kept for the connection, or
+    /// until its acceptance is reported.
     mutating func noteKey(_ name: String, descriptor: Int32) {
-        guard endpoints[descriptor] != nil else { return }
+        guard endpoints[descriptor] != nil else {
+            keysBeforeAccept[descriptor] = name
+            return
+        }
         keys[descriptor] = name
         handshaking[descriptor] = nil
     }

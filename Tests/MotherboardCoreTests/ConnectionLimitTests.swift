@@ -62,4 +62,24 @@ struct ConnectionLimitTests {
         #expect(accept(30, after: 5_600))
         #expect(limit.handshaking.count == 1)
     }
+
+    /// The connection watch reports accepts from its own thread, and may report one after the
+    /// routing loop saw the connection's first message (the one that notes its key): the key
+    /// waits for the accept, so that removing it from the allow-list still closes the
+    /// connection, and the connection does not count as one in its handshake.
+    @Test func aKeyNotedBeforeItsAcceptIsReportedStaysWithTheConnection() {
+        var limit = ConnectionLimit(maximum: 8192)
+        limit.noteKey("ops", descriptor: 12)
+        #expect(limit.descriptors(ofKeys: ["ops"]).isEmpty)
+        let first = limit.accepted(12, on: "tcp://127.0.0.1:7400")
+        #expect(first)
+        #expect(limit.descriptors(ofKeys: ["ops"]) == [12])
+        #expect(limit.handshaking.isEmpty && limit.keysBeforeAccept.isEmpty)
+        // Its end forgets it; the descriptor given again to a connection without a key has none.
+        limit.closed(12)
+        let second = limit.accepted(12, on: "tcp://127.0.0.1:7400")
+        #expect(second)
+        #expect(limit.descriptors(ofKeys: ["ops"]).isEmpty)
+        #expect(limit.handshaking.keys.sorted() == [12])
+    }
 }
