@@ -72,7 +72,7 @@ final class ZeroMQConnection: BusConnection, @unchecked Sendable {
         var handler: (any BusConnectionHandler)?
 
         func received(_ message: consuming ReceivedMessage, on socket: ZMQSocket) {
-            guard case .success(let envelope) = message.content else { return }
+            guard let envelope = message.takeEnvelope() else { return }
             handler?.received(envelope)
         }
 

@@ -540,6 +540,24 @@ package struct ReceivedMessage: Sendable {
     package var routingID: Data?
     /// The envelope, or why the frames are not one.
     package var content: Result<Envelope, MalformedMessage>
+
+    /// The envelope, moved out of the message (nil for frames that are not one): what a client's
+    /// loop hands on. Reading `content` would copy the envelope and destroy the message's copy,
+    /// field by field, for every message.
+    package consuming func takeEnvelope() -> Envelope? {
+        withUnsafeMutablePointer(to: &content) { pointer in
+            switch pointer.move() {
+            case .success(let envelope):
+                pointer.initialize(to: .failure(Self.movedOut))
+                return envelope
+            case .failure(let malformed):
+                pointer.initialize(to: .failure(malformed))
+                return nil
+            }
+        }
+    }
+
+    private static let movedOut = MalformedMessage(BusError(.malformed, "moved out"), answerWith: nil)
 }
 
 /// Keeps a sent payload alive until libzmq has written it.
