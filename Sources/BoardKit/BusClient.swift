@@ -70,8 +70,8 @@ public final class BusClient: Sendable {
             envelope.header.trace = trace
             envelope.header.traceState = BusTrace.currentState
         }
-        try checkSize(envelope)
-        connection.send(envelope)
+        let headerBytes = try checkSize(envelope)
+        connection.send(envelope, headerBytes: headerBytes)
     }
 
     /// Sends a request and waits for its reply. Throws the ``BusError`` of an error reply, or
@@ -86,7 +86,8 @@ public final class BusClient: Sendable {
             request.header.trace = trace
             request.header.traceState = BusTrace.currentState
         }
-        try checkSize(request)
+        // The fields set below have fixed sizes: the header's size stays the one checked.
+        let headerBytes = try checkSize(request)
         request.header.flags.insert(.replyExpected)
         request.header.correlationID = state.makeCorrelationID()
         request.header.timeoutMilliseconds = UInt32(clamping: timeout.wholeMilliseconds)
@@ -97,7 +98,7 @@ public final class BusClient: Sendable {
         let reply: Envelope = try await withTaskCancellationHandler {
             try await withUnsafeThrowingContinuation { continuation in
                 state.addPending(correlationID, deadline: deadline, header: request.header, continuation: continuation)
-                connection.send(request)
+                connection.send(request, headerBytes: headerBytes)
             }
         } onCancel: {
             state.fail(correlationID, with: CancellationError())
@@ -185,12 +186,14 @@ public final class BusClient: Sendable {
     }
 
     /// Refuses, before anything is queued, a header field over its limit (`badArgument`) or a
-    /// payload over the limit (`tooLarge`): the caller gets the reason, not a timeout.
-    private func checkSize(_ envelope: Envelope) throws {
-        _ = try HeaderCodec.validatedSize(envelope.header)
+    /// payload over the limit (`tooLarge`): the caller gets the reason, not a timeout. Returns the
+    /// header's size.
+    private func checkSize(_ envelope: Envelope) throws -> Int {
+        let headerBytes = try HeaderCodec.validatedSize(envelope.header)
         guard envelope.payload.count <= limits.maximumPayloadBytes else {
             throw BusError(.tooLarge, "payload of \(envelope.payload.count) bytes is over the limit of \(limits.maximumPayloadBytes)")
         }
+        return headerBytes
     }
 }
 
@@ -343,7 +346,7 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
             return Array(state.subscriptions.values)
         }
         for subscription in subscriptions {
-            connection?.send(subscription.renewal)
+            connection?.send(subscription.renewal, headerBytes: nil)
         }
     }
 }

@@ -10,8 +10,10 @@ package protocol BusConnection: AnyObject, Sendable {
     /// Starts delivering what arrives, and a tick about every 50 ms, to `handler`, one call at a
     /// time on the connection's own thread.
     func start(_ handler: any BusConnectionHandler)
-    /// Sends without blocking (queued when called off the connection's thread).
-    func send(_ envelope: Envelope)
+    /// Sends without blocking (queued when called off the connection's thread). `headerBytes` is
+    /// the header's ``HeaderCodec/validatedSize(_:)`` when the client has checked it; nil: the
+    /// connection checks it.
+    func send(_ envelope: Envelope, headerBytes: Int?)
     /// Stops delivering and closes; what is still queued may be dropped.
     func stop()
     /// Whether the caller runs on the connection's thread (which must not wait for it to stop).
@@ -109,7 +111,7 @@ final class ZeroMQConnection: BusConnection, @unchecked Sendable {
         loop.start()
     }
 
-    func send(_ envelope: Envelope) { loop.send(envelope) }
+    func send(_ envelope: Envelope, headerBytes: Int?) { loop.send(envelope, validatedHeaderBytes: headerBytes) }
 
     func stop() {
         loop.stop()

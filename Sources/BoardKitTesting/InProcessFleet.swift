@@ -329,7 +329,7 @@ final class InMemoryConnection: BusConnection, @unchecked Sendable {
         timer.resume()
     }
 
-    func send(_ envelope: Envelope) {
+    func send(_ envelope: Envelope, headerBytes: Int?) {
         guard !stopped.load(ordering: .acquiring), let frames = try? envelope.frames() else { return }
         broker?.deliver(frames, from: peer)
     }

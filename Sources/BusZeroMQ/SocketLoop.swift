@@ -37,7 +37,7 @@ extension SocketLoopHandler {
 /// out, without waking another thread. As with an event loop, such tasks must not block.
 package final class SocketLoop: TaskExecutor, @unchecked Sendable {
     private enum Work {
-        case send(Envelope)
+        case send(Envelope, validatedHeaderBytes: Int?)
         case run(@Sendable (ZMQSocket) -> Void)
         case job(UnownedJob)
     }
@@ -122,11 +122,12 @@ package final class SocketLoop: TaskExecutor, @unchecked Sendable {
     }
 
     /// Sends an envelope from the loop thread: at once when called there, else queued.
-    package func send(_ envelope: Envelope) {
+    /// `validatedHeaderBytes`: as ``ZMQSocket/send(_:routingID:validatedHeaderBytes:)`` says.
+    package func send(_ envelope: Envelope, validatedHeaderBytes: Int? = nil) {
         if isOnLoopThread {
-            _ = try? socket.send(envelope)
+            _ = try? socket.send(envelope, validatedHeaderBytes: validatedHeaderBytes)
         } else {
-            enqueue(.send(envelope))
+            enqueue(.send(envelope, validatedHeaderBytes: validatedHeaderBytes))
         }
     }
 
@@ -279,7 +280,7 @@ package final class SocketLoop: TaskExecutor, @unchecked Sendable {
             if work.isEmpty && !ranJobs { return round > 0 }
             for item in work {
                 switch item {
-                case .send(let envelope): _ = try? socket.send(envelope)
+                case .send(let envelope, let size): _ = try? socket.send(envelope, validatedHeaderBytes: size)
                 case .run(let closure): closure(socket)
                 case .job(let job): job.runSynchronously(on: asUnownedTaskExecutor())
                 }

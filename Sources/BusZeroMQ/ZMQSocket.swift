@@ -120,12 +120,15 @@ package final class ZMQSocket {
     /// or in version 3's two to a peer that last spoke it. One frame is written straight into a
     /// libzmq message; when the payload is the one last received in one frame and the new header
     /// has the old one's size, that frame goes out again with the header rewritten in it.
+    /// `validatedHeaderBytes` is the header's ``HeaderCodec/validatedSize(_:)`` when the caller has
+    /// already checked it (a client, before queueing), so that it is not checked twice.
     @discardableResult
-    package func send(_ envelope: Envelope, routingID: Data? = nil) throws -> SendResult {
+    package func send(_ envelope: Envelope, routingID: Data? = nil, validatedHeaderBytes: Int? = nil) throws -> SendResult {
         if let routingID, !previousVersionPeers.isEmpty, previousVersionPeers.contains(routingID) {
             return try sendPreviousVersion(envelope, routingID: routingID)
         }
-        let headerBytes = try HeaderCodec.validatedSize(envelope.header)
+        let headerBytes = try validatedHeaderBytes ?? HeaderCodec.validatedSize(envelope.header)
+        assert(headerBytes == HeaderCodec.encodedSize(envelope.header), "the header's size was validated for another header")
         let routed = try sendRoutingID(routingID)
         if routed != .sent { return routed }
         if case .one(let header, _) = lastFraming, header.count == headerBytes, isLastPayload(envelope.payload) {

@@ -17,7 +17,7 @@ struct ClientTimingTests {
         func start(_ handler: any BusConnectionHandler) { self.handler.withLock { $0 = handler } }
         /// What the connection's timer does every 50 ms.
         func tick() { handler.withLock { $0 }?.tick() }
-        func send(_ envelope: Envelope) { sent.withLock { $0.append(envelope) } }
+        func send(_ envelope: Envelope, headerBytes: Int?) { sent.withLock { $0.append(envelope) } }
         func stop() {}
         var isCurrentThread: Bool { false }
         var executor: any TaskExecutor { globalConcurrentExecutor }

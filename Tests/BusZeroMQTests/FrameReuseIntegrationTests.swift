@@ -185,4 +185,21 @@ struct FrameReuseIntegrationTests {
         #expect(received.header.correlationID == 7)
         #expect(received.payload == Self.payload)
     }
+
+    /// A header size the caller has validated (a client checks it before queueing) is used as is:
+    /// the message arrives whole, multi-byte names and optional fields included.
+    @Test func aSizeValidatedByTheSenderGivesTheSameMessage() async throws {
+        var header = EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 5, source: "lò.vi", target: "bếp.ga", typeName: "nấu")
+        header.contentType = "application/cbor"
+        header.dispatchID = "d-7"
+        let envelope = Envelope(header: header, payload: Self.payload)
+        let received = try await withPair { pair in
+            let size = try HeaderCodec.validatedSize(envelope.header)
+            guard try pair.dealer.send(envelope, validatedHeaderBytes: size) == .sent,
+                pair.router.waitReadable(timeoutMilliseconds: 5_000), let message = try pair.router.receiveEnvelope(limits: .default)
+            else { throw BusError(.timeout, "the router received nothing") }
+            return try message.content.get()
+        }
+        #expect(received == envelope)
+    }
 }
