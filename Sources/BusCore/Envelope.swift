@@ -47,11 +47,17 @@ public struct Envelope: Sendable, Hashable, Codable {
     /// Parses the frames of one message (either version); a refusal keeps the sender's correlation
     /// id when it can be answered.
     public static func parse(frames: [Data], limits: BusLimits = .default) -> Result<Envelope, MalformedMessage> {
+        var names = HeaderCodec.RecentNames()
         guard let first = frames.first else {
-            return assemble(first: UnsafeRawBufferPointer(start: nil, count: 0), frameCount: 0, secondFrameBytes: 0, limits: limits) { _ in Data() }
+            return assemble(
+                first: UnsafeRawBufferPointer(start: nil, count: 0), frameCount: 0, secondFrameBytes: 0, limits: limits, recentNames: &names
+            ) { _ in Data() }
         }
         return first.withUnsafeBytes { bytes in
-            assemble(first: bytes, frameCount: frames.count, secondFrameBytes: frames.count > 1 ? frames[1].count : 0, limits: limits) { range in
+            assemble(
+                first: bytes, frameCount: frames.count, secondFrameBytes: frames.count > 1 ? frames[1].count : 0, limits: limits,
+                recentNames: &names
+            ) { range in
                 guard let range else { return frames[1] }
                 return range.isEmpty ? Data() : Data(bytes: bytes.baseAddress! + range.lowerBound, count: range.count)
             }
@@ -67,11 +73,13 @@ public struct Envelope: Sendable, Hashable, Codable {
     ///   - secondFrameBytes: the size of the second frame (the payload, in version 3).
     ///   - framing: ``WireFraming/accepted(first:frameCount:)`` of these frames when the caller
     ///     found it already; nil: found here.
+    ///   - recentNames: the names of the last header this receiver decoded
+    ///     (``HeaderCodec/RecentNames``), kept up to date.
     ///   - payload: the payload, given where it is: a range of the first frame (version 4), or nil
     ///     for the second frame (version 3); asked only for a message that is accepted.
     package static func assemble(
         first: UnsafeRawBufferPointer, frameCount: Int, secondFrameBytes: Int, limits: BusLimits, framing: WireFraming? = nil,
-        payload: (_ inFirstFrame: Range<Int>?) -> Data
+        recentNames: inout HeaderCodec.RecentNames, payload: (_ inFirstFrame: Range<Int>?) -> Data
     ) -> Result<Envelope, MalformedMessage> {
         guard frameCount > 0 else { return .failure(MalformedMessage(BusError(.malformed, "no header frame"), answerWith: nil)) }
         let header: Range<Int>
@@ -87,7 +95,7 @@ public struct Envelope: Sendable, Hashable, Codable {
             return .failure(MalformedMessage(error, answerWith: HeaderLayout.answerableCorrelationID(first)))
         }
         do {
-            let decoded = try HeaderCodec.decode(UnsafeRawBufferPointer(rebasing: first[header]))
+            let decoded = try HeaderCodec.decode(UnsafeRawBufferPointer(rebasing: first[header]), recent: &recentNames)
             return .success(Envelope(header: decoded, payload: payload(payloadRange)))
         } catch {
             return .failure(MalformedMessage(BusError(wrapping: error), answerWith: HeaderLayout.answerableCorrelationID(first)))

@@ -263,12 +263,33 @@ public enum HeaderCodec {
 
     /// Decodes a header from raw bytes; throws ``BusError`` with `malformed` or `tooLarge`.
     public static func decode(_ buffer: UnsafeRawBufferPointer) throws -> EnvelopeHeader {
+        var names = RecentNames()
+        return try decode(buffer, recent: &names)
+    }
+
+    /// The names of the last header a receiver decoded. A connection's messages name the same
+    /// boards, scope and types again and again: a name whose bytes are the last one's is taken
+    /// as it is (one comparison), not decoded and checked again.
+    package struct RecentNames: Sendable {
+        var source = ""
+        var target = ""
+        var scope = ""
+        var typeName = ""
+
+        package init() {}
+    }
+
+    /// ``decode(_:)``, taking each name that repeats the last header's from `recent`, and
+    /// leaving this header's names there.
+    package static func decode(_ buffer: UnsafeRawBufferPointer, recent: inout RecentNames) throws -> EnvelopeHeader {
         let layout = try HeaderLayout(buffer)
         var header = EnvelopeHeader(
             version: EnvelopeHeader.currentVersion, kind: layout.kind, flags: layout.flags, correlationID: layout.correlationID,
             timeoutMilliseconds: layout.timeoutMilliseconds,
-            source: try string(buffer, layout.source, field: "source"), target: try string(buffer, layout.target, field: "target"),
-            scope: Scope(try string(buffer, layout.scope, field: "scope")), typeName: try string(buffer, layout.typeName, field: "type name"))
+            source: try name(buffer, layout.source, last: &recent.source, field: "source"),
+            target: try name(buffer, layout.target, last: &recent.target, field: "target"),
+            scope: Scope(try name(buffer, layout.scope, last: &recent.scope, field: "scope")),
+            typeName: try name(buffer, layout.typeName, last: &recent.typeName, field: "type name"))
         if !layout.optionalFields.isEmpty {
             if let id = layout.dispatchID { header.dispatchID = try string(buffer, id, field: "dispatch id") }
             if let flow = layout.flowID { header.flowID = FlowID(HeaderLayout.bigEndian(buffer, at: flow.lowerBound, as: UInt64.self)) }
@@ -293,6 +314,15 @@ public enum HeaderCodec {
         let bytes = UnsafeRawBufferPointer(rebasing: buffer[range])
         if PayloadFormat.cborContentType.hasUTF8(bytes) { return PayloadFormat.cborContentType }
         return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// A name: `last` when its bytes are these (valid UTF-8, then, and the same text), else
+    /// decoded and checked, and kept in `last`.
+    private static func name(_ buffer: UnsafeRawBufferPointer, _ range: Range<Int>, last: inout String, field: String) throws -> String {
+        if last.hasUTF8(UnsafeRawBufferPointer(rebasing: buffer[range])) { return last }
+        let text = try string(buffer, range, field: field)
+        last = text
+        return text
     }
 
     private static func string(_ buffer: UnsafeRawBufferPointer, _ range: Range<Int>, field: String) throws -> String {

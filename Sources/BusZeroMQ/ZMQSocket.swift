@@ -56,6 +56,8 @@ package final class ZMQSocket {
     @exclusivity(unchecked) private var lastFraming: WireFraming = .two
     /// On a ROUTER socket, the peers that last spoke version 3: they are answered in it.
     @exclusivity(unchecked) private var previousVersionPeers = RecentPeers()
+    /// The names of the last header decoded here, which the next one most often repeats.
+    @exclusivity(unchecked) private var recentNames = HeaderCodec.RecentNames()
     /// How many frames went out in received frames rather than new ones (for tests). Counted on
     /// the owning thread only.
     @exclusivity(unchecked) private(set) var framesReused = 0
@@ -340,7 +342,8 @@ package final class ZMQSocket {
             break  // refused below, saying why
         }
         let content = Envelope.assemble(
-            first: UnsafeRawBufferPointer(first), frameCount: parts, secondFrameBytes: secondFrameBytes, limits: limits, framing: framing
+            first: UnsafeRawBufferPointer(first), frameCount: parts, secondFrameBytes: secondFrameBytes, limits: limits, framing: framing,
+            recentNames: &recentNames
         ) {
             self.takePayload(inFirstFrame: $0, secondFrameBytes: secondFrameBytes)
         }

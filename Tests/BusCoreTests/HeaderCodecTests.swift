@@ -354,4 +354,32 @@ struct HeaderSubjectTests {
         bytes += [5, 0, 7] + [UInt8](repeating: 1, count: 7)
         #expect(throws: BusError.self) { try HeaderCodec.decode(Data(bytes)) }
     }
+
+    /// A receiver's recent names (`HeaderCodec.RecentNames`) change nothing it reads: a header
+    /// that repeats the last one's names, one that changes them (to the same length, by one byte
+    /// of a multi-byte character, or to empty), and one whose name is invalid UTF-8 of the last
+    /// name's length all decode as on their own, and the invalid one is refused.
+    @Test func recentNamesChangeNothingThatIsRead() throws {
+        func decode(_ header: EnvelopeHeader, _ recent: inout HeaderCodec.RecentNames) throws -> EnvelopeHeader {
+            try HeaderCodec.encode(header).withUnsafeBytes { try HeaderCodec.decode($0, recent: &recent) }
+        }
+        let sample = EnvelopeHeader(
+            kind: .command, flags: .replyExpected, correlationID: 7, source: "auth.login", target: "app.dashboard", scope: "root.checkout",
+            typeName: "greet·ünïcode")
+        var recent = HeaderCodec.RecentNames()
+        var other = sample
+        other.source = "auth.logon"
+        other.target = ""
+        other.typeName = "greet·ünïcodf"
+        for header in [sample, sample, other, sample, EnvelopeHeader(kind: .reply), sample] {
+            #expect(try decode(header, &recent) == header)
+        }
+        // The last name's length, not valid UTF-8: refused, not taken for the last name.
+        var bytes = try HeaderCodec.encode(sample)
+        let layout = try bytes.withUnsafeBytes { try HeaderLayout(UnsafeRawBufferPointer($0)) }
+        bytes[layout.typeName.lowerBound + 6] = 0xFF
+        let error = try? #require(throws: BusError.self) { try bytes.withUnsafeBytes { try HeaderCodec.decode($0, recent: &recent) } }
+        #expect(error?.code == .malformed)
+        #expect(try decode(sample, &recent) == sample)
+    }
 }
