@@ -49,6 +49,7 @@ extension Motherboard {
     /// and heartbeats by the broker's own checks.
     func authorize(_ envelope: Envelope, principal: String?, sender: LiveBoard?) -> BusError? {
         guard let principal else { return nil }
+        if let revoked = revocation(of: principal) { return revoked }
         let header = envelope.header
         let scope = scope(of: envelope, sender: sender)
         func named(_ name: String) -> String { ScopedName(scope: scope, name: name).description }
@@ -109,9 +110,18 @@ extension Motherboard {
         return (.register, decide(PolicyQuestion(principal: principal, operation: .register, target: target, command: nil)))
     }
 
+    /// The refusal of every message of a principal whose key was removed from the allow-list: its
+    /// connections are closed when the removal is read, but a message read after that (one
+    /// already queued, or one of a connection whose key was not known yet) must not pass.
+    func revocation(of principal: String) -> BusError? {
+        guard !revokedPrincipals.isEmpty, revokedPrincipals.contains(principal) else { return nil }
+        return BusError(.unauthorized, "the key '\(principal)' was removed from the allow-list")
+    }
+
     /// The refusal of a registration by a remote principal, if the policy refuses it.
     func registrationForbidden(_ principal: String?, name: ScopedName) -> BusError? {
         guard let principal else { return nil }
+        if let revoked = revocation(of: principal) { return revoked }
         let (operation, decision) = registrationDecision(principal, name: name)
         return decision.allowed ? nil : denial(principal, operation, target: name.description, decision)
     }

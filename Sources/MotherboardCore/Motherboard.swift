@@ -113,6 +113,9 @@ public final class Motherboard {
     var policySource: String?
     var policyText: String?
     var decisions: [PolicyQuestion: AccessPolicy.Decision] = [:]
+    /// Names removed from the allow-list (``revoke(keys:)``) and not listed again: a message of
+    /// one of them is refused whatever the policy says.
+    package internal(set) var revokedPrincipals: Set<String> = []
     var deniedLog = LogThrottle(every: .seconds(1))
     /// The principal of the message ``receive(_:from:now:remote:process:principal:)`` handles.
     var receivingPrincipal: String?

@@ -36,8 +36,12 @@ struct ConnectionLimit {
     /// Keys noted for a descriptor whose acceptance has not been reported yet: the connection
     /// watch runs on its own thread and can report an accept after the routing loop has seen
     /// the connection's first message, which is the only one that notes its key. Applied when
-    /// the accept comes (at most one per descriptor).
+    /// the accept comes (at most one per descriptor). Not for a descriptor whose connection ended
+    /// since its last accept: a key noted there is more likely the ended connection's (its first
+    /// message read late) than the next one's, and must not pass to the next.
     private(set) var keysBeforeAccept: [Int32: String] = [:]
+    /// Descriptors whose connection ended and that no accept has been reported on since.
+    private var endedSinceAccept: Set<Int32> = []
     /// tcp connections that may still be in their handshake, with when they were accepted.
     private(set) var handshaking: [Int32: ContinuousClock.Instant] = [:]
     /// tcp connections in their handshake, at most, at once.
@@ -67,6 +71,7 @@ struct ConnectionLimit {
     mutating func accepted(_ descriptor: Int32, on endpoint: String, now: ContinuousClock.Instant = .now) -> Bool {
         // A descriptor still listed lost its end report (a monitor attached late): count it anew.
         closed(descriptor)
+        endedSinceAccept.remove(descriptor)
         let isNetwork = endpoint.hasPrefix("tcp://")
         endpoints[descriptor] = endpoint
         let key = keysBeforeAccept.removeValue(forKey: descriptor)
@@ -84,6 +89,7 @@ struct ConnectionLimit {
         keys[descriptor] = nil
         handshaking[descriptor] = nil
         guard let endpoint = endpoints.removeValue(forKey: descriptor) else { return }
+        endedSinceAccept.insert(descriptor)
         if endpoint.hasPrefix("tcp://") { networkCount -= 1 }
     }
 
@@ -91,11 +97,19 @@ struct ConnectionLimit {
     /// until its acceptance is reported.
     mutating func noteKey(_ name: String, descriptor: Int32) {
         guard endpoints[descriptor] != nil else {
-            keysBeforeAccept[descriptor] = name
+            if !endedSinceAccept.contains(descriptor) { keysBeforeAccept[descriptor] = name }
             return
         }
         keys[descriptor] = name
         handshaking[descriptor] = nil
+    }
+
+    /// Whether a message with the revoked key `name` that came on `descriptor` may close the
+    /// connection open there: not when that connection is known by another key (the message was
+    /// read after its own connection closed and the descriptor was given to another), nor when no
+    /// accepted connection is known there.
+    func mayClose(_ descriptor: Int32, revokedKey name: String) -> Bool {
+        endpoints[descriptor] != nil && (keys[descriptor] ?? name) == name
     }
 
     /// The open connections that authenticated with a key of one of `names`.
@@ -109,6 +123,7 @@ struct ConnectionLimit {
 final class ConnectionGate: Sendable {
     private let limit: Mutex<ConnectionLimit>
     private let refusals = Mutex(LogThrottle(every: .seconds(1)))
+    private let revokedCloses = Mutex(LogThrottle(every: .seconds(1)))
     /// The accept guard's count of refusals when last looked at.
     private let refusedByGuard = Mutex(0)
     private let metrics: BrokerMetrics
@@ -138,6 +153,18 @@ final class ConnectionGate: Sendable {
         let descriptors = limit.withLock { $0.descriptors(ofKeys: names) }
         for descriptor in descriptors { _ = shutdown(descriptor, Int32(SHUT_RDWR)) }
         return descriptors.count
+    }
+
+    /// A message came on `descriptor` with the key named `name`, removed from the allow-list: its
+    /// connection is closed (the message itself is refused by the broker) unless the descriptor
+    /// is known to be another connection's by now.
+    func closeRevoked(descriptor: Int32, key name: String) {
+        guard limit.withLock({ $0.mayClose(descriptor, revokedKey: name) }) else { return }
+        _ = shutdown(descriptor, Int32(SHUT_RDWR))
+        guard let report = revokedCloses.withLock({ $0.note() }) else { return }
+        logger.notice(
+            "connection closed: a message came on it with a key removed from the allow-list",
+            metadata: ["key": "\(name)", "closed": "\(report)"])
     }
 
     /// Handles one event of a watched socket; for an accepted connection, whether it may stay.

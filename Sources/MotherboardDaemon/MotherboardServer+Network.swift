@@ -142,6 +142,11 @@ final class AllowListFile: @unchecked Sendable {
 
     private var revoked: Set<String> = []
 
+    /// The names the list in force has.
+    var listedNames: Set<String> {
+        lock.withLock { Set(list.names.values) }
+    }
+
     private func refreshLocked() {
         let current = FileStamp(path)
         guard current != stamp else { return }

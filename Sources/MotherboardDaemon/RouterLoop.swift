@@ -81,6 +81,8 @@ final class RouterLoopHandler: SocketLoopHandler {
     /// principal, and none is asked for.
     private let hasRemotePeers: Bool
     private var ticks = 0
+    /// Connections a message of a removed key came on since the last tick, with the key.
+    private var revokedConnections: [(descriptor: Int32, key: String)] = []
 
     init(
         motherboard: Motherboard, transport: RouterTransport, notifier: SystemdNotifier? = nil, gate: ConnectionGate? = nil,
@@ -111,12 +113,15 @@ final class RouterLoopHandler: SocketLoopHandler {
         guard let allowList, let gate else { return }
         allowList.refresh()
         let revoked = allowList.takeRevoked()
-        guard !revoked.isEmpty else { return }
-        let closed = gate.close(connectionsOfKeys: revoked)
-        motherboard.revoke(keys: revoked)
-        motherboard.logger.notice(
-            "keys removed from the allow-list: their connections closed",
-            metadata: ["keys": "\(revoked.sorted().joined(separator: ","))", "connections": "\(closed)"])
+        if !revoked.isEmpty {
+            let closed = gate.close(connectionsOfKeys: revoked)
+            motherboard.revoke(keys: revoked)
+            motherboard.logger.notice(
+                "keys removed from the allow-list: their connections closed",
+                metadata: ["keys": "\(revoked.sorted().joined(separator: ","))", "connections": "\(closed)"])
+        }
+        // A name listed again (removed and put back between two reads) is no longer refused.
+        if !motherboard.revokedPrincipals.isEmpty { motherboard.reinstate(listed: allowList.listedNames) }
     }
 
     /// Commands and replies that need only a new correlation id go on in the frame they came in.
@@ -151,6 +156,11 @@ final class RouterLoopHandler: SocketLoopHandler {
         let peer = PeerID(routingID)
         noteConnection(of: peer, on: socket)
         let principal = principal(on: socket)
+        // The broker refuses it; its connection is closed at the next tick, once the refusal is out.
+        if let principal, gate != nil, motherboard.revokedPrincipals.contains(principal) {
+            let descriptor = socket.lastSourceDescriptor
+            if !revokedConnections.contains(where: { $0.descriptor == descriptor }) { revokedConnections.append((descriptor, principal)) }
+        }
         guard case .success(let envelope) = message.content, envelope.header.kind == .register else {
             return motherboard.receive(message.content, from: peer, now: clock.now, principal: principal)
         }
@@ -179,6 +189,10 @@ final class RouterLoopHandler: SocketLoopHandler {
 
     func tick(on socket: ZMQSocket) {
         ticks += 1
+        if let gate, !revokedConnections.isEmpty {
+            for (descriptor, key) in revokedConnections { gate.closeRevoked(descriptor: descriptor, key: key) }
+            revokedConnections.removeAll()
+        }
         if ticks % 5 == 0 {
             revokeRemovedKeys()
             if let policy, policy.refresh() { motherboard.install(policy: policy.policy, source: policy.path, text: policy.text) }

@@ -287,6 +287,49 @@ struct NetworkIntegrationTests {
         }
     }
 
+    /// Found on review: a removed key's connections were closed only when a message had come on
+    /// them (the broker learns a connection's key from its first message), and its principal kept
+    /// its rights in the policy. A connection through its handshake but silent until its key was
+    /// removed stayed open and was served. Now every message of a removed key is refused
+    /// `unauthorized` and its connection closed.
+    @Test func aConnectionSilentUntilItsKeyIsRemovedIsRefusedAndClosed() async throws {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/silent_curve_client.py").path
+        try await NetworkLab.with { lab in
+            let parent = try await lab.startParent(manifest: Self.parentManifest, policy: Self.policy)
+            try lab.expectOK(try await lab.busctlA("wait", "--timeout", "30"))
+            // The policy lets `ops` greet: served while its key is listed.
+            try lab.expectOK(try await lab.busctlOverTCP(key: "ops", "call", "demo.greeter", "greet", #"{"name":"far"}"#))
+            let go = "\(lab.directory)/go"
+            let client = try await lab.start(
+                "/usr/bin/python3",
+                [
+                    script, lab.parentEndpoint, "\(lab.stateA)/curve/server.pub", "\(lab.directory)/ops.key", go, "demo.greeter", "greet",
+                    #"{"name":"far"}"#,
+                ],
+                in: 1, runtime: nil)
+            try await client.waitForOutput("ready", timeout: .seconds(30))
+            let path = "\(lab.directory)/allowed.keys"
+            let allowed = try String(contentsOfFile: path, encoding: .utf8)
+            try (allowed.split(separator: "\n").filter { !$0.hasPrefix("ops ") }.joined(separator: "\n") + "\n").write(
+                toFile: path, atomically: true, encoding: .utf8)
+            #expect(
+                try await eventually(timeout: .seconds(10)) { parent.standardError.contains("keys removed from the allow-list") },
+                "\(parent.standardError.suffix(2000))")
+            FileManager.default.createFile(atPath: go, contents: nil)
+            let result = try await client.wait(timeout: .seconds(30))
+            let lines = result.standardOutput.split(separator: "\n").map(String.init)
+            #expect(lines.count == 3 && lines[1].contains(#""kind": 17"#) && lines[1].contains("unauthorized"), "\(result.standardOutput)")
+            #expect(lines.last == "closed", "\(result.standardOutput) \(result.standardError)")
+            #expect(parent.standardError.contains("a message came on it with a key removed from the allow-list"))
+            // Listed again: served again.
+            try allowed.write(toFile: path, atomically: true, encoding: .utf8)
+            #expect(
+                try await eventually(timeout: .seconds(10)) {
+                    try await lab.busctlOverTCP(key: "ops", "call", "demo.greeter", "greet", #"{"name":"far"}"#, "--timeout", "3").exitCode == 0
+                })
+        }
+    }
+
     /// Issue: a motherboard attached to itself heard one `busctl action` about 10 000 times in
     /// 6 s, its CPU saturated. The attach is refused when the link comes up (the parent is this
     /// motherboard), and says why; an action sent before that comes back through the link with

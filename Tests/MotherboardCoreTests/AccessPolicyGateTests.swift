@@ -116,6 +116,33 @@ struct AccessPolicyGateTests {
         #expect(claimed.first?.carriedError?.message.contains("'edge-b' may not send on behalf of another principal") == true)
     }
 
+    /// Found on review: a key removed from the allow-list kept its name's rights in the policy,
+    /// so a message of it read after the removal (one of a connection whose key the broker did
+    /// not know yet, or through a gateway acting for it) was served. Every message of a removed
+    /// name is refused `unauthorized`, whatever the policy grants, until the name is listed again.
+    @Test func aRemovedKeysNameIsRefusedWhateverThePolicyGrantsUntilListedAgain() throws {
+        let harness = try harness()
+        let greet = EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet")
+        harness.motherboard.revoke(keys: ["edge-b"])
+        let refused = send(harness, greet, from: remote, principal: "edge-b")
+        #expect(refused.first?.carriedError?.code == .unauthorized)
+        #expect(refused.first?.carriedError?.message.contains("the key 'edge-b' was removed from the allow-list") == true)
+        // Through a gateway acting for it, and as a registration.
+        var behalf = greet
+        behalf.onBehalfOf = "edge-b"
+        #expect(send(harness, behalf, from: harness.client, principal: nil).first?.carriedError?.code == .unauthorized)
+        _ = try registerSensor(harness)
+        #expect(harness.motherboard.registry.boards.values.allSatisfy { $0.name.name != "edge.sensor" })
+        #expect(harness.transport.take(for: greeter).isEmpty)
+        // The broker's own user is not touched.
+        #expect(send(harness, greet, from: harness.client, principal: nil).isEmpty)
+        // Listed again.
+        harness.motherboard.reinstate(listed: ["edge-b", "ops"])
+        #expect(harness.motherboard.revokedPrincipals.isEmpty)
+        #expect(send(harness, greet, from: remote, principal: "edge-b").isEmpty)
+        #expect(harness.transport.take(for: greeter).count == 2)
+    }
+
     /// The ids of the manifest's boards are taken with `serve` only: a `register` grant that
     /// covers one does not, even while it is stopped.
     @Test func aManifestIDNeedsServeNotRegister() throws {

@@ -82,4 +82,36 @@ struct ConnectionLimitTests {
         #expect(limit.descriptors(ofKeys: ["ops"]).isEmpty)
         #expect(limit.handshaking.keys.sorted() == [12])
     }
+
+    /// Found on review: a connection's first message read after its end was reported (its key
+    /// noted for a descriptor with no connection) left its key waiting, and the next connection
+    /// accepted on the same descriptor took it: not counted as one in its handshake, and closed
+    /// if that key was removed. A key for a descriptor whose connection ended is not kept.
+    @Test func aKeyReadAfterItsConnectionEndedIsNotGivenToTheNextOnItsDescriptor() {
+        var limit = ConnectionLimit(maximum: 8192)
+        let first = limit.accepted(12, on: "tcp://127.0.0.1:7400")
+        limit.closed(12)
+        limit.noteKey("ops", descriptor: 12)
+        #expect(limit.keysBeforeAccept.isEmpty)
+        let second = limit.accepted(12, on: "tcp://127.0.0.1:7400")
+        #expect(first && second)
+        #expect(limit.descriptors(ofKeys: ["ops"]).isEmpty)
+        #expect(limit.handshaking.keys.sorted() == [12])
+        // Its own first message then gives it its key.
+        limit.noteKey("edge-b", descriptor: 12)
+        #expect(limit.descriptors(ofKeys: ["edge-b"]) == [12] && limit.handshaking.isEmpty)
+    }
+
+    /// A message of a removed key closes the connection it came on only while that descriptor is
+    /// not known to be another connection's.
+    @Test func aRemovedKeyClosesOnlyTheConnectionItIsKnownOn() {
+        var limit = ConnectionLimit(maximum: 8192)
+        #expect(!limit.mayClose(12, revokedKey: "ops"))
+        let accepted = limit.accepted(12, on: "tcp://127.0.0.1:7400")
+        #expect(accepted && limit.mayClose(12, revokedKey: "ops"))
+        limit.noteKey("edge-b", descriptor: 12)
+        #expect(!limit.mayClose(12, revokedKey: "ops"))
+        limit.noteKey("ops", descriptor: 12)
+        #expect(limit.mayClose(12, revokedKey: "ops"))
+    }
 }
