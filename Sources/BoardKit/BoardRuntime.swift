@@ -214,7 +214,7 @@ final class BoardRuntime: Service, Sendable {
             return
         }
         do {
-            try client.send(answer)
+            try client.send(consume answer)
         } catch let error as BusError {
             try? client.send(envelope.errorReply(error, source: board.id.rawValue))
         } catch {}

@@ -64,8 +64,7 @@ public final class BusClient: Sendable {
     }
 
     /// Sends a message that expects no reply.
-    public func send(_ envelope: Envelope) throws {
-        var envelope = envelope
+    public func send(_ envelope: consuming Envelope) throws {
         if envelope.header.trace == nil, let trace = BusTrace.current {
             envelope.header.trace = trace
             envelope.header.traceState = BusTrace.currentState

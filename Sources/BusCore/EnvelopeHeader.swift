@@ -130,6 +130,8 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
     public var contentType: String? {
         get { isCBOR ? PayloadFormat.cborContentType : optional?.contentType }
         set {
+            // Most headers have no optional field and no content type: nothing to compare or box.
+            guard newValue != nil || optional != nil else { return isCBOR = false }
             isCBOR = newValue == PayloadFormat.cborContentType
             let boxed = isCBOR ? nil : newValue
             setOptional(clearing: boxed == nil) { $0.contentType = boxed }
@@ -168,12 +170,13 @@ public struct EnvelopeHeader: Sendable, Hashable, Codable {
         self.target = target
         self.scope = scope
         self.typeName = typeName
-        self.dispatchID = dispatchID
-        self.flowID = flowID
-        self.trace = trace
-        self.contentType = contentType
-        self.linkTrail = linkTrail
-        self.unknownFields = unknownFields
+        // The optional fields start empty (no box); only those given are set.
+        if dispatchID != nil { self.dispatchID = dispatchID }
+        if flowID != nil { self.flowID = flowID }
+        if trace != nil { self.trace = trace }
+        if contentType != nil { self.contentType = contentType }
+        if linkTrail != nil { self.linkTrail = linkTrail }
+        if !unknownFields.isEmpty { self.unknownFields = unknownFields }
     }
 }
 

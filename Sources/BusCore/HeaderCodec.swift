@@ -275,6 +275,9 @@ public enum HeaderCodec {
         var target = ""
         var scope = ""
         var typeName = ""
+        /// The four names as the last header had them on the wire, lengths included: a header
+        /// whose names are these bytes names the same four (one comparison for all of them).
+        var wire: [UInt8] = []
 
         package init() {}
     }
@@ -283,13 +286,21 @@ public enum HeaderCodec {
     /// leaving this header's names there.
     package static func decode(_ buffer: UnsafeRawBufferPointer, recent: inout RecentNames) throws -> EnvelopeHeader {
         let layout = try HeaderLayout(buffer)
+        let names = UnsafeRawBufferPointer(rebasing: buffer[fixedSize..<layout.typeName.upperBound])
+        if !recent.wire.withUnsafeBytes({ $0.hasSameBytes(as: names) }) {
+            // All four or none: a name kept must go with the bytes kept.
+            let source = try name(buffer, layout.source, last: recent.source, field: "source")
+            let target = try name(buffer, layout.target, last: recent.target, field: "target")
+            let scope = try name(buffer, layout.scope, last: recent.scope, field: "scope")
+            recent.typeName = try name(buffer, layout.typeName, last: recent.typeName, field: "type name")
+            (recent.source, recent.target, recent.scope) = (source, target, scope)
+            recent.wire.removeAll(keepingCapacity: true)
+            recent.wire.append(contentsOf: names)
+        }
         var header = EnvelopeHeader(
             version: EnvelopeHeader.currentVersion, kind: layout.kind, flags: layout.flags, correlationID: layout.correlationID,
-            timeoutMilliseconds: layout.timeoutMilliseconds,
-            source: try name(buffer, layout.source, last: &recent.source, field: "source"),
-            target: try name(buffer, layout.target, last: &recent.target, field: "target"),
-            scope: Scope(try name(buffer, layout.scope, last: &recent.scope, field: "scope")),
-            typeName: try name(buffer, layout.typeName, last: &recent.typeName, field: "type name"))
+            timeoutMilliseconds: layout.timeoutMilliseconds, source: recent.source, target: recent.target, scope: Scope(recent.scope),
+            typeName: recent.typeName)
         if !layout.optionalFields.isEmpty {
             if let id = layout.dispatchID { header.dispatchID = try string(buffer, id, field: "dispatch id") }
             if let flow = layout.flowID { header.flowID = FlowID(HeaderLayout.bigEndian(buffer, at: flow.lowerBound, as: UInt64.self)) }
@@ -317,12 +328,10 @@ public enum HeaderCodec {
     }
 
     /// A name: `last` when its bytes are these (valid UTF-8, then, and the same text), else
-    /// decoded and checked, and kept in `last`.
-    private static func name(_ buffer: UnsafeRawBufferPointer, _ range: Range<Int>, last: inout String, field: String) throws -> String {
+    /// decoded and checked.
+    private static func name(_ buffer: UnsafeRawBufferPointer, _ range: Range<Int>, last: String, field: String) throws -> String {
         if last.hasUTF8(UnsafeRawBufferPointer(rebasing: buffer[range])) { return last }
-        let text = try string(buffer, range, field: field)
-        last = text
-        return text
+        return try string(buffer, range, field: field)
     }
 
     private static func string(_ buffer: UnsafeRawBufferPointer, _ range: Range<Int>, field: String) throws -> String {
@@ -356,6 +365,8 @@ public enum HeaderCodec {
         mutating func write(_ text: String) {
             let length = text.utf8.count
             writeBigEndian(UInt16(length))
+            // Most names of an answer are empty (no target, root scope, no type name).
+            guard length > 0 else { return }
             let copied: Void? = text.utf8.withContiguousStorageIfAvailable { utf8 in
                 if let source = utf8.baseAddress {
                     (buffer.baseAddress! + offset).copyMemory(from: source, byteCount: length)

@@ -381,5 +381,19 @@ struct HeaderSubjectTests {
         let error = try? #require(throws: BusError.self) { try bytes.withUnsafeBytes { try HeaderCodec.decode($0, recent: &recent) } }
         #expect(error?.code == .malformed)
         #expect(try decode(sample, &recent) == sample)
+        // A header refused at its type name after a new source and target: none of its names is
+        // kept, so the next header with the names before reads them, not the refused one's.
+        var refused = try HeaderCodec.encode(other)
+        let otherLayout = try refused.withUnsafeBytes { try HeaderLayout(UnsafeRawBufferPointer($0)) }
+        refused[otherLayout.typeName.lowerBound + 6] = 0xFF
+        #expect(throws: BusError.self) { try refused.withUnsafeBytes { try HeaderCodec.decode($0, recent: &recent) } }
+        #expect(try decode(sample, &recent) == sample)
+        // Names whose bytes run together as the last header's, cut at another place: read as
+        // written (their lengths differ).
+        var shifted = sample
+        shifted.source = "auth.logi"
+        shifted.target = "napp.dashboard"
+        #expect(try decode(shifted, &recent) == shifted)
+        #expect(try decode(sample, &recent) == sample)
     }
 }
