@@ -79,8 +79,9 @@ public final class BusClient: Sendable {
     ///
     /// Runs on the caller's executor (`nonisolated(nonsending)`): from a task on ``executor``, the
     /// request leaves and its reply resumes the caller without any executor switch.
-    public nonisolated(nonsending) func request(_ envelope: Envelope, timeout: Duration = BusClient.defaultTimeout) async throws -> Envelope {
-        var request = envelope
+    public nonisolated(nonsending) func request(_ request: consuming Envelope, timeout: Duration = BusClient.defaultTimeout) async throws
+        -> Envelope
+    {
         if request.header.trace == nil, let trace = BusTrace.current {
             request.header.trace = trace
             request.header.traceState = BusTrace.currentState
@@ -294,11 +295,12 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
         _ = guarded.withLock { $0.subscriptions.removeValue(forKey: id) }
     }
 
-    func received(_ envelope: Envelope) {
+    func received(_ envelope: consuming Envelope) {
         let kind = envelope.header.kind
         if kind == .reply || kind == .error, envelope.header.correlationID != 0 {
-            let pending = guarded.withLock { $0.pending.removeValue(forKey: envelope.header.correlationID) }
-            pending?.continuation.resume(returning: envelope)
+            let correlationID = envelope.header.correlationID
+            let pending = guarded.withLock { $0.pending.removeValue(forKey: correlationID) }
+            pending?.continuation.resume(returning: consume envelope)
             return
         }
         // One lock for both: the subscriptions a pushed message is for, else the board's handler.

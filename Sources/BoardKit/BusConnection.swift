@@ -25,7 +25,7 @@ package protocol BusConnection: AnyObject, Sendable {
 /// What a ``BusConnection`` delivers to, on its thread.
 package protocol BusConnectionHandler: AnyObject, Sendable {
     /// An envelope arrived (frames that are not one are dropped by the connection).
-    func received(_ envelope: Envelope)
+    func received(_ envelope: consuming Envelope)
     /// About every 50 ms: deadlines, heartbeats, renewals.
     func tick()
 }
