@@ -100,9 +100,23 @@ package final class ZAPHandler: @unchecked Sendable {
             domain: text(2), address: text(3), mechanism: mechanism,
             publicKey: mechanism == "CURVE" && frames.count > 6 ? ZMQCurve.z85(frames[6]) : nil)
         if let user = decide(request) {
-            return [Data("1.0".utf8), requestID, Data("200".utf8), Data("OK".utf8), Data(user.utf8), Data()]
+            return [Data("1.0".utf8), requestID, Data("200".utf8), Data("OK".utf8), Data(user.utf8), metadata(publicKey: request.publicKey)]
         }
         return [Data("1.0".utf8), requestID, Data("400".utf8), Data("key not allowed".utf8), Data(), Data()]
+    }
+
+    /// The property every message of an accepted CURVE connection carries with its key (Z85):
+    /// one name may have several keys, and a key removed under a name that stays is told apart
+    /// by it.
+    package static let curveKeyProperty = "X-Curve-Key"
+
+    /// The ZAP reply's metadata (ZMTP's property list: a name's length in one byte, the name, the
+    /// value's length in four bytes big-endian, the value): the CURVE key, if any.
+    static func metadata(publicKey: String?) -> Data {
+        guard let publicKey else { return Data() }
+        var bytes = [UInt8(curveKeyProperty.utf8.count)] + Array(curveKeyProperty.utf8)
+        withUnsafeBytes(of: UInt32(publicKey.utf8.count).bigEndian) { bytes += $0 }
+        return Data(bytes + Array(publicKey.utf8))
     }
 
     /// Stops the thread and closes the socket (before the context is terminated).

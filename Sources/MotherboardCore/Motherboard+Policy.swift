@@ -110,11 +110,16 @@ extension Motherboard {
         return (.register, decide(PolicyQuestion(principal: principal, operation: .register, target: target, command: nil)))
     }
 
+    /// Whether `principal`'s name was removed from the allow-list (and not listed again).
+    package func isRevoked(_ principal: String) -> Bool {
+        !revokedPrincipals.isEmpty && revokedPrincipals.contains(principal)
+    }
+
     /// The refusal of every message of a principal whose key was removed from the allow-list: its
     /// connections are closed when the removal is read, but a message read after that (one
     /// already queued, or one of a connection whose key was not known yet) must not pass.
     func revocation(of principal: String) -> BusError? {
-        guard !revokedPrincipals.isEmpty, revokedPrincipals.contains(principal) else { return nil }
+        guard isRevoked(principal) else { return nil }
         return BusError(.unauthorized, "the key '\(principal)' was removed from the allow-list")
     }
 

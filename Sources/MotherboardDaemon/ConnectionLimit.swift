@@ -1,5 +1,6 @@
 import BusCore
 import MotherboardCore
+import MotherboardGateways
 import BusZeroMQ
 import CBoardBusAcceptGuard
 import Foundation
@@ -30,16 +31,16 @@ struct ConnectionLimit {
     /// descriptor until then), by descriptor.
     private(set) var endpoints: [Int32: String] = [:]
     private(set) var networkCount = 0
-    /// The allow-list name of the CURVE key each tcp connection authenticated with, once a
-    /// message came on it.
-    private(set) var keys: [Int32: String] = [:]
+    /// The CURVE key each tcp connection authenticated with (its allow-list name and the key),
+    /// once a message came on it.
+    private(set) var keys: [Int32: ConnectionKey] = [:]
     /// Keys noted for a descriptor whose acceptance has not been reported yet: the connection
     /// watch runs on its own thread and can report an accept after the routing loop has seen
     /// the connection's first message, which is the only one that notes its key. Applied when
     /// the accept comes (at most one per descriptor). Not for a descriptor whose connection ended
     /// since its last accept: a key noted there is more likely the ended connection's (its first
     /// message read late) than the next one's, and must not pass to the next.
-    private(set) var keysBeforeAccept: [Int32: String] = [:]
+    private(set) var keysBeforeAccept: [Int32: ConnectionKey] = [:]
     /// Descriptors whose connection ended and that no accept has been reported on since.
     private var endedSinceAccept: Set<Int32> = []
     /// tcp connections that may still be in their handshake, with when they were accepted.
@@ -93,34 +94,44 @@ struct ConnectionLimit {
         if endpoint.hasPrefix("tcp://") { networkCount -= 1 }
     }
 
-    /// A message came on `descriptor` with the key named `name`: kept for the connection, or
-    /// until its acceptance is reported.
-    mutating func noteKey(_ name: String, descriptor: Int32) {
+    /// A message came on `descriptor` with the key named `name` (`curveKey`, Z85): kept for the
+    /// connection, or until its acceptance is reported.
+    mutating func noteKey(_ name: String, curveKey: String? = nil, descriptor: Int32) {
+        let key = ConnectionKey(name: name, curveKey: curveKey)
         guard endpoints[descriptor] != nil else {
-            if !endedSinceAccept.contains(descriptor) { keysBeforeAccept[descriptor] = name }
+            if !endedSinceAccept.contains(descriptor) { keysBeforeAccept[descriptor] = key }
             return
         }
-        keys[descriptor] = name
+        keys[descriptor] = key
         handshaking[descriptor] = nil
     }
 
-    /// Whether a message with the revoked key `name` that came on `descriptor` may close the
+    /// Whether a message with the revoked `key` that came on `descriptor` may close the
     /// connection open there: not when that connection is known by another key (the message was
     /// read after its own connection closed and the descriptor was given to another), nor when no
     /// accepted connection is known there.
-    func mayClose(_ descriptor: Int32, revokedKey name: String) -> Bool {
-        endpoints[descriptor] != nil && (keys[descriptor] ?? name) == name
+    func mayClose(_ descriptor: Int32, revokedKey key: ConnectionKey) -> Bool {
+        endpoints[descriptor] != nil && (keys[descriptor] ?? key) == key
     }
 
-    /// The open connections that authenticated with a key of one of `names`.
-    func descriptors(ofKeys names: Set<String>) -> [Int32] {
-        keys.filter { names.contains($0.value) }.map(\.key).sorted()
+    /// The open connections that authenticated with a key named one of `names`, or with one of
+    /// `curveKeys`.
+    func descriptors(ofKeys names: Set<String>, curveKeys: Set<String> = []) -> [Int32] {
+        keys.filter { names.contains($0.value.name) || $0.value.curveKey.map(curveKeys.contains) == true }.map(\.key).sorted()
     }
+}
+
+/// The CURVE key a tcp connection authenticated with: its name in the allow-list (the
+/// connection's `User-Id`, its principal) and the key itself (Z85, the `X-Curve-Key` property the
+/// ZAP handler gives the connection). One name may have several keys.
+struct ConnectionKey: Hashable, Sendable {
+    let name: String
+    let curveKey: String?
 }
 
 /// The broker's ``ConnectionLimit``, shared by the watches of its sockets (the main one and the
 /// MDP endpoint's), with the log and the counters of what it refuses.
-final class ConnectionGate: Sendable {
+final class ConnectionGate: ConnectionKeys {
     private let limit: Mutex<ConnectionLimit>
     private let refusals = Mutex(LogThrottle(every: .seconds(1)))
     private let revokedCloses = Mutex(LogThrottle(every: .seconds(1)))
@@ -140,31 +151,59 @@ final class ConnectionGate: Sendable {
     /// Open connections now.
     var count: Int { limit.withLock { $0.count } }
 
-    /// A message came on `descriptor` with the CURVE key named `name` in the allow-list.
-    func noteKey(_ name: String, descriptor: Int32) {
-        limit.withLock { $0.noteKey(name, descriptor: descriptor) }
+    /// A message came on `descriptor` with the CURVE key named `name` in the allow-list
+    /// (`curveKey`, Z85).
+    func noteKey(_ name: String, curveKey: String?, descriptor: Int32) {
+        limit.withLock { $0.noteKey(name, curveKey: curveKey, descriptor: descriptor) }
     }
 
-    /// Closes every connection that authenticated with one of `names` (keys removed from the
-    /// allow-list): shut down, as a refused one is; libzmq closes it and reports its end.
-    /// Returns how many.
+    /// Keys removed from the allow-list whose name stays there (another key took it, or still has
+    /// it): their connections' messages are refused, which the name alone cannot say. Read on
+    /// every message of a tcp peer while there is one.
+    private let revokedCurveKeys = Mutex<Set<String>>([])
+    private let anyRevokedCurveKey = Atomic<Bool>(false)
+
+    /// Whether the key `curveKey` was removed from the allow-list (and not listed again).
+    func isRevoked(curveKey: String) -> Bool {
+        anyRevokedCurveKey.load(ordering: .relaxed) && revokedCurveKeys.withLock { $0.contains(curveKey) }
+    }
+
+    /// Whether any key is revoked now: until one is, nobody needs to read a message's key.
+    var hasRevokedCurveKeys: Bool { anyRevokedCurveKey.load(ordering: .relaxed) }
+
+    /// Keys removed from the allow-list are revoked, and those in `listed` (the list now) are not.
+    func revoke(curveKeys removed: Set<String>, listed: Set<String>) {
+        revokedCurveKeys.withLock { revoked in
+            revoked.formUnion(removed)
+            revoked.subtract(listed)
+            anyRevokedCurveKey.store(!revoked.isEmpty, ordering: .relaxed)
+        }
+    }
+
+    /// Closes every connection that authenticated with a key named one of `names`, or with one
+    /// of `curveKeys` (keys removed from the allow-list): shut down, as a refused one is; libzmq
+    /// closes it and reports its end. Returns how many.
     @discardableResult
-    func close(connectionsOfKeys names: Set<String>) -> Int {
-        let descriptors = limit.withLock { $0.descriptors(ofKeys: names) }
+    func close(connectionsOfKeys names: Set<String>, curveKeys: Set<String> = []) -> Int {
+        let descriptors = limit.withLock { $0.descriptors(ofKeys: names, curveKeys: curveKeys) }
         for descriptor in descriptors { _ = shutdown(descriptor, Int32(SHUT_RDWR)) }
         return descriptors.count
     }
 
-    /// A message came on `descriptor` with the key named `name`, removed from the allow-list: its
-    /// connection is closed (the message itself is refused by the broker) unless the descriptor
-    /// is known to be another connection's by now.
-    func closeRevoked(descriptor: Int32, key name: String) {
-        guard limit.withLock({ $0.mayClose(descriptor, revokedKey: name) }) else { return }
+    /// A message came on `descriptor` with `key`, removed from the allow-list: its connection is
+    /// closed (the message itself is refused) unless the descriptor is known to be another
+    /// connection's by now.
+    func closeRevoked(descriptor: Int32, name: String, curveKey: String?) {
+        closeRevoked(descriptor: descriptor, key: ConnectionKey(name: name, curveKey: curveKey))
+    }
+
+    func closeRevoked(descriptor: Int32, key: ConnectionKey) {
+        guard limit.withLock({ $0.mayClose(descriptor, revokedKey: key) }) else { return }
         _ = shutdown(descriptor, Int32(SHUT_RDWR))
         guard let report = revokedCloses.withLock({ $0.note() }) else { return }
         logger.notice(
             "connection closed: a message came on it with a key removed from the allow-list",
-            metadata: ["key": "\(name)", "closed": "\(report)"])
+            metadata: ["key": "\(key.name)", "closed": "\(report)"])
     }
 
     /// Handles one event of a watched socket; for an accepted connection, whether it may stay.

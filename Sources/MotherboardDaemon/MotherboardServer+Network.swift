@@ -132,19 +132,21 @@ final class AllowListFile: @unchecked Sendable {
         lock.withLock { refreshLocked() }
     }
 
-    /// The names removed from the list since the last call.
-    func takeRevoked() -> Set<String> {
+    /// The names and the keys (Z85) removed from the list since the last call: a key replaced
+    /// under the same name is among the keys, not the names.
+    func takeRevoked() -> (names: Set<String>, keys: Set<String>) {
         lock.withLock {
-            defer { revoked = [] }
-            return revoked
+            defer { (revoked, revokedKeys) = ([], []) }
+            return (revoked, revokedKeys)
         }
     }
 
     private var revoked: Set<String> = []
+    private var revokedKeys: Set<String> = []
 
-    /// The names the list in force has.
-    var listedNames: Set<String> {
-        lock.withLock { Set(list.names.values) }
+    /// The names and the keys the list in force has.
+    var listed: (names: Set<String>, keys: Set<String>) {
+        lock.withLock { (Set(list.names.values), Set(list.names.keys)) }
     }
 
     private func refreshLocked() {
@@ -152,9 +154,10 @@ final class AllowListFile: @unchecked Sendable {
         guard current != stamp else { return }
         stamp = current
         do {
-            let before = Set(list.names.values)
+            let before = list
             list = try CurveAllowList.load(path: path)
-            revoked.formUnion(before.subtracting(list.names.values))
+            revoked.formUnion(Set(before.names.values).subtracting(list.names.values))
+            revokedKeys.formUnion(Set(before.names.keys).subtracting(list.names.keys))
             logger.notice("allow-list read again", metadata: ["file": "\(path)", "keys": "\(list.names.count)"])
         } catch {
             logger.error(

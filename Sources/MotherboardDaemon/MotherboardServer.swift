@@ -218,7 +218,7 @@ public final class MotherboardServer: Service {
                 context: context, localEndpoint: Self.inProcessEndpoint, limits: options.settings.limits, logger: logger,
                 curveSecretKey: security.curveSecretKey,
                 watchConnections: { socket in watches.append(try ConnectionWatch(context: context, sockets: [socket], handler: gate.handle)) },
-                noteKey: { name, descriptor in gate.noteKey(name, descriptor: descriptor) })
+                keys: gate)
             var configurations: [Gateways.Configuration] = []
             if let mdp { configurations.append(.majordomo(endpoint: mdp)) }
             if let attach, let secret = motherboard.uplinkSecret { configurations.append(.uplink(attach, secret: secret)) }

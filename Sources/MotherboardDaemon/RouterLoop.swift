@@ -82,7 +82,7 @@ final class RouterLoopHandler: SocketLoopHandler {
     private let hasRemotePeers: Bool
     private var ticks = 0
     /// Connections a message of a removed key came on since the last tick, with the key.
-    private var revokedConnections: [(descriptor: Int32, key: String)] = []
+    private var revokedConnections: [(descriptor: Int32, key: ConnectionKey)] = []
 
     init(
         motherboard: Motherboard, transport: RouterTransport, notifier: SystemdNotifier? = nil, gate: ConnectionGate? = nil,
@@ -104,7 +104,7 @@ final class RouterLoopHandler: SocketLoopHandler {
         guard transport.backlog.noteReceived(from: peer, descriptor: descriptor), let gate,
             let user = socket.lastReceivedProperty("User-Id"), !user.isEmpty
         else { return }
-        gate.noteKey(user, descriptor: descriptor)
+        gate.noteKey(user, curveKey: socket.lastReceivedProperty(ZAPHandler.curveKeyProperty), descriptor: descriptor)
     }
 
     /// Keys removed from the allow-list: their connections are closed and the boards registered
@@ -113,15 +113,20 @@ final class RouterLoopHandler: SocketLoopHandler {
         guard let allowList, let gate else { return }
         allowList.refresh()
         let revoked = allowList.takeRevoked()
-        if !revoked.isEmpty {
-            let closed = gate.close(connectionsOfKeys: revoked)
-            motherboard.revoke(keys: revoked)
-            motherboard.logger.notice(
-                "keys removed from the allow-list: their connections closed",
-                metadata: ["keys": "\(revoked.sorted().joined(separator: ","))", "connections": "\(closed)"])
-        }
-        // A name listed again (removed and put back between two reads) is no longer refused.
-        if !motherboard.revokedPrincipals.isEmpty { motherboard.reinstate(listed: allowList.listedNames) }
+        guard !revoked.names.isEmpty || !revoked.keys.isEmpty || gate.hasRevokedCurveKeys || !motherboard.revokedPrincipals.isEmpty
+        else { return }
+        // A name or key listed again (removed and put back between two reads) is no longer refused.
+        let listed = allowList.listed
+        gate.revoke(curveKeys: revoked.keys, listed: listed.keys)
+        if !revoked.names.isEmpty { motherboard.revoke(keys: revoked.names) }
+        motherboard.reinstate(listed: listed.names)
+        guard !revoked.names.isEmpty || !revoked.keys.isEmpty else { return }
+        let closed = gate.close(connectionsOfKeys: revoked.names, curveKeys: revoked.keys.subtracting(listed.keys))
+        motherboard.logger.notice(
+            "keys removed from the allow-list: their connections closed",
+            metadata: [
+                "keys": "\(revoked.names.sorted().joined(separator: ","))", "removedKeys": "\(revoked.keys.count)", "connections": "\(closed)",
+            ])
     }
 
     /// Commands and replies that need only a new correlation id go on in the frame they came in.
@@ -156,17 +161,36 @@ final class RouterLoopHandler: SocketLoopHandler {
         let peer = PeerID(routingID)
         noteConnection(of: peer, on: socket)
         let principal = principal(on: socket)
-        // The broker refuses it; its connection is closed at the next tick, once the refusal is out.
-        if let principal, gate != nil, motherboard.revokedPrincipals.contains(principal) {
-            let descriptor = socket.lastSourceDescriptor
-            if !revokedConnections.contains(where: { $0.descriptor == descriptor }) { revokedConnections.append((descriptor, principal)) }
-        }
+        if let principal, refusedAsRevoked(principal, message.content, from: peer, on: socket) { return }
         guard case .success(let envelope) = message.content, envelope.header.kind == .register else {
             return motherboard.receive(message.content, from: peer, now: clock.now, principal: principal)
         }
         motherboard.receive(
             message.content, from: peer, now: clock.now, remote: Self.remotePeer(of: message, on: socket), process: socket.lastSourceProcessID,
             principal: principal)
+    }
+
+    /// A message of a key removed from the allow-list: its connection is closed at the next tick,
+    /// once the refusal is out. A removed name is refused by the broker (false: the message goes
+    /// on to it); a removed key under a name that stays is refused here, where the key is known
+    /// (`unauthorized`, if the message waits for an answer).
+    private func refusedAsRevoked(
+        _ principal: String, _ content: Result<Envelope, MalformedMessage>, from peer: PeerID, on socket: ZMQSocket
+    ) -> Bool {
+        guard let gate, gate.hasRevokedCurveKeys || motherboard.isRevoked(principal) else { return false }
+        let key = ConnectionKey(name: principal, curveKey: socket.lastReceivedProperty(ZAPHandler.curveKeyProperty))
+        let keyRevoked = key.curveKey.map(gate.isRevoked(curveKey:)) == true
+        guard keyRevoked || motherboard.isRevoked(principal) else { return false }
+        let descriptor = socket.lastSourceDescriptor
+        if !revokedConnections.contains(where: { $0.descriptor == descriptor }) { revokedConnections.append((descriptor, key)) }
+        guard keyRevoked else { return false }
+        if case .success(let envelope) = content, envelope.header.flags.contains(.replyExpected), envelope.header.correlationID != 0,
+            envelope.header.kind != .reply, envelope.header.kind != .error
+        {
+            let error = BusError(.unauthorized, "the key this connection authenticated with was removed from the allow-list")
+            _ = transport.send(Envelope.error(error, correlationID: envelope.header.correlationID), to: peer)
+        }
+        return true
     }
 
     /// The remote principal of the message being handled: the name the ZAP handler gave its

@@ -31,12 +31,13 @@ package struct GatewayEnvironment {
     /// Called with a gateway's listening socket before it binds, so that its connections count
     /// toward the broker's limit.
     package let watchConnections: (ZMQSocket) throws -> Void
-    /// Told the key name of each new tcp connection (for revocation) and its descriptor.
-    package let noteKey: @Sendable (String, Int32) -> Void
+    /// Told the key of each new tcp connection (for revocation), and asked whether a key was
+    /// revoked.
+    package let keys: any ConnectionKeys
 
     package init(
         context: ZMQContext, localEndpoint: String, limits: BusLimits, logger: Logger, curveSecretKey: String?,
-        watchConnections: @escaping (ZMQSocket) throws -> Void, noteKey: @escaping @Sendable (String, Int32) -> Void
+        watchConnections: @escaping (ZMQSocket) throws -> Void, keys: any ConnectionKeys
     ) {
         self.context = context
         self.localEndpoint = localEndpoint
@@ -44,8 +45,33 @@ package struct GatewayEnvironment {
         self.logger = logger
         self.curveSecretKey = curveSecretKey
         self.watchConnections = watchConnections
-        self.noteKey = noteKey
+        self.keys = keys
     }
+}
+
+/// The broker's record of the CURVE keys its tcp connections authenticated with, which a
+/// gateway's tcp endpoint shares: each connection's key is noted with its first message, and a
+/// message of a key removed from the allow-list is dropped and its connection closed.
+package protocol ConnectionKeys: Sendable {
+    /// A message came on a new connection (`descriptor`) with the key named `name` (`curveKey`,
+    /// Z85: the connection's `X-Curve-Key` property).
+    func noteKey(_ name: String, curveKey: String?, descriptor: Int32)
+    /// Whether any key is revoked now: until one is, nobody needs to read a message's key.
+    var hasRevokedCurveKeys: Bool { get }
+    /// Whether `curveKey` was removed from the allow-list (and not listed again).
+    func isRevoked(curveKey: String) -> Bool
+    /// A message with the revoked key came on `descriptor`: its connection is closed, unless the
+    /// descriptor is known to be another connection's by now.
+    func closeRevoked(descriptor: Int32, name: String, curveKey: String?)
+}
+
+/// No tcp peers: nothing to note, nothing revoked.
+package struct NoConnectionKeys: ConnectionKeys {
+    package init() {}
+    package func noteKey(_ name: String, curveKey: String?, descriptor: Int32) {}
+    package var hasRevokedCurveKeys: Bool { false }
+    package func isRevoked(curveKey: String) -> Bool { false }
+    package func closeRevoked(descriptor: Int32, name: String, curveKey: String?) {}
 }
 
 /// The gateways a motherboard can run, and how each is built.
@@ -65,7 +91,7 @@ package enum Gateways {
             try MajordomoBridge(
                 settings: .init(endpoint: endpoint, limits: environment.limits), context: environment.context,
                 localEndpoint: environment.localEndpoint, curveSecretKey: environment.curveSecretKey, logger: environment.logger,
-                beforeBind: environment.watchConnections, connectionKey: environment.noteKey)
+                beforeBind: environment.watchConnections, keys: environment.keys)
         case .uplink(let settings, let secret):
             try Uplink(
                 settings: settings, context: environment.context, localEndpoint: environment.localEndpoint, secret: secret,

@@ -61,7 +61,7 @@ package final class MajordomoBridge: @unchecked Sendable {
     private var lastBacklogTick = ContinuousClock.now
     private let thread = HelperThread()
     /// Told the CURVE key name of each tcp connection new to a peer, with its descriptor.
-    private let connectionKey: @Sendable (String, Int32) -> Void
+    private let keys: any ConnectionKeys
 
     /// Binds the MDP endpoint on `context` (the motherboard's, so that a tcp endpoint is checked
     /// by its ZAP handler: `secure` sets the CURVE server key for it) and connects to the
@@ -69,9 +69,9 @@ package final class MajordomoBridge: @unchecked Sendable {
     /// (to watch its connections).
     init(
         settings: Settings, context: ZMQContext, localEndpoint: String, curveSecretKey: String?, logger: Logger,
-        beforeBind: (ZMQSocket) throws -> Void = { _ in }, connectionKey: @escaping @Sendable (String, Int32) -> Void = { _, _ in }
+        beforeBind: (ZMQSocket) throws -> Void = { _ in }, keys: any ConnectionKeys = NoConnectionKeys()
     ) throws {
-        self.connectionKey = connectionKey
+        self.keys = keys
         self.settings = settings
         self.logger = logger
         let router = try ZMQSocket(context: context, kind: .router)
@@ -152,8 +152,16 @@ package final class MajordomoBridge: @unchecked Sendable {
             // The key name of a tcp peer's connection, read with every message (a routing id may
             // move to another connection): the principal the gateway acts for.
             let user = sockets.router.lastMessageUserID
+            if let user, keys.hasRevokedCurveKeys, let key = sockets.router.lastMessageProperty(ZAPHandler.curveKeyProperty),
+                keys.isRevoked(curveKey: key)
+            {
+                // A key removed from the allow-list under a name that stays: dropped, its
+                // connection closed (a removed name is refused by the broker).
+                keys.closeRevoked(descriptor: descriptor, name: user, curveKey: key)
+                continue
+            }
             if let peer = frames.first, sockets.backlog.noteReceived(from: PeerID(peer), descriptor: descriptor), let user {
-                connectionKey(user, descriptor)
+                keys.noteKey(user, curveKey: sockets.router.lastMessageProperty(ZAPHandler.curveKeyProperty), descriptor: descriptor)
             }
             session.fromPeer(frames, principal: user, now: now)
         }

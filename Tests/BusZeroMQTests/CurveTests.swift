@@ -140,7 +140,11 @@ struct CurveTests {
             [Data("1.0".utf8), Data("7".utf8), Data("boardbus".utf8), Data("10.0.0.2".utf8), Data(), Data(mechanism.utf8)] + credentials
         }
         let allowed = ZAPHandler.answer(request("CURVE", credentials: [key])) { $0.publicKey == z85 && $0.address == "10.0.0.2" ? "edge-b" : nil }
-        #expect(allowed.map { String(decoding: $0, as: UTF8.self) } == ["1.0", "7", "200", "OK", "edge-b", ""])
+        #expect(allowed.prefix(5).map { String(decoding: $0, as: UTF8.self) } == ["1.0", "7", "200", "OK", "edge-b"])
+        // The metadata: one property, the key (ZMTP's property list, as libzmq reads it).
+        #expect(allowed[5] == Data([11] + Array("X-Curve-Key".utf8) + [0, 0, 0, 40] + Array(z85.utf8)))
+        // NULL (a plaintext endpoint's peers): no key, no metadata.
+        #expect(ZAPHandler.answer(request("NULL", credentials: [])) { _ in "insecure" }[5].isEmpty)
         let refused = ZAPHandler.answer(request("CURVE", credentials: [key])) { _ in nil }
         #expect(String(decoding: refused[2], as: UTF8.self) == "400")
         // A key of the wrong length has no Z85 form: the decision sees none.

@@ -287,27 +287,31 @@ struct NetworkIntegrationTests {
         }
     }
 
+    /// `Python/silent_curve_client.py` on host B with the lab's `ops` key, once through its
+    /// handshake: it greets `demo.greeter` when `go` exists (over MDP with `mdp`).
+    private static func startSilentClient(_ lab: NetworkLab, endpoint: String, go: String, mdp: Bool = false) async throws -> ChildProcess {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/silent_curve_client.py").path
+        let client = try await lab.start(
+            "/usr/bin/python3",
+            [script, endpoint, "\(lab.stateA)/curve/server.pub", "\(lab.directory)/ops.key", go, "demo.greeter", "greet", #"{"name":"far"}"#]
+                + (mdp ? ["mdp"] : []), in: 1, runtime: nil)
+        try await client.waitForOutput("ready", timeout: .seconds(30))
+        return client
+    }
+
     /// Found on review: a removed key's connections were closed only when a message had come on
     /// them (the broker learns a connection's key from its first message), and its principal kept
     /// its rights in the policy. A connection through its handshake but silent until its key was
     /// removed stayed open and was served. Now every message of a removed key is refused
     /// `unauthorized` and its connection closed.
     @Test func aConnectionSilentUntilItsKeyIsRemovedIsRefusedAndClosed() async throws {
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/silent_curve_client.py").path
         try await NetworkLab.with { lab in
             let parent = try await lab.startParent(manifest: Self.parentManifest, policy: Self.policy)
             try lab.expectOK(try await lab.busctlA("wait", "--timeout", "30"))
             // The policy lets `ops` greet: served while its key is listed.
             try lab.expectOK(try await lab.busctlOverTCP(key: "ops", "call", "demo.greeter", "greet", #"{"name":"far"}"#))
             let go = "\(lab.directory)/go"
-            let client = try await lab.start(
-                "/usr/bin/python3",
-                [
-                    script, lab.parentEndpoint, "\(lab.stateA)/curve/server.pub", "\(lab.directory)/ops.key", go, "demo.greeter", "greet",
-                    #"{"name":"far"}"#,
-                ],
-                in: 1, runtime: nil)
-            try await client.waitForOutput("ready", timeout: .seconds(30))
+            let client = try await Self.startSilentClient(lab, endpoint: lab.parentEndpoint, go: go)
             let path = "\(lab.directory)/allowed.keys"
             let allowed = try String(contentsOfFile: path, encoding: .utf8)
             try (allowed.split(separator: "\n").filter { !$0.hasPrefix("ops ") }.joined(separator: "\n") + "\n").write(
@@ -327,6 +331,55 @@ struct NetworkIntegrationTests {
                 try await eventually(timeout: .seconds(10)) {
                     try await lab.busctlOverTCP(key: "ops", "call", "demo.greeter", "greet", #"{"name":"far"}"#, "--timeout", "3").exitCode == 0
                 })
+        }
+    }
+
+    /// Found on review: the allow-list was compared by name, so a key replaced under the same
+    /// name (a compromised key rotated) kept its connections, silent ones included, and they were
+    /// served. A key removed under a name that stays closes its connections and refuses their
+    /// messages `unauthorized`; the new key is served, the old one refused at its handshake.
+    @Test func aKeyReplacedUnderItsNameLosesItsConnections() async throws {
+        try await NetworkLab.with { lab in
+            let mdp = "tcp://\(lab.parentAddress):\(lab.port + 3)"
+            let parent = try await lab.startParent(manifest: Self.parentManifest, policy: Self.policy, arguments: ["--mdp", mdp])
+            try lab.expectOK(try await lab.busctlA("wait", "--timeout", "30"))
+            let made = try await lab.run(lab.binaries + "/busctl", ["keys", "new", "ops", "--out", "\(lab.directory)/ops-new.key"], in: nil)
+            try lab.expectOK(made)
+            let board = try await lab.startRemoteBoard(id: "far.greeter", key: "ops")
+            try lab.expectOK(try await lab.busctlA("call", "far.greeter", "greet", #"{"name":"far"}"#))
+            let go = "\(lab.directory)/go"
+            let client = try await Self.startSilentClient(lab, endpoint: lab.parentEndpoint, go: go)
+            // The same through the MDP endpoint (the gateway acts for the key's name).
+            let mdpClient = try await Self.startSilentClient(lab, endpoint: mdp, go: go, mdp: true)
+            // `ops`'s line now names the new key.
+            let path = "\(lab.directory)/allowed.keys"
+            let allowed = try String(contentsOfFile: path, encoding: .utf8)
+            try (allowed.split(separator: "\n").filter { !$0.hasPrefix("ops ") }.joined(separator: "\n") + "\n" + made.standardOutput).write(
+                toFile: path, atomically: true, encoding: .utf8)
+            #expect(
+                try await eventually(timeout: .seconds(10)) { parent.standardError.contains("removedKeys=1") },
+                "\(parent.standardError.suffix(2000))")
+            // The board's connection (known by its key) is closed: the board is not served.
+            #expect(
+                try await eventually(timeout: .seconds(10)) {
+                    try await lab.busctlA("call", "far.greeter", "greet", #"{"name":"far"}"#, "--timeout", "2").exitCode != 0
+                })
+            // The silent connection's first message is refused, and its connection closed.
+            FileManager.default.createFile(atPath: go, contents: nil)
+            let result = try await client.wait(timeout: .seconds(30))
+            let lines = result.standardOutput.split(separator: "\n").map(String.init)
+            #expect(lines.count == 3 && lines[1].contains(#""kind": 17"#) && lines[1].contains("unauthorized"), "\(result.standardOutput)")
+            #expect(lines.last == "closed", "\(result.standardOutput) \(result.standardError)")
+            // Through MDP: dropped (MDP has no refusal to send), its connection closed.
+            let viaMDP = try await mdpClient.wait(timeout: .seconds(30))
+            #expect(
+                viaMDP.standardOutput.split(separator: "\n").dropFirst().map(String.init) == [#"{"kind": null}"#, "closed"],
+                "\(viaMDP.standardOutput)")
+            // The new key is served under the same name; the old one is refused at its handshake.
+            try lab.expectOK(try await lab.busctlOverTCP(key: "ops-new", "call", "demo.greeter", "greet", #"{"name":"far"}"#))
+            let refused = try await lab.busctlOverTCP(key: "ops", "list", "--timeout", "5")
+            #expect(refused.exitCode == 1 && refused.standardError.contains("unauthorized"), "\(refused.standardError)")
+            #expect(board.isRunning)
         }
     }
 

@@ -103,15 +103,22 @@ struct ConnectionLimitTests {
     }
 
     /// A message of a removed key closes the connection it came on only while that descriptor is
-    /// not known to be another connection's.
+    /// not known to be another connection's; a name can have several keys, and a key removed
+    /// under a name that stays closes only its own connections.
     @Test func aRemovedKeyClosesOnlyTheConnectionItIsKnownOn() {
         var limit = ConnectionLimit(maximum: 8192)
-        #expect(!limit.mayClose(12, revokedKey: "ops"))
+        let old = ConnectionKey(name: "ops", curveKey: "K1")
+        let new = ConnectionKey(name: "ops", curveKey: "K2")
+        #expect(!limit.mayClose(12, revokedKey: old))
         let accepted = limit.accepted(12, on: "tcp://127.0.0.1:7400")
-        #expect(accepted && limit.mayClose(12, revokedKey: "ops"))
-        limit.noteKey("edge-b", descriptor: 12)
-        #expect(!limit.mayClose(12, revokedKey: "ops"))
-        limit.noteKey("ops", descriptor: 12)
-        #expect(limit.mayClose(12, revokedKey: "ops"))
+        #expect(accepted && limit.mayClose(12, revokedKey: old))
+        limit.noteKey("ops", curveKey: "K2", descriptor: 12)
+        #expect(!limit.mayClose(12, revokedKey: old) && limit.mayClose(12, revokedKey: new))
+        limit.noteKey("ops", curveKey: "K1", descriptor: 12)
+        #expect(limit.mayClose(12, revokedKey: old))
+        let second = limit.accepted(13, on: "tcp://127.0.0.1:7400")
+        limit.noteKey("ops", curveKey: "K2", descriptor: 13)
+        #expect(second && limit.descriptors(ofKeys: [], curveKeys: ["K1"]) == [12])
+        #expect(limit.descriptors(ofKeys: ["ops"]) == [12, 13])
     }
 }

@@ -80,7 +80,7 @@ struct TestOnlyGatewayTests {
 
         let environment = GatewayEnvironment(
             context: context, localEndpoint: endpoint, limits: .default, logger: Logger(label: "test"), curveSecretKey: nil,
-            watchConnections: { _ in }, noteKey: { _, _ in })
+            watchConnections: { _ in }, keys: NoConnectionKeys())
         let gateway = try EchoGateway(environment: environment, ids: ["echo.a", "echo.b"])
         gateway.start()
         defer { gateway.stop() }

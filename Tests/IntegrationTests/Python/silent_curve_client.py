@@ -3,8 +3,10 @@
 prints "ready" once the handshake is through, waits for GO_FILE to exist (60 s at most), sends one
 command, prints the answer as JSON ({"kind": ..., "payload": ...}, or {"kind": null} when none
 comes in 10 s), then "closed" if the broker closes the connection within 5 s, else "open".
+With `mdp` last, it speaks MDP 0.2 to the broker's MDP endpoint instead (TARGET is the service)
+and prints the reply's last frame as the payload.
 
-usage: silent_curve_client.py ENDPOINT SERVER_PUBLIC_KEY_FILE CLIENT_KEY_FILE GO_FILE TARGET COMMAND JSON
+usage: silent_curve_client.py ENDPOINT SERVER_PUBLIC_KEY_FILE CLIENT_KEY_FILE GO_FILE TARGET COMMAND JSON [mdp]
 """
 import json
 import os
@@ -31,6 +33,7 @@ def wait_event(monitor, event, timeout_ms):
 
 def main():
     endpoint, server_file, client_file, go_file, target, command, value = sys.argv[1:8]
+    mdp = sys.argv[8:9] == ["mdp"]
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.curve_serverkey, _ = zmq.auth.load_certificate(server_file)
@@ -45,11 +48,15 @@ def main():
         if time.monotonic() > deadline:
             sys.exit("not told to go in 60 s")
         time.sleep(0.05)
-    header = encode_header(COMMAND, corr=7, flags=REPLY_EXPECTED, timeout_ms=5_000, target=target, type_name=command)
-    sock.send_multipart([header, value.encode()])
+    if mdp:
+        sock.send_multipart([b"MDPC02", b"\x01", target.encode(), command.encode(), value.encode()])
+    else:
+        header = encode_header(COMMAND, corr=7, flags=REPLY_EXPECTED, timeout_ms=5_000, target=target, type_name=command)
+        sock.send_multipart([header, value.encode()])
     if sock.poll(10_000):
         frames = sock.recv_multipart()
-        print(json.dumps({"kind": decode_header(frames[0])["kind"], "payload": frames[-1].decode(errors="replace")}), flush=True)
+        kind = "mdp" if mdp else decode_header(frames[0])["kind"]
+        print(json.dumps({"kind": kind, "payload": frames[-1].decode(errors="replace")}), flush=True)
     else:
         print(json.dumps({"kind": None}), flush=True)
     print("closed" if wait_event(monitor, zmq.EVENT_DISCONNECTED, 5_000) else "open", flush=True)
