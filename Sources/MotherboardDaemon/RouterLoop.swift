@@ -161,7 +161,7 @@ final class RouterLoopHandler: SocketLoopHandler {
         let peer = PeerID(routingID)
         noteConnection(of: peer, on: socket)
         let principal = principal(on: socket)
-        if let principal, refusedAsRevoked(principal, message.content, from: peer, on: socket) { return }
+        if let principal, refusedAsRevoked(principal, message, from: peer, on: socket) { return }
         guard case .success(let envelope) = message.content, envelope.header.kind == .register else {
             return motherboard.receive(message.content, from: peer, now: clock.now, principal: principal)
         }
@@ -175,7 +175,7 @@ final class RouterLoopHandler: SocketLoopHandler {
     /// on to it); a removed key under a name that stays is refused here, where the key is known
     /// (`unauthorized`, if the message waits for an answer).
     private func refusedAsRevoked(
-        _ principal: String, _ content: Result<Envelope, MalformedMessage>, from peer: PeerID, on socket: ZMQSocket
+        _ principal: String, _ message: borrowing ReceivedMessage, from peer: PeerID, on socket: ZMQSocket
     ) -> Bool {
         guard let gate, gate.hasRevokedCurveKeys || motherboard.isRevoked(principal) else { return false }
         let key = ConnectionKey(name: principal, curveKey: socket.lastReceivedProperty(ZAPHandler.curveKeyProperty))
@@ -184,7 +184,7 @@ final class RouterLoopHandler: SocketLoopHandler {
         let descriptor = socket.lastSourceDescriptor
         if !revokedConnections.contains(where: { $0.descriptor == descriptor }) { revokedConnections.append((descriptor, key)) }
         guard keyRevoked else { return false }
-        if case .success(let envelope) = content, envelope.header.flags.contains(.replyExpected), envelope.header.correlationID != 0,
+        if case .success(let envelope) = message.content, envelope.header.flags.contains(.replyExpected), envelope.header.correlationID != 0,
             envelope.header.kind != .reply, envelope.header.kind != .error
         {
             let error = BusError(.unauthorized, "the key this connection authenticated with was removed from the allow-list")
