@@ -60,7 +60,8 @@ package final class MajordomoBridge: @unchecked Sendable {
     private let session: MajordomoSession
     private var lastBacklogTick = ContinuousClock.now
     private let thread = HelperThread()
-    /// Told the CURVE key name of each tcp connection new to a peer, with its descriptor.
+    /// Told the CURVE key of each tcp connection new to a peer, with its descriptor; asked
+    /// whether a message's key was removed from the allow-list.
     private let keys: any ConnectionKeys
 
     /// Binds the MDP endpoint on `context` (the motherboard's, so that a tcp endpoint is checked
