@@ -23,11 +23,11 @@ public struct RawMessage: Sendable, Hashable {
         self.contentType = contentType
     }
 
-    init(_ envelope: borrowing Envelope) {
-        contentType = envelope.header.contentType
+    init(_ envelope: Envelope) {
         source = envelope.header.source
         typeName = envelope.header.typeName
         payload = envelope.payload
+        contentType = envelope.header.contentType
     }
 
     /// The payload decoded as `type` in its content type, or `typeMismatch`
@@ -129,10 +129,7 @@ public struct Board: Sendable {
     /// gateways, and that need not decode them.
     public mutating func onCommand(named name: String, _ handler: @escaping @Sendable (RawMessage, BoardContext) throws -> Data) {
         commandHandlers[name] = nil
-        immediateCommandHandlers[name] = ImmediateHandler { envelope, context in
-            let message = RawMessage(envelope)
-            return try handler(consume message, context)
-        }
+        immediateCommandHandlers[name] = ImmediateHandler { envelope, context in try handler(RawMessage(envelope), context) }
     }
 
     /// Subscribes to an action by name, with the raw payload.

@@ -126,7 +126,6 @@ extension Motherboard {
     /// The refusal of a registration by a remote principal, if the policy refuses it.
     func registrationForbidden(_ principal: String?, name: ScopedName) -> BusError? {
         guard let principal else { return nil }
-        if let revoked = revocation(of: principal) { return revoked }
         let (operation, decision) = registrationDecision(principal, name: name)
         return decision.allowed ? nil : denial(principal, operation, target: name.description, decision)
     }
