@@ -288,13 +288,16 @@ struct NetworkIntegrationTests {
     }
 
     /// `Python/silent_curve_client.py` on host B with the lab's `ops` key, once through its
-    /// handshake: it greets `demo.greeter` when `go` exists (over MDP with `mdp`).
-    private static func startSilentClient(_ lab: NetworkLab, endpoint: String, go: String, mdp: Bool = false) async throws -> ChildProcess {
+    /// handshake: it greets `demo.greeter` when `go` exists (over MDP with `mdp`); with
+    /// `claimingKey`, it sends that key as its own `X-Curve-Key` property.
+    private static func startSilentClient(
+        _ lab: NetworkLab, endpoint: String, go: String, mdp: Bool = false, claimingKey: String? = nil
+    ) async throws -> ChildProcess {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/silent_curve_client.py").path
         let client = try await lab.start(
             "/usr/bin/python3",
             [script, endpoint, "\(lab.stateA)/curve/server.pub", "\(lab.directory)/ops.key", go, "demo.greeter", "greet", #"{"name":"far"}"#]
-                + (mdp ? ["mdp"] : []), in: 1, runtime: nil)
+                + (mdp ? ["mdp"] : []), in: 1, environment: claimingKey.map { ["CLAIM_CURVE_KEY": $0] } ?? [:], runtime: nil)
         try await client.waitForOutput("ready", timeout: .seconds(30))
         return client
     }
@@ -348,7 +351,10 @@ struct NetworkIntegrationTests {
             let board = try await lab.startRemoteBoard(id: "far.greeter", key: "ops")
             try lab.expectOK(try await lab.busctlA("call", "far.greeter", "greet", #"{"name":"far"}"#))
             let go = "\(lab.directory)/go"
-            let client = try await Self.startSilentClient(lab, endpoint: lab.parentEndpoint, go: go)
+            // It lies, claiming the new key as its connection's `X-Curve-Key`: the ZAP handler's
+            // property is the one the broker reads.
+            let newKey = String(made.standardOutput.split(separator: " ").last ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+            let client = try await Self.startSilentClient(lab, endpoint: lab.parentEndpoint, go: go, claimingKey: newKey)
             // The same through the MDP endpoint (the gateway acts for the key's name).
             let mdpClient = try await Self.startSilentClient(lab, endpoint: mdp, go: go, mdp: true)
             // `ops`'s line now names the new key.

@@ -4,7 +4,9 @@ prints "ready" once the handshake is through, waits for GO_FILE to exist (60 s a
 command, prints the answer as JSON ({"kind": ..., "payload": ...}, or {"kind": null} when none
 comes in 10 s), then "closed" if the broker closes the connection within 5 s, else "open".
 With `mdp` last, it speaks MDP 0.2 to the broker's MDP endpoint instead (TARGET is the service)
-and prints the reply's last frame as the payload.
+and prints the reply's last frame as the payload. With $CLAIM_CURVE_KEY, it lies: it sends that
+key as its own `X-Curve-Key` connection property (ZMTP metadata), which the broker must not take
+for the key it authenticated with.
 
 usage: silent_curve_client.py ENDPOINT SERVER_PUBLIC_KEY_FILE CLIENT_KEY_FILE GO_FILE TARGET COMMAND JSON [mdp]
 """
@@ -38,6 +40,8 @@ def main():
     sock.setsockopt(zmq.LINGER, 0)
     sock.curve_serverkey, _ = zmq.auth.load_certificate(server_file)
     sock.curve_publickey, sock.curve_secretkey = zmq.auth.load_certificate(client_file)
+    if "CLAIM_CURVE_KEY" in os.environ:
+        sock.setsockopt(zmq.METADATA, b"X-Curve-Key:" + os.environ["CLAIM_CURVE_KEY"].encode())
     monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED)
     sock.connect(endpoint)
     if not wait_event(monitor, zmq.EVENT_HANDSHAKE_SUCCEEDED, 10_000):
