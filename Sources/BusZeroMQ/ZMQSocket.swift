@@ -53,6 +53,11 @@ package final class ZMQSocket {
     private let lastHeader: UnsafeMutablePointer<zmq_msg_t>
     private let lastPayload: UnsafeMutablePointer<zmq_msg_t>
     @exclusivity(unchecked) private var lastPayloadData: Data?
+    /// Where payloads too long to be held inline and too short to be lent are copied: the same
+    /// storage again for the next one whenever nothing holds the last any more (a `Data` whose
+    /// storage something else holds is copied before it is changed), so that a board or client
+    /// handling one message at a time allocates nothing for what it receives.
+    @exclusivity(unchecked) private var payloadBuffer = Data()
     @exclusivity(unchecked) private var lastFraming: WireFraming = .two
     /// On a ROUTER socket, the peers that last spoke version 3: they are answered in it.
     @exclusivity(unchecked) private var previousVersionPeers = RecentPeers()
@@ -235,8 +240,13 @@ package final class ZMQSocket {
         zmq_msg_init(lastHeader)
     }
 
-    /// `Data` stores up to this many bytes inline (in the value, not on the heap).
+    /// A payload of up to this many bytes is never told by its address (a `Data` of up to
+    /// ``inlineDataCapacity`` bytes is held in the value, which has no stable address).
     static let inlineDataLimit = 32
+
+    /// The most bytes a `Data` holds inline on 64-bit platforms: a longer one has heap storage.
+    /// Fewer in `payloadBuffer` would turn it inline and let its storage go.
+    static let inlineDataCapacity = 14
 
     /// Payloads from this size on are lent to libzmq rather than copied.
     static let zeroCopyThreshold = 16 * 1024
@@ -391,17 +401,19 @@ package final class ZMQSocket {
     }
 
     /// The payload of the message last received: in version 4 the end of `lastHeader`, in version
-    /// 3 `lastPayload`. Copied when small (the frame stays, so that sending the same `Data` on can
-    /// hand it back to libzmq), else a `Data` over libzmq's buffer, which holds the frame (a
+    /// 3 `lastPayload`. Copied when small, into `payloadBuffer` unless held inline (the frame stays,
+    /// so that sending the same `Data` on can hand it back to libzmq), else a `Data` over libzmq's buffer, which holds the frame (a
     /// reference to it, in version 4) until it is freed.
     private func takePayload(inFirstFrame range: Range<Int>?, secondFrameBytes: Int) -> Data {
         let frame = range == nil ? lastPayload : lastHeader
         let range = range ?? 0..<secondFrameBytes
         let start = zmq_msg_data(frame)! + range.lowerBound
         guard range.count >= Self.zeroCopyThreshold else {
-            let payload = range.isEmpty ? Data() : Data(bytes: start, count: range.count)
-            if range.count > Self.inlineDataLimit { lastPayloadData = payload }
-            return payload
+            guard range.count > Self.inlineDataCapacity else { return range.isEmpty ? Data() : Data(bytes: start, count: range.count) }
+            payloadBuffer.count = range.count
+            payloadBuffer.withUnsafeMutableBytes { $0.baseAddress!.copyMemory(from: start, byteCount: range.count) }
+            if range.count > Self.inlineDataLimit { lastPayloadData = payloadBuffer }
+            return payloadBuffer
         }
         let owned = OwnedMessage()
         guard frame == lastHeader else {

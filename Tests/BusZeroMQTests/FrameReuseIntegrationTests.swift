@@ -202,4 +202,30 @@ struct FrameReuseIntegrationTests {
         }
         #expect(received == envelope)
     }
+
+    /// Payloads are received into storage the socket reuses once nothing holds the last one: a
+    /// payload a handler keeps, or changes, is never changed by the messages after it, whatever
+    /// their sizes (inline, shorter, the same, longer, lent).
+    @Test func aPayloadKeptOrChangedIsNeverOverwrittenByLaterOnes() async throws {
+        let sizes = [100, 100, 15, 14, 0, 40, 200, 16 * 1024, 99]
+        let (kept, changed, received) = try await withPair { pair in
+            var kept: [Data] = []
+            var received: [Data] = []
+            var changed = try pair.routerReceives(Self.command(1, payload: Data(repeating: 0xaa, count: 64))).payload
+            changed[0] = 0x01
+            for (index, size) in sizes.enumerated() {
+                let payload = Data((0..<size).map { UInt8(truncatingIfNeeded: $0 &+ index) })
+                let envelope = try pair.routerReceives(Self.command(UInt64(index + 2), payload: payload))
+                received.append(payload)
+                // Every other one is let go before the next arrives, so that its storage is reused.
+                if index % 2 == 0 { kept.append(envelope.payload) }
+                #expect(envelope.payload == payload, "payload \(index) of \(size) bytes")
+            }
+            return (kept, changed, received)
+        }
+        #expect(kept == stride(from: 0, to: received.count, by: 2).map { received[$0] })
+        var expected = Data(repeating: 0xaa, count: 64)
+        expected[0] = 0x01
+        #expect(changed == expected)
+    }
 }
