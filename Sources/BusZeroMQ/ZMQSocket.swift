@@ -57,7 +57,11 @@ package final class ZMQSocket {
     /// storage again for the next one whenever nothing holds the last any more (a `Data` whose
     /// storage something else holds is copied before it is changed), so that a board or client
     /// handling one message at a time allocates nothing for what it receives.
+    /// `payloadBufferBytes` is the most it was given since it was made: a payload under half of
+    /// that gets storage of its own, so that a payload kept (queued by a broker) holds at most
+    /// about three times its size (`Data` grows its storage by half as much again).
     @exclusivity(unchecked) private var payloadBuffer = Data()
+    @exclusivity(unchecked) private var payloadBufferBytes = 0
     @exclusivity(unchecked) private var lastFraming: WireFraming = .two
     /// On a ROUTER socket, the peers that last spoke version 3: they are answered in it.
     @exclusivity(unchecked) private var previousVersionPeers = RecentPeers()
@@ -410,8 +414,14 @@ package final class ZMQSocket {
         let start = zmq_msg_data(frame)! + range.lowerBound
         guard range.count >= Self.zeroCopyThreshold else {
             guard range.count > Self.inlineDataCapacity else { return range.isEmpty ? Data() : Data(bytes: start, count: range.count) }
-            payloadBuffer.count = range.count
-            payloadBuffer.withUnsafeMutableBytes { $0.baseAddress!.copyMemory(from: start, byteCount: range.count) }
+            if range.count * 2 < payloadBufferBytes {
+                payloadBuffer = Data(bytes: start, count: range.count)
+                payloadBufferBytes = range.count
+            } else {
+                payloadBuffer.count = range.count
+                payloadBuffer.withUnsafeMutableBytes { $0.baseAddress!.copyMemory(from: start, byteCount: range.count) }
+                payloadBufferBytes = max(payloadBufferBytes, range.count)
+            }
             if range.count > Self.inlineDataLimit { lastPayloadData = payloadBuffer }
             return payloadBuffer
         }

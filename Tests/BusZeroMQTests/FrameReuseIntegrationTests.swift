@@ -228,4 +228,19 @@ struct FrameReuseIntegrationTests {
         expected[0] = 0x01
         #expect(changed == expected)
     }
+
+    /// A payload received after a much longer one gets storage of its own size, not the longer
+    /// one's: what a broker queues holds about what it counts.
+    @Test func aShortPayloadAfterALongOneHoldsStorageOfAboutItsSize() async throws {
+        let held = try await withPair { pair in
+            _ = try pair.routerReceives(Self.command(1, payload: Data(repeating: 7, count: 16_000)))
+            let short = try pair.routerReceives(Self.command(2, payload: Self.payload)).payload
+            return short.withUnsafeBytes { mallocUsableSize(UnsafeMutableRawPointer(mutating: $0.baseAddress)) }
+        }
+        #expect(held >= Self.payload.count && held < 4 * Self.payload.count)
+    }
 }
+
+/// glibc's size of the allocation `pointer` starts (not in Swift's Glibc module).
+@_silgen_name("malloc_usable_size")
+private func mallocUsableSize(_ pointer: UnsafeMutableRawPointer?) -> Int
