@@ -21,7 +21,8 @@ public struct CBOREncoder: Sendable {
     /// same bytes. Such a value's `encode(to:)` runs twice, so it must give the same result both
     /// times (as one reading a single-pass sequence would not).
     public func encode<T: Encodable>(_ value: T) throws -> Data {
-        let stream = CBORStream()
+        var stream = CBORStream.take()
+        defer { CBORStream.giveBack(&stream) }
         try stream.encodeRoot(value)
         if let data = stream.finish() { return data }
         return CBORWriter.encode(try CBOREncoding.encodeTree(value, parentPath: [], key: nil, json: nil))
@@ -381,7 +382,7 @@ struct CBORWriter {
     }
 
     private(set) var buffer: UnsafeMutableRawPointer
-    private var capacity: Int
+    private(set) var capacity: Int
     var offset = 0
 
     init(capacity: Int) {

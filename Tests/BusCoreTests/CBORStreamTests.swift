@@ -558,6 +558,70 @@ extension CBORStreamTests {
         }
     }
 
+    /// A thread keeps its stream between encodings: whatever the last one left in it (an error
+    /// thrown midway, a value one pass could not follow, a buffer grown past what is kept, an
+    /// encoding nested in another's `encode(to:)`), the next one starts afresh and writes the
+    /// tree's bytes.
+    @Test func aKeptStreamStartsEveryEncodingAfresh() throws {
+        struct ThrowsMidway: Encodable {
+            func encode(to encoder: any Encoder) throws {
+                var container = encoder.container(keyedBy: Field.self)
+                var nested = container.nestedUnkeyedContainer(forKey: .a)
+                try nested.encode(1)
+                throw EncodingError.invalidValue(1, .init(codingPath: nested.codingPath, debugDescription: "no"))
+            }
+        }
+        /// Encodes another value's CBOR as its own bytes, from inside its `encode(to:)`.
+        struct Wrapping: Encodable {
+            var inner: [Int]
+            func encode(to encoder: any Encoder) throws {
+                var container = encoder.singleValueContainer()
+                try container.encode(CBOREncoder().encode(inner))
+            }
+        }
+        var random = SeededRandom(seed: 7049)
+        let before: [any Encodable] = [ThrowsMidway(), OutOfOrder(), Array(0..<10_000), Wrapping(inner: [1, 2, 3]), [ThrowsMidway()]]
+        for (index, value) in before.enumerated() {
+            _ = try? CBOREncoder().encode(value)
+            var budget = 400
+            let shape = Shape.random(depth: 3, budget: &budget, using: &random)
+            // The stream the value left, in one pass.
+            var stream = CBORStream.take()
+            try stream.encodeRoot(shape)
+            #expect(stream.finish() == (try tree(shape)), "after value \(index)")
+            CBORStream.giveBack(&stream)
+            #expect(try CBOREncoder().encode(shape) == tree(shape), "after value \(index)")
+        }
+        #expect(try CBORDecoder().decode(Data.self, from: CBOREncoder().encode(Wrapping(inner: [4]))) == CBOREncoder().encode([4]))
+    }
+
+    /// A stream an encoder a value kept still holds is not kept for the next encoding, which
+    /// that encoder could otherwise write into.
+    @Test func aStreamAnEncoderStillHoldsIsNotKept() throws {
+        final class Keeper: Encodable {
+            var kept: (any Encoder)?
+            func encode(to encoder: any Encoder) throws {
+                kept = encoder
+                var container = encoder.singleValueContainer()
+                try container.encode(1)
+            }
+        }
+        let keeper = Keeper()
+        _ = try CBOREncoder().encode(keeper)
+        let held = try #require(keeper.kept as? CBORStreamEncoding)
+        var next = CBORStream.take()
+        #expect(next !== held.stream)
+        CBORStream.giveBack(&next)
+        // One nothing else holds is kept.
+        _ = try CBOREncoder().encode([1, 2])
+        var first = CBORStream.take()
+        let identity = ObjectIdentifier(first)
+        CBORStream.giveBack(&first)
+        var second = CBORStream.take()
+        #expect(ObjectIdentifier(second) == identity)
+        CBORStream.giveBack(&second)
+    }
+
     /// Long text: checked as UTF-8 when read, after decoding when not read (also when a read
     /// failed and was caught), and long non-ASCII text round trips.
     @Test func longTextIsCheckedReadOrNot() throws {
