@@ -405,9 +405,9 @@ package final class ZMQSocket {
     }
 
     /// The payload of the message last received: in version 4 the end of `lastHeader`, in version
-    /// 3 `lastPayload`. Copied when small, into `payloadBuffer` unless held inline (the frame stays,
-    /// so that sending the same `Data` on can hand it back to libzmq), else a `Data` over libzmq's buffer, which holds the frame (a
-    /// reference to it, in version 4) until it is freed.
+    /// 3 `lastPayload`. Copied when small, into `payloadBuffer` unless held inline (the frame
+    /// stays, so that sending the same `Data` on can hand it back to libzmq), else a `Data` over
+    /// libzmq's buffer, which holds the frame (a reference to it, in version 4) until it is freed.
     private func takePayload(inFirstFrame range: Range<Int>?, secondFrameBytes: Int) -> Data {
         let frame = range == nil ? lastPayload : lastHeader
         let range = range ?? 0..<secondFrameBytes
