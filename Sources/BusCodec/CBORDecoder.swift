@@ -35,9 +35,9 @@ public struct CBORDecoder: Sendable {
         guard reader.offset == bytes.count else {
             throw reader.corrupted("\(bytes.count - reader.offset) bytes after the CBOR item")
         }
-        let input = CBORInput(bytes, found: found, json: json)
+        var input = CBORInput.take(bytes, found: found, json: json)
         // The bytes are valid only during this call: a decoder a type kept reads nothing after it.
-        defer { input.close() }
+        defer { CBORInput.giveBack(&input) }
         let decoder = CBORDecoding(input: input, offset: 0, path: nil)
         // Returned straight from the decode when there is no long text (a generic value kept
         // in a local costs value-witness calls on every payload).
@@ -278,7 +278,7 @@ final class CBORInput {
     /// Bytes the input allocated itself (``null()``), freed with it.
     private let owned: UnsafeMutableRawBufferPointer?
     /// What checking found, or nil when it found nothing (the usual case).
-    private let found: Found?
+    @exclusivity(unchecked) private var found: Found?
     /// Whether the bytes were transcoded from JSON text (``JSONPayload``). Decoding then
     /// refuses, with ``JSONPayload/FoundationNeeded``, what Foundation's JSONDecoder would read
     /// differently from the number or text it was given: `URL` and `Decimal` (which it reads
@@ -288,7 +288,7 @@ final class CBORInput {
     /// `Float` whose text a double rounding could move (which it reads with `strtof`), a key that
     /// is not ASCII and not found (it compares keys as `String`s), a super decoder of a key that
     /// is absent, and `decodeNil()` past an array's end (where it throws).
-    let json: Bool
+    @exclusivity(unchecked) private(set) var json: Bool
     /// Whether decoding raised an error (``failing(_:)``), even one the value's code caught.
     @exclusivity(unchecked) private(set) var failed = false
 
@@ -391,6 +391,25 @@ final class CBORInput {
     deinit { owned?.deallocate() }
 
     func close() { bytes = UnsafeRawBufferPointer(start: nil, count: 0) }
+
+    /// The thread's kept input (see ``ThreadKept``), or a new one, reading `bytes`.
+    static func take(_ bytes: UnsafeRawBufferPointer, found: CBORReader.Found, json: Bool) -> CBORInput {
+        guard let input = kept.take() else { return CBORInput(bytes, found: found, json: json) }
+        input.bytes = bytes
+        input.found = found.longText.isEmpty && found.containers.isEmpty ? nil : Found(found)
+        input.json = json
+        input.failed = false
+        return input
+    }
+
+    /// Closes `input` and keeps it for the thread's next decoding, unless a decoder a value kept
+    /// still holds it (which must then go on finding nothing to read).
+    static func giveBack(_ input: inout CBORInput) {
+        input.close()
+        kept.giveBack(&input) { $0.found = nil }
+    }
+
+    private static let kept = ThreadKept<CBORInput>()
 
     func reader(at offset: Int) -> CBORReader { CBORReader(bytes: bytes, offset: offset) }
 

@@ -57,31 +57,14 @@ final class CBORStream {
     }
 
     /// A stream of this thread's, reused: an encoding then allocates neither a stream nor its
-    /// stack of open containers. Each call takes the thread's stream, or makes one when it is
-    /// taken (by a call it is nested in); ``giveBack(_:)`` keeps it for the next.
-    static func take() -> CBORStream {
-        guard let kept = pthread_getspecific(threadKey) else { return CBORStream() }
-        pthread_setspecific(threadKey, nil)
-        return Unmanaged<CBORStream>.fromOpaque(kept).takeRetainedValue()
-    }
+    /// stack of open containers (see ``ThreadKept``).
+    static func take() -> CBORStream { kept.take() ?? CBORStream() }
 
-    /// Keeps `stream`, emptied, for the thread's next encoding: unless something still holds it
-    /// (an encoder a value kept would write into the next encoding) or the thread keeps one.
-    static func giveBack(_ stream: inout CBORStream) {
-        guard isKnownUniquelyReferenced(&stream), pthread_getspecific(threadKey) == nil else { return }
-        stream.reset()
-        pthread_setspecific(threadKey, Unmanaged.passRetained(stream).toOpaque())
-    }
+    /// Keeps `stream`, emptied, for the thread's next encoding, unless something still holds it
+    /// (an encoder a value kept would write into the next encoding).
+    static func giveBack(_ stream: inout CBORStream) { kept.giveBack(&stream) { $0.reset() } }
 
-    /// The thread's kept stream, released when the thread ends.
-    private static let threadKey: pthread_key_t = {
-        var key = pthread_key_t()
-        let created = pthread_key_create(&key) { kept in
-            if let kept { Unmanaged<CBORStream>.fromOpaque(kept).release() }
-        }
-        precondition(created == 0, "pthread_key_create: \(created)")
-        return key
-    }()
+    private static let kept = ThreadKept<CBORStream>()
 
     /// Back to a new stream's state, keeping the container stack's room and, when its bytes
     /// were not taken and it is small, the writer's buffer.

@@ -303,6 +303,40 @@ struct CBORStreamTests {
             #expect(throws: DecodingError.self) { _ = try keeper.decoder.container(keyedBy: Field.self) }
             #expect(throws: DecodingError.self) { _ = try keeper.decoder.singleValueContainer().decode([String: String].self) }
         }
+        // Nor the input of a later call on the same thread (a thread keeps its input for the
+        // next call only when nothing else holds it), even while that call is under way.
+        struct ReadsTheKeptOne: Decodable {
+            var own: [String: String]
+            init(from decoder: any Decoder) throws {
+                Self.leaked = try? Self.keeper?.singleValueContainer().decode([String: String].self)
+                own = try decoder.singleValueContainer().decode([String: String].self)
+            }
+            nonisolated(unsafe) static var keeper: (any Decoder)?
+            nonisolated(unsafe) static var leaked: [String: String]?
+        }
+        ReadsTheKeptOne.keeper = keeper.decoder
+        for _ in 0..<3 {
+            let later = try CBORDecoder().decode(ReadsTheKeptOne.self, from: CBOREncoder().encode(["a": "leaked"]))
+            #expect(later.own == ["a": "leaked"])
+            #expect(ReadsTheKeptOne.leaked == nil)
+            #expect(throws: DecodingError.self) { _ = try keeper.decoder.singleValueContainer().decode([String: String].self) }
+        }
+        ReadsTheKeptOne.keeper = nil
+    }
+
+    /// A decoder's input is kept for the thread's next decoding once nothing holds it: every
+    /// decoding reads its own bytes, whatever the one before read, refused or kept.
+    @Test func aKeptInputReadsOnlyItsOwnCall() throws {
+        var random = SeededRandom(seed: 2049)
+        for round in 0..<40 {
+            var budget = 300
+            let shape = Shape.random(depth: 3, budget: &budget, using: &random)
+            let encoded = try CBOREncoder().encode(shape)
+            #expect(try CBORDecoder().decode(Shape.self, from: encoded) == shape, "round \(round)")
+            // A refused input between two.
+            #expect(throws: DecodingError.self) { _ = try CBORDecoder().decode(Shape.self, from: encoded + Data([0x00])) }
+            #expect(throws: DecodingError.self) { _ = try CBORDecoder().decode(Int.self, from: Data([0x78, 0xff])) }
+        }
     }
 }
 
