@@ -91,6 +91,16 @@ struct CBORStreamTests {
     enum Field: String, CodingKey { case a, b, x, y, base }
 
     /// Writes to a nested container after its later sibling was opened.
+    /// Throws after writing part of itself.
+    struct Refuses: Encodable {
+        func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: Field.self)
+            var nested = container.nestedUnkeyedContainer(forKey: .a)
+            try nested.encode(1)
+            throw EncodingError.invalidValue(1, .init(codingPath: nested.codingPath, debugDescription: "no"))
+        }
+    }
+
     struct OutOfOrder: Encodable {
         func encode(to encoder: any Encoder) throws {
             var outer = encoder.container(keyedBy: Field.self)
@@ -173,14 +183,6 @@ struct CBORStreamTests {
 
     /// An error a value throws while encoding reaches the caller, whichever encoder ran.
     @Test func anEncodingErrorReachesTheCaller() throws {
-        struct Refuses: Encodable {
-            func encode(to encoder: any Encoder) throws {
-                var container = encoder.container(keyedBy: Field.self)
-                var nested = container.nestedUnkeyedContainer(forKey: .a)
-                try nested.encode(1)
-                throw EncodingError.invalidValue(1, .init(codingPath: nested.codingPath, debugDescription: "no"))
-            }
-        }
         let error = #expect(throws: EncodingError.self) { _ = try CBOREncoder().encode([Refuses()]) }
         guard case .invalidValue(_, let context) = error else { return }
         #expect(context.codingPath.map(\.stringValue) == ["Index 0", "a"])
@@ -597,14 +599,6 @@ extension CBORStreamTests {
     /// encoding nested in another's `encode(to:)`), the next one starts afresh and writes the
     /// tree's bytes.
     @Test func aKeptStreamStartsEveryEncodingAfresh() throws {
-        struct ThrowsMidway: Encodable {
-            func encode(to encoder: any Encoder) throws {
-                var container = encoder.container(keyedBy: Field.self)
-                var nested = container.nestedUnkeyedContainer(forKey: .a)
-                try nested.encode(1)
-                throw EncodingError.invalidValue(1, .init(codingPath: nested.codingPath, debugDescription: "no"))
-            }
-        }
         /// Encodes another value's CBOR as its own bytes, from inside its `encode(to:)`.
         struct Wrapping: Encodable {
             var inner: [Int]
@@ -614,7 +608,7 @@ extension CBORStreamTests {
             }
         }
         var random = SeededRandom(seed: 7049)
-        let before: [any Encodable] = [ThrowsMidway(), OutOfOrder(), Array(0..<10_000), Wrapping(inner: [1, 2, 3]), [ThrowsMidway()]]
+        let before: [any Encodable] = [Refuses(), OutOfOrder(), Array(0..<10_000), Wrapping(inner: [1, 2, 3]), [Refuses()]]
         for (index, value) in before.enumerated() {
             _ = try? CBOREncoder().encode(value)
             var budget = 400
