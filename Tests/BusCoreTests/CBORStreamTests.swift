@@ -90,7 +90,6 @@ struct CBORStreamTests {
 
     enum Field: String, CodingKey { case a, b, x, y, base }
 
-    /// Writes to a nested container after its later sibling was opened.
     /// Throws after writing part of itself.
     struct Refuses: Encodable {
         func encode(to encoder: any Encoder) throws {
@@ -101,6 +100,7 @@ struct CBORStreamTests {
         }
     }
 
+    /// Writes to a nested container after its later sibling was opened.
     struct OutOfOrder: Encodable {
         func encode(to encoder: any Encoder) throws {
             var outer = encoder.container(keyedBy: Field.self)
@@ -326,18 +326,53 @@ struct CBORStreamTests {
         ReadsTheKeptOne.keeper = nil
     }
 
+    /// What a kept input was set to for one call (JSON's rules, noted long text, a failure) is
+    /// not there for the next.
+    @Test func aKeptInputStartsEveryCallAfresh() throws {
+        let withLongText = try CBOREncoder().encode([String(repeating: "x", count: 300)])
+        // Text that is not UTF-8 where the first call's long text was: only a stale note reads it.
+        let plain = Data([0x81, 0x62, 0xFF, 0xFE])
+        try withLongText.withUnsafeBytes { long in
+            try plain.withUnsafeBytes { short in
+                var found = CBORReader.Found()
+                var reader = CBORReader(bytes: long)
+                try reader.check(depth: 0, found: &found)
+                try #require(!found.longText.isEmpty)
+                var first = CBORInput.take(long, found: found, json: true)
+                _ = first.failing(DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "test")))
+                let identity = ObjectIdentifier(first)
+                CBORInput.giveBack(&first)
+                var second = CBORInput.take(short, found: CBORReader.Found(), json: false)
+                #expect(ObjectIdentifier(second) == identity, "the input was kept")
+                #expect(!second.json && !second.failed && second.bytes.count == short.count)
+                // Long text noted for the first call's bytes would be looked for in these.
+                #expect(throws: Never.self) { try second.checkUnreadLongText() }
+                CBORInput.giveBack(&second)
+            }
+        }
+    }
+
     /// A decoder's input is kept for the thread's next decoding once nothing holds it: every
-    /// decoding reads its own bytes, whatever the one before read, refused or kept.
+    /// decoding reads its own bytes, and is judged by its own rules, whatever the one before left
+    /// in it: an error thrown while reading, long text, a reading of JSON (which refuses what
+    /// Foundation would read differently).
     @Test func aKeptInputReadsOnlyItsOwnCall() throws {
         var random = SeededRandom(seed: 2049)
-        for round in 0..<40 {
+        let long = [String(repeating: "\u{E9}", count: 300)]
+        for round in 0..<20 {
             var budget = 300
             let shape = Shape.random(depth: 3, budget: &budget, using: &random)
             let encoded = try CBOREncoder().encode(shape)
             #expect(try CBORDecoder().decode(Shape.self, from: encoded) == shape, "round \(round)")
-            // A refused input between two.
-            #expect(throws: DecodingError.self) { _ = try CBORDecoder().decode(Shape.self, from: encoded + Data([0x00])) }
-            #expect(throws: DecodingError.self) { _ = try CBORDecoder().decode(Int.self, from: Data([0x78, 0xff])) }
+            // Read, then refused: text where a number is.
+            #expect(throws: DecodingError.self) { _ = try CBORDecoder().decode(Int.self, from: CBOREncoder().encode("seven")) }
+            #expect(try CBORDecoder().decode(Int.self, from: CBOREncoder().encode(7)) == 7)
+            #expect(try CBORDecoder().decode([String].self, from: CBOREncoder().encode(long)) == long)
+            #expect(try CBORDecoder().decode(Shape.self, from: encoded) == shape, "round \(round), after long text")
+            // After JSON's reading, a 128-bit integer is CBOR's type mismatch, not JSON's refusal.
+            #expect(JSONPayload.decode([String: Int].self, from: Data(#"{"a": 1}"#.utf8)) == ["a": 1])
+            let error = #expect(throws: (any Error).self) { _ = try CBORDecoder().decode(Int128.self, from: CBOREncoder().encode(5)) }
+            #expect(error is DecodingError, "round \(round): \(String(describing: error))")
         }
     }
 }
@@ -608,7 +643,17 @@ extension CBORStreamTests {
             }
         }
         var random = SeededRandom(seed: 7049)
-        let before: [any Encodable] = [Refuses(), OutOfOrder(), Array(0..<10_000), Wrapping(inner: [1, 2, 3]), [Refuses()]]
+        /// Grows the writer past what a kept stream keeps, then throws.
+        struct LongThenRefuses: Encodable {
+            func encode(to encoder: any Encoder) throws {
+                var container = encoder.unkeyedContainer()
+                try container.encode(Array(0..<10_000))
+                try container.encode(Refuses())
+            }
+        }
+        let before: [any Encodable] = [
+            Refuses(), OutOfOrder(), Array(0..<10_000), Wrapping(inner: [1, 2, 3]), [Refuses()], LongThenRefuses(),
+        ]
         for (index, value) in before.enumerated() {
             _ = try? CBOREncoder().encode(value)
             var budget = 400

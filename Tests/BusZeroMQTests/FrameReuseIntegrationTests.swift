@@ -229,6 +229,25 @@ struct FrameReuseIntegrationTests {
         #expect(changed == expected)
     }
 
+    /// Once a payload is let go, the next of a like size is received into its storage, and
+    /// sent on from there in the frame it came in.
+    @Test func aPayloadInReusedStorageIsStillSentOnInItsFrame() async throws {
+        let (sameStorage, reused, received) = try await withPair { pair in
+            let first = try pair.routerReceives(Self.command(1, payload: Data(repeating: 1, count: 100)))
+            let firstAddress = first.payload.withUnsafeBytes { Int(bitPattern: $0.baseAddress) }
+            _ = consume first
+            let request = try pair.routerReceives(Self.command(2, payload: Self.payload))
+            let sameStorage = request.payload.withUnsafeBytes { Int(bitPattern: $0.baseAddress) } == firstAddress
+            var forwarded = request
+            forwarded.header.correlationID = 99
+            let received = try pair.dealerReceives(forwarded)
+            return (sameStorage, pair.router.framesReused, received)
+        }
+        #expect(sameStorage)
+        #expect(reused == 1)
+        #expect(received.header.correlationID == 99 && received.payload == Self.payload)
+    }
+
     /// A payload received after a much longer one gets storage of its own size, not the longer
     /// one's: what a broker queues holds about what it counts.
     @Test func aShortPayloadAfterALongOneHoldsStorageOfAboutItsSize() async throws {
