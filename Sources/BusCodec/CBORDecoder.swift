@@ -305,13 +305,18 @@ final class CBORInput {
             read = Array(repeating: false, count: found.longText.count)
             containers = found.containers
         }
+
+        /// What checking found, or nil when it found nothing.
+        static func noting(_ found: CBORReader.Found) -> Found? {
+            found.longText.isEmpty && found.containers.isEmpty ? nil : Found(found)
+        }
     }
 
     init(_ bytes: UnsafeRawBufferPointer, found: CBORReader.Found = .init(), json: Bool = false) {
         self.bytes = bytes
         self.json = json
         owned = nil
-        self.found = found.longText.isEmpty && found.containers.isEmpty ? nil : Found(found)
+        self.found = Found.noting(found)
     }
 
     /// One null item, for a super decoder whose key is absent.
@@ -396,7 +401,7 @@ final class CBORInput {
     static func take(_ bytes: UnsafeRawBufferPointer, found: CBORReader.Found, json: Bool) -> CBORInput {
         guard let input = kept.take() else { return CBORInput(bytes, found: found, json: json) }
         input.bytes = bytes
-        input.found = found.longText.isEmpty && found.containers.isEmpty ? nil : Found(found)
+        input.found = Found.noting(found)
         input.json = json
         input.failed = false
         return input

@@ -21,7 +21,7 @@ import Glibc
 /// A stream belongs to one `encode` call on one thread: its state is exempt from the run-time
 /// exclusivity checks that would otherwise cost every field of every value several calls.
 final class CBORStream {
-    @exclusivity(unchecked) private var writer = CBORWriter(capacity: 128)
+    @exclusivity(unchecked) private var writer = CBORWriter(capacity: CBORStream.writerBytes)
     /// Containers not yet closed, innermost last.
     @exclusivity(unchecked) private var open: [OpenContainer] = []
     @exclusivity(unchecked) private var lastSlot = 0
@@ -71,7 +71,7 @@ final class CBORStream {
     private func reset() {
         if taken || writer.capacity > Self.keptBufferBytes {
             if !taken { writer.discard() }
-            writer = CBORWriter(capacity: 128)
+            writer = CBORWriter(capacity: Self.writerBytes)
         } else {
             writer.offset = 0
         }
@@ -86,6 +86,9 @@ final class CBORStream {
 
     /// The largest writer buffer a kept stream holds on to.
     private static let keptBufferBytes = 4096
+
+    /// A new writer's buffer, which grows as the value needs.
+    private static let writerBytes = 128
 
     func encodeRoot<T: Encodable>(_ value: T) throws {
         pending = newSlot()
