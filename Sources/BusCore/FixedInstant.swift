@@ -14,6 +14,13 @@ package struct FixedInstant: Comparable, Hashable, Sendable {
     @inlinable
     package var instant: ContinuousClock.Instant { Self.origin.advanced(by: offset) }
 
+    /// This instant moved by `duration`.
+    @inlinable
+    package func advanced(by duration: Duration) -> FixedInstant { FixedInstant(offset: offset + duration) }
+
+    @inlinable @usableFromInline
+    init(offset: Duration) { self.offset = offset }
+
     /// From `earlier` to this instant.
     @inlinable
     package func duration(since earlier: FixedInstant) -> Duration { offset - earlier.offset }

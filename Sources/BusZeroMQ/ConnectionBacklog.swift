@@ -51,7 +51,11 @@ package final class ConnectionBacklog {
     package let budget: Int
     private var peers: [Peer: PeerState] = [:]
     // Looked at for every message (on the router's thread only): no exclusivity checks.
-    @exclusivity(unchecked) private var descriptors: [Peer: Int32] = [:]
+    @exclusivity(unchecked) private var descriptors: [Peer: Int32] = [:] {
+        didSet { recentDescriptors.removeAll() }
+    }
+    /// The descriptors of the peers whose messages came last, as `descriptors` holds them.
+    @exclusivity(unchecked) private var recentDescriptors = PeerMemo<Int32>()
     @exclusivity(unchecked) @usableFromInline package private(set) var stalled: Set<Peer> = []
     /// Large messages refused because their peer was stalled.
     package private(set) var refusedMessages = 0
@@ -78,7 +82,9 @@ package final class ConnectionBacklog {
     /// Returns whether the descriptor is new for the peer (its first message, or a new connection).
     @discardableResult
     package func noteReceived(from peer: Peer, descriptor: Int32) -> Bool {
-        guard descriptor >= 0, descriptors[peer] != descriptor else { return false }
+        guard descriptor >= 0, recentDescriptors.value(for: peer) != descriptor else { return false }
+        defer { recentDescriptors.note(descriptor, for: peer) }
+        guard descriptors[peer] != descriptor else { return false }
         descriptors[peer] = descriptor
         return true
     }

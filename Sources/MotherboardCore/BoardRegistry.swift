@@ -40,6 +40,9 @@ final class LiveBoard {
     let process: Int32?
     /// Since when it is silent past the liveness timeout while its process runs (nil: it is not).
     var busySince: ContinuousClock.Instant?
+    /// Its scope's UTF-8 then its id's, as a header names it: compared with a command's target
+    /// without making strings of it.
+    private let headerName: [UInt8]
 
     init(
         registration: Registration, peer: PeerID, registeredAt: ContinuousClock.Instant, lastSeen: ContinuousClock.Instant, metrics: BoardMetrics,
@@ -54,6 +57,17 @@ final class LiveBoard {
         self.registeredAt = registeredAt
         self.lastSeen = lastSeen
         self.nextHeartbeat = registeredAt
+        headerName = Array(registration.scope.name.utf8) + Array(registration.id.rawValue.utf8)
+    }
+
+    /// Whether a header's scope and id bytes name it.
+    func isNamed(scope: UnsafeRawBufferPointer, id: UnsafeRawBufferPointer) -> Bool {
+        let scopeBytes = headerName.count - registration.id.rawValue.utf8.count
+        guard scope.count == scopeBytes, scope.count + id.count == headerName.count else { return false }
+        return headerName.withUnsafeBytes { name in
+            (scope.isEmpty || memcmp(name.baseAddress!, scope.baseAddress!, scope.count) == 0)
+                && (id.isEmpty || memcmp(name.baseAddress! + scope.count, id.baseAddress!, id.count) == 0)
+        }
     }
 
     /// Sets the first heartbeat somewhere in the first `interval` after registration, by the
@@ -89,8 +103,19 @@ final class LiveBoard {
 /// and a struct's copy there retained each of its tables.
 final class BoardRegistry {
     // Looked up on every message, on the broker's loop thread only: no exclusivity checks.
-    @exclusivity(unchecked) private(set) var boards: [ScopedName: LiveBoard] = [:]
-    @exclusivity(unchecked) private var boardsByPeer: [PeerID: LiveBoard] = [:]
+    @exclusivity(unchecked) private(set) var boards: [ScopedName: LiveBoard] = [:] {
+        didSet { clearRecentTargets() }
+    }
+    /// What `boards` answered for the targets of recent commands, in a slot chosen by their id's
+    /// bytes: a command's target is found without making its strings and hashing them.
+    @exclusivity(unchecked) private var recentTargets = [LiveBoard?](repeating: nil, count: 64)  // recentTargetSlot's range
+    @exclusivity(unchecked) private var hasRecentTargets = false
+    @exclusivity(unchecked) private var boardsByPeer: [PeerID: LiveBoard] = [:] {
+        didSet { recentByPeer.removeAll() }
+    }
+    /// What `boardsByPeer` answered for the connections whose messages came last (nil for a
+    /// client's): the sender of every message is looked up.
+    @exclusivity(unchecked) private var recentByPeer = PeerMemo<LiveBoard?>()
     /// The boards of each gateway connection (registered with `sharesConnection`).
     @exclusivity(unchecked) private(set) var gatewayBoards: [PeerID: [ScopedName: LiveBoard]] = [:]
     /// Whether any connection is a gateway's: checked first, so that a broker without gateways
@@ -107,9 +132,38 @@ final class BoardRegistry {
         boards[name]
     }
 
+    /// The board a header names, from its scope's and id's bytes (ASCII: the caller checked),
+    /// as `self[ScopedName(scope:name:)]` finds it.
+    func board(scope: UnsafeRawBufferPointer, id: UnsafeRawBufferPointer) -> LiveBoard? {
+        let slot = Self.recentTargetSlot(id)
+        if let recent = recentTargets[slot], recent.isNamed(scope: scope, id: id) { return recent }
+        let name = ScopedName(scope: Scope(String(decoding: scope, as: UTF8.self)), name: String(decoding: id, as: UTF8.self))
+        guard let board = boards[name] else { return nil }
+        recentTargets[slot] = board
+        hasRecentTargets = true
+        return board
+    }
+
+    /// The memo's slot for a target: its id's bytes folded (no hashing; a miss costs only the
+    /// dictionary's look-up).
+    static func recentTargetSlot(_ id: UnsafeRawBufferPointer) -> Int {
+        var folded = id.count
+        for byte in id { folded = folded &* 31 &+ Int(byte) }
+        return folded & 63
+    }
+
+    private func clearRecentTargets() {
+        guard hasRecentTargets else { return }
+        for slot in recentTargets.indices { recentTargets[slot] = nil }
+        hasRecentTargets = false
+    }
+
     /// The board of a connection that serves one board.
     func board(for peer: PeerID) -> LiveBoard? {
-        boardsByPeer[peer]
+        if let recent = recentByPeer.value(for: peer) { return recent }
+        let board = boardsByPeer[peer]
+        recentByPeer.note(board, for: peer)
+        return board
     }
 
     /// The board `name` on the gateway connection `peer`.

@@ -66,17 +66,16 @@ extension Motherboard {
         _ layout: HeaderLayout, _ header: UnsafeMutableRawBufferPointer, from peer: PeerID, sender: LiveBoard?, now: ContinuousClock.Instant
     ) -> PeerID? {
         let bytes = UnsafeRawBufferPointer(header)
-        let scope: Scope
+        // A board speaks as itself: in place only when the header already says so.
         if let sender {
-            // A board speaks as itself: in place only when the header already says so.
             guard Self.bytes(bytes, layout.source, equal: sender.id.rawValue), Self.bytes(bytes, layout.scope, equal: sender.scope.name) else {
                 return nil
             }
-            scope = sender.scope
-        } else {
-            scope = Scope(Self.string(bytes, layout.scope))
         }
-        guard let target = registry[ScopedName(scope: scope, name: Self.string(bytes, layout.target))] else { return nil }
+        guard
+            let target = registry.board(
+                scope: UnsafeRawBufferPointer(rebasing: bytes[layout.scope]), id: UnsafeRawBufferPointer(rebasing: bytes[layout.target]))
+        else { return nil }
         sender?.lastSeen = now
         target.commandsHandled += 1
         (sender?.metrics ?? metrics.clients).received(.command)
@@ -103,7 +102,7 @@ extension Motherboard {
         sender.lastSeen = now
         HeaderLayout.setCorrelationID(request.clientCorrelationID, in: header)
         sender.metrics.received(layout.kind)
-        if let roundTrip = request.nanosecondsSinceForwarded(at: now) { sender.metrics.recordRoundTrip(roundTrip) }
+        if let roundTrip = request.nanosecondsSinceForwarded(at: FixedInstant(now)) { sender.metrics.recordRoundTrip(roundTrip) }
         ((request.clientIsBoard ? registry.board(for: request.client)?.metrics : nil) ?? metrics.clients).sent(layout.kind)
         if layout.kind == .error {
             metrics.countError(code: Self.string(UnsafeRawBufferPointer(header), layout.typeName), from: request.board.name)

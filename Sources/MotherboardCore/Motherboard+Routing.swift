@@ -160,6 +160,8 @@ extension Motherboard {
         client: PeerID?, clientIsBoard: Bool? = nil, now: ContinuousClock.Instant
     ) -> UInt64 {
         guard let client, flags.contains(.replyExpected) else { return 0 }
+        // One conversion of `now`: the deadline is added to the fixed instant.
+        let now = FixedInstant(now)
         return replies.expect(
             from: client, clientCorrelationID: correlationID, board: board, boardPeer: boardPeer,
             deadline: now.advanced(by: requestTimeout(milliseconds: timeoutMilliseconds)), sentAt: now,

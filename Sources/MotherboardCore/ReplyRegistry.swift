@@ -28,15 +28,15 @@ struct ReplyRegistry {
         var action: UInt64? = nil
 
         init(
-            client: PeerID, clientCorrelationID: UInt64, board: ScopedName, boardPeer: PeerID, deadline: ContinuousClock.Instant,
-            sentAt: ContinuousClock.Instant? = nil, clientIsBoard: Bool = true, action: UInt64? = nil
+            client: PeerID, clientCorrelationID: UInt64, board: ScopedName, boardPeer: PeerID, deadline: FixedInstant,
+            sentAt: FixedInstant? = nil, clientIsBoard: Bool = true, action: UInt64? = nil
         ) {
             self.client = client
             self.clientCorrelationID = clientCorrelationID
             self.board = board
             self.boardPeer = boardPeer
-            self.expiry = FixedInstant(deadline)
-            self.forwarded = sentAt.map(FixedInstant.init)
+            self.expiry = deadline
+            self.forwarded = sentAt
             self.clientIsBoard = clientIsBoard
             self.action = action
         }
@@ -48,8 +48,8 @@ struct ReplyRegistry {
         func hasExpired(at now: FixedInstant) -> Bool { expiry <= now }
 
         /// How long ago, at `now`, the broker forwarded it (nil: not recorded), in nanoseconds.
-        func nanosecondsSinceForwarded(at now: ContinuousClock.Instant) -> Int64? {
-            forwarded.map { FixedInstant(now).duration(since: $0).wholeNanoseconds }
+        func nanosecondsSinceForwarded(at now: FixedInstant) -> Int64? {
+            forwarded.map { now.duration(since: $0).wholeNanoseconds }
         }
     }
 
@@ -92,6 +92,17 @@ struct ReplyRegistry {
         from client: PeerID, clientCorrelationID: UInt64, board: ScopedName, boardPeer: PeerID, deadline: ContinuousClock.Instant,
         sentAt: ContinuousClock.Instant? = nil, clientIsBoard: Bool = true
     ) -> UInt64 {
+        expect(
+            from: client, clientCorrelationID: clientCorrelationID, board: board, boardPeer: boardPeer, deadline: FixedInstant(deadline),
+            sentAt: sentAt.map(FixedInstant.init), clientIsBoard: clientIsBoard)
+    }
+
+    /// ``expect(from:clientCorrelationID:board:boardPeer:deadline:sentAt:clientIsBoard:)`` with
+    /// its instants already fixed (the broker routes a command with one reading of the clock).
+    mutating func expect(
+        from client: PeerID, clientCorrelationID: UInt64, board: ScopedName, boardPeer: PeerID, deadline: FixedInstant,
+        sentAt: FixedInstant?, clientIsBoard: Bool
+    ) -> UInt64 {
         let id = makeCorrelationID()
         requests.insert(
             Request(
@@ -114,7 +125,9 @@ struct ReplyRegistry {
         guard let delivery = actions[action] else { preconditionFailure("no action delivery \(action)") }
         let id = makeCorrelationID()
         requests.insert(
-            Request(client: delivery.client, clientCorrelationID: 0, board: board, boardPeer: boardPeer, deadline: deadline, action: action), for: id)
+            Request(
+                client: delivery.client, clientCorrelationID: 0, board: board, boardPeer: boardPeer, deadline: FixedInstant(deadline), action: action),
+            for: id)
         return id
     }
 

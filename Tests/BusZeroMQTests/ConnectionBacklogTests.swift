@@ -176,4 +176,28 @@ struct ConnectionBacklogTests {
         #expect(backlog.isStalled(peer), "accepted \(accepted) answers of 64 KiB toward a socket nobody reads")
         #expect(accepted < 20)
     }
+
+    /// A peer whose descriptor was noted and then forgotten (its send failed: gone), or dropped
+    /// in the periodic clean-up while it sent only small messages, is noted again at its next
+    /// message, and its answers are bounded from then on: the memo in front of the table of
+    /// descriptors must not answer "already noted" for a peer the table no longer has.
+    @Test(arguments: ["forgotten", "cleaned up"])
+    func aPeerNotedAgainAfterItsDescriptorWasDroppedIsBounded(how: String) throws {
+        let (writer, reader) = try socketPair()
+        defer { [writer, reader].forEach { close($0) } }
+        let peer = PeerID(Data([0, 0, 0, 0, 9]))
+        let backlog = ConnectionBacklog(budget: 1 << 20)
+        #expect(backlog.noteReceived(from: peer, descriptor: writer))
+        #expect(!backlog.noteReceived(from: peer, descriptor: writer))
+        if how == "forgotten" {
+            backlog.forget(peer)
+        } else {
+            for _ in 0..<600 { backlog.tick() }
+        }
+        #expect(backlog.noteReceived(from: peer, descriptor: writer), "the descriptor was dropped: its next message notes it again")
+        fill(writer)
+        var accepted = 0
+        while backlog.mayQueue(64 << 10, to: peer), accepted < 100 { accepted += 1 }
+        #expect(backlog.isStalled(peer), "accepted \(accepted) answers of 64 KiB toward a socket nobody reads")
+    }
 }

@@ -54,6 +54,67 @@ struct BoardRegistryTests {
         #expect(registry.boards.count == 1)
     }
 
+    /// The board of a connection, as its messages find it (through the memo of recent senders),
+    /// follows every change: a client's connection that registers a board, the board leaving,
+    /// another board on the same connection, and a board taking the place of one of the same id.
+    @Test func theBoardOfAConnectionFollowsEveryRegistrationAndRemoval() {
+        let registry = BoardRegistry()
+        let peer = PeerID(Data([7]))
+        #expect(registry.board(for: peer) == nil)  // a client's: noted as none
+        #expect(registry.board(for: peer) == nil)
+        registry.insert(board("demo.first", peer: 7))
+        #expect(registry.board(for: peer)?.id == "demo.first")
+        registry.remove(ScopedName(scope: .root, name: "demo.first"))
+        #expect(registry.board(for: peer) == nil)
+        registry.insert(board("demo.second", peer: 7))
+        #expect(registry.board(for: peer)?.id == "demo.second")
+        registry.insert(board("demo.third", peer: 7))
+        #expect(registry.board(for: peer)?.id == "demo.third")
+        // The same id again, from another connection: the first connection has no board left.
+        registry.insert(board("demo.third", peer: 8))
+        #expect(registry.board(for: peer) == nil)
+        #expect(registry.board(for: PeerID(Data([8])))?.id == "demo.third")
+    }
+
+    /// A command's target, as its header's bytes name it (through the memo of recent targets),
+    /// is the board `boards` has under that name after every change, and only under that name:
+    /// not one whose scope and id split the same bytes elsewhere, nor one of another scope.
+    @Test func aTargetNamedByItsBytesIsTheBoardOfThatNameAfterEveryChange() {
+        let registry = BoardRegistry()
+        func found(_ scope: String, _ id: String) -> LiveBoard? {
+            Array(scope.utf8).withUnsafeBytes { scope in Array(id.utf8).withUnsafeBytes { registry.board(scope: scope, id: $0) } }
+        }
+        #expect(found("", "demo.echo") == nil)
+        let first = board("demo.echo", peer: 1)
+        registry.insert(first)
+        #expect(found("", "demo.echo") === first)
+        #expect(found("", "demo.echo") === first)
+        #expect(found("inner", "demo.echo") == nil)
+        #expect(found("", "demo.ech") == nil)
+        // The same bytes split another way between scope and id, where both ids take one slot.
+        #expect(Array("eaa".utf8).withUnsafeBytes(BoardRegistry.recentTargetSlot) == Array("aa".utf8).withUnsafeBytes(BoardRegistry.recentTargetSlot))
+        let split = board("eaa", scope: "x", peer: 2)
+        registry.insert(split)
+        #expect(found("x", "eaa") === split)
+        #expect(found("xe", "aa") == nil)
+        // The board leaves, comes back on another connection, and one of the same id in a scope.
+        registry.remove(ScopedName(scope: .root, name: "demo.echo"))
+        #expect(found("", "demo.echo") == nil)
+        let again = board("demo.echo", peer: 3)
+        registry.insert(again)
+        #expect(found("", "demo.echo") === again)
+        let inner = board("demo.echo", scope: "inner", peer: 4)
+        registry.insert(inner)
+        #expect(found("inner", "demo.echo") === inner)
+        #expect(found("", "demo.echo") === again)
+        // Many names, more than the memo has slots: every one is found as itself.
+        let many = (0..<200).map { board("demo.board\($0)", peer: UInt8(10 + $0 % 200)) }
+        for board in many { registry.insert(board) }
+        for _ in 0..<2 {
+            for board in many { #expect(found("", board.id.rawValue) === board) }
+        }
+    }
+
     /// Boards heartbeat at their own phase within the interval (not all on one tick), once an
     /// interval, and a tick that ran late does not make a burst of catch-up heartbeats.
     @Test func heartbeatsAreSpreadOverTheIntervalAndNeverBunchUpAfterALateTick() {

@@ -40,11 +40,18 @@ struct ReplyRegistryTests {
                 from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: sentAt + .seconds(5), sentAt: sentAt)
             let request = registry.take(id)
             #expect(request?.sentAt == sentAt && request?.deadline == sentAt + .seconds(5))
-            #expect(request?.nanosecondsSinceForwarded(at: sentAt + .microseconds(1_500)) == 1_500_000)
-            #expect(request?.nanosecondsSinceForwarded(at: sentAt - .nanoseconds(3)) == -3)
+            #expect(request?.nanosecondsSinceForwarded(at: FixedInstant(sentAt + .microseconds(1_500))) == 1_500_000)
+            #expect(request?.nanosecondsSinceForwarded(at: FixedInstant(sentAt - .nanoseconds(3))) == -3)
         }
+        // The broker's one reading of the clock, fixed, and the deadline added to it.
+        let fixed = FixedInstant(start)
+        let routed = registry.expect(
+            from: client, clientCorrelationID: 3, board: greeter, boardPeer: board, deadline: fixed.advanced(by: .milliseconds(250)),
+            sentAt: fixed, clientIsBoard: false)
+        let request = registry.take(routed)
+        #expect(request?.sentAt == start && request?.deadline == start + .milliseconds(250) && request?.clientIsBoard == false)
         let unrecorded = registry.expect(from: client, clientCorrelationID: 2, board: greeter, boardPeer: board, deadline: start)
-        #expect(registry.take(unrecorded)?.nanosecondsSinceForwarded(at: start + .seconds(1)) == nil)
+        #expect(registry.take(unrecorded)?.nanosecondsSinceForwarded(at: FixedInstant(start + .seconds(1))) == nil)
     }
 
     @Test func correlationIDsAreNeverReused() {
