@@ -561,7 +561,10 @@ package struct HeaderLayout: Sendable, Hashable {
     /// Whether every string is ASCII (then it is valid UTF-8 without further checks).
     package func stringsAreASCII(in buffer: UnsafeRawBufferPointer) -> Bool {
         func ascii(_ range: Range<Int>) -> Bool { UnsafeRawBufferPointer(rebasing: buffer[range]).isASCII }
-        return ascii(source) && ascii(target) && ascii(scope) && ascii(typeName) && dispatchID.map(ascii) ?? true
+        // The four strings follow each other, each after its two length bytes: those are below
+        // 0x80 too while every string is shorter than 128 bytes, and the run is checked at once.
+        let strings = ascii((source.lowerBound - 2)..<typeName.upperBound) || ascii(source) && ascii(target) && ascii(scope) && ascii(typeName)
+        return strings && dispatchID.map(ascii) ?? true
     }
 
     /// The correlation id of a frame at least ``HeaderCodec/fixedSize`` long (0 when shorter).

@@ -309,7 +309,12 @@ package final class SocketLoop: TaskExecutor, @unchecked Sendable {
     /// re-arms the notification descriptor after the sends, and the loop can sleep without
     /// asking libzmq again (one system call fewer per wake-up).
     private func receiveBatch() -> Bool {
-        let (handler, socket) = (self.handler, self.socket)
+        receiveBatch(handler: handler, socket: socket)
+    }
+
+    /// The batch, with the handler and socket as parameters: borrowed for the whole batch, where
+    /// locals captured by the receive's closure were retained and released for every message.
+    private func receiveBatch(handler: any SocketLoopHandler, socket: ZMQSocket) -> Bool {
         for _ in 0..<256 {
             let receipt = try? socket.receive(limits: limits) { routingID, header, payloadBytes in
                 handler.intercept(from: routingID, header: header, payloadBytes: payloadBytes, on: socket)
