@@ -34,10 +34,11 @@ final class BoardRuntime: Service, Sendable {
 
     func run() async throws {
         let inbox = AsyncStream<Envelope>.makeStream()
+        let immediateCommandHandlers = NamedHandlers(board.immediateCommandHandlers)
         client.onMessage { [self] envelope in
             // Synchronous command handlers answer right here on the socket thread; everything
             // else goes through the inbox, in order, to tasks on the same thread.
-            if envelope.header.kind == .command, let handler = board.immediateCommandHandlers[envelope.header.typeName] {
+            if envelope.header.kind == .command, let handler = immediateCommandHandlers[envelope.header.typeName] {
                 respond(to: envelope, with: HandlerSpan.runNow(envelope.header) { Result { try handler.run(envelope, context) } })
             } else if envelope.header.kind == .dispatch || envelope.header.kind == .store {
                 // Stores apply their messages right here, one at a time, in arrival order.
@@ -255,5 +256,23 @@ struct HeartbeatSchedule: Sendable, Equatable {
         guard isActive, lastSent.duration(to: now) >= interval else { return false }
         lastSent = now
         return true
+    }
+}
+
+/// A board's handlers by name, for the look-up every command makes: a few are compared in
+/// turn (a name of up to 15 bytes is held in two words, compared without hashing), more are
+/// hashed.
+struct NamedHandlers<Handler: Sendable>: Sendable {
+    private let few: [(name: String, handler: Handler)]
+    private let many: [String: Handler]
+
+    init(_ handlers: [String: Handler]) {
+        (few, many) = handlers.count <= 4 ? (handlers.map { ($0.key, $0.value) }, [:]) : ([], handlers)
+    }
+
+    subscript(name: String) -> Handler? {
+        guard many.isEmpty else { return many[name] }
+        for entry in few where entry.name == name { return entry.handler }
+        return nil
     }
 }
