@@ -7,7 +7,8 @@
 /// after the other get different slots); another peer folding to the same slot takes it over,
 /// and the dictionary answers for the peer it pushed out. Ids longer than 16 bytes are not kept.
 /// Peers that choose their ids can only make themselves miss. The owner clears it whenever the
-/// dictionary behind it changes.
+/// dictionary behind it changes. Public, as ``CorrelationTable`` is: an `@inlinable package`
+/// generic was not specialised in the modules that use it.
 @frozen
 public struct PeerMemo<Value> {
     @usableFromInline
