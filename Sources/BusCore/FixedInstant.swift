@@ -18,7 +18,7 @@ package struct FixedInstant: Comparable, Hashable, Sendable {
     @inlinable
     package func advanced(by duration: Duration) -> FixedInstant { FixedInstant(offset: offset + duration) }
 
-    @inlinable @usableFromInline
+    @inlinable
     init(offset: Duration) { self.offset = offset }
 
     /// From `earlier` to this instant.

@@ -87,21 +87,11 @@ struct ReplyRegistry {
     // MARK: - Insert
 
     /// Remembers a request forwarded to `board` on `boardPeer`; returns the correlation id it
-    /// travels under.
-    mutating func expect(
-        from client: PeerID, clientCorrelationID: UInt64, board: ScopedName, boardPeer: PeerID, deadline: ContinuousClock.Instant,
-        sentAt: ContinuousClock.Instant? = nil, clientIsBoard: Bool = true
-    ) -> UInt64 {
-        expect(
-            from: client, clientCorrelationID: clientCorrelationID, board: board, boardPeer: boardPeer, deadline: FixedInstant(deadline),
-            sentAt: sentAt.map(FixedInstant.init), clientIsBoard: clientIsBoard)
-    }
-
-    /// ``expect(from:clientCorrelationID:board:boardPeer:deadline:sentAt:clientIsBoard:)`` with
-    /// its instants already fixed (the broker routes a command with one reading of the clock).
+    /// travels under. Its instants are fixed by the caller: the broker routes a command with one
+    /// reading of the clock.
     mutating func expect(
         from client: PeerID, clientCorrelationID: UInt64, board: ScopedName, boardPeer: PeerID, deadline: FixedInstant,
-        sentAt: FixedInstant?, clientIsBoard: Bool
+        sentAt: FixedInstant? = nil, clientIsBoard: Bool = true
     ) -> UInt64 {
         let id = makeCorrelationID()
         requests.insert(

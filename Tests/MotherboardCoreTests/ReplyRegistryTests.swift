@@ -15,7 +15,7 @@ struct ReplyRegistryTests {
 
     @Test func aReplyIsAcceptedOnceAndOnlyFromTheConnectionTheRequestWentTo() {
         var registry = ReplyRegistry()
-        let id = registry.expect(from: client, clientCorrelationID: 7, board: greeter, boardPeer: board, deadline: start + .seconds(1))
+        let id = registry.expect(from: client, clientCorrelationID: 7, board: greeter, boardPeer: board, deadline: FixedInstant(start + .seconds(1)))
         #expect(registry.count == 1)
         // Forged: another connection answers. Nothing changes.
         #expect(registry.takeReply(id, from: other) == nil)
@@ -37,7 +37,8 @@ struct ReplyRegistryTests {
         for offset: Duration in [.zero, .nanoseconds(1), .seconds(-86_400 * 365), .seconds(86_400 * 365 * 100)] {
             let sentAt = start + offset
             let id = registry.expect(
-                from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: sentAt + .seconds(5), sentAt: sentAt)
+                from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: FixedInstant(sentAt + .seconds(5)),
+                sentAt: FixedInstant(sentAt))
             let request = registry.take(id)
             #expect(request?.sentAt == sentAt && request?.deadline == sentAt + .seconds(5))
             #expect(request?.nanosecondsSinceForwarded(at: FixedInstant(sentAt + .microseconds(1_500))) == 1_500_000)
@@ -50,7 +51,7 @@ struct ReplyRegistryTests {
             sentAt: fixed, clientIsBoard: false)
         let request = registry.take(routed)
         #expect(request?.sentAt == start && request?.deadline == start + .milliseconds(250) && request?.clientIsBoard == false)
-        let unrecorded = registry.expect(from: client, clientCorrelationID: 2, board: greeter, boardPeer: board, deadline: start)
+        let unrecorded = registry.expect(from: client, clientCorrelationID: 2, board: greeter, boardPeer: board, deadline: FixedInstant(start))
         #expect(registry.take(unrecorded)?.nanosecondsSinceForwarded(at: FixedInstant(start + .seconds(1))) == nil)
     }
 
@@ -61,7 +62,7 @@ struct ReplyRegistryTests {
             let id =
                 index.isMultiple(of: 3)
                 ? registry.makeCorrelationID()
-                : registry.expect(from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: start)
+                : registry.expect(from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: FixedInstant(start))
             #expect(seen.insert(id).inserted && id != 0)
             _ = registry.take(id)
         }
@@ -69,9 +70,12 @@ struct ReplyRegistryTests {
 
     @Test func expiryTakesExactlyTheRequestsPastTheirDeadline() {
         var registry = ReplyRegistry()
-        let early = registry.expect(from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: start + .milliseconds(100))
-        let onTime = registry.expect(from: client, clientCorrelationID: 2, board: greeter, boardPeer: board, deadline: start + .milliseconds(200))
-        let late = registry.expect(from: client, clientCorrelationID: 3, board: greeter, boardPeer: board, deadline: start + .seconds(5))
+        let early = registry.expect(
+            from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: FixedInstant(start + .milliseconds(100)))
+        let onTime = registry.expect(
+            from: client, clientCorrelationID: 2, board: greeter, boardPeer: board, deadline: FixedInstant(start + .milliseconds(200)))
+        let late = registry.expect(
+            from: client, clientCorrelationID: 3, board: greeter, boardPeer: board, deadline: FixedInstant(start + .seconds(5)))
         #expect(registry.takeExpired(now: start + .milliseconds(99)).isEmpty)
         #expect(registry.takeExpired(now: start + .milliseconds(200)).map(\.clientCorrelationID) == [1, 2])
         #expect(registry.takeReply(early, from: board) == nil && registry.takeReply(onTime, from: board) == nil)
@@ -82,11 +86,12 @@ struct ReplyRegistryTests {
     /// still matched only from its own connection, still expired in order with the rest.
     @Test func aRequestLeftBehindByThousandsOfOthersKeepsTheRules() {
         var registry = ReplyRegistry()
-        let slow = registry.expect(from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: start + .seconds(3))
+        let slow = registry.expect(
+            from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: FixedInstant(start + .seconds(3)))
         var last: UInt64 = 0
         for index in 0..<10_000 {
             let id = registry.expect(
-                from: client, clientCorrelationID: UInt64(index + 2), board: greeter, boardPeer: board, deadline: start + .seconds(1))
+                from: client, clientCorrelationID: UInt64(index + 2), board: greeter, boardPeer: board, deadline: FixedInstant(start + .seconds(1)))
             if index < 9_990 { #expect(registry.takeReply(id, from: board) != nil) }
             last = id
         }
@@ -105,10 +110,10 @@ struct ReplyRegistryTests {
     @Test func aBoardThatGoesAwayTakesOnlyItsOwnRequests() {
         var registry = ReplyRegistry()
         let payment = ScopedName(scope: "checkout", name: "demo.payment")
-        _ = registry.expect(from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: start + .seconds(1))
-        _ = registry.expect(from: client, clientCorrelationID: 2, board: payment, boardPeer: other, deadline: start + .seconds(1))
+        _ = registry.expect(from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: FixedInstant(start + .seconds(1)))
+        _ = registry.expect(from: client, clientCorrelationID: 2, board: payment, boardPeer: other, deadline: FixedInstant(start + .seconds(1)))
         // The same id on a newer connection: the old connection's requests only.
-        _ = registry.expect(from: client, clientCorrelationID: 3, board: greeter, boardPeer: other, deadline: start + .seconds(1))
+        _ = registry.expect(from: client, clientCorrelationID: 3, board: greeter, boardPeer: other, deadline: FixedInstant(start + .seconds(1)))
         #expect(registry.takeAll(waitingOn: greeter, peer: board).map(\.clientCorrelationID) == [1])
         #expect(registry.count == 2)
     }
