@@ -108,7 +108,8 @@ final class BoardRegistry {
     }
     /// What `boards` answered for the targets of recent commands, in a slot chosen by their id's
     /// bytes: a command's target is found without making its strings and hashing them.
-    @exclusivity(unchecked) private var recentTargets = [LiveBoard?](repeating: nil, count: 64)  // recentTargetSlot's range
+    @exclusivity(unchecked) private var recentTargets = [LiveBoard?](repeating: nil, count: BoardRegistry.recentTargetSlots)
+    private static let recentTargetSlots = 64
     @exclusivity(unchecked) private var hasRecentTargets = false
     @exclusivity(unchecked) private var boardsByPeer: [PeerID: LiveBoard] = [:] {
         didSet { recentByPeer.removeAll() }
@@ -149,7 +150,7 @@ final class BoardRegistry {
     static func recentTargetSlot(_ id: UnsafeRawBufferPointer) -> Int {
         var folded = id.count
         for byte in id { folded = folded &* 31 &+ Int(byte) }
-        return folded & 63
+        return folded & (recentTargetSlots - 1)
     }
 
     private func clearRecentTargets() {
