@@ -437,10 +437,10 @@ package struct HeaderLayout: Sendable, Hashable {
         correlationID = Self.bigEndian(buffer, at: Self.correlationOffset, as: UInt64.self)
         timeoutMilliseconds = Self.bigEndian(buffer, at: 14, as: UInt32.self)
         var offset = HeaderCodec.fixedSize
-        source = try Self.field(buffer, &offset, "source")
-        target = try Self.field(buffer, &offset, "target")
-        scope = try Self.field(buffer, &offset, "scope")
-        typeName = try Self.field(buffer, &offset, "type name")
+        source = try Self.field(buffer, &offset, .source)
+        target = try Self.field(buffer, &offset, .target)
+        scope = try Self.field(buffer, &offset, .scope)
+        typeName = try Self.field(buffer, &offset, .typeName)
         optionalFields = offset..<buffer.count
         var dispatchID: Range<Int>?
         var flowID: Range<Int>?
@@ -541,7 +541,7 @@ package struct HeaderLayout: Sendable, Hashable {
         let tag = buffer[offset]
         guard tag != 0 else { throw BusError(.malformed, "optional field with tag 0") }
         offset += 1
-        return (tag, try field(buffer, &offset, "optional field \(tag)", limit: HeaderCodec.maximumOptionalFieldBytes))
+        return (tag, try field(buffer, &offset, .optional(tag), limit: HeaderCodec.maximumOptionalFieldBytes))
     }
 
     /// The optional fields of tags this version does not know, as they are in the frame.
@@ -581,22 +581,38 @@ package struct HeaderLayout: Sendable, Hashable {
         T(bigEndian: buffer.loadUnaligned(fromByteOffset: offset, as: T.self))
     }
 
+    /// Which field ``field(_:_:_:limit:)`` reads, named only in its errors (a closure making the
+    /// name cost a context on every call, four or more a message).
+    private enum FieldName: CustomStringConvertible {
+        case source, target, scope, typeName
+        case optional(UInt8)
+
+        var description: String {
+            switch self {
+            case .source: "source"
+            case .target: "target"
+            case .scope: "scope"
+            case .typeName: "type name"
+            case .optional(let tag): "optional field \(tag)"
+            }
+        }
+    }
+
     /// A u16 length and that many bytes (at most `limit`), starting at `offset`, which moves past them.
+    @inline(__always)
     private static func field(
-        _ buffer: UnsafeRawBufferPointer, _ offset: inout Int, _ name: @autoclosure () -> String, limit: Int = HeaderCodec.maximumFieldBytes
+        _ buffer: UnsafeRawBufferPointer, _ offset: inout Int, _ name: FieldName, limit: Int = HeaderCodec.maximumFieldBytes
     ) throws(BusError) -> Range<Int> {
-        // The name is made only for an error: an optional field's ("optional field 3") would
-        // otherwise be built on every message that has one.
         guard buffer.count - offset >= 2 else {
-            throw BusError(.malformed, "header truncated before the \(name()) length")
+            throw BusError(.malformed, "header truncated before the \(name) length")
         }
         let length = Int(bigEndian(buffer, at: offset, as: UInt16.self))
         offset += 2
         guard length <= limit else {
-            throw BusError(.malformed, "\(name()) field of \(length) bytes is over the limit of \(limit)")
+            throw BusError(.malformed, "\(name) field of \(length) bytes is over the limit of \(limit)")
         }
         guard buffer.count - offset >= length else {
-            throw BusError(.malformed, "header truncated inside the \(name()) field")
+            throw BusError(.malformed, "header truncated inside the \(name) field")
         }
         defer { offset += length }
         return offset..<(offset + length)

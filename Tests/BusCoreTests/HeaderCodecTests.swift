@@ -317,6 +317,33 @@ struct HeaderCodecTests {
         #expect(compared > 1_000)
     }
 
+    /// A field cut short or too long is refused naming the field: each of the four strings, and
+    /// an optional field by its tag.
+    @Test func aFieldCutShortOrTooLongIsNamedInTheRefusal() throws {
+        let header = EnvelopeHeader(kind: .command, source: "src", target: "tgt", scope: "scp", typeName: "type")
+        let bytes = [UInt8](try HeaderCodec.encode(header))
+        func refusal(_ frame: [UInt8]) -> String? {
+            frame.withUnsafeBytes { buffer -> String? in
+                do throws(BusError) {
+                    _ = try HeaderLayout(buffer)
+                    return nil
+                } catch { return error.message }
+            }
+        }
+        // Offsets of each length: 18, then after each 2-byte length and its 3 or 4 bytes.
+        for (name, lengthAt) in [("source", 18), ("target", 23), ("scope", 28), ("type name", 33)] {
+            #expect(refusal(Array(bytes[..<(lengthAt + 1)])) == "header truncated before the \(name) length")
+            #expect(refusal(Array(bytes[..<(lengthAt + 3)])) == "header truncated inside the \(name) field")
+            var long = bytes
+            long[lengthAt] = 0x04
+            long[lengthAt + 1] = 0x01
+            #expect(refusal(long) == "\(name) field of 1025 bytes is over the limit of 1024")
+        }
+        #expect(refusal(bytes + [9, 0]) == "header has 2 trailing bytes (an optional field needs a tag and a length)")
+        #expect(refusal(bytes + [9, 0, 4, 1]) == "header truncated inside the optional field 9 field")
+        #expect(refusal(bytes + [9, 0x04, 0x01]) == "optional field 9 field of 1025 bytes is over the limit of 1024")
+    }
+
     @Test func theCorrelationIDIsRewrittenInPlace() throws {
         var bytes = try HeaderCodec.encode(sample)
         bytes.withUnsafeMutableBytes { HeaderLayout.setCorrelationID(0xAABB, in: $0) }
