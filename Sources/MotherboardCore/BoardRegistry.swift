@@ -1,3 +1,4 @@
+import BusCodec
 import BusCore
 import Foundation
 
@@ -40,9 +41,10 @@ final class LiveBoard {
     let process: Int32?
     /// Since when it is silent past the liveness timeout while its process runs (nil: it is not).
     var busySince: ContinuousClock.Instant?
-    /// Its scope's UTF-8 then its id's, as a header names it: compared with a command's target
-    /// without making strings of it.
+    /// Its scope's UTF-8 then its id's, as a header names it, and where the id starts: compared
+    /// with a command's target without making strings of it.
     private let headerName: [UInt8]
+    private let headerScopeBytes: Int
 
     init(
         registration: Registration, peer: PeerID, registeredAt: ContinuousClock.Instant, lastSeen: ContinuousClock.Instant, metrics: BoardMetrics,
@@ -58,15 +60,14 @@ final class LiveBoard {
         self.lastSeen = lastSeen
         self.nextHeartbeat = registeredAt
         headerName = Array(registration.scope.name.utf8) + Array(registration.id.rawValue.utf8)
+        headerScopeBytes = registration.scope.name.utf8.count
     }
 
     /// Whether a header's scope and id bytes name it.
     func isNamed(scope: UnsafeRawBufferPointer, id: UnsafeRawBufferPointer) -> Bool {
-        let scopeBytes = headerName.count - registration.id.rawValue.utf8.count
-        guard scope.count == scopeBytes, scope.count + id.count == headerName.count else { return false }
-        return headerName.withUnsafeBytes { name in
-            (scope.isEmpty || memcmp(name.baseAddress!, scope.baseAddress!, scope.count) == 0)
-                && (id.isEmpty || memcmp(name.baseAddress! + scope.count, id.baseAddress!, id.count) == 0)
+        headerName.withUnsafeBytes { name in
+            UnsafeRawBufferPointer(rebasing: name[..<headerScopeBytes]).hasSameBytes(as: scope)
+                && UnsafeRawBufferPointer(rebasing: name[headerScopeBytes...]).hasSameBytes(as: id)
         }
     }
 
