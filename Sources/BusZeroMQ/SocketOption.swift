@@ -31,9 +31,22 @@ extension ZMQSocket {
         /// `ZMQ_ZAP_DOMAIN`: the domain ZAP requests for this socket's later endpoints carry.
         case zapDomain(String)
         /// `ZMQ_HEARTBEAT_IVL` / `ZMQ_HEARTBEAT_TIMEOUT`: ZMTP pings on each connection; one not
-        /// answered in time closes it, so that a cut link is noticed without traffic.
+        /// answered in time closes it, so that a cut link is noticed without traffic. Never on a
+        /// socket that accepts connections from peers it does not control: libzmq 4.3 aborts the
+        /// whole process when a ping falls due on a connection whose peer hung up while the socket
+        /// held as many of its messages as its receive high-water mark (zeromq/libzmq#4364).
         case heartbeatInterval(Duration)
         case heartbeatTimeout(Duration)
+        /// `ZMQ_TCP_KEEPALIVE`, `ZMQ_TCP_KEEPALIVE_IDLE`, `ZMQ_TCP_KEEPALIVE_INTVL`,
+        /// `ZMQ_TCP_KEEPALIVE_CNT`: the kernel's probes of an idle tcp connection, which close
+        /// it when its other host is gone (whole seconds).
+        case tcpKeepalive(Bool)
+        case tcpKeepaliveIdle(Duration)
+        case tcpKeepaliveInterval(Duration)
+        case tcpKeepaliveCount(Int32)
+        /// `ZMQ_TCP_MAXRT` (`TCP_USER_TIMEOUT` on Linux): the kernel closes a tcp connection
+        /// whose other end has acknowledged nothing sent, or no keepalive probe, for this long.
+        case tcpUserTimeout(Duration)
         /// `ZMQ_HANDSHAKE_IVL`: a connection whose ZMTP handshake (greeting, security) is not
         /// done in this time is closed (libzmq's default is 30 s).
         case handshakeInterval(Duration)
@@ -59,6 +72,11 @@ extension ZMQSocket {
             case .zapDomain: ZMQ_ZAP_DOMAIN
             case .heartbeatInterval: ZMQ_HEARTBEAT_IVL
             case .heartbeatTimeout: ZMQ_HEARTBEAT_TIMEOUT
+            case .tcpKeepalive: ZMQ_TCP_KEEPALIVE
+            case .tcpKeepaliveIdle: ZMQ_TCP_KEEPALIVE_IDLE
+            case .tcpKeepaliveInterval: ZMQ_TCP_KEEPALIVE_INTVL
+            case .tcpKeepaliveCount: ZMQ_TCP_KEEPALIVE_CNT
+            case .tcpUserTimeout: ZMQ_TCP_MAXRT
             case .connectTimeout: ZMQ_CONNECT_TIMEOUT
             case .handshakeInterval: ZMQ_HANDSHAKE_IVL
             case .immediate: ZMQ_IMMEDIATE
@@ -72,6 +90,17 @@ extension ZMQSocket {
             case text(String)
         }
 
+        /// How a socket that accepts connections notices peers that are gone, instead of ZMTP
+        /// pings (see ``heartbeatInterval(_:)``), as fast: a closed ipc connection is seen at once;
+        /// the kernel closes a tcp connection whose other end acknowledged nothing for 3 s, data
+        /// or a keepalive probe (one a second once it is idle for a second). A cut link's
+        /// connection is then gone before the link returns, and what its peer queued before the
+        /// cut cannot arrive on it afterwards.
+        package static let listenerKeepalive: [Option] = [
+            .tcpKeepalive(true), .tcpKeepaliveIdle(.seconds(1)), .tcpKeepaliveInterval(.seconds(1)), .tcpKeepaliveCount(3),
+            .tcpUserTimeout(.seconds(3)),
+        ]
+
         var value: Value {
             switch self {
             case .sendHighWaterMark(let count), .receiveHighWaterMark(let count): .int32(count)
@@ -84,12 +113,22 @@ extension ZMQSocket {
             case .reconnectInterval(let interval), .maximumReconnectInterval(let interval), .linger(let interval):
                 .int32(Int32(clamping: interval.wholeMilliseconds))
             case .acceptIPCFromUser(let uid): .int32(Int32(bitPattern: uid))
+            case .tcpKeepalive(let on): .int32(on ? 1 : 0)
+            case .tcpKeepaliveIdle(let interval), .tcpKeepaliveInterval(let interval):
+                .int32(Int32(clamping: max(1, interval.components.seconds)))
+            case .tcpKeepaliveCount(let count): .int32(count)
+            case .tcpUserTimeout(let timeout): .int32(Int32(clamping: timeout.wholeMilliseconds))
             }
         }
     }
 
     /// Sets socket options, in order; the first libzmq refuses is thrown with its name.
     package func set(_ options: Option...) throws {
+        try set(options)
+    }
+
+    /// Sets socket options, in order; the first libzmq refuses is thrown with its name.
+    package func set(_ options: [Option]) throws {
         for option in options { try set(option) }
     }
 

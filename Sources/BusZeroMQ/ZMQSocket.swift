@@ -107,6 +107,15 @@ package final class ZMQSocket {
         guard zmq_connect(handle, endpoint) == 0 else { throw ZMQContext.lastError("zmq_connect(\(endpoint))") }
     }
 
+    /// The endpoint last bound or connected (`ZMQ_LAST_ENDPOINT`), with the port the system chose
+    /// for `tcp://ADDRESS:*`.
+    package var lastEndpoint: String? {
+        var buffer = [UInt8](repeating: 0, count: 1_024)
+        var size = buffer.count
+        guard zmq_getsockopt(handle, ZMQ_LAST_ENDPOINT, &buffer, &size) == 0 else { return nil }
+        return String(decoding: buffer.prefix { $0 != 0 }, as: UTF8.self)
+    }
+
     /// Sends a multipart message without blocking.
     @discardableResult
     package func send(_ frames: [Data]) throws -> SendResult {

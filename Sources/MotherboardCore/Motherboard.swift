@@ -30,8 +30,14 @@ public protocol BoardProducer: AnyObject {
     func adoptRunning(_ board: FleetManifest.Board) -> LaunchedProcess?
     /// Whether a process still runs.
     func isRunning(_ pid: Int32) -> Bool
+    /// Whether a process that runs is stopped (by a signal or a debugger): frozen, not busy.
+    func isStopped(_ pid: Int32) -> Bool
     /// Forgets an adopted process that ended.
     func forgetAdopted(_ pid: Int32)
+}
+
+extension BoardProducer {
+    public func isStopped(_ pid: Int32) -> Bool { false }
 }
 
 /// A board process the broker started (or adopted), and the registration secret it was handed:
@@ -233,11 +239,11 @@ public final class Motherboard {
     /// Heartbeats boards, drops the gone ones and fails requests and starts past their deadline.
     ///
     /// A board silent for the liveness timeout is gone, unless it is only busy: a local board
-    /// whose process (known from its connection, not from what it claims) still runs. Its
-    /// connection is watched by ZMTP pings that libzmq answers on its own thread, so a process that
-    /// is frozen or gone loses it within seconds, and the next heartbeat sent to it fails and drops
-    /// the board. A handler that holds the board's thread (a lock, a long computation) delays only
-    /// the requests behind it, each of which keeps its own deadline.
+    /// whose process (known from its connection, not from what it claims) still runs and is not
+    /// stopped (a signal, a debugger: frozen). A process that is gone closes its connection, so
+    /// the next heartbeat sent to it fails and drops the board. A handler that holds the board's
+    /// thread (a lock, a long computation) delays only the requests behind it, each of which
+    /// keeps its own deadline.
     public func tick(now: ContinuousClock.Instant) {
         var silent: [LiveBoard] = []
         for board in registry.boards.values {
@@ -291,10 +297,10 @@ public final class Motherboard {
     // MARK: - Registration and liveness
 
     /// Whether a silent board is only busy: its connection is one whose other end the kernel
-    /// named at registration, and that process still runs.
+    /// named at registration, and that process still runs, not stopped.
     private func isBusy(_ board: LiveBoard) -> Bool {
         guard let process = board.process, let producer else { return false }
-        return producer.isRunning(process)
+        return producer.isRunning(process) && !producer.isStopped(process)
     }
 
     private func register(

@@ -230,8 +230,25 @@ public final class BoardLauncher: Sendable {
     /// Whether a process is alive (and not a zombie).
     public func isRunning(_ pid: Int32) -> Bool {
         guard kill(pid, 0) == 0 else { return false }
-        let status = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
-        return !status.contains(") Z ")
+        return Self.state(of: pid) != "Z"
+    }
+
+    /// Whether a process is stopped, by a signal (`T`) or a debugger (`t`).
+    public func isStopped(_ pid: Int32) -> Bool {
+        let state = Self.state(of: pid)
+        return state == "T" || state == "t"
+    }
+
+    /// The state letter of `/proc/PID/stat`: the field after the name, which is in parentheses
+    /// and may hold spaces and parentheses itself (so the last `)` ends it). Nil when unreadable.
+    static func state(of pid: Int32) -> Character? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { return nil }
+        return state(inStat: stat)
+    }
+
+    static func state(inStat stat: String) -> Character? {
+        guard let close = stat.lastIndex(of: ")") else { return nil }
+        return stat[close...].dropFirst().first { $0 != " " }
     }
 
     /// Forgets an adopted process that is gone, removing its pid file.

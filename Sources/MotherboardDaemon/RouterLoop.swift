@@ -261,5 +261,6 @@ final class LauncherProducer: BoardProducer {
     func start(_ board: FleetManifest.Board) throws -> LaunchedProcess { try launcher.start(board) }
     func adoptRunning(_ board: FleetManifest.Board) -> LaunchedProcess? { launcher.adoptRunning(board) }
     func isRunning(_ pid: Int32) -> Bool { launcher.isRunning(pid) }
+    func isStopped(_ pid: Int32) -> Bool { launcher.isStopped(pid) }
     func forgetAdopted(_ pid: Int32) { launcher.forgetAdopted(pid) }
 }

@@ -82,10 +82,12 @@ package final class MajordomoBridge: @unchecked Sendable {
             try router.set(
                 .linger(.zero), .routerMandatory(true), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000),
                 .maximumMessageBytes(Int64(settings.limits.maximumPayloadBytes * 2 + 65_536)), .handshakeInterval(.seconds(5)))
+            // No ZMTP pings (see ZMQSocket.Option.heartbeatInterval): MDP's own heartbeats find a
+            // worker that is gone, and the kernel a tcp peer that acknowledges nothing for 3 s.
+            try router.set(ZMQSocket.Option.listenerKeepalive)
             if Self.ipcPath(settings.endpoint) != nil {
                 try? router.set(.acceptIPCFromUser(getuid()))
             } else if let curveSecretKey {
-                try router.set(.heartbeatInterval(.seconds(1)), .heartbeatTimeout(.seconds(3)))
                 try router.set(.zapDomain("boardbus"), .curveServer(true), .curveSecretKey(curveSecretKey))
             }
             if let path = Self.ipcPath(settings.endpoint) {

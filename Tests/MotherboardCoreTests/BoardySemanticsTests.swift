@@ -19,8 +19,10 @@ final class RecordingProducer: BoardProducer {
     }
 
     var running: Set<Int32> = []
+    var stopped: Set<Int32> = []
     func adoptRunning(_ board: FleetManifest.Board) -> LaunchedProcess? { nil }
     func isRunning(_ pid: Int32) -> Bool { running.contains(pid) }
+    func isStopped(_ pid: Int32) -> Bool { stopped.contains(pid) }
     func forgetAdopted(_ pid: Int32) {}
 }
 

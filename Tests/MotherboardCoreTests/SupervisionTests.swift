@@ -143,6 +143,34 @@ struct SupervisionTests {
         }
     }
 
+    /// A process stopped by a signal or a debugger is frozen, not busy: silent past the liveness
+    /// timeout, its board is gone, though the process exists and its connection stays open. One
+    /// that was busy is gone at the next tick once it is stopped.
+    @Test func aSilentBoardWhoseProcessIsStoppedIsGone() throws {
+        let producer = RecordingProducer()
+        let harness = try Harness(manifest: manifest(.no), producer: producer)
+        producer.running = [4242]
+        producer.stopped = [4242]
+        registerLocal(harness, process: 4242, claiming: 4242)
+        harness.request(EnvelopeHeader(kind: .command, target: "svc", typeName: "greet"), from: harness.client, correlation: 5)
+        #expect(harness.transport.take(for: board).contains { $0.header.kind == .command })
+        harness.now = harness.now.advanced(by: .seconds(3))
+        harness.motherboard.tick(now: harness.now)
+        let failure = try #require(harness.transport.take(for: harness.client).first { $0.header.correlationID == 5 })
+        #expect(failure.carriedError?.code == .outcomeUnknown)
+        #expect(try state(harness) == nil)
+
+        producer.stopped = []
+        registerLocal(harness, process: 4242, claiming: 4242)
+        harness.now = harness.now.advanced(by: .seconds(3))
+        harness.motherboard.tick(now: harness.now)
+        #expect(try state(harness) == .busy)
+        producer.stopped = [4242]
+        harness.now = harness.now.advanced(by: .milliseconds(100))
+        harness.motherboard.tick(now: harness.now)
+        #expect(try state(harness) == nil)
+    }
+
     /// A request whose sending fails (the connection closed under it) was not delivered: the
     /// board is dropped and the caller told `boardNotRunning`, which it may retry.
     @Test func aRequestThatCouldNotBeHandedOverIsNotDelivered() throws {

@@ -176,4 +176,30 @@ struct BoardLauncherTests {
             #expect(!FileManager.default.fileExists(atPath: pidFile))
         }
     }
+
+    /// A stopped process still runs (its board is not restarted over it) but is stopped (its
+    /// board is frozen, not busy); the state is read after the last `)` of `/proc/PID/stat`,
+    /// whatever the process's name holds.
+    @Test func aStoppedProcessRunsAndIsStopped() async throws {
+        try await withTemporaryDirectory("launcher") { directory in
+            let launcher = BoardLauncher(
+                address: BusAddress(runtimeDirectory: directory), stateDirectory: "\(directory)/state", binaryDirectory: "/bin",
+                logger: Logger(label: "test")
+            ) { _, _, _ in }
+            let process = try launcher.start(FleetManifest.Board(id: "demo.sleeper", executable: "/bin/sleep", arguments: ["30"]))
+            #expect(launcher.isRunning(process.pid) && !launcher.isStopped(process.pid))
+            kill(process.pid, SIGSTOP)
+            #expect(await eventually { launcher.isStopped(process.pid) })
+            #expect(launcher.isRunning(process.pid))
+            kill(process.pid, SIGCONT)
+            #expect(await eventually { !launcher.isStopped(process.pid) })
+            await launcher.stopAll(gracePeriod: .seconds(1))
+            #expect(!launcher.isRunning(process.pid) && !launcher.isStopped(process.pid))
+        }
+        #expect(BoardLauncher.state(inStat: "42 (sleep) T 1 42 42 0") == "T")
+        #expect(BoardLauncher.state(inStat: "42 (a) Z b) S 1 42 42 0") == "S")
+        #expect(BoardLauncher.state(inStat: "42 (x) t 1") == "t")
+        #expect(BoardLauncher.state(inStat: "42 (x") == nil)
+        #expect(BoardLauncher.state(inStat: "") == nil)
+    }
 }
