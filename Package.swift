@@ -223,7 +223,7 @@ let package = Package(
         .testTarget(
             name: "BoardKitTests",
             dependencies: [
-                "BoardKit", "BoardKitTesting", "BusCore", "Flux", "FluxBus", "MotherboardCore",
+                "BoardKit", "BoardKitTesting", "BusCore", "BusZeroMQ", "Flux", "FluxBus", "MotherboardCore",
                 .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
             ]),
         .testTarget(name: "FluxTests", dependencies: ["Flux"]),

@@ -86,12 +86,8 @@ final class ZeroMQConnection: BusConnection, @unchecked Sendable {
     init(address: BusAddress, limits: BusLimits) throws {
         let socket = try ZMQSocket(context: ZMQContext.shared(), kind: .dealer)
         do {
-            try socket.set(
-                .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000),
-                .reconnectInterval(.milliseconds(100)), .maximumReconnectInterval(.seconds(1)))
+            try socket.set(Self.options(tcp: address.isTCP))
             if address.isTCP {
-                // Another host: ZMTP pings close a cut link within 3 s, and a connect that hangs is retried.
-                try socket.set(.heartbeatInterval(.seconds(1)), .heartbeatTimeout(.seconds(3)), .connectTimeout(.seconds(2)))
                 if let curve = try address.tcpCredentials(environment: ProcessInfo.processInfo.environment) {
                     try socket.set(
                         .curveServerKey(curve.serverKey), .curvePublicKey(curve.client.publicKey), .curveSecretKey(curve.client.secretKey ?? ""))
@@ -104,6 +100,17 @@ final class ZeroMQConnection: BusConnection, @unchecked Sendable {
             socket.close()
             throw error
         }
+    }
+
+    /// The DEALER's options. To another host (tcp) the kernel closes a cut link's connection
+    /// within about 3 s (``ZMQSocket/Option/tcpLiveness``; ZMTP pings could make libzmq abort a
+    /// busy board whose queue is full), and a connect that hangs is retried.
+    static func options(tcp: Bool) -> [ZMQSocket.Option] {
+        let always: [ZMQSocket.Option] = [
+            .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000),
+            .reconnectInterval(.milliseconds(100)), .maximumReconnectInterval(.seconds(1)),
+        ]
+        return tcp ? always + ZMQSocket.Option.tcpLiveness + [.connectTimeout(.seconds(2))] : always
     }
 
     func start(_ handler: any BusConnectionHandler) {

@@ -31,10 +31,12 @@ extension ZMQSocket {
         /// `ZMQ_ZAP_DOMAIN`: the domain ZAP requests for this socket's later endpoints carry.
         case zapDomain(String)
         /// `ZMQ_HEARTBEAT_IVL` / `ZMQ_HEARTBEAT_TIMEOUT`: ZMTP pings on each connection; one not
-        /// answered in time closes it, so that a cut link is noticed without traffic. Never on a
-        /// socket that accepts connections from peers it does not control: libzmq 4.3 aborts the
-        /// whole process when a ping falls due on a connection whose peer hung up while the socket
-        /// held as many of its messages as its receive high-water mark (zeromq/libzmq#4364).
+        /// answered in time closes it, so that a cut link is noticed without traffic. Not used:
+        /// libzmq 4.3 aborts the whole process when a ping falls due on a connection whose peer
+        /// hung up while the socket held as many of its messages as its receive high-water mark
+        /// (zeromq/libzmq#4364), and when a connecting socket whose queue is full misses its
+        /// ping's answer, reconnects, and is read again (zeromq/libzmq#3937); ``tcpLiveness``
+        /// does their work.
         case heartbeatInterval(Duration)
         case heartbeatTimeout(Duration)
         /// `ZMQ_TCP_KEEPALIVE`, `ZMQ_TCP_KEEPALIVE_IDLE`, `ZMQ_TCP_KEEPALIVE_INTVL`,
@@ -90,13 +92,14 @@ extension ZMQSocket {
             case text(String)
         }
 
-        /// How a socket that accepts connections notices peers that are gone, instead of ZMTP
-        /// pings (see ``heartbeatInterval(_:)``), as fast: a closed ipc connection is seen at once;
-        /// the kernel closes a tcp connection whose other end acknowledged nothing for 3 s, data
-        /// or a keepalive probe (one a second once it is idle for a second). A cut link's
-        /// connection is then gone before the link returns, and what its peer queued before the
-        /// cut cannot arrive on it afterwards.
-        package static let listenerKeepalive: [Option] = [
+        /// How a socket notices a tcp peer that is gone, instead of ZMTP pings (see
+        /// ``heartbeatInterval(_:)``), as fast: the kernel closes a connection whose other end
+        /// acknowledged nothing for 3 s, data or a keepalive probe (one a second once it is idle
+        /// for a second). A connecting socket then reconnects, its queue kept; a cut link's
+        /// connection is gone before the link returns, so what its peer queued before the cut
+        /// cannot arrive on it afterwards. A peer whose process only stops reading is still
+        /// acknowledged by its kernel, and kept.
+        package static let tcpLiveness: [Option] = [
             .tcpKeepalive(true), .tcpKeepaliveIdle(.seconds(1)), .tcpKeepaliveInterval(.seconds(1)), .tcpKeepaliveCount(3),
             .tcpUserTimeout(.seconds(3)),
         ]

@@ -19,7 +19,7 @@ public final class MotherboardServer: Service {
     /// that is gone is found without them: its closed connection fails the broker's next heartbeat
     /// to it (every 500 ms), and one silent past the liveness timeout is dropped unless its process
     /// runs and is not stopped (``Motherboard/tick(now:)``); the kernel closes a tcp connection
-    /// whose other end acknowledges nothing for 3 s (``ZMQSocket/Option/listenerKeepalive``).
+    /// whose other end acknowledges nothing for 3 s (``ZMQSocket/Option/tcpLiveness``).
     package static func routerOptions(limits: BusLimits) -> [ZMQSocket.Option] {
         [
             // Hard cap: frames far beyond the soft limit disconnect the peer inside libzmq; those
@@ -29,7 +29,7 @@ public final class MotherboardServer: Service {
             // A connection that has not finished its handshake (greeting, CURVE) in 5 s is closed:
             // an idle peer without a key holds a descriptor for no longer.
             .handshakeInterval(.seconds(5)),
-        ] + ZMQSocket.Option.listenerKeepalive
+        ] + ZMQSocket.Option.tcpLiveness
     }
 
     /// Where and how the server runs.

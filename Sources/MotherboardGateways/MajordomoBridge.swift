@@ -84,7 +84,7 @@ package final class MajordomoBridge: @unchecked Sendable {
                 .maximumMessageBytes(Int64(settings.limits.maximumPayloadBytes * 2 + 65_536)), .handshakeInterval(.seconds(5)))
             // No ZMTP pings (see ZMQSocket.Option.heartbeatInterval): MDP's own heartbeats find a
             // worker that is gone, and the kernel a tcp peer that acknowledges nothing for 3 s.
-            try router.set(ZMQSocket.Option.listenerKeepalive)
+            try router.set(ZMQSocket.Option.tcpLiveness)
             if Self.ipcPath(settings.endpoint) != nil {
                 try? router.set(.acceptIPCFromUser(getuid()))
             } else if let curveSecretKey {

@@ -44,7 +44,8 @@ public struct UplinkSettings: Sendable, Hashable {
 /// share it, PROTOCOL 5.1b: the parent routes to each as to any board, naming it, and the uplink
 /// hands each request to its own motherboard and the answer back), and one more to the parent
 /// for what goes up (clients' requests for the parent's scopes, actions bubbling on). Both
-/// connections to the parent are CURVE, ping with ZMTP heartbeats, and send only when connected.
+/// connections to the parent are CURVE, closed by the kernel when the link is cut, and send only
+/// when connected.
 /// The parent may be heard on the boards' connection before the link's own one is made: what
 /// goes up meanwhile waits for it, in order, within its deadline (``HeldMessages``).
 ///
@@ -85,14 +86,16 @@ package final class Uplink: @unchecked Sendable {
         session = UplinkSession(endpoint: settings.endpoint, secret: secret, links: sockets, logger: logger)
     }
 
-    /// A DEALER to the parent: CURVE, ZMTP pings, quick reconnects, sends only when connected.
+    /// A DEALER to the parent: CURVE, a cut link's connection closed by the kernel within about
+    /// 3 s (``ZMQSocket/Option/tcpLiveness``, not ZMTP pings), quick reconnects, sends only when
+    /// connected.
     private static func parentSocket(context: ZMQContext, settings: UplinkSettings) throws -> ZMQSocket {
         let socket = try ZMQSocket(context: context, kind: .dealer)
         do {
             try socket.set(
-                .linger(.zero), .immediate(true), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000),
-                .heartbeatInterval(.seconds(1)), .heartbeatTimeout(.seconds(3)), .connectTimeout(.seconds(1)),
+                .linger(.zero), .immediate(true), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000), .connectTimeout(.seconds(1)),
                 .reconnectInterval(.milliseconds(100)), .maximumReconnectInterval(.seconds(1)))
+            try socket.set(ZMQSocket.Option.tcpLiveness)
             if let credentials = settings.credentials {
                 try socket.set(
                     .curveServerKey(credentials.serverKey), .curvePublicKey(credentials.client.publicKey),
