@@ -136,14 +136,17 @@ struct SupervisorTests {
 /// The launcher at shutdown: what ends then is being stopped, and nothing new starts.
 @Suite("Board launcher")
 struct BoardLauncherTests {
+    /// A launcher whose runtime and state are in `directory`, that reports process ends to no one.
+    static func launcher(in directory: String) -> BoardLauncher {
+        BoardLauncher(
+            address: BusAddress(runtimeDirectory: directory), stateDirectory: "\(directory)/state", binaryDirectory: "/bin",
+            logger: Logger(label: "test")
+        ) { _, _, _ in }
+    }
+
     @Test func nothingStartsOnceTheFleetIsStopping() async throws {
         try await withTemporaryDirectory("launcher") { directory in
-            let launcher = BoardLauncher(
-                address: BusAddress(runtimeDirectory: directory), stateDirectory: "\(directory)/state", binaryDirectory: "/bin",
-                logger: Logger(label: "test")
-            ) {
-                _, _, _ in
-            }
+            let launcher = Self.launcher(in: directory)
             let board = FleetManifest.Board(id: "demo.sleeper", executable: "/bin/true")
             await launcher.stopAll(gracePeriod: .zero)
             let error = try #require(throws: BusError.self) { try launcher.start(board) }
@@ -157,10 +160,7 @@ struct BoardLauncherTests {
     /// (without them a broker started again neither adopts nor stops it).
     @Test func anEarlierProcessThatEndsLeavesTheLaterOnesFiles() async throws {
         try await withTemporaryDirectory("launcher") { directory in
-            let launcher = BoardLauncher(
-                address: BusAddress(runtimeDirectory: directory), stateDirectory: "\(directory)/state", binaryDirectory: "/bin",
-                logger: Logger(label: "test")
-            ) { _, _, _ in }
+            let launcher = Self.launcher(in: directory)
             let board = FleetManifest.Board(id: "demo.sleeper", executable: "/bin/sleep", arguments: ["30"])
             let earlier = try launcher.start(board)
             let later = try launcher.start(board)
@@ -182,10 +182,7 @@ struct BoardLauncherTests {
     /// whatever the process's name holds.
     @Test func aStoppedProcessRunsAndIsStopped() async throws {
         try await withTemporaryDirectory("launcher") { directory in
-            let launcher = BoardLauncher(
-                address: BusAddress(runtimeDirectory: directory), stateDirectory: "\(directory)/state", binaryDirectory: "/bin",
-                logger: Logger(label: "test")
-            ) { _, _, _ in }
+            let launcher = Self.launcher(in: directory)
             let process = try launcher.start(FleetManifest.Board(id: "demo.sleeper", executable: "/bin/sleep", arguments: ["30"]))
             #expect(launcher.isRunning(process.pid) && !launcher.isStopped(process.pid))
             kill(process.pid, SIGSTOP)
