@@ -223,7 +223,8 @@ let package = Package(
         .testTarget(
             name: "BoardKitTests",
             dependencies: [
-                "BoardKit", "BoardKitTesting", "BusCore", "BusZeroMQ", "Flux", "FluxBus", "MotherboardCore",
+                "BoardKit", "BoardKitTesting", "BoardBusTestSupport", "BusCore", "BusZeroMQ", "Flux", "FluxBus",
+                "MotherboardCore",
                 .product(name: "InMemoryTracing", package: "swift-distributed-tracing"),
             ]),
         .testTarget(name: "FluxTests", dependencies: ["Flux"]),
@@ -240,7 +241,7 @@ let package = Package(
             name: "MotherboardCoreTests",
             dependencies: [
                 "MotherboardCore", "MotherboardDaemon", "MotherboardGateways", "BusCore", "BusNATS", "BusZeroMQ", "BoardKitTesting",
-                "BoardBusLogWriter",
+                "BoardBusLogWriter", "BoardBusTestSupport",
             ]),
         // The socket loop, frame reuse and backlog accounting over real ZeroMQ sockets.
         .testTarget(name: "BusZeroMQTests", dependencies: ["BusZeroMQ", "BusCore", "BoardKitTesting"]),

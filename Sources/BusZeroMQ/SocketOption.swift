@@ -95,10 +95,10 @@ extension ZMQSocket {
         /// How a socket notices a tcp peer that is gone, instead of ZMTP pings (see
         /// ``heartbeatInterval(_:)``), as fast: the kernel closes a connection whose other end
         /// acknowledged nothing for 3 s, data or a keepalive probe (one a second once it is idle
-        /// for a second). A connecting socket then reconnects, its queue kept; a cut link's
-        /// connection is gone before the link returns, so what its peer queued before the cut
-        /// cannot arrive on it afterwards. A peer whose process only stops reading is still
-        /// acknowledged by its kernel, and kept.
+        /// for a second). A connecting socket then reconnects (a DEALER without `immediate`
+        /// keeps its queue); a cut link's connection is gone before the link returns, so what
+        /// its peer queued before the cut cannot arrive on it afterwards. As with the pings, a
+        /// peer that leaves no room for 3 s (a zero window) is given up too.
         package static let tcpLiveness: [Option] = [
             .tcpKeepalive(true), .tcpKeepaliveIdle(.seconds(1)), .tcpKeepaliveInterval(.seconds(1)), .tcpKeepaliveCount(3),
             .tcpUserTimeout(.seconds(3)),

@@ -233,22 +233,47 @@ public final class BoardLauncher: Sendable {
         return Self.state(of: pid) != "Z"
     }
 
-    /// Whether a process is stopped, by a signal (`T`) or a debugger (`t`).
+    /// Whether a process is stopped: by a signal (`T`), a debugger (`t`), or its cgroup's freezer
+    /// (`docker pause`, `systemctl freeze`), under which its state still reads `S` or `D`.
     public func isStopped(_ pid: Int32) -> Bool {
         let state = Self.state(of: pid)
-        return state == "T" || state == "t"
+        return state == "T" || state == "t" || Self.isInFrozenCgroup(pid)
     }
 
-    /// The state letter of `/proc/PID/stat`: the field after the name, which is in parentheses
-    /// and may hold spaces and parentheses itself (so the last `)` ends it). Nil when unreadable.
+    /// The state letter of `/proc/PID/stat`: the byte after the name, which is in parentheses and
+    /// may hold spaces, parentheses and bytes that are not UTF-8 (the kernel cuts it at 15 bytes),
+    /// so the last `)` ends it. Nil when unreadable.
     static func state(of pid: Int32) -> Character? {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { return nil }
-        return state(inStat: stat)
+        guard let stat = FileManager.default.contents(atPath: "/proc/\(pid)/stat") else { return nil }
+        return state(inStat: Array(stat))
     }
 
-    static func state(inStat stat: String) -> Character? {
-        guard let close = stat.lastIndex(of: ")") else { return nil }
-        return stat[close...].dropFirst().first { $0 != " " }
+    static func state(inStat stat: [UInt8]) -> Character? {
+        guard let close = stat.lastIndex(of: UInt8(ascii: ")")) else { return nil }
+        return stat[(close + 1)...].first { $0 != UInt8(ascii: " ") }.map { Character(Unicode.Scalar($0)) }
+    }
+
+    /// Whether one of the process's cgroups is frozen: cgroup v2's `cgroup.events` says
+    /// `frozen 1`, or v1's freezer is not `THAWED`.
+    static func isInFrozenCgroup(_ pid: Int32) -> Bool {
+        guard let cgroups = try? String(contentsOfFile: "/proc/\(pid)/cgroup", encoding: .utf8) else { return false }
+        return frozenCgroupFiles(inProcCgroup: cgroups).contains { file, frozen in
+            (try? String(contentsOfFile: file, encoding: .utf8)).map(frozen) ?? false
+        }
+    }
+
+    /// For each line of `/proc/PID/cgroup` that names a freezer, the file that says whether it is
+    /// frozen, and how to read it.
+    static func frozenCgroupFiles(inProcCgroup text: String) -> [(file: String, frozen: (String) -> Bool)] {
+        text.split(separator: "\n").compactMap { line in
+            let fields = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false)
+            guard fields.count == 3, fields[2].hasPrefix("/"), !fields[2].contains("..") else { return nil }
+            if fields[0] == "0" && fields[1].isEmpty {
+                return ("/sys/fs/cgroup\(fields[2])/cgroup.events", { $0.split(separator: "\n").contains("frozen 1") })
+            }
+            guard fields[1].split(separator: ",").contains("freezer") else { return nil }
+            return ("/sys/fs/cgroup/freezer\(fields[2])/freezer.state", { !$0.hasPrefix("THAWED") })
+        }
     }
 
     /// Forgets an adopted process that is gone, removing its pid file.

@@ -1,3 +1,4 @@
+import BoardBusTestSupport
 import BusZeroMQ
 import CBoardBusZeroMQ
 import Foundation
@@ -51,16 +52,16 @@ struct TCPConnectionTests {
         return major * 100 + minor
     }
 
-    /// A board's DEALER with `options` says hello to a ROUTER on 127.0.0.1, which sends it 30 000
-    /// messages (three times its receive high-water mark) and, when `brokerLeaves`, closes half a
-    /// second later. The board reads nothing for 5 s (past a ping's timeout), then all it can:
-    /// how many messages that was.
+    /// A board's DEALER with `options` says hello to a ROUTER on 127.0.0.1, which sends to it until
+    /// it takes no more (it holds its receive high-water mark, 10 000, and the kernel's buffers
+    /// are full) and, when `brokerLeaves`, closes. The board reads nothing for 7 s (past a ping's
+    /// timeout and the reconnection after it), then all it can: how many messages that was.
     static func fillWhileBusy(_ options: [ZMQSocket.Option], brokerLeaves: Bool) throws -> Int {
         let context = try ZMQContext()
         defer { context.terminate() }
         let broker = try ZMQSocket(context: context, kind: .router)
         try broker.set(ZMQSocket.Option.tcpLiveness)
-        try broker.set(.sendHighWaterMark(0), .linger(.zero), .routerMandatory(true))
+        try broker.set(.sendHighWaterMark(1_000), .linger(.zero), .routerMandatory(true))
         try broker.bind("tcp://127.0.0.1:*")
         let board = try ZMQSocket(context: context, kind: .dealer)
         defer { board.close() }
@@ -70,12 +71,9 @@ struct TCPConnectionTests {
         _ = try board.send([Data("hello".utf8)])
         guard broker.waitReadable(timeoutMilliseconds: 5_000), let hello = try broker.receive(), let boardID = hello.first else { exit(3) }
         let frame = Data(repeating: 0x79, count: 100)
-        for _ in 0..<30_000 { _ = try broker.send([boardID, frame]) }
-        if brokerLeaves {
-            usleep(500_000)
-            broker.close()
-        }
-        usleep(5_000_000)
+        guard try sendUntilStalled({ try broker.send([boardID, frame]) == .sent }) else { exit(4) }
+        if brokerLeaves { broker.close() }
+        usleep(7_000_000)
         var received = 0
         while board.waitReadable(timeoutMilliseconds: 300), try board.receive() != nil { received += 1 }
         if !brokerLeaves { broker.close() }

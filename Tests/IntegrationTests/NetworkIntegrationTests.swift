@@ -128,9 +128,10 @@ struct NetworkIntegrationTests {
             try lab.expectOK(try await lab.busctlA("call", "demo.greeter", "greet", #"{"name":"A"}"#))
             // (B's side of the cut: aCutLinkFailsRequestsUpItUnreachableWhileBServesItsOwn.)
 
-            // The link stays down past the pings' timeout (3 s) of B's connections, which B then
-            // replaces: what B had queued on the old ones before the cut must not reach A on them
-            // once it returns (A's kernel closed them after 3 s without an acknowledgement).
+            // The link stays down past 3 s, after which both kernels give up on the link's
+            // connections and B makes new ones: what B had queued on the old ones before the cut
+            // must not reach A on them once it returns (a registration that did pointed its board
+            // at a dying connection).
             try await Task.sleep(for: .seconds(3))
             // The link returns: everything registers again by itself.
             try await lab.restoreLink()
