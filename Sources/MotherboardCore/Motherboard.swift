@@ -30,7 +30,8 @@ public protocol BoardProducer: AnyObject {
     func adoptRunning(_ board: FleetManifest.Board) -> LaunchedProcess?
     /// Whether a process still runs.
     func isRunning(_ pid: Int32) -> Bool
-    /// Whether a process that runs is stopped (by a signal or a debugger): frozen, not busy.
+    /// Whether a process that runs is stopped (by a signal, a debugger or its cgroup's freezer):
+    /// frozen, not busy.
     func isStopped(_ pid: Int32) -> Bool
     /// Forgets an adopted process that ended.
     func forgetAdopted(_ pid: Int32)
@@ -240,10 +241,10 @@ public final class Motherboard {
     ///
     /// A board silent for the liveness timeout is gone, unless it is only busy: a local board
     /// whose process (known from its connection, not from what it claims) still runs and is not
-    /// stopped (a signal, a debugger: frozen). A process that is gone closes its connection, so
-    /// the next heartbeat sent to it fails and drops the board. A handler that holds the board's
-    /// thread (a lock, a long computation) delays only the requests behind it, each of which
-    /// keeps its own deadline.
+    /// stopped (a signal, a debugger, a frozen cgroup). A process that is gone closes its
+    /// connection, so the next heartbeat sent to it fails and drops the board. A handler that
+    /// holds the board's thread (a lock, a long computation) delays only the requests behind it,
+    /// each of which keeps its own deadline.
     public func tick(now: ContinuousClock.Instant) {
         var silent: [LiveBoard] = []
         for board in registry.boards.values {
