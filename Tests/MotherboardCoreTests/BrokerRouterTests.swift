@@ -1,7 +1,6 @@
 import BoardBusTestSupport
 import BusCore
 import BusZeroMQ
-import CBoardBusZeroMQ
 import Foundation
 import Testing
 
@@ -25,7 +24,7 @@ struct BrokerRouterTests {
 
     /// What the broker's ROUTER did before: with ZMTP pings, libzmq aborts. (Should a later
     /// libzmq no longer do so, this fails, and the pings could come back.)
-    @Test(.enabled(if: BrokerRouterTests.libzmqMinor == 403))
+    @Test(.enabled(if: ZMQVersion.string.hasPrefix("4.3.")))
     func withZMTPPingsLibzmqAborts() async {
         await #expect(processExitsWith: .signal(SIGABRT)) {
             let pinging = MotherboardServer.routerOptions(limits: .default) + [.heartbeatInterval(.seconds(1)), .heartbeatTimeout(.seconds(3))]
@@ -33,11 +32,35 @@ struct BrokerRouterTests {
         }
     }
 
-    /// libzmq's major and minor version as one number (4.3.4: 403).
-    static var libzmqMinor: Int32 {
-        var (major, minor, patch): (Int32, Int32, Int32) = (0, 0, 0)
-        zmq_version(&major, &minor, &patch)
-        return major * 100 + minor
+    /// Set on the listener, the keepalive and the user timeout reach each accepted tcp connection.
+    @Test func anAcceptedTCPConnectionIsProbedByTheKernel() throws {
+        let context = try ZMQContext()
+        defer { context.terminate() }
+        let router = try ZMQSocket(context: context, kind: .router)
+        defer { router.close() }
+        try router.set(MotherboardServer.routerOptions(limits: .default))
+        try router.set(.linger(.zero))
+        try router.bind("tcp://127.0.0.1:*")
+        let endpoint = try #require(router.lastEndpoint)
+        let peer = try ZMQSocket(context: context, kind: .dealer)
+        defer { peer.close() }
+        try peer.set(.linger(.zero))
+        try peer.connect(endpoint)
+        _ = try peer.send([Data("hello".utf8)])
+        #expect(router.waitReadable(timeoutMilliseconds: 5_000))
+        var descriptor: Int32 = -1
+        _ = try router.receive(sourceDescriptor: &descriptor)
+        #expect(descriptor >= 0)
+        func option(_ level: Int32, _ name: Int32) -> Int32 {
+            var value: Int32 = -1
+            var size = socklen_t(MemoryLayout<Int32>.size)
+            return getsockopt(descriptor, level, name, &value, &size) == 0 ? value : -1
+        }
+        #expect(option(SOL_SOCKET, SO_KEEPALIVE) == 1)
+        #expect(option(Int32(IPPROTO_TCP), TCP_KEEPIDLE) == 1)
+        #expect(option(Int32(IPPROTO_TCP), TCP_KEEPINTVL) == 1)
+        #expect(option(Int32(IPPROTO_TCP), TCP_KEEPCNT) == 3)
+        #expect(option(Int32(IPPROTO_TCP), TCP_USER_TIMEOUT) == 3_000)
     }
 
     /// A ROUTER with `options` that reads nothing while a DEALER sends to it until it stops taking
