@@ -1,3 +1,4 @@
+import BusCore
 import CBoardBusZeroMQ
 
 extension ZMQSocket {
@@ -103,6 +104,25 @@ extension ZMQSocket {
             .tcpKeepalive(true), .tcpKeepaliveIdle(.seconds(1)), .tcpKeepaliveInterval(.seconds(1)), .tcpKeepaliveCount(3),
             .tcpUserTimeout(.seconds(3)),
         ]
+
+        /// The options of a ROUTER that any peer may connect to (the broker's, its Majordomo
+        /// endpoint's), set before any bind: an endpoint takes the options it is bound with.
+        ///
+        /// No ZMTP pings (``heartbeatInterval(_:)``): with them, a peer that hangs up while the
+        /// router holds a full queue of its messages makes libzmq abort the process. A peer that
+        /// is gone is found without them (the broker's heartbeats, MDP's), and the kernel closes a
+        /// tcp connection whose other end acknowledges nothing for 3 s (``tcpLiveness``).
+        package static func peerRouter(limits: BusLimits) -> [Option] {
+            [
+                // Hard cap: frames far beyond the soft limit disconnect the peer inside libzmq;
+                // those between the two get a typed `tooLarge` answer.
+                .routerMandatory(true), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000),
+                .maximumMessageBytes(Int64(limits.maximumPayloadBytes * 2 + 65_536)),
+                // A connection that has not finished its handshake (greeting, CURVE) in 5 s is
+                // closed: an idle peer without a key holds a descriptor for no longer.
+                .handshakeInterval(.seconds(5)),
+            ] + tcpLiveness
+        }
 
         var value: Value {
             switch self {

@@ -11,27 +11,6 @@ import ServiceLifecycle
 /// socket's thread, starts the manifest's always-on boards, and on graceful shutdown stops them,
 /// closes the socket and removes its files.
 public final class MotherboardServer: Service {
-    /// The options of the broker's ROUTER, set before any bind (an endpoint takes the options it
-    /// is bound with).
-    ///
-    /// No ZMTP pings (``ZMQSocket/Option/heartbeatInterval(_:)``): with them, a peer that hangs up
-    /// while the broker holds a full queue of its messages makes libzmq abort the broker. A board
-    /// that is gone is found without them: its closed connection fails the broker's next heartbeat
-    /// to it (every 500 ms), and one silent past the liveness timeout is dropped unless its process
-    /// runs and is not stopped (``Motherboard/tick(now:)``); the kernel closes a tcp connection
-    /// whose other end acknowledges nothing for 3 s (``ZMQSocket/Option/tcpLiveness``).
-    package static func routerOptions(limits: BusLimits) -> [ZMQSocket.Option] {
-        [
-            // Hard cap: frames far beyond the soft limit disconnect the peer inside libzmq; those
-            // between the two get a typed `tooLarge` answer from the broker.
-            .routerMandatory(true), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000),
-            .maximumMessageBytes(Int64(limits.maximumPayloadBytes * 2 + 65_536)),
-            // A connection that has not finished its handshake (greeting, CURVE) in 5 s is closed:
-            // an idle peer without a key holds a descriptor for no longer.
-            .handshakeInterval(.seconds(5)),
-        ] + ZMQSocket.Option.tcpLiveness
-    }
-
     /// Where and how the server runs.
     public struct Options: Sendable {
         public var address: BusAddress
@@ -132,7 +111,10 @@ public final class MotherboardServer: Service {
         try Options.checkIOThreads(options.ioThreads)
         let context = try ZMQContext(maximumSockets: 4096, ioThreads: Int32(options.ioThreads))
         let socket = try ZMQSocket(context: context, kind: .router)
-        try socket.set(Self.routerOptions(limits: options.settings.limits))
+        // A board that is gone fails the broker's next heartbeat to it (every 500 ms); one silent
+        // past the liveness timeout is dropped unless its process runs, not stopped
+        // (``Motherboard/tick(now:)``).
+        try socket.set(ZMQSocket.Option.peerRouter(limits: options.settings.limits))
         let metrics = BrokerMetrics(series: PrometheusSeries())
         let plan = ConnectionLimit.plan(
             descriptorLimit: descriptors.now, inUse: DescriptorLimit.inUse(), configuredMaximum: options.maximumConnections)

@@ -79,12 +79,8 @@ package final class MajordomoBridge: @unchecked Sendable {
         let client = try ZMQSocket(context: context, kind: .dealer)
         let servicesSocket = try ZMQSocket(context: context, kind: .dealer)
         do {
-            try router.set(
-                .linger(.zero), .routerMandatory(true), .sendHighWaterMark(10_000), .receiveHighWaterMark(10_000),
-                .maximumMessageBytes(Int64(settings.limits.maximumPayloadBytes * 2 + 65_536)), .handshakeInterval(.seconds(5)))
-            // No ZMTP pings (see ZMQSocket.Option.heartbeatInterval): MDP's own heartbeats find a
-            // worker that is gone, and the kernel a tcp peer that acknowledges nothing for 3 s.
-            try router.set(ZMQSocket.Option.tcpLiveness)
+            // MDP's own heartbeats find a worker that is gone.
+            try router.set([.linger(.zero)] + ZMQSocket.Option.peerRouter(limits: settings.limits))
             if Self.ipcPath(settings.endpoint) != nil {
                 try? router.set(.acceptIPCFromUser(getuid()))
             } else if let curveSecretKey {

@@ -4,8 +4,6 @@ import BusZeroMQ
 import Foundation
 import Testing
 
-@testable import MotherboardDaemon
-
 /// libzmq 4.3 aborts the whole process when a ZMTP ping falls due on a connection whose peer hung
 /// up while the socket held as many of its messages as its receive high-water mark
 /// (zeromq/libzmq#4364: `Assertion failed: !_io_error (src/stream_engine_base.cpp:331)`). Any peer
@@ -16,7 +14,7 @@ import Testing
 struct BrokerRouterTests {
     @Test func aPeerThatHangsUpOnAFullQueueCannotAbortIt() async {
         await #expect(processExitsWith: .success) {
-            let received = try BrokerRouterTests.hangUpOnAFullQueue(with: MotherboardServer.routerOptions(limits: .default))
+            let received = try BrokerRouterTests.hangUpOnAFullQueue(with: ZMQSocket.Option.peerRouter(limits: .default))
             // What the broker held of the peer's messages is still there to read.
             guard received >= 10_000 else { exit(2) }
         }
@@ -27,7 +25,7 @@ struct BrokerRouterTests {
     @Test(.enabled(if: ZMQVersion.string.hasPrefix("4.3.")))
     func withZMTPPingsLibzmqAborts() async {
         await #expect(processExitsWith: .signal(SIGABRT)) {
-            let pinging = MotherboardServer.routerOptions(limits: .default) + [.heartbeatInterval(.seconds(1)), .heartbeatTimeout(.seconds(3))]
+            let pinging = ZMQSocket.Option.peerRouter(limits: .default) + [.heartbeatInterval(.seconds(1)), .heartbeatTimeout(.seconds(3))]
             _ = try BrokerRouterTests.hangUpOnAFullQueue(with: pinging)
         }
     }
@@ -38,7 +36,7 @@ struct BrokerRouterTests {
         defer { context.terminate() }
         let router = try ZMQSocket(context: context, kind: .router)
         defer { router.close() }
-        try router.set(MotherboardServer.routerOptions(limits: .default))
+        try router.set(ZMQSocket.Option.peerRouter(limits: .default))
         try router.set(.linger(.zero))
         try router.bind("tcp://127.0.0.1:*")
         let endpoint = try #require(router.lastEndpoint)
