@@ -31,6 +31,15 @@ public struct JournaledDelivery: Sendable {
         self.deliveries = deliveries
         self.envelope = envelope
     }
+
+    /// Whether a ledger could have made `id`: its bit, and a number it counts on from without
+    /// overflow.
+    public static func isLedgerID(_ id: UInt64) -> Bool {
+        DeliveryLedger.isLedgerID(id) && DeliveryLedger.isCountable(id & ~DeliveryLedger.idBit)
+    }
+
+    /// Whether a ledger could have made a dead letter's `id` (a ledger id without its bit).
+    public static func isLetterID(_ id: UInt64) -> Bool { DeliveryLedger.isCountable(id) }
 }
 
 /// The activations of at-least-once boards that their board has not acknowledged yet, and those
@@ -40,7 +49,8 @@ public struct JournaledDelivery: Sendable {
 /// the ledger's id as correlation id, the same on every delivery). When its board ends first,
 /// it is delivered again to the board's next instance with its delivery count one higher, until
 /// `maxDeliveries`; then it goes on the dead-letter list. Bounded in count per board and in bytes
-/// overall (a new activation past either is refused `busy`), and the dead letters in count.
+/// overall (a new activation past either is refused `busy`), and the dead letters in count and in
+/// bytes (past either the oldest go).
 struct DeliveryLedger {
     struct Pending {
         let id: UInt64
@@ -63,19 +73,30 @@ struct DeliveryLedger {
     static let maximumPerBoard = 1_024
     static let maximumBytes = 64 << 20
     static let maximumDeadLetters = 1_000
+    /// The payload bytes the dead letters keep, all together.
+    static let maximumDeadLetterBytes = 16 << 20
 
     private(set) var pending: [UInt64: Pending] = [:]
     private var perBoard: [ScopedName: Int] = [:]
     private(set) var bytes = 0
     private(set) var deadLetters = Deque<(letter: DeadLetter, envelope: Envelope)>()
+    private(set) var deadLetterBytes = 0
     private var nextID: UInt64 = 1
 
     static func isLedgerID(_ id: UInt64) -> Bool { id & idBit != 0 }
 
+    /// A number the ledger can count on from (its next id stays below the ledger's bit).
+    static func isCountable(_ number: UInt64) -> Bool { number > 0 && number < idBit - 1 }
+
+    /// Whether a new activation of `size` bytes for `board` would be kept.
+    func hasRoom(for board: ScopedName, bytes size: Int) -> Bool {
+        perBoard[board, default: 0] < Self.maximumPerBoard && bytes + size <= Self.maximumBytes
+    }
+
     /// Keeps a new activation for `board`; nil when the board's share or the bytes are spent.
     mutating func add(_ envelope: Envelope, for board: ScopedName, client: PeerID?) -> UInt64? {
         let size = envelope.payload.count
-        guard perBoard[board, default: 0] < Self.maximumPerBoard, bytes + size <= Self.maximumBytes else { return nil }
+        guard hasRoom(for: board, bytes: size) else { return nil }
         let id = Self.idBit | nextID
         nextID += 1
         pending[id] = Pending(
@@ -127,22 +148,37 @@ struct DeliveryLedger {
         return entry
     }
 
-    /// Takes `id` off the ledger onto the dead-letter list; past the bound the oldest letter
-    /// goes, and is returned as `dropped`.
-    mutating func deadLetter(_ id: UInt64, reason: String, time: Double) -> (entry: Pending, letter: DeadLetter, dropped: DeadLetter?)? {
+    /// Takes `id` off the ledger onto the dead-letter list; past the bounds the oldest letters
+    /// go (the new one too, when it alone is larger than the bytes allowed), and are returned as
+    /// `dropped`.
+    mutating func deadLetter(_ id: UInt64, reason: String, time: Double) -> (entry: Pending, letter: DeadLetter, dropped: [DeadLetter])? {
         guard let entry = remove(id) else { return nil }
+        // Every board on the ledger has a valid id (a live board's, or one checked on restore).
+        guard let board = try? BoardID(validating: entry.board.name) else { return nil }
         let letter = DeadLetter(
-            id: id & ~Self.idBit, board: BoardID(stringLiteral: entry.board.name), scope: entry.board.scope, type: entry.envelope.header.typeName,
+            id: id & ~Self.idBit, board: board, scope: entry.board.scope, type: entry.envelope.header.typeName,
             attempts: entry.deliveries, reason: reason, payloadBytes: entry.envelope.payload.count, time: time)
-        deadLetters.append((letter, entry.envelope))
-        let dropped = deadLetters.count > Self.maximumDeadLetters ? deadLetters.removeFirst().letter : nil
-        return (entry, letter, dropped)
+        return (entry, letter, keepDeadLetter(letter, entry.envelope))
+    }
+
+    /// Appends a letter; returns those that went to keep the list within its bounds.
+    private mutating func keepDeadLetter(_ letter: DeadLetter, _ envelope: Envelope) -> [DeadLetter] {
+        deadLetters.append((letter, envelope))
+        deadLetterBytes += envelope.payload.count
+        var dropped: [DeadLetter] = []
+        while let oldest = deadLetters.first, deadLetters.count > Self.maximumDeadLetters || deadLetterBytes > Self.maximumDeadLetterBytes {
+            deadLetters.removeFirst()
+            deadLetterBytes -= oldest.envelope.payload.count
+            dropped.append(oldest.letter)
+        }
+        return dropped
     }
 
     /// What a journal kept, taken back by a broker started again: no sender waits for any of
-    /// them any more.
-    mutating func restore(_ entries: [JournaledDelivery], deadLetters letters: [(DeadLetter, Envelope)]) {
-        for entry in entries where Self.isLedgerID(entry.id) {
+    /// them any more. Returns the dead letters that the bounds leave out; an entry whose id a
+    /// broker could not have made, whose board id is invalid or that repeats a letter is left out.
+    mutating func restore(_ entries: [JournaledDelivery], deadLetters letters: [(DeadLetter, Envelope)]) -> [DeadLetter] {
+        for entry in entries where Self.isLedgerID(entry.id) && Self.isCountable(entry.id & ~Self.idBit) && BoardID.isValid(entry.board.name) {
             pending[entry.id] = Pending(
                 id: entry.id, board: entry.board, envelope: entry.envelope, deliveries: entry.deliveries, client: nil,
                 clientCorrelationID: entry.envelope.header.correlationID)
@@ -150,15 +186,21 @@ struct DeliveryLedger {
             bytes += entry.envelope.payload.count
             nextID = max(nextID, (entry.id & ~Self.idBit) + 1)
         }
-        for (letter, envelope) in letters.suffix(Self.maximumDeadLetters) {
-            deadLetters.append((letter, envelope))
+        var dropped: [DeadLetter] = []
+        for (letter, envelope) in letters {
+            // The journal's reader sets both aside first.
+            guard Self.isCountable(letter.id), !deadLetters.contains(where: { $0.letter.id == letter.id }) else { continue }
+            dropped += keepDeadLetter(letter, envelope)
             nextID = max(nextID, letter.id + 1)
         }
+        return dropped
     }
 
     /// Takes a dead letter off the list, to deliver it again.
     mutating func takeDeadLetter(_ id: UInt64) -> (letter: DeadLetter, envelope: Envelope)? {
         guard let index = deadLetters.firstIndex(where: { $0.letter.id == id }) else { return nil }
-        return deadLetters.remove(at: index)
+        let taken = deadLetters.remove(at: index)
+        deadLetterBytes -= taken.envelope.payload.count
+        return taken
     }
 }

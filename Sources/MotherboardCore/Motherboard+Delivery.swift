@@ -89,11 +89,16 @@ extension Motherboard {
 
     /// Restores what a broker before this one journaled: its activations go to their boards
     /// when they register (or, for those not live within `grace`, are activated then: started
-    /// on demand, else dead-lettered); no sender waits for them any more.
+    /// on demand, else dead-lettered); no sender waits for them any more. Dead letters past the
+    /// list's bounds are taken off the journal too (set ``deliveryJournal`` first).
     package func restoreDeliveries(
         _ entries: [JournaledDelivery], deadLetters: [(DeadLetter, Envelope)], now: ContinuousClock.Instant, grace: Duration = .seconds(5)
     ) {
-        ledger.restore(entries, deadLetters: deadLetters)
+        let dropped = ledger.restore(entries, deadLetters: deadLetters)
+        for letter in dropped { deliveryJournal?.removeDeadLetter(letter.id) }
+        if !dropped.isEmpty {
+            logger.warning("restored dead letters left out, past the list's bounds", metadata: ["letters": "\(dropped.count)"])
+        }
         restoredHolders = Set(entries.map(\.board))
         restoredDeadline = entries.isEmpty ? nil : now + grace
         if !entries.isEmpty {
@@ -176,7 +181,10 @@ extension Motherboard {
         guard let (entry, letter, dropped) = ledger.deadLetter(id, reason: reason, time: Date().timeIntervalSince1970) else { return nil }
         deliveryJournal?.remove(id)
         deliveryJournal?.putDeadLetter(letter, envelope: entry.envelope)
-        if let dropped { deliveryJournal?.removeDeadLetter(dropped.id) }
+        for letter in dropped { deliveryJournal?.removeDeadLetter(letter.id) }
+        if !dropped.isEmpty {
+            logger.warning("dead letters dropped to keep the list within its bounds", metadata: ["letters": "\(dropped.map(\.id))"])
+        }
         counters.deadLettered += 1
         let board = ScopedName(scope: letter.scope, name: letter.board.rawValue)
         logger.error(
@@ -184,20 +192,51 @@ extension Motherboard {
         return letter
     }
 
-    /// `dead-letters.replay`: the letter is delivered again as a new activation (its count starts over).
+    /// `dead-letters.replay`: the letter is delivered again as a new activation (its count starts
+    /// over). One its board cannot take now (it reached its restart limit, is no board, or its
+    /// share of the ledger or its start's queue is spent) stays on the list, and the replay is
+    /// refused with why. Once taken off, it is on the ledger: should its board's start fail
+    /// after all, it goes back on the list (under a new id) rather than being lost.
     func replayDeadLetter(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) throws {
         let request = try PayloadCodec.decode(DeadLetterReplay.self, from: envelope.payload)
-        guard let (letter, original) = ledger.takeDeadLetter(request.id) else {
+        guard let kept = ledger.deadLetters.first(where: { $0.letter.id == request.id }) else {
             throw BusError(.badArgument, "no dead letter \(request.id) (busctl dead-letters lists them)")
         }
+        let name = ScopedName(scope: kept.letter.scope, name: kept.letter.board.rawValue)
+        if let refusal = replayRefusal(name, bytes: kept.envelope.payload.count) {
+            throw BusError(refusal.code, "dead letter \(request.id) is kept, not delivered: \(refusal.message)")
+        }
+        guard let (letter, original) = ledger.takeDeadLetter(request.id) else { return }
         deliveryJournal?.removeDeadLetter(letter.id)
         var header = original.header
         header.correlationID = 0
         header.flags.remove(.replyExpected)
         header.deliveryCount = nil
-        activate(
-            ScopedName(scope: letter.scope, name: letter.board.rawValue), with: Envelope(header: header, payload: original.payload), client: nil,
-            now: now)
+        var replayed = Envelope(header: header, payload: original.payload)
+        if maxDeliveries(of: name) != nil, let id = ledger.add(replayed, for: name, client: nil) {
+            replayed.header.correlationID = id
+            replayed.header.deliveryCount = 0
+        }
+        activate(name, with: replayed, client: nil, now: now)
         reply(to: envelope, from: peer, with: Delivery(delivered: 1))
+    }
+
+    /// Why `name` cannot be handed a replayed letter of `bytes` now; nil when it can.
+    private func replayRefusal(_ name: ScopedName, bytes: Int) -> BusError? {
+        if maxDeliveries(of: name) != nil, !ledger.hasRoom(for: name, bytes: bytes) {
+            return BusError(.busy, "board '\(name)' holds as many unacknowledged activations as it may")
+        }
+        if registry[name] != nil { return nil }
+        guard manifest.board(named: name.name, scope: name.scope) != nil, producer != nil else { return notLiveError(name) }
+        if let start = supervisor.starting[name] {
+            guard start.queue.count < settings.activationQueueLimit else {
+                return BusError(.busy, "board '\(name)' is starting and \(settings.activationQueueLimit) inputs already wait")
+            }
+            return nil
+        }
+        if supervisor.hasFailed(name) {
+            return BusError(.boardNotRunning, "board '\(name)' reached its restart limit (busctl restart \(name) starts it again)")
+        }
+        return nil
     }
 }

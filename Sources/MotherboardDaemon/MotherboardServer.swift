@@ -164,8 +164,8 @@ public final class MotherboardServer: Service {
         // What an earlier broker's at-least-once boards had not answered goes to them again.
         let deliveries = DeliveryLogFile(path: "\(stateDirectory)/deliveries.log", logger: logger)
         let journaled = try deliveries.load()
-        motherboard.restoreDeliveries(journaled.pending, deadLetters: journaled.deadLetters, now: .now)
         motherboard.deliveryJournal = deliveries
+        motherboard.restoreDeliveries(journaled.pending, deadLetters: journaled.deadLetters, now: .now)
         var startFailure: (any Error)?
         var metricsEndpoint: MetricsEndpoint?
         let metricsFile = "\(address.runtimeDirectory)/metrics.addr"

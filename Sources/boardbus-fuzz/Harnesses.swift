@@ -11,7 +11,40 @@ enum Harnesses {
     static let all: [String: @Sendable (Data) -> Void] = [
         "header": header, "cbor": cbor, "json": json, "mdp": mdp, "route": RoutingHarness.route, "policy": policy,
         "allowlist": allowList, "manifest": manifest, "keyfile": keyFile, "monitor": monitor, "nats": nats,
+        "journal": journal,
     ]
+
+    /// The delivery journal, which a broker reads from disk at every start: any text is read
+    /// without a trap, into activations and letters within the ranges a ledger makes (the rest
+    /// set aside, every line counted once); written again compact, it reads back the same with
+    /// nothing set aside; a broker restored from it and ticked past its grace does not trap.
+    static func journal(_ input: Data) {
+        let contents = DeliveryJournalText.read(input)
+        for entry in contents.pending.values {
+            precondition(JournaledDelivery.isLedgerID(entry.id), "kept activation id \(entry.id)")
+            precondition(BoardID.isValid(entry.board.name), "kept an activation for an invalid board")
+            precondition(entry.deliveries >= 1, "kept an activation with \(entry.deliveries) deliveries")
+        }
+        for (letter, envelope) in contents.letters {
+            precondition(JournaledDelivery.isLetterID(letter.id), "kept letter id \(letter.id)")
+            precondition(letter.payloadBytes == envelope.payload.count, "a letter's size is not its payload's")
+        }
+        precondition(Set(contents.letters.map(\.letter.id)).count == contents.letters.count, "a letter kept twice")
+        let lines = input.split(separator: UInt8(ascii: "\n")).count
+        precondition(contents.setAside.count <= lines, "more lines set aside than there are")
+        guard let (text, _) = try? DeliveryJournalText.compact(pending: contents.pending, letters: contents.letters) else {
+            preconditionFailure("what was read does not write")
+        }
+        let again = DeliveryJournalText.read(text)
+        precondition(again.setAside.isEmpty, "a compact journal has lines set aside: \(again.setAside.map(\.problem))")
+        precondition(again.pending.keys.sorted() == contents.pending.keys.sorted(), "a compact journal reads other activations")
+        precondition(again.pending.values.allSatisfy { contents.pending[$0.id]?.envelope == $0.envelope }, "an activation changed")
+        precondition(again.letters.map(\.letter) == contents.letters.map(\.letter), "a compact journal reads other letters")
+        let motherboard = try! Motherboard(manifest: FleetManifest(), transport: RoutingHarness.Recorder(), logger: RoutingHarness.quietLogger)
+        let now = RoutingHarness.now
+        motherboard.restoreDeliveries(Array(contents.pending.values), deadLetters: contents.letters.map { ($0.letter, $0.envelope) }, now: now)
+        motherboard.tick(now: now + .seconds(6))
+    }
 
     /// The fleet's NATS subjects, which anyone who may publish on the cluster writes: a subject
     /// (any bytes) is read as a request or an action, or not at all, and what is read has one

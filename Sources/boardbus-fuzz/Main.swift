@@ -1,6 +1,6 @@
 import Foundation
 
-/// `boardbus-fuzz NAME [FILE|DIR…]`: runs harness NAME (header, cbor, json, mdp, route, policy, allowlist, manifest, keyfile, monitor, nats).
+/// `boardbus-fuzz NAME [FILE|DIR…]`: runs harness NAME (header, cbor, json, mdp, route, policy, allowlist, manifest, keyfile, monitor, nats, journal).
 ///
 /// Built normally, it replays the inputs in the files and directories given (the corpora and
 /// crash fixtures, in `scripts/test`). Built with `-sanitize=fuzzer,address -D BOARDBUS_FUZZ`

@@ -287,6 +287,124 @@ struct DeliveryTests {
         #expect(journal.letters == Array(letters.dropFirst()))
     }
 
+    /// A replay its board cannot take keeps the letter and says why: the board reached its
+    /// restart limit (`boardNotRunning`), then, restarted by hand, takes it. A replay whose
+    /// on-demand start fails puts the letter back on the list rather than losing it.
+    @Test func aReplayThatCannotBeDeliveredKeepsTheLetterAndSaysWhy() throws {
+        let producer = RecordingProducer()
+        let manifest = FleetManifest(boards: [
+            .init(
+                id: "pay", executable: "Pay", start: .onDemand, restart: .onFailure, restartLimit: .init(count: 0, windowSeconds: 60),
+                delivery: .atLeastOnce, maxDeliveries: 1)
+        ])
+        let harness = try Harness(manifest: manifest, producer: producer)
+        activate(harness)
+        #expect(start(harness, producer, as: first).count == 1)
+        crash(harness, producer)
+        harness.motherboard.tick(now: harness.now)
+        let letter = try #require(harness.motherboard.ledger.deadLetters.first?.letter)
+        _ = harness.transport.take(for: harness.client)
+        func replay(_ id: UInt64) -> BusError? {
+            harness.request(
+                EnvelopeHeader(kind: .control, typeName: ControlOperation.deadLettersReplay),
+                payload: try! PayloadCodec.encode(DeadLetterReplay(id: id)),
+                from: harness.client, correlation: 8)
+            return harness.transport.take(for: harness.client).last?.carriedError
+        }
+        let refused = try #require(replay(letter.id))
+        #expect(refused.code == .boardNotRunning)
+        #expect(refused.message.contains("restart limit") && refused.message.contains("is kept"))
+        #expect(harness.motherboard.ledger.deadLetters.map(\.letter.id) == [letter.id])
+        #expect(producer.started.count == 1)
+
+        // Restarted by hand (its limit starts over), its start fails, and so does the replay's:
+        // the letter comes back on the list, under a new id.
+        producer.failure = BusError(.boardNotRunning, "no such executable")
+        #expect(throws: BusError.self) {
+            try harness.control(ControlOperation.restart, StatusRequest(id: "pay"), from: harness.client, as: BoardInfo.self)
+        }
+        #expect(replay(letter.id) == nil)
+        let back = try #require(harness.motherboard.ledger.deadLetters.first)
+        #expect(harness.motherboard.ledger.deadLetters.count == 1 && back.letter.id != letter.id)
+        #expect(back.envelope.payload == Data("A-1".utf8) && back.letter.reason.contains("no such executable"))
+        #expect(harness.motherboard.ledger.pending.isEmpty)
+
+        // Started as it should: the replay is handed over.
+        producer.failure = nil
+        #expect(replay(back.letter.id) == nil)
+        let delivered = start(harness, producer, as: second)
+        #expect(delivered.map(\.payload) == [Data("A-1".utf8)] && delivered.map(\.header.deliveryCount) == [1])
+        #expect(harness.motherboard.ledger.deadLetters.isEmpty)
+        #expect(replay(back.letter.id)?.code == .badArgument)
+    }
+
+    /// Bounded in bytes too: letters of 4 MiB each keep at most 16 MiB together, the oldest going
+    /// first (from the journal as well); a replay gives its bytes back.
+    @Test func theDeadLettersAreBoundedInBytes() throws {
+        let harness = try Harness(manifest: Self.manifest(.atLeastOnce))
+        let journal = Journal()
+        harness.motherboard.deliveryJournal = journal
+        let board = ScopedName(scope: .root, name: "pay")
+        let size = 4 << 20
+        for number in 0..<10 {
+            let envelope = Envelope(
+                header: EnvelopeHeader(kind: .activate, target: "pay", typeName: "Pay"), payload: Data(repeating: UInt8(number), count: size))
+            let added = harness.motherboard.ledger.add(envelope, for: board, client: nil)
+            _ = harness.motherboard.deadLetter(try #require(added), reason: "test")
+            #expect(harness.motherboard.ledger.deadLetterBytes <= DeliveryLedger.maximumDeadLetterBytes)
+        }
+        let kept = DeliveryLedger.maximumDeadLetterBytes / size
+        #expect(harness.motherboard.ledger.deadLetters.count == kept)
+        #expect(harness.motherboard.ledger.deadLetters.map { $0.envelope.payload.first } == (10 - kept..<10).map { UInt8($0) })
+        #expect(journal.letters == harness.motherboard.ledger.deadLetters.map(\.letter.id))
+        // One letter alone larger than the bound is not kept at all.
+        let huge = Envelope(
+            header: EnvelopeHeader(kind: .activate, target: "pay", typeName: "Pay"),
+            payload: Data(count: DeliveryLedger.maximumDeadLetterBytes + 1))
+        var ledger = DeliveryLedger()
+        let id = ledger.add(huge, for: board, client: nil)
+        let dead = ledger.deadLetter(try #require(id), reason: "test", time: 0)
+        let (_, letter, dropped) = try #require(dead)
+        #expect(dropped == [letter] && ledger.deadLetters.isEmpty && ledger.deadLetterBytes == 0)
+        // Restored past the bound: the oldest are left out, and leave the journal.
+        let restarted = try Harness(manifest: Self.manifest(.atLeastOnce))
+        let second = Journal()
+        restarted.motherboard.deliveryJournal = second
+        let letters = harness.motherboard.ledger.deadLetters.map { ($0.letter, $0.envelope) }
+        second.letters = letters.map(\.0.id)
+        let extra = DeadLetter(id: 99, board: "pay", scope: .root, type: "Pay", attempts: 3, reason: "x", payloadBytes: size, time: 1)
+        restarted.motherboard.restoreDeliveries([], deadLetters: letters + [(extra, letters[0].1)], now: restarted.now)
+        #expect(restarted.motherboard.ledger.deadLetters.map(\.letter.id) == Array(letters.dropFirst().map(\.0.id)) + [99])
+        #expect(!second.letters.contains(letters[0].0.id))
+    }
+
+    /// What no broker writes, handed to a broker restored from a journal, is left out, never a
+    /// trap: ids whose next id overflows or that lack the ledger's bit, an invalid board id, a
+    /// letter repeated. Past the grace the valid ones are dead-lettered as usual.
+    @Test func aRestoredLedgerLeavesOutWhatNoBrokerWritesAndNeverTraps() throws {
+        let harness = try Harness(manifest: Self.manifest(.atLeastOnce))
+        let envelope = Envelope(header: EnvelopeHeader(kind: .activate, target: "old", typeName: "Pay"), payload: Data("C-1".utf8))
+        let bit = DeliveryLedger.idBit
+        let letter = DeadLetter(id: .max, board: "old", scope: .root, type: "Pay", attempts: 3, reason: "x", payloadBytes: 3, time: 1)
+        var fine = letter
+        fine.id = 5
+        harness.motherboard.restoreDeliveries(
+            [
+                JournaledDelivery(id: .max, board: ScopedName(scope: .root, name: "old"), deliveries: 1, envelope: envelope),
+                JournaledDelivery(id: 12, board: ScopedName(scope: .root, name: "old"), deliveries: 1, envelope: envelope),
+                JournaledDelivery(id: bit | 6, board: ScopedName(scope: .root, name: "bad..id"), deliveries: 1, envelope: envelope),
+                JournaledDelivery(id: bit | 7, board: ScopedName(scope: .root, name: "old"), deliveries: 1, envelope: envelope),
+            ], deadLetters: [(letter, envelope), (fine, envelope), (fine, envelope)], now: harness.now, grace: .seconds(5))
+        #expect(harness.motherboard.ledger.pending.keys.sorted() == [bit | 7])
+        #expect(harness.motherboard.ledger.deadLetters.map(\.letter.id) == [5])
+        harness.now = harness.now.advanced(by: .seconds(6))
+        harness.motherboard.tick(now: harness.now)
+        #expect(harness.motherboard.ledger.deadLetters.map(\.letter.id) == [5, 7])
+        // The next id is past every restored one.
+        let next = harness.motherboard.ledger.add(envelope, for: ScopedName(scope: .root, name: "pay"), client: nil)
+        #expect(next == bit | 8)
+    }
+
     /// `input.refused` is a board's own word, shown by `status`: what a board (or a peer that is
     /// none) writes there cannot grow the broker's memory, break a line of `busctl status`, or
     /// count for another board.
