@@ -62,6 +62,11 @@ public final class BrokerMetrics: @unchecked Sendable {
     let redeliveries: Counter
     let deadLettered: Counter
     let refusedInputs: Counter
+    let refusedPending: Counter
+    let refusedSubscriptions: Counter
+    let peersLeft: Counter
+    /// Store subscriptions held, all peers together.
+    let storeSubscriptions: Gauge
     /// Connections refused: `key` not in the allow-list, their `handshake` failed (no CURVE,
     /// another server key), or over the connection `limit`. Counted from the ZAP and connection
     /// watch threads.
@@ -98,6 +103,10 @@ public final class BrokerMetrics: @unchecked Sendable {
         redeliveries = counter("boardbus_redeliveries_total")
         deadLettered = counter("boardbus_dead_letters_total")
         refusedInputs = counter("boardbus_refused_inputs_total")
+        refusedPending = counter("boardbus_refused_pending_total")
+        refusedSubscriptions = counter("boardbus_refused_subscriptions_total")
+        peersLeft = counter("boardbus_peers_left_total")
+        storeSubscriptions = gauge("boardbus_store_subscriptions")
         refusedForKey = Counter(label: "boardbus_refused_connections_total", dimensions: [("reason", "key")], factory: factory)
         refusedInHandshake = Counter(label: "boardbus_refused_connections_total", dimensions: [("reason", "handshake")], factory: factory)
         refusedAtLimit = Counter(label: "boardbus_refused_connections_total", dimensions: [("reason", "limit")], factory: factory)
@@ -186,7 +195,7 @@ public final class BrokerMetrics: @unchecked Sendable {
     /// since the last tick.
     func update(
         _ counters: MotherboardCounters, boards live: Int, pending: Int, queued: Int, monitors: Int, monitorDrops: Int,
-        restarts records: [ScopedName: Int], unreachable lost: Int = 0
+        restarts records: [ScopedName: Int], unreachable lost: Int = 0, subscriptions: Int = 0
     ) {
         flushBoards()
         boards.record(live)
@@ -194,6 +203,7 @@ public final class BrokerMetrics: @unchecked Sendable {
         pendingRequests.record(pending)
         queuedActivations.record(queued)
         monitorsAttached.record(monitors)
+        storeSubscriptions.record(subscriptions)
         func add(_ counter: Counter, _ now: Int, _ before: Int) { if now > before { counter.increment(by: now - before) } }
         add(malformed, counters.malformedMessages, exported.malformedMessages)
         add(undeliverable, counters.undeliverable, exported.undeliverable)
@@ -204,6 +214,9 @@ public final class BrokerMetrics: @unchecked Sendable {
         add(redeliveries, counters.redeliveries, exported.redeliveries)
         add(deadLettered, counters.deadLettered, exported.deadLettered)
         add(refusedInputs, counters.refusedInputs, exported.refusedInputs)
+        add(refusedPending, counters.refusedPending, exported.refusedPending)
+        add(refusedSubscriptions, counters.refusedSubscriptions, exported.refusedSubscriptions)
+        add(peersLeft, counters.peersLeft, exported.peersLeft)
         add(monitorDropped, monitorDrops, exportedDrops)
         exported = counters
         exportedDrops = monitorDrops

@@ -158,9 +158,15 @@ extension Motherboard {
         var header = envelope.header
         let clientCorrelationID = header.correlationID
         header.scope = name.scope
-        header.correlationID = forwardingCorrelationID(
-            flags: header.flags, correlationID: clientCorrelationID, timeoutMilliseconds: header.timeoutMilliseconds, to: name, at: uplink,
-            client: peer, clientIsBoard: false, now: now)
+        guard
+            let correlationID = forwardingCorrelationID(
+                flags: header.flags, correlationID: clientCorrelationID, timeoutMilliseconds: header.timeoutMilliseconds, to: name, at: uplink,
+                client: peer, clientIsBoard: false, now: now)
+        else {
+            refusePending(envelope, to: name, from: peer)
+            return true
+        }
+        header.correlationID = correlationID
         send(Envelope(header: header, payload: envelope.payload), to: uplink, forwardedFrom: peer, clientCorrelationID: clientCorrelationID)
         return true
     }

@@ -76,13 +76,16 @@ extension Motherboard {
             let target = registry.board(
                 scope: UnsafeRawBufferPointer(rebasing: bytes[layout.scope]), id: UnsafeRawBufferPointer(rebasing: bytes[layout.target]))
         else { return nil }
+        // Refused by the reply registry: the parsed path answers why.
+        guard
+            let correlationID = forwardingCorrelationID(
+                flags: layout.flags, correlationID: layout.correlationID, timeoutMilliseconds: layout.timeoutMilliseconds,
+                to: target.name, at: target.peer, client: peer, clientIsBoard: sender != nil, now: now)
+        else { return nil }
         sender?.lastSeen = now
         target.commandsHandled += 1
         (sender?.metrics ?? metrics.clients).received(.command)
         target.metrics.sent(.command)
-        let correlationID = forwardingCorrelationID(
-            flags: layout.flags, correlationID: layout.correlationID, timeoutMilliseconds: layout.timeoutMilliseconds,
-            to: target.name, at: target.peer, client: peer, clientIsBoard: sender != nil, now: now)
         HeaderLayout.setCorrelationID(correlationID, in: header)
         return target.peer
     }

@@ -137,9 +137,12 @@ extension Motherboard {
         var header = envelope.header
         let clientCorrelationID = header.correlationID
         Self.speak(&header, as: sender)
-        header.correlationID = forwardingCorrelationID(
-            flags: header.flags, correlationID: header.correlationID, timeoutMilliseconds: header.timeoutMilliseconds,
-            to: target.name, at: target.peer, client: client, now: now)
+        guard
+            let correlationID = forwardingCorrelationID(
+                flags: header.flags, correlationID: header.correlationID, timeoutMilliseconds: header.timeoutMilliseconds,
+                to: target.name, at: target.peer, client: client, now: now)
+        else { return refusePending(envelope, to: target.name, from: client) }
+        header.correlationID = correlationID
         if header.correlationID == 0 { header.flags.remove(.replyExpected) }
         send(Envelope(header: header, payload: envelope.payload), to: target.peer, forwardedFrom: client, clientCorrelationID: clientCorrelationID)
     }
@@ -155,10 +158,11 @@ extension Motherboard {
     /// board's, or the uplink's for a board of the parent). When its sender (`client`) waits for a
     /// reply: a new one, under which the broker remembers the request, to relay the answer, or an
     /// error if the board dies or the deadline passes. Else 0.
+    /// Nil when the reply registry refuses to wait for one more answer (``refusePending(_:to:from:)``).
     func forwardingCorrelationID(
         flags: MessageFlags, correlationID: UInt64, timeoutMilliseconds: UInt32, to board: ScopedName, at boardPeer: PeerID,
         client: PeerID?, clientIsBoard: Bool? = nil, now: ContinuousClock.Instant
-    ) -> UInt64 {
+    ) -> UInt64? {
         guard let client, flags.contains(.replyExpected) else { return 0 }
         // One conversion of `now`: the deadline is added to the fixed instant.
         let now = FixedInstant(now)
@@ -166,6 +170,15 @@ extension Motherboard {
             from: client, clientCorrelationID: correlationID, board: board, boardPeer: boardPeer,
             deadline: now.advanced(by: requestTimeout(milliseconds: timeoutMilliseconds)), sentAt: now,
             clientIsBoard: clientIsBoard ?? (registry.board(for: client) != nil))
+    }
+
+    /// A request the reply registry will not wait for (its sender's or its board's share of the
+    /// pending requests is spent): answered `busy`, counted, and not sent.
+    func refusePending(_ envelope: Envelope, to board: ScopedName, from client: PeerID?) {
+        counters.refusedPending += 1
+        guard let client else { return }
+        let why = replies.refusal(client: client, board: board) ?? "the broker waits for as many answers as it may"
+        reply(to: envelope, from: client, error: BusError(.busy, why))
     }
 
     /// The deadline a request carries (its header's timeout), or the default when it carries none.

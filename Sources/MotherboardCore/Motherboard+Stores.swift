@@ -21,12 +21,16 @@ extension Motherboard {
             case StoreOperation.renew:
                 // Made again (after this broker started, or forgot it): the subscriber may have
                 // missed changes meanwhile, and is told so.
-                guard storeSubscriptions[store, default: []].insert(peer).inserted else { return }
+                switch subscriptions.add(peer, to: store) {
+                case .held: return
+                case .refused(let why): return refuseSubscription(envelope, from: peer, store: store, why, now: now)
+                case .added: break
+                }
                 let restored = EnvelopeHeader(kind: .store, target: store.name, scope: store.scope, typeName: StoreOperation.restored)
                 send(Envelope(header: restored), to: peer)
                 return
             case StoreOperation.unsubscribe:
-                storeSubscriptions[store]?.remove(peer)
+                subscriptions.remove(peer, from: store)
                 return reply(to: envelope, from: peer, with: Delivery(delivered: 0))
             case StoreOperation.holderGone:
                 return reply(to: envelope, from: peer, error: BusError(.malformed, "holder.gone is sent by the broker only"))
@@ -43,10 +47,23 @@ extension Motherboard {
         if envelope.header.kind == .store && envelope.header.typeName == StoreOperation.subscribe {
             // Subscribe first, then ask for the snapshot: every change the owner publishes after
             // the snapshot reaches the subscriber after it, in order.
-            storeSubscriptions[store, default: []].insert(peer)
+            if case .refused(let why) = subscriptions.add(peer, to: store) {
+                return refuseSubscription(envelope, from: peer, store: store, why, now: now)
+            }
             request.header.typeName = StoreOperation.state
         }
         deliver(request, to: owner, from: peer, sender: sender, now: now)
+    }
+
+    /// A subscription past the peer's share or the broker's bound: counted
+    /// (`boardbus_refused_subscriptions_total`), logged (once a second at most), and answered
+    /// `busy` when its sender waits (a renewal waits for nothing).
+    private func refuseSubscription(_ envelope: Envelope, from peer: PeerID, store: ScopedName, _ why: String, now: ContinuousClock.Instant) {
+        counters.refusedSubscriptions += 1
+        if let refused = refusedSubscriptionLog.note(now: now) {
+            logger.warning("store subscription refused", metadata: ["store": "\(store)", "why": "\(why)", "refused": "\(refused)"])
+        }
+        reply(to: envelope, from: peer, error: BusError(.busy, "cannot watch store '\(store)': \(why)"))
     }
 
     /// A change published by the store's owner goes to every subscriber. A subscriber whose queue
@@ -61,12 +78,12 @@ extension Motherboard {
         header.flags.remove(.replyExpected)
         header.correlationID = 0
         let change = Envelope(header: header, payload: envelope.payload)
-        for subscriber in storeSubscriptions[store] ?? [] {
+        for subscriber in subscriptions.watchers(of: store) {
             if !monitors.isEmpty { observeSent(change, to: subscriber, forwardedFrom: peer, roundTrip: nil) }
             guard !transportSend(change, to: subscriber) else { continue }
             counters.undeliverable += 1
             if registry.board(for: subscriber) == nil && !isConnected(subscriber) {
-                storeSubscriptions[store]?.remove(subscriber)
+                subscriptions.remove(subscriber, from: store)
             }
         }
     }
@@ -74,7 +91,7 @@ extension Motherboard {
     /// A board left: its subscriptions go, and every store owner hears that it no longer holds
     /// queries (the lease of a query is its holder's liveness).
     func storesForget(_ board: LiveBoard) {
-        for store in storeSubscriptions.keys { storeSubscriptions[store]?.remove(board.peer) }
+        subscriptions.removeAll(of: board.peer)
         let owners = registry.boards.values.filter { !$0.registration.stores.isEmpty }
         for owner in owners {
             for store in owner.registration.stores {

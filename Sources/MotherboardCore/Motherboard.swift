@@ -85,13 +85,14 @@ public final class Motherboard {
     /// The board processes: starting, running, adopted, completed, and their restarts.
     var supervisor = Supervisor()
     /// Subscribers of each store's changes.
-    var storeSubscriptions: [ScopedName: Set<PeerID>] = [:]
+    var subscriptions = StoreSubscriptions()
     /// Peers of board instances that completed: their later messages are refused.
     @exclusivity(unchecked) var retiredPeers = BoundedSet<PeerID>(capacity: 1024)
     /// The refused registrations already logged, by id and connection.
     var loggedRefusals = BoundedSet<String>(capacity: 1024)
     /// `input.refused` reports, logged once a second at most.
     var refusedInputLog = LogThrottle(every: .seconds(1))
+    var refusedSubscriptionLog = LogThrottle(every: .seconds(1))
     /// Boards on other hosts whose link failed: kept, shown `unreachable`, until they register again.
     var unreachable: [ScopedName: UnreachableBoard] = [:]
     /// The uplink of this motherboard (when it serves scopes of a parent one), once attached.
@@ -292,7 +293,7 @@ public final class Motherboard {
         metrics.update(
             counters, boards: registry.boards.count, pending: replies.count, queued: supervisor.starting.values.reduce(0) { $0 + $1.queue.count },
             monitors: monitors.count, monitorDrops: monitors.droppedTotal, restarts: supervisor.records.mapValues(\.restarts),
-            unreachable: unreachable.count)
+            unreachable: unreachable.count, subscriptions: subscriptions.count)
     }
 
     // MARK: - Registration and liveness

@@ -68,4 +68,10 @@ public struct MotherboardCounters: Sendable, Hashable {
     public var deadLettered = 0
     /// Activations nobody waited for that their board refused (`input.refused`).
     public var refusedInputs = 0
+    /// Requests refused because their sender's or their board's share of the pending requests was spent.
+    public var refusedPending = 0
+    /// Store subscriptions refused past a peer's share or the broker's bound.
+    public var refusedSubscriptions = 0
+    /// Peers whose connection closed, and what the broker kept for them freed.
+    public var peersLeft = 0
 }

@@ -26,6 +26,9 @@ struct ReplyRegistry {
         var clientIsBoard = true
         /// For one subscriber's part of an acknowledged action: the delivery it counts towards.
         var action: UInt64? = nil
+        /// Whether it counts toward its client's and its board's shares (taken while many were
+        /// pending).
+        var counted = false
 
         init(
             client: PeerID, clientCorrelationID: UInt64, board: ScopedName, boardPeer: PeerID, deadline: FixedInstant,
@@ -73,6 +76,18 @@ struct ReplyRegistry {
     private var actions: [UInt64: ActionDelivery] = [:]
     private var nextID: UInt64 = 1
 
+    /// While fewer are pending than this, a request is taken without counting; past it, each is
+    /// counted for its client and its board, within their shares, and none past
+    /// ``maximumPending``: one sender, or one board that never answers, cannot fill the table.
+    static let countedAbove = 1_024
+    /// The counted requests one client may wait for.
+    static let maximumPerClient = 1_024
+    /// The counted requests that may wait on one board.
+    static let maximumPerBoard = 4_096
+    static let maximumPending = 65_536
+    private var countedPerClient: [PeerID: Int] = [:]
+    private var countedPerBoard: [ScopedName: Int] = [:]
+
     /// The requests waiting for a reply.
     var count: Int { requests.count }
     var isEmpty: Bool { requests.isEmpty && actions.isEmpty }
@@ -87,19 +102,55 @@ struct ReplyRegistry {
     // MARK: - Insert
 
     /// Remembers a request forwarded to `board` on `boardPeer`; returns the correlation id it
-    /// travels under. Its instants are fixed by the caller: the broker routes a command with one
-    /// reading of the clock.
+    /// travels under, nil when it is refused (the client's or the board's share is spent, or the
+    /// table is full: see ``countedAbove``). Its instants are fixed by the caller: the broker
+    /// routes a command with one reading of the clock.
     mutating func expect(
         from client: PeerID, clientCorrelationID: UInt64, board: ScopedName, boardPeer: PeerID, deadline: FixedInstant,
         sentAt: FixedInstant? = nil, clientIsBoard: Bool = true
-    ) -> UInt64 {
+    ) -> UInt64? {
+        var request = Request(
+            client: client, clientCorrelationID: clientCorrelationID, board: board, boardPeer: boardPeer, deadline: deadline, sentAt: sentAt,
+            clientIsBoard: clientIsBoard)
+        if requests.count >= Self.countedAbove {
+            guard refusal(client: client, board: board) == nil else { return nil }
+            request.counted = true
+            countedPerClient[client, default: 0] += 1
+            countedPerBoard[board, default: 0] += 1
+        }
         let id = makeCorrelationID()
-        requests.insert(
-            Request(
-                client: client, clientCorrelationID: clientCorrelationID, board: board, boardPeer: boardPeer, deadline: deadline, sentAt: sentAt,
-                clientIsBoard: clientIsBoard), for: id)
+        requests.insert(request, for: id)
         return id
     }
+
+    /// Why a new request of `client` to `board` would be refused now; nil when it would be taken.
+    func refusal(client: PeerID, board: ScopedName) -> String? {
+        guard requests.count >= Self.countedAbove else { return nil }
+        if requests.count >= Self.maximumPending { return "the broker waits for \(requests.count) answers, as many as it may" }
+        if countedPerClient[client, default: 0] >= Self.maximumPerClient {
+            return "this connection waits for as many answers as it may (\(Self.maximumPerClient) past the first \(Self.countedAbove) pending)"
+        }
+        if countedPerBoard[board, default: 0] >= Self.maximumPerBoard {
+            return "board '\(board)' has as many requests waiting for its answers as it may (\(Self.maximumPerBoard))"
+        }
+        return nil
+    }
+
+    /// A counted request is out of the table: its shares are given back.
+    private mutating func uncount(_ request: Request) {
+        guard request.counted else { return }
+        Self.decrement(&countedPerClient, request.client)
+        Self.decrement(&countedPerBoard, request.board)
+    }
+
+    private static func decrement<Key: Hashable>(_ counts: inout [Key: Int], _ key: Key) {
+        guard let count = counts[key] else { return }
+        counts[key] = count > 1 ? count - 1 : nil
+    }
+
+    /// The requests counted now, for `client` and for `board` (tests, metrics).
+    func counted(client: PeerID) -> Int { countedPerClient[client] ?? 0 }
+    func counted(board: ScopedName) -> Int { countedPerBoard[board] ?? 0 }
 
     /// Begins an acknowledged action delivery to `subscribers` parts; returns its id, for
     /// ``expectActionPart(_:board:boardPeer:deadline:)``.
@@ -130,12 +181,16 @@ struct ReplyRegistry {
     mutating func takeReply(
         _ correlationID: UInt64, from peer: PeerID, accept: (Request) -> Bool = { _ in true }
     ) -> Request? {
-        requests.removeValue(forKey: correlationID) { $0.boardPeer == peer && accept($0) }
+        guard let request = requests.removeValue(forKey: correlationID, if: { $0.boardPeer == peer && accept($0) }) else { return nil }
+        if request.counted { uncount(request) }
+        return request
     }
 
     /// Takes a request by id, whoever answers it (the broker failing it).
     mutating func take(_ correlationID: UInt64) -> Request? {
-        requests.removeValue(forKey: correlationID)
+        guard let request = requests.removeValue(forKey: correlationID) else { return nil }
+        uncount(request)
+        return request
     }
 
     /// Counts one part of an action delivery as ended; returns the delivery once every part has.
@@ -171,7 +226,15 @@ struct ReplyRegistry {
         take { $0.boardPeer == peer }
     }
 
+    /// Takes every request `client` waits for (it left), and every action delivery it waits for.
+    mutating func takeAll(waitedForBy client: PeerID) -> [Request] {
+        actions = actions.filter { $0.value.client != client }
+        return take { $0.client == client }
+    }
+
     private mutating func take(where matches: (Request) -> Bool) -> [Request] {
-        requests.removeAll(where: matches).map(\.value)
+        let taken = requests.removeAll(where: matches).map(\.value)
+        for request in taken { uncount(request) }
+        return taken
     }
 }

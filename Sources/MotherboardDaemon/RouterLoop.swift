@@ -81,6 +81,8 @@ final class RouterLoopHandler: SocketLoopHandler {
     /// principal, and none is asked for.
     private let hasRemotePeers: Bool
     private var ticks = 0
+    /// Which peers' connections closed: what the broker keeps for them goes (once a second).
+    private let connections = PeerConnections()
     /// Connections a message of a removed key came on since the last tick, with the key.
     private var revokedConnections: [(descriptor: Int32, key: ConnectionKey)] = []
 
@@ -101,7 +103,9 @@ final class RouterLoopHandler: SocketLoopHandler {
     /// `User-Id`), so that the connection can be closed if the key is revoked.
     private func noteConnection(of peer: PeerID, on socket: ZMQSocket) {
         let descriptor = socket.lastSourceDescriptor
-        guard transport.backlog.noteReceived(from: peer, descriptor: descriptor), let gate,
+        guard transport.backlog.noteReceived(from: peer, descriptor: descriptor) else { return }
+        connections.note(peer, descriptor: descriptor)
+        guard let gate,
             let user = socket.lastReceivedProperty("User-Id"), !user.isEmpty
         else { return }
         gate.noteKey(user, curveKey: socket.lastReceivedProperty(ZAPHandler.curveKeyProperty), descriptor: descriptor)
@@ -222,6 +226,10 @@ final class RouterLoopHandler: SocketLoopHandler {
             if let policy, policy.refresh() { motherboard.install(policy: policy.policy, source: policy.path, text: policy.text) }
         }
         transport.backlog.tick()
+        if ticks % 10 == 0 {
+            let closed = connections.takeClosed()
+            if !closed.isEmpty { motherboard.peersLeft(closed) }
+        }
         heap.trimIfWorthwhile()
         let now = clock.now
         motherboard.tick(now: now)

@@ -15,7 +15,7 @@ struct ReplyRegistryTests {
 
     @Test func aReplyIsAcceptedOnceAndOnlyFromTheConnectionTheRequestWentTo() {
         var registry = ReplyRegistry()
-        let id = registry.expect(from: client, clientCorrelationID: 7, board: greeter, boardPeer: board, deadline: FixedInstant(start + .seconds(1)))
+        let id = registry.expect(from: client, clientCorrelationID: 7, board: greeter, boardPeer: board, deadline: FixedInstant(start + .seconds(1)))!
         #expect(registry.count == 1)
         // Forged: another connection answers. Nothing changes.
         #expect(registry.takeReply(id, from: other) == nil)
@@ -38,7 +38,7 @@ struct ReplyRegistryTests {
             let sentAt = start + offset
             let id = registry.expect(
                 from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: FixedInstant(sentAt + .seconds(5)),
-                sentAt: FixedInstant(sentAt))
+                sentAt: FixedInstant(sentAt))!
             let request = registry.take(id)
             #expect(request?.sentAt == sentAt && request?.deadline == sentAt + .seconds(5))
             #expect(request?.nanosecondsSinceForwarded(at: FixedInstant(sentAt + .microseconds(1_500))) == 1_500_000)
@@ -48,10 +48,10 @@ struct ReplyRegistryTests {
         let fixed = FixedInstant(start)
         let routed = registry.expect(
             from: client, clientCorrelationID: 3, board: greeter, boardPeer: board, deadline: fixed.advanced(by: .milliseconds(250)),
-            sentAt: fixed, clientIsBoard: false)
+            sentAt: fixed, clientIsBoard: false)!
         let request = registry.take(routed)
         #expect(request?.sentAt == start && request?.deadline == start + .milliseconds(250) && request?.clientIsBoard == false)
-        let unrecorded = registry.expect(from: client, clientCorrelationID: 2, board: greeter, boardPeer: board, deadline: FixedInstant(start))
+        let unrecorded = registry.expect(from: client, clientCorrelationID: 2, board: greeter, boardPeer: board, deadline: FixedInstant(start))!
         #expect(registry.take(unrecorded)?.nanosecondsSinceForwarded(at: FixedInstant(start + .seconds(1))) == nil)
     }
 
@@ -62,7 +62,7 @@ struct ReplyRegistryTests {
             let id =
                 index.isMultiple(of: 3)
                 ? registry.makeCorrelationID()
-                : registry.expect(from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: FixedInstant(start))
+                : registry.expect(from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: FixedInstant(start))!
             #expect(seen.insert(id).inserted && id != 0)
             _ = registry.take(id)
         }
@@ -71,11 +71,11 @@ struct ReplyRegistryTests {
     @Test func expiryTakesExactlyTheRequestsPastTheirDeadline() {
         var registry = ReplyRegistry()
         let early = registry.expect(
-            from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: FixedInstant(start + .milliseconds(100)))
+            from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: FixedInstant(start + .milliseconds(100)))!
         let onTime = registry.expect(
-            from: client, clientCorrelationID: 2, board: greeter, boardPeer: board, deadline: FixedInstant(start + .milliseconds(200)))
+            from: client, clientCorrelationID: 2, board: greeter, boardPeer: board, deadline: FixedInstant(start + .milliseconds(200)))!
         let late = registry.expect(
-            from: client, clientCorrelationID: 3, board: greeter, boardPeer: board, deadline: FixedInstant(start + .seconds(5)))
+            from: client, clientCorrelationID: 3, board: greeter, boardPeer: board, deadline: FixedInstant(start + .seconds(5)))!
         #expect(registry.takeExpired(now: start + .milliseconds(99)).isEmpty)
         #expect(registry.takeExpired(now: start + .milliseconds(200)).map(\.clientCorrelationID) == [1, 2])
         #expect(registry.takeReply(early, from: board) == nil && registry.takeReply(onTime, from: board) == nil)
@@ -87,11 +87,11 @@ struct ReplyRegistryTests {
     @Test func aRequestLeftBehindByThousandsOfOthersKeepsTheRules() {
         var registry = ReplyRegistry()
         let slow = registry.expect(
-            from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: FixedInstant(start + .seconds(3)))
+            from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: FixedInstant(start + .seconds(3)))!
         var last: UInt64 = 0
         for index in 0..<10_000 {
             let id = registry.expect(
-                from: client, clientCorrelationID: UInt64(index + 2), board: greeter, boardPeer: board, deadline: FixedInstant(start + .seconds(1)))
+                from: client, clientCorrelationID: UInt64(index + 2), board: greeter, boardPeer: board, deadline: FixedInstant(start + .seconds(1)))!
             if index < 9_990 { #expect(registry.takeReply(id, from: board) != nil) }
             last = id
         }
@@ -110,10 +110,10 @@ struct ReplyRegistryTests {
     @Test func aBoardThatGoesAwayTakesOnlyItsOwnRequests() {
         var registry = ReplyRegistry()
         let payment = ScopedName(scope: "checkout", name: "demo.payment")
-        _ = registry.expect(from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: FixedInstant(start + .seconds(1)))
-        _ = registry.expect(from: client, clientCorrelationID: 2, board: payment, boardPeer: other, deadline: FixedInstant(start + .seconds(1)))
+        _ = registry.expect(from: client, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: FixedInstant(start + .seconds(1)))!
+        _ = registry.expect(from: client, clientCorrelationID: 2, board: payment, boardPeer: other, deadline: FixedInstant(start + .seconds(1)))!
         // The same id on a newer connection: the old connection's requests only.
-        _ = registry.expect(from: client, clientCorrelationID: 3, board: greeter, boardPeer: other, deadline: FixedInstant(start + .seconds(1)))
+        _ = registry.expect(from: client, clientCorrelationID: 3, board: greeter, boardPeer: other, deadline: FixedInstant(start + .seconds(1)))!
         #expect(registry.takeAll(waitingOn: greeter, peer: board).map(\.clientCorrelationID) == [1])
         #expect(registry.count == 2)
     }
@@ -134,5 +134,42 @@ struct ReplyRegistryTests {
         #expect(registry.isEmpty)
         // A part that ends after the delivery was answered changes nothing.
         #expect(registry.finishActionPart(delivery, acknowledged: 1) == nil)
+    }
+
+    /// Past the first `countedAbove` pending, each request counts for its client and its board:
+    /// a client that never stops asking, or a board that never answers, is refused past its share
+    /// while others are not; what a client waits for goes when it leaves, and gives its share back.
+    @Test func pastTheFirstPendingEachClientAndBoardHasAShare() {
+        var registry = ReplyRegistry()
+        let deadline = FixedInstant(ContinuousClock.now + .seconds(3_600))
+        let (greedy, other) = (PeerID(Data([0xE1])), PeerID(Data([0xE2])))
+        let (greeter, sink) = (ScopedName(scope: .root, name: "demo.greeter"), ScopedName(scope: .root, name: "far.sink"))
+        var taken = 0
+        for number in 0..<(ReplyRegistry.countedAbove + ReplyRegistry.maximumPerClient + 100) {
+            let id = registry.expect(from: greedy, clientCorrelationID: UInt64(number), board: sink, boardPeer: board, deadline: deadline)
+            if id != nil { taken += 1 }
+        }
+        #expect(taken == ReplyRegistry.countedAbove + ReplyRegistry.maximumPerClient)
+        #expect(registry.counted(client: greedy) == ReplyRegistry.maximumPerClient)
+        #expect(registry.refusal(client: greedy, board: sink)?.contains("this connection") == true)
+        #expect(registry.expect(from: other, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: deadline) != nil)
+        // The greedy client leaves: everything it waited for goes, and its share with it.
+        #expect(registry.takeAll(waitedForBy: greedy).count == taken)
+        #expect(registry.count == 1 && registry.counted(client: greedy) == 0 && registry.counted(board: sink) == 0)
+        // A board that never answers: many clients together reach its share, then it is refused.
+        for number in 0..<ReplyRegistry.countedAbove {
+            _ = registry.expect(from: other, clientCorrelationID: UInt64(number), board: greeter, boardPeer: board, deadline: deadline)
+        }
+        var refused = 0
+        for number in 0..<(ReplyRegistry.maximumPerBoard + 10) {
+            let client = PeerID(withUnsafeBytes(of: UInt32(number).bigEndian) { Data($0) })
+            if registry.expect(from: client, clientCorrelationID: 1, board: sink, boardPeer: board, deadline: deadline) == nil { refused += 1 }
+        }
+        #expect(refused == 10 && registry.counted(board: sink) == ReplyRegistry.maximumPerBoard)
+        #expect(registry.refusal(client: other, board: sink)?.contains("far.sink") == true)
+        // Answered or expired, a counted request gives its share back.
+        let pending = registry.count
+        #expect(registry.takeExpired(now: ContinuousClock.now + .seconds(7_200)).count == pending)
+        #expect(registry.count == 0 && registry.counted(board: sink) == 0)
     }
 }

@@ -1,0 +1,60 @@
+import BusCore
+
+/// Who watches which store: the peers a store's changes fan out to. Bounded per peer and in all,
+/// so that a peer subscribing to (or renewing) many names nobody owns cannot grow the broker;
+/// a peer's subscriptions go when it leaves.
+struct StoreSubscriptions {
+    /// The stores one peer may watch at once.
+    static let maximumPerPeer = 1_024
+    /// The subscriptions of all peers together.
+    static let maximum = 65_536
+
+    private var watchers: [ScopedName: Set<PeerID>] = [:]
+    private var perPeer: [PeerID: Int] = [:]
+    /// Subscriptions held now, all peers together.
+    private(set) var count = 0
+
+    enum Added: Equatable {
+        case added
+        /// It held it already.
+        case held
+        /// Past the peer's share or the bound in all: why.
+        case refused(String)
+    }
+
+    /// `peer` watches `store` from now.
+    mutating func add(_ peer: PeerID, to store: ScopedName) -> Added {
+        if watchers[store]?.contains(peer) == true { return .held }
+        if perPeer[peer, default: 0] >= Self.maximumPerPeer {
+            return .refused("this connection watches \(Self.maximumPerPeer) stores, as many as it may")
+        }
+        if count >= Self.maximum { return .refused("the broker holds \(Self.maximum) store subscriptions, as many as it may") }
+        watchers[store, default: []].insert(peer)
+        perPeer[peer, default: 0] += 1
+        count += 1
+        return .added
+    }
+
+    mutating func remove(_ peer: PeerID, from store: ScopedName) {
+        guard watchers[store]?.remove(peer) != nil else { return }
+        if watchers[store]?.isEmpty == true { watchers[store] = nil }
+        let left = perPeer[peer, default: 1] - 1
+        perPeer[peer] = left > 0 ? left : nil
+        count -= 1
+    }
+
+    /// Every subscription of `peer` goes (it left, or its board did).
+    mutating func removeAll(of peer: PeerID) {
+        guard perPeer[peer] != nil else { return }
+        for store in Array(watchers.keys) where watchers[store]?.contains(peer) == true { remove(peer, from: store) }
+    }
+
+    /// Who watches `store`.
+    func watchers(of store: ScopedName) -> Set<PeerID> { watchers[store] ?? [] }
+
+    /// How many stores `peer` watches.
+    func count(of peer: PeerID) -> Int { perPeer[peer] ?? 0 }
+
+    /// How many stores have a watcher.
+    var stores: Int { watchers.count }
+}
