@@ -21,7 +21,7 @@ extension Motherboard {
         self.policy = policy
         policySource = source
         policyText = text
-        decisions.removeAll(keepingCapacity: true)
+        decisions.removeAll()
         for board in registry.boards.values {
             guard let principal = board.principal else { continue }
             let decision = registrationDecision(principal, name: board.name).decision
@@ -34,14 +34,13 @@ extension Motherboard {
         }
     }
 
-    /// The policy's answer, cached until the policy changes (a bounded cache: a principal that
-    /// asks about many targets costs a rule walk per new one).
+    /// The policy's answer, cached until the policy changes, per principal (as dbus-broker keeps
+    /// a policy snapshot per peer): a principal that asks about many targets empties only its own
+    /// cache at ``PolicyDecisions/maximumPerPrincipal``, and costs itself a rule walk per new one.
     func decide(_ question: PolicyQuestion) -> AccessPolicy.Decision {
-        if let known = decisions[question] { return known }
-        let decision = policy.decide(principal: question.principal, question.operation, target: question.target, command: question.command)
-        if decisions.count >= 4096 { decisions.removeAll(keepingCapacity: true) }
-        decisions[question] = decision
-        return decision
+        decisions.decide(question) {
+            policy.decide(principal: question.principal, question.operation, target: question.target, command: question.command)
+        }
     }
 
     /// The policy's refusal of `envelope`, if its sender's principal is remote and may not send it.
@@ -96,7 +95,7 @@ extension Motherboard {
         let question = PolicyQuestion(principal: principal, operation: operation, target: target, command: command)
         let decision = decide(question)
         guard decision.allowed else { return denial(principal, question.operation, target: question.target, decision, command: question.command) }
-        if header.kind == .control { audit?("\(principal) control \(header.typeName) (\(decision.rule))") }
+        if header.kind == .control { audit?(principal, "\(principal) control \(header.typeName) (\(decision.rule))") }
         return nil
     }
 
@@ -171,4 +170,30 @@ extension Motherboard {
     func answerPolicyShow(_ envelope: Envelope, from peer: PeerID) {
         reply(to: envelope, from: peer, with: PolicyText(source: policySource, text: policyText ?? ""))
     }
+}
+
+/// The access policy's answers, cached per principal; each principal's cache is bounded, and so
+/// is the number of principals (the allow-list's keys: more than the bound empties them all).
+struct PolicyDecisions {
+    static let maximumPerPrincipal = 1_024
+    static let maximumPrincipals = 4_096
+
+    private var byPrincipal: [String: [PolicyQuestion: AccessPolicy.Decision]] = [:]
+
+    /// The cached answer to `question`, or `decide`'s, cached.
+    mutating func decide(_ question: PolicyQuestion, _ decide: () -> AccessPolicy.Decision) -> AccessPolicy.Decision {
+        if let known = byPrincipal[question.principal]?[question] { return known }
+        let decision = decide()
+        if byPrincipal[question.principal] == nil, byPrincipal.count >= Self.maximumPrincipals { byPrincipal.removeAll(keepingCapacity: true) }
+        if byPrincipal[question.principal, default: [:]].count >= Self.maximumPerPrincipal {
+            byPrincipal[question.principal]?.removeAll(keepingCapacity: true)
+        }
+        byPrincipal[question.principal, default: [:]][question] = decision
+        return decision
+    }
+
+    /// The answers cached for `principal`.
+    func count(of principal: String) -> Int { byPrincipal[principal]?.count ?? 0 }
+
+    mutating func removeAll() { byPrincipal.removeAll(keepingCapacity: true) }
 }

@@ -120,7 +120,7 @@ public final class Motherboard {
     var policy = AccessPolicy()
     var policySource: String?
     var policyText: String?
-    var decisions: [PolicyQuestion: AccessPolicy.Decision] = [:]
+    var decisions = PolicyDecisions()
     /// Names removed from the allow-list (``revoke(keys:)``) and not listed again: a message of
     /// one of them is refused whatever the policy says.
     package internal(set) var revokedPrincipals: Set<String> = []
@@ -128,7 +128,8 @@ public final class Motherboard {
     /// The principal of the message ``receive(_:from:now:remote:process:principal:)`` handles.
     var receivingPrincipal: String?
     /// Where each control operation a remote principal was allowed is written (the audit log).
-    package var audit: ((String) -> Void)?
+    /// Called with the principal and the line; the daemon's log bounds each principal's rate.
+    package var audit: ((_ principal: String, _ line: String) -> Void)?
     /// The control operations the broker answers, by name (``answerControl(_:from:now:)``).
     package var controlOperations = Motherboard.defaultControlOperations
     private let transport: any MotherboardTransport

@@ -160,7 +160,8 @@ public final class MotherboardServer: Service {
         if nats != nil { motherboard.exportSecret = Registration.makeSecret() }
         let policy = try PolicyFile(path: policyPath(stateDirectory: stateDirectory), logger: logger)
         motherboard.install(policy: policy.policy, source: policy.path, text: policy.text)
-        motherboard.audit = AuditLog(path: "\(stateDirectory)/audit.log", logger: logger).write
+        let audit = AuditLog(path: "\(stateDirectory)/audit.log", maximumBytes: options.maximumLogBytes, logger: logger)
+        motherboard.audit = { principal, line in audit.write(principal: principal, line) }
         // What an earlier broker's at-least-once boards had not answered goes to them again.
         let deliveries = DeliveryLogFile(path: "\(stateDirectory)/deliveries.log", logger: logger)
         let journaled = try deliveries.load()
