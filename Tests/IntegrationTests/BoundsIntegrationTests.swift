@@ -104,3 +104,66 @@ struct BoundsIntegrationTests {
         }
     }
 }
+
+/// A broker started again on a state directory whose files were broken while it was down.
+@Suite("Restarting from a hostile state directory", .serialized, .timeLimit(.minutes(3)))
+struct HostileStateIntegrationTests {
+    /// The journal holds lines no broker writes (a dead letter with id 2^64-1 trapped every start;
+    /// a put for an invalid board id trapped 5 s after it), a cut line and binary garbage; the
+    /// audit log is binary garbage past its size limit; a store's database is garbage. The broker
+    /// starts, serves, and says what it set aside; the board whose store cannot be opened fails on
+    /// its own, typed, and nothing else does.
+    @Test func theBrokerStartsServesAndSaysWhatItSetAside() async throws {
+        let manifest = """
+            { "boards": [
+                { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always" },
+                { "id": "demo.comments", "executable": "BoardBusDemoComments", "start": "always" }
+            ] }
+            """
+        try await TestFleet.with(manifest: manifest) { fleet in
+            let state = fleet.stateDirectory
+            let database = "\(state)/stores/root/demo.comments.comments.sqlite"
+            #expect(try await eventually { FileManager.default.fileExists(atPath: database) })
+            try await fleet.restartBrokerAfterKill {
+                // The comments board goes too: the new broker starts it, on its broken database.
+                if let pid = fleet.pid(of: "demo.comments") {
+                    kill(pid, SIGKILL)
+                    _ = await eventually { kill(pid, 0) != 0 }
+                }
+                let bit: UInt64 = 1 << 63
+                let header = Data(try HeaderCodec.encode(EnvelopeHeader(kind: .activate, target: "demo.greeter", typeName: "Greet"), version: 3))
+                    .base64EncodedString()
+                let payload = Data("{}".utf8).base64EncodedString()
+                let letter =
+                    #""letter":{"id":18446744073709551615,"board":"demo.greeter","scope":"","type":"Greet","attempts":3,"reason":"x","payloadBytes":2,"time":1}"#
+                let lines = [
+                    #"{"op":"dead","id":18446744073709551615,"header":"\#(header)","payload":"\#(payload)",\#(letter)}"#,
+                    #"{"op":"put","id":\#(bit | 1),"board":"bad..id","scope":"","deliveries":1,"header":"\#(header)","payload":"\#(payload)"}"#,
+                    #"{"op":"put","id":\#(bit | 2),"board":"demo.greeter","scope":"","deliveries":-5,"header":"\#(header)","payload":"\#(payload)"}"#,
+                    #"{"op":"put","id":\#(bit | 3),"board":"demo.gree"#,
+                ]
+                var journal = Data(lines.joined(separator: "\n").utf8)
+                journal += Data([0x0A, 0x00, 0xFF, 0xFE, 0x7B, 0x0A])
+                try journal.write(to: URL(fileURLWithPath: "\(state)/deliveries.log"))
+                try Data(repeating: 0xFF, count: 11 << 20).write(to: URL(fileURLWithPath: "\(state)/audit.log"))
+                try Data("not a database at all".utf8).write(to: URL(fileURLWithPath: database))
+            }
+            // The greeter, which lived on, registers again with the new broker.
+            #expect(try await eventually { try await fleet.busctl("call", "demo.greeter", "greet", #"{"name":"Ann"}"#).exitCode == 0 })
+            // Past its grace, what was read of the journal is dead-lettered; nothing traps.
+            try await Task.sleep(for: .seconds(6))
+            #expect(kill(fleet.brokerPID, 0) == 0)
+            #expect(try await fleet.busctl("dead-letters").exitCode == 0)
+            let quarantine = try String(contentsOfFile: "\(state)/deliveries.log.quarantine", encoding: .isoLatin1)
+            #expect(quarantine.split(separator: "\n").count == 5, "\(quarantine)")
+            #expect(fleet.brokerLog.contains("delivery journal: a line was set aside"))
+            #expect(fleet.brokerLog.contains("line=4"))
+            // The journal holds nothing the next broker must set aside again.
+            #expect(try String(contentsOfFile: "\(state)/deliveries.log", encoding: .utf8).isEmpty)
+            // The board whose store cannot be opened is not running; the greeter still answers.
+            let comments = try await fleet.busctl("status", "demo.comments")
+            #expect(!comments.standardOutput.contains("running"), "\(comments.standardOutput)")
+            #expect(try await fleet.busctl("call", "demo.greeter", "greet", #"{"name":"Bo"}"#).exitCode == 0)
+        }
+    }
+}
