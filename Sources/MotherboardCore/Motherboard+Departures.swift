@@ -10,7 +10,10 @@ extension Motherboard {
             let subscriptions = subscriptions.count(of: peer)
             self.subscriptions.removeAll(of: peer)
             let requests = replies.takeAll(waitedForBy: peer).count
-            monitors.remove(peer)
+            if monitors.contains(peer) {
+                monitors.remove(peer)
+                logger.info("monitor detached: its connection is gone", metadata: ["peer": "\(label(peer))"])
+            }
             counters.peersLeft += 1
             if subscriptions > 0 || requests > 0 {
                 logger.debug(
