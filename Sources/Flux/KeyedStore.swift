@@ -80,8 +80,19 @@ open class KeyedStore<Record: Codable & Sendable>: Store, @unchecked Sendable {
 
     /// The record at `key`, with this change's puts and removals already in it.
     public func record(_ key: String) throws -> Record? {
+        let key = Self.storedKey(key)
         if let staged = pending[key] { return staged }
         return try table.record(key)
+    }
+
+    /// The key as the store keeps it: in Unicode's composed form (NFC). Swift's `String` compares
+    /// and hashes by canonical equivalence, a database by bytes; one form for both means that
+    /// "café" written composed or decomposed is one record for every read and write (`get`,
+    /// `list`, queries, snapshots, watchers). Limits apply to the composed form; a prefix matches
+    /// the composed keys' bytes.
+    public static func storedKey(_ key: String) -> String {
+        // ASCII, the usual key, is composed already.
+        key.utf8.allSatisfy { $0 < 0x80 } ? key : key.precomposedStringWithCanonicalMapping
     }
 
     /// Puts a record at `key`. Inside a dispatch or ``update(_:)`` it is part of that change;
@@ -100,6 +111,7 @@ open class KeyedStore<Record: Codable & Sendable>: Store, @unchecked Sendable {
 
     private func change(_ key: String, to record: Record?) throws {
         guard depth > 0 else { return try update { try change(key, to: record) } }
+        let key = Self.storedKey(key)
         let bytes = key.utf8.count
         guard bytes > 0, bytes <= Self.maximumKeyBytes, !key.utf8.contains(0) else {
             throw Refusal("a key is 1 to \(Self.maximumKeyBytes) bytes of UTF-8 without NUL; this one has \(bytes) bytes")
@@ -145,7 +157,7 @@ open class KeyedStore<Record: Codable & Sendable>: Store, @unchecked Sendable {
 
     /// Up to `limit` records whose keys start with `prefix`, after the key `after`, in key order.
     public func records(prefix: String = "", after: String? = nil, limit: Int) throws -> [(key: String, record: Record)] {
-        try table.page(prefix: prefix, after: after, limit: max(0, limit))
+        try table.page(prefix: Self.storedKey(prefix), after: after.map(Self.storedKey), limit: max(0, limit))
     }
 
     /// How many records the store holds.

@@ -97,7 +97,7 @@ public final class KeyedStoreHost<Record: Codable & Sendable>: StoreEndpoint, @u
             if request.payload.isEmpty { return try snapshot() }
             return try PayloadCodec.encode(changes(since: PayloadCodec.decode(ChangesSince.self, from: request.payload).since))
         case (_, StoreOperation.get):
-            let key = try PayloadCodec.decode(RecordKey.self, from: request.payload).key
+            let key = KeyedStore<Record>.storedKey(try PayloadCodec.decode(RecordKey.self, from: request.payload).key)
             return try PayloadCodec.encode(StoreRecord(store: storeName, sequence: store.sequence, key: key, record: store.record(key)))
         case (_, StoreOperation.list):
             return try PayloadCodec.encode(page(PayloadCodec.decode(RecordRange.self, from: request.payload)))

@@ -186,6 +186,50 @@ struct KeyedStoreTests {
         }
     }
 
+    /// "café" composed (NFC) and decomposed (NFD) is one key for every read and write: one record
+    /// for `get`, `list`, a query, the snapshot and the count, stored composed (the database, which
+    /// compares bytes, held two records that Swift's dictionaries then merged into one). The
+    /// length limit is the composed form's: a key of 1 025 bytes decomposed, 1 024 composed, is taken.
+    @Test func composedAndDecomposedKeysAreOneRecordEverywhere() async throws {
+        let composed = "caf\u{E9}"
+        let decomposed = "cafe\u{301}"
+        #expect(composed.utf8.count != decomposed.utf8.count)
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("keyed-nfc-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let identity = StoreIdentity(board: "shop.orders", scope: .root, store: "orders")
+        let persistence = try StorePersistence(path: "\(directory)/orders.sqlite", identity: identity)
+        try await InProcessFleet.with { fleet in
+            let host = try Self.host(SQLiteRecords<Order>(persistence))
+            try await fleet.start(Self.owner(host))
+            _ = try await dispatch(fleet, "place", Place(id: composed, cents: 100))
+            let again = await #expect(throws: BusError.self) { try await dispatch(fleet, "place", Place(id: decomposed, cents: 200)) }
+            #expect(again?.message.contains("exists") == true)
+            _ = try await dispatch(fleet, "pay", Pay(id: decomposed))
+            for key in [composed, decomposed] {
+                let record = try await fleet.client.storeRecord(Order.self, store: "orders", key: key)
+                #expect(record.record == Order(cents: 100, paid: true) && record.key == composed)
+            }
+            for prefix in ["caf", composed, decomposed] {
+                let page = try await fleet.client.storeRecords(Order.self, store: "orders", prefix: prefix, limit: 10)
+                #expect(page.records.map(\.key) == [composed], "prefix \(prefix.unicodeScalars.map(\.value))")
+            }
+            let total = try await fleet.client.query(store: "orders", "total", Prefix(prefix: ""), answer: Total.self)
+            #expect(total == Total(count: 1, cents: 100))
+            // The database's rows, read by bytes: one.
+            let rows = try await fleet.client.storeRecords(Order.self, store: "orders", limit: 10)
+            #expect(rows.records.map { Array($0.key.utf8) } == [Array(composed.utf8)])
+            // Removed by its other spelling.
+            let cancel = await #expect(throws: BusError.self) { try await dispatch(fleet, "cancel", Cancel(id: decomposed)) }
+            #expect(cancel?.message.contains("is paid") == true)
+            // At the limit in its composed form.
+            let long = String(repeating: "a", count: 1_022) + "e\u{301}"
+            #expect(long.utf8.count == 1_025)
+            _ = try await dispatch(fleet, "place", Place(id: long, cents: 1))
+            let stored = try await fleet.client.storeRecords(Order.self, store: "orders", prefix: "aaa", limit: 10)
+            #expect(stored.records.map(\.key.utf8.count) == [1_024])
+        }
+    }
+
     @Test func aDurableStoreWritesWhatChangedAndKeepsItsIDsAcrossAReopen() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("keyed-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: directory) }
