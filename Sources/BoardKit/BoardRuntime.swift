@@ -62,7 +62,15 @@ final class BoardRuntime: Service, Sendable {
             store.attach(
                 StorePublisher { payload in
                     let header = EnvelopeHeader(kind: .store, source: source, target: name, scope: scope, typeName: StoreOperation.change)
-                    try? client.send(Envelope(header: header, payload: payload))
+                    do {
+                        try client.send(Envelope(header: header, payload: payload))
+                    } catch let error as BusError where error.code == .tooLarge {
+                        // Its watchers hear of the change they cannot be sent, by its number.
+                        guard let sequence = StoreChangeTooLarge.sequence(of: payload) else { return }
+                        let marker = StoreChangeTooLarge(
+                            store: name, sequence: sequence, tooLarge: .init(bytes: payload.count, limit: client.limits.maximumPayloadBytes))
+                        try? client.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(marker)))
+                    } catch {}
                 })
         }
         try await register(deadline: .seconds(30))

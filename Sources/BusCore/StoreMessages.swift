@@ -32,6 +32,43 @@ public enum StoreOperation {
     public static let query = "query"
 }
 
+/// The `change` an owner sends in place of one it cannot send (past the bus's payload limit): its
+/// sequence number, and how large it was. A watcher takes it as a gap and syncs again, and is
+/// told `tooLarge` if what it asks for then is too large as well: never silence.
+public struct StoreChangeTooLarge: BusPayload, Hashable {
+    public struct Size: Codable, Sendable, Hashable {
+        public var bytes: Int
+        public var limit: Int
+        public init(bytes: Int, limit: Int) {
+            self.bytes = bytes
+            self.limit = limit
+        }
+    }
+    public var store: String
+    public var sequence: UInt64
+    public var tooLarge: Size
+
+    public init(store: String, sequence: UInt64, tooLarge: Size) {
+        self.store = store
+        self.sequence = sequence
+        self.tooLarge = tooLarge
+    }
+
+    private struct SequenceOnly: Decodable { var sequence: UInt64 }
+
+    /// The sequence number of a change's payload (any store's: each has `sequence`).
+    public static func sequence(of payload: Data) -> UInt64? {
+        (try? JSONDecoder().decode(SequenceOnly.self, from: payload))?.sequence
+    }
+
+    /// The marker in `payload`, when it is one (a change whose JSON has `tooLarge`).
+    public static func marker(in payload: Data) -> StoreChangeTooLarge? {
+        // A marker is small; a real change can be megabytes, and is not parsed twice.
+        guard payload.count < 4_096 else { return nil }
+        return try? JSONDecoder().decode(StoreChangeTooLarge.self, from: payload)
+    }
+}
+
 /// A keyed store's change: the keys one change put (with their records) or removed. The payload
 /// of a keyed store's `change`, and an entry of a ``StoreChangeLog``.
 public struct StoreChanges<Record: Codable & Sendable>: BusPayload {

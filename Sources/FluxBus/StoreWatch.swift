@@ -44,6 +44,11 @@ final class StoreWatch: StoreSubscription {
     func receive(_ envelope: Envelope) {
         guard envelope.header.typeName == StoreOperation.restored else { return change(envelope.payload) }
         // The broker made the subscription again: changes may have been missed; a new snapshot.
+        snapshotAgain()
+    }
+
+    /// Changes may have been missed: a new snapshot, unless one is on its way.
+    private func snapshotAgain() {
         let live = phase.withLock { phase -> Bool in
             guard case .live(let last) = phase else { return false }
             phase = .awaitingSnapshot(buffer: [], delivered: last)
@@ -67,6 +72,9 @@ final class StoreWatch: StoreSubscription {
 
     /// A change arrived from the broker.
     func change(_ data: Data, sequence: UInt64? = nil) {
+        // Its owner could not send a change: a gap. The new snapshot is refused `tooLarge` while
+        // the state stays past the limit, which ends the watch with that error.
+        if sequence == nil, StoreChangeTooLarge.marker(in: data) != nil { return snapshotAgain() }
         guard let sequence = sequence ?? Self.sequence(of: data) else { return }
         enum Step { case deliver, skip, gap }
         let step = phase.withLock { phase -> Step in

@@ -5,6 +5,8 @@ import Testing
 import BoardKit
 import BusCore
 @testable import FluxBus
+import BoardKitTesting
+import Flux
 
 /// The snapshot-plus-updates logic of a watcher, fed by hand.
 @Suite("Store watch")
@@ -109,5 +111,49 @@ struct StoreWatchTests {
         let early = KeyedStoreWatch<Int>(store: "s", scope: "", prefix: "", continuation: fresh) { _, _ in }
         early.receive(Envelope(header: EnvelopeHeader(kind: .store, target: "s", typeName: StoreOperation.restored)))
         #expect(early.caughtUp([changes(1, "a1")], at: 1) == 1)
+    }
+}
+
+/// A store whose state grows past the bus's payload limit: its watcher is told, never left in
+/// silence (dispatches were acknowledged up to sequence 7 while the watcher stopped at 4).
+@Suite("A store past the payload limit", .timeLimit(.minutes(2)))
+struct StoreTooLargeTests {
+    struct Grow: Flux.Action, Codable { var megabytes: Int }
+
+    final class Blob: StatefulStore<String>, @unchecked Sendable {
+        override func onDispatch(_ action: any Flux.Action) {
+            if let grow = action as? Grow { state += String(repeating: "x", count: grow.megabytes << 20) }
+        }
+    }
+
+    @Test func aWatcherIsToldTooLargeWhenAChangeCannotBeSentToIt() async throws {
+        try await InProcessFleet.with { fleet in
+            let host = try StoreHost(name: "blob", store: Blob(initialState: "", dispatcher: Dispatcher()))
+            host.action(Grow.self, named: "grow")
+            var board = Board(id: "shop.blob", environment: [:])
+            board.host(host)
+            try await fleet.start(board)
+            let updates = fleet.client.watch("blob")
+            let watcher = Task { () -> ([UInt64], BusError?) in
+                var seen: [UInt64] = []
+                do {
+                    for try await update in updates { seen.append(update.sequence) }
+                } catch let error as BusError {
+                    return (seen, error)
+                }
+                return (seen, nil)
+            }
+            var acknowledged: [UInt64] = []
+            for _ in 0..<7 {
+                let ack = try await fleet.client.dispatch(store: "blob", action: "grow", payload: PayloadCodec.encode(Grow(megabytes: 1)))
+                acknowledged.append(ack.sequence)
+            }
+            #expect(acknowledged == Array(1...7))
+            let (seen, error) = try await watcher.value
+            // Up to 3 MiB the changes are sent; the fourth is not, and the snapshot after it is
+            // refused too: the watch ends with the typed error.
+            #expect(seen.last.map { $0 >= 3 && $0 < 4 } == true, "\(seen)")
+            #expect(error?.code == .tooLarge, "\(String(describing: error))")
+        }
     }
 }
