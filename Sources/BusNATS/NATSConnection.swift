@@ -300,6 +300,10 @@ public final class NATSConnection: @unchecked Sendable {
         for (name, value) in headers {
             try Self.check(natsMsgHeader_Set(message, name, value), "NATS header '\(name)'")
         }
+        let limit = maximumPayload
+        guard limit <= 0 || payload.count <= limit else {
+            throw BusError(.tooLarge, "a message of \(payload.count) bytes is past the NATS server's max_payload of \(limit) bytes")
+        }
         try Self.check(natsConnection_PublishMsg(connection, message), "cannot publish to NATS subject '\(subject)'")
     }
 
@@ -325,8 +329,12 @@ public final class NATSConnection: @unchecked Sendable {
     static func check(_ status: natsStatus, _ what: @autoclosure () -> String) throws {
         guard status != NATS_OK else { return }
         let text = String(cString: natsStatus_GetText(status))
-        throw BusError(.transport, "\(what()): \(text)")
+        throw BusError(status == NATS_MAX_PAYLOAD ? .tooLarge : .transport, "\(what()): \(text)")
     }
+
+    /// The largest message (headers and payload) the server takes: its `max_payload`, 1 MB by
+    /// default.
+    public var maximumPayload: Int { Int(natsConnection_GetMaxPayload(connection)) }
 }
 
 /// A libnats subscription, used by one thread at a time (under the connection's lock, or after

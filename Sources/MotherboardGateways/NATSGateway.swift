@@ -754,6 +754,10 @@ package final class NATSGateway: @unchecked Sendable {
         if let state = answer.header.traceState ?? pending.traceState { headers.append((NATSHeader.tracestate, state)) }
         do {
             try connection.publish(reply, headers: headers, payload: answer.payload)
+        } catch let error as BusError where error.code == .tooLarge && answer.header.kind != .error {
+            // The requester hears why at once rather than waiting out its deadline.
+            let refusal = BusError(.tooLarge, "the answer is \(answer.payload.count) bytes: \(error.message)")
+            answerCluster(pending, Envelope.error(refusal, correlationID: answer.header.correlationID))
         } catch {
             logger.debug("answer to the cluster not sent", metadata: ["error": "\(error)"])
         }
@@ -905,8 +909,10 @@ package final class NATSGateway: @unchecked Sendable {
             try connection.publish(subject, reply: reply?.subject, headers: headers, payload: envelope.payload)
         } catch {
             if let id = reply?.id, let pending = outgoing.removeValue(forKey: id) {
-                answerBoard(
-                    name, Envelope.error(BusError(.unreachable, "cannot send to the NATS cluster: \(error)"), correlationID: pending.correlationID))
+                let failure =
+                    (error as? BusError).flatMap { $0.code == .tooLarge ? $0 : nil }
+                    ?? BusError(.unreachable, "cannot send to the NATS cluster: \(error)")
+                answerBoard(name, Envelope.error(failure, correlationID: pending.correlationID))
             }
         }
     }

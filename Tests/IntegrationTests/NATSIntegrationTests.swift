@@ -206,6 +206,37 @@ struct NATSIntegrationTests {
         }
     }
 
+    /// Past the server's `max_payload` (64 KiB here): a request is refused `tooLarge` at once (it
+    /// was `unreachable`), and so is an answer, at once and to its caller (it was dropped at debug
+    /// level and the caller waited out its deadline, 8 s); both name the limit.
+    @Test func requestsAndAnswersPastTheServersMaxPayloadAreTooLargeAtOnce() async throws {
+        let config = { (directory: String) in try "max_payload: 65536\n".write(toFile: "\(directory)/limits.conf", atomically: true, encoding: .utf8)
+        }
+        try await NATSCluster.with(nodes: 1, arguments: ["-c", "{dir}/limits.conf"], prepare: config) { nats in
+            let fleet = uniqueFleetName()
+            try await TestFleet.with(manifest: Self.hostA, brokerArguments: try nats.arguments(fleet: fleet, host: "host-a")) { a in
+                try await TestFleet.with(manifest: Self.hostB, brokerArguments: try nats.arguments(fleet: fleet, host: "host-b")) { b in
+                    _ = try await a.waitForListing("demo.greeter", host: "host-b")
+                    let large = String(repeating: "n", count: 70_000)
+                    let request = try await a.busctl("call", "demo.greeter", "greet", #"{"name":"\#(large)"}"#, "--timeout", "20")
+                    #expect(request.exitCode == 1 && request.standardError.contains("tooLarge"), "\(request.standardError)")
+                    #expect(request.standardError.contains("max_payload of 65536"), "\(request.standardError)")
+                    // The greeter's stats grow past the limit with three names of 30 000 bytes.
+                    for _ in 0..<3 {
+                        let name = String(repeating: "w", count: 30_000)
+                        #expect(try await b.busctl("activate", "demo.greeter", #"{"name":"\#(name)"}"#).exitCode == 0)
+                    }
+                    let answer = try await a.busctl("call", "demo.greeter", "stats", "--timeout", "20")
+                    #expect(answer.exitCode == 1 && answer.standardError.contains("tooLarge"), "\(answer.standardError)")
+                    #expect(answer.standardError.contains("max_payload of 65536"), "\(answer.standardError)")
+                    // Answered `tooLarge`, not left to its 20 s deadline (`timeout`).
+                    let small = try await a.busctl("call", "demo.greeter", "greet", #"{"name":"Ann"}"#)
+                    #expect(small.exitCode == 0, "\(small.standardError)")
+                }
+            }
+        }
+    }
+
     /// The example server config (`fleet/nats/server.conf`) as printed: the motherboards of fleet
     /// `shop` serve one another under its `motherboard` user; its `caller` user calls a board, and
     /// the server refuses it what would make it a motherboard (announcing a board, an action).
