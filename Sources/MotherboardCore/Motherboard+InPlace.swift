@@ -32,8 +32,10 @@ extension Motherboard {
     /// ``routeInPlace(_:from:now:principal:)`` handing the route to `forward` (the peer to send
     /// the frame on to, and the message's kind) rather than returning it: the broker's loop sends
     /// from there, without a route to copy and destroy per message. Returns whether it routed.
+    /// `payloadBytes`: the size of the payload after the header, for the reply registry's count of
+    /// a client's large requests in flight.
     package func routeInPlace(
-        _ header: UnsafeMutableRawBufferPointer, from peer: PeerID, now: ContinuousClock.Instant, principal: String?,
+        _ header: UnsafeMutableRawBufferPointer, from peer: PeerID, now: ContinuousClock.Instant, principal: String?, payloadBytes: Int = 0,
         forward: (_ peer: PeerID, _ kind: MessageKind) -> Void
     ) -> Bool {
         // While a monitor is attached, everything takes the parsed path, where monitors look.
@@ -53,7 +55,7 @@ extension Motherboard {
         else { return false }
         let destination: PeerID?
         switch layout.kind {
-        case .command: destination = commandInPlace(layout, header, from: peer, sender: sender, now: now)
+        case .command: destination = commandInPlace(layout, header, from: peer, sender: sender, payloadBytes: payloadBytes, now: now)
         default: destination = replyInPlace(layout, header, from: peer, sender: sender, now: now)
         }
         guard let destination else { return false }
@@ -63,7 +65,8 @@ extension Motherboard {
 
     /// `command` and `deliver`, for a header that needs no rewriting but its correlation id.
     private func commandInPlace(
-        _ layout: HeaderLayout, _ header: UnsafeMutableRawBufferPointer, from peer: PeerID, sender: LiveBoard?, now: ContinuousClock.Instant
+        _ layout: HeaderLayout, _ header: UnsafeMutableRawBufferPointer, from peer: PeerID, sender: LiveBoard?, payloadBytes: Int,
+        now: ContinuousClock.Instant
     ) -> PeerID? {
         let bytes = UnsafeRawBufferPointer(header)
         // A board speaks as itself: in place only when the header already says so.
@@ -80,7 +83,7 @@ extension Motherboard {
         guard
             let correlationID = forwardingCorrelationID(
                 flags: layout.flags, correlationID: layout.correlationID, timeoutMilliseconds: layout.timeoutMilliseconds,
-                to: target.name, at: target.peer, client: peer, clientIsBoard: sender != nil, now: now)
+                to: target.name, at: target.peer, client: peer, clientIsBoard: sender != nil, bytes: payloadBytes, now: now)
         else { return nil }
         sender?.lastSeen = now
         target.commandsHandled += 1

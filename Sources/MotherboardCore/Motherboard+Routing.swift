@@ -140,7 +140,7 @@ extension Motherboard {
         guard
             let correlationID = forwardingCorrelationID(
                 flags: header.flags, correlationID: header.correlationID, timeoutMilliseconds: header.timeoutMilliseconds,
-                to: target.name, at: target.peer, client: client, now: now)
+                to: target.name, at: target.peer, client: client, bytes: envelope.payload.count, now: now)
         else { return refusePending(envelope, to: target.name, from: client) }
         header.correlationID = correlationID
         if header.correlationID == 0 { header.flags.remove(.replyExpected) }
@@ -161,7 +161,7 @@ extension Motherboard {
     /// Nil when the reply registry refuses to wait for one more answer (``refusePending(_:to:from:)``).
     func forwardingCorrelationID(
         flags: MessageFlags, correlationID: UInt64, timeoutMilliseconds: UInt32, to board: ScopedName, at boardPeer: PeerID,
-        client: PeerID?, clientIsBoard: Bool? = nil, now: ContinuousClock.Instant
+        client: PeerID?, clientIsBoard: Bool? = nil, bytes: Int = 0, now: ContinuousClock.Instant
     ) -> UInt64? {
         guard let client, flags.contains(.replyExpected) else { return 0 }
         // One conversion of `now`: the deadline is added to the fixed instant.
@@ -169,7 +169,7 @@ extension Motherboard {
         return replies.expect(
             from: client, clientCorrelationID: correlationID, board: board, boardPeer: boardPeer,
             deadline: now.advanced(by: requestTimeout(milliseconds: timeoutMilliseconds)), sentAt: now,
-            clientIsBoard: clientIsBoard ?? (registry.board(for: client) != nil))
+            clientIsBoard: clientIsBoard ?? (registry.board(for: client) != nil), bytes: bytes)
     }
 
     /// A request the reply registry will not wait for (its sender's or its board's share of the
@@ -177,7 +177,9 @@ extension Motherboard {
     func refusePending(_ envelope: Envelope, to board: ScopedName, from client: PeerID?) {
         counters.refusedPending += 1
         guard let client else { return }
-        let why = replies.refusal(client: client, board: board) ?? "the broker waits for as many answers as it may"
+        let why =
+            replies.refusal(client: client, board: board) ?? replies.bytesRefusal(client: client, bytes: envelope.payload.count)
+            ?? "the broker waits for as many answers as it may"
         reply(to: envelope, from: client, error: BusError(.busy, why))
     }
 

@@ -29,6 +29,9 @@ struct ReplyRegistry {
         /// Whether it counts toward its client's and its board's shares (taken while many were
         /// pending).
         var counted = false
+        /// Its payload's bytes when they count toward its client's bytes in flight (a large
+        /// request), else 0.
+        var bytes: Int32 = 0
 
         init(
             client: PeerID, clientCorrelationID: UInt64, board: ScopedName, boardPeer: PeerID, deadline: FixedInstant,
@@ -87,6 +90,13 @@ struct ReplyRegistry {
     static let maximumPending = 65_536
     private var countedPerClient: [PeerID: Int] = [:]
     private var countedPerBoard: [ScopedName: Int] = [:]
+    /// Requests whose payload is this large count their bytes toward their client's.
+    static let countedRequestBytes = 4_096
+    /// The bytes of large requests one client may have waiting for answers: a client that never
+    /// reads its answers cannot queue more than this toward the boards it calls, nor hold a board
+    /// busy with work nobody will read for longer than this much of it takes.
+    static let maximumBytesPerClient = 16 << 20
+    private var bytesPerClient: [PeerID: Int] = [:]
 
     /// The requests waiting for a reply.
     var count: Int { requests.count }
@@ -107,7 +117,7 @@ struct ReplyRegistry {
     /// routes a command with one reading of the clock.
     mutating func expect(
         from client: PeerID, clientCorrelationID: UInt64, board: ScopedName, boardPeer: PeerID, deadline: FixedInstant,
-        sentAt: FixedInstant? = nil, clientIsBoard: Bool = true
+        sentAt: FixedInstant? = nil, clientIsBoard: Bool = true, bytes: Int = 0
     ) -> UInt64? {
         var request = Request(
             client: client, clientCorrelationID: clientCorrelationID, board: board, boardPeer: boardPeer, deadline: deadline, sentAt: sentAt,
@@ -117,6 +127,14 @@ struct ReplyRegistry {
             request.counted = true
             countedPerClient[client, default: 0] += 1
             countedPerBoard[board, default: 0] += 1
+        }
+        if bytes >= Self.countedRequestBytes {
+            guard bytesRefusal(client: client, bytes: bytes) == nil else {
+                if request.counted { uncount(request) }
+                return nil
+            }
+            request.bytes = Int32(clamping: bytes)
+            bytesPerClient[client, default: 0] += bytes
         }
         let id = makeCorrelationID()
         requests.insert(request, for: id)
@@ -136,21 +154,32 @@ struct ReplyRegistry {
         return nil
     }
 
+    /// Why a large request of `bytes` from `client` would be refused now; nil when it would be taken.
+    func bytesRefusal(client: PeerID, bytes: Int) -> String? {
+        guard bytes >= Self.countedRequestBytes else { return nil }
+        let waiting = bytesPerClient[client, default: 0]
+        guard waiting + bytes > Self.maximumBytesPerClient else { return nil }
+        return
+            "this connection has \(waiting) bytes of requests waiting for answers; at most \(Self.maximumBytesPerClient) may wait (read the answers first)"
+    }
+
     /// A counted request is out of the table: its shares are given back.
     private mutating func uncount(_ request: Request) {
+        if request.bytes > 0 { Self.decrement(&bytesPerClient, request.client, by: Int(request.bytes)) }
         guard request.counted else { return }
         Self.decrement(&countedPerClient, request.client)
         Self.decrement(&countedPerBoard, request.board)
     }
 
-    private static func decrement<Key: Hashable>(_ counts: inout [Key: Int], _ key: Key) {
+    private static func decrement<Key: Hashable>(_ counts: inout [Key: Int], _ key: Key, by amount: Int = 1) {
         guard let count = counts[key] else { return }
-        counts[key] = count > 1 ? count - 1 : nil
+        counts[key] = count > amount ? count - amount : nil
     }
 
     /// The requests counted now, for `client` and for `board` (tests, metrics).
     func counted(client: PeerID) -> Int { countedPerClient[client] ?? 0 }
     func counted(board: ScopedName) -> Int { countedPerBoard[board] ?? 0 }
+    func bytesWaiting(for client: PeerID) -> Int { bytesPerClient[client] ?? 0 }
 
     /// Begins an acknowledged action delivery to `subscribers` parts; returns its id, for
     /// ``expectActionPart(_:board:boardPeer:deadline:)``.
@@ -182,7 +211,7 @@ struct ReplyRegistry {
         _ correlationID: UInt64, from peer: PeerID, accept: (Request) -> Bool = { _ in true }
     ) -> Request? {
         guard let request = requests.removeValue(forKey: correlationID, if: { $0.boardPeer == peer && accept($0) }) else { return nil }
-        if request.counted { uncount(request) }
+        if request.counted || request.bytes > 0 { uncount(request) }
         return request
     }
 

@@ -140,7 +140,8 @@ final class RouterLoopHandler: SocketLoopHandler {
         noteConnection(of: peer, on: socket)
         if transport.backlog.isStalled(peer) { return refuseStalled(peer, header: UnsafeRawBufferPointer(header)) }
         let (motherboard, transport) = (self.motherboard, self.transport)
-        return motherboard.routeInPlace(header, from: peer, now: clock.now, principal: principal(on: socket)) { destination, kind in
+        return motherboard.routeInPlace(header, from: peer, now: clock.now, principal: principal(on: socket), payloadBytes: payloadBytes) {
+            destination, kind in
             if !transport.forwardReceived(to: destination, payloadBytes: payloadBytes, kind: kind, header: UnsafeRawBufferPointer(header)) {
                 motherboard.undeliverable(kind, to: destination, correlationID: HeaderLayout.correlationID(in: UnsafeRawBufferPointer(header)))
             }

@@ -296,7 +296,7 @@ extension AttackIntegrationTests {
                     peak = max(peak, residentMiB(of: broker))
                     guard let count = try greetings(UInt64(sequence)) else { continue }
                     served = true
-                    unchanged = count == last && count > 64 ? unchanged + 1 : 0
+                    unchanged = count == last && count > 0 ? unchanged + 1 : 0
                     last = count
                 }
                 // Now read: every request has an answer, a greeting or `busy`.
@@ -321,13 +321,16 @@ extension AttackIntegrationTests {
                     "never-reading client: the greeter made \(last) greetings before the client read; broker at \(residentMiB(of: broker)) MiB then")
                 return (peak, answers, busy, served && recovered)
             }
-            // The answers it holds for the client and the requests for the greeter stay within their
-            // budgets (32 MiB each); what is not bounded in bytes is the requests the routing loop
-            // has not read yet (PROTOCOL 7.2), which grow while the suite keeps both cores busy (up
-            // to 190 MiB of growth seen, 34–88 MiB alone). Without the budgets it grew by 330 MiB.
+            // The answers it holds for the client stay within their budget (32 MiB), and its requests
+            // waiting for answers within theirs (16 MiB: the rest are answered `busy` at once, so
+            // the greeter works on 32 of them at a time, not 600 that nobody reads, and answers others
+            // meanwhile); what is not bounded in bytes is the requests the routing loop has not read
+            // yet (PROTOCOL 7.2), which grow while the suite keeps both cores busy. Without the
+            // budgets it grew by 330 MiB; with the answers' alone, by 185–204 MiB, and the greeter
+            // answered nobody else for 12 s.
             let growth = outcome.peak - before
-            #expect(growth < 256, "the broker grew by \(growth) MiB for one client that does not read")
-            #expect(outcome.busy > 0)
+            #expect(growth < 128, "the broker grew by \(growth) MiB for one client that does not read")
+            #expect(outcome.busy > requests / 2, "\(outcome.busy) busy")
             #expect(outcome.answers == requests, "\(outcome.answers) answers, \(outcome.busy) busy")
             #expect(outcome.servedMeanwhile)
             // Gone: the broker gives the memory back.

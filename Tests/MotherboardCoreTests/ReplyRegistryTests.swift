@@ -172,4 +172,31 @@ struct ReplyRegistryTests {
         #expect(registry.takeExpired(now: ContinuousClock.now + .seconds(7_200)).count == pending)
         #expect(registry.count == 0 && registry.counted(board: sink) == 0)
     }
+
+    /// Large requests count their bytes toward their client's 16 MiB in flight: a client that
+    /// never reads its answers cannot queue more toward a board; small ones are not counted; an
+    /// answer gives its bytes back.
+    @Test func aClientsLargeRequestsInFlightAreBoundedInBytes() {
+        var registry = ReplyRegistry()
+        let deadline = FixedInstant(ContinuousClock.now + .seconds(60))
+        let size = 512 << 10
+        var ids: [UInt64] = []
+        for number in 0..<40 {
+            if let id = registry.expect(
+                from: client, clientCorrelationID: UInt64(number), board: greeter, boardPeer: board, deadline: deadline, bytes: size)
+            {
+                ids.append(id)
+            }
+        }
+        #expect(ids.count == ReplyRegistry.maximumBytesPerClient / size)
+        #expect(registry.bytesRefusal(client: client, bytes: size)?.contains("read the answers first") == true)
+        // Small requests, and another client's, still go.
+        #expect(registry.expect(from: client, clientCorrelationID: 99, board: greeter, boardPeer: board, deadline: deadline, bytes: 100) != nil)
+        #expect(registry.expect(from: other, clientCorrelationID: 1, board: greeter, boardPeer: board, deadline: deadline, bytes: size) != nil)
+        _ = registry.takeReply(ids[0], from: board)
+        #expect(registry.bytesWaiting(for: client) == ReplyRegistry.maximumBytesPerClient - size)
+        #expect(registry.expect(from: client, clientCorrelationID: 100, board: greeter, boardPeer: board, deadline: deadline, bytes: size) != nil)
+        #expect(registry.takeAll(waitedForBy: client).count == ids.count + 1)
+        #expect(registry.bytesWaiting(for: client) == 0)
+    }
 }
