@@ -55,6 +55,7 @@ public struct StoreChangeTooLarge: BusPayload, Hashable {
     }
 
     private struct SequenceOnly: Decodable { var sequence: UInt64 }
+    private static let field = Array(#""tooLarge""#.utf8)
 
     /// The sequence number of a change's payload (any store's: each has `sequence`).
     public static func sequence(of payload: Data) -> UInt64? {
@@ -64,7 +65,7 @@ public struct StoreChangeTooLarge: BusPayload, Hashable {
     /// The marker in `payload`, when it is one (a change whose JSON has `tooLarge`).
     public static func marker(in payload: Data) -> StoreChangeTooLarge? {
         // A marker is small; a real change can be megabytes, and is not parsed twice.
-        guard payload.count < 4_096 else { return nil }
+        guard payload.count < 4_096, payload.firstRange(of: Self.field) != nil else { return nil }
         return try? JSONDecoder().decode(StoreChangeTooLarge.self, from: payload)
     }
 }
