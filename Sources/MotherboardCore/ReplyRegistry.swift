@@ -26,12 +26,6 @@ struct ReplyRegistry {
         var clientIsBoard = true
         /// For one subscriber's part of an acknowledged action: the delivery it counts towards.
         var action: UInt64? = nil
-        /// Whether it counts toward its client's and its board's shares (taken while many were
-        /// pending).
-        var counted = false
-        /// Its payload's bytes when they count toward its client's bytes in flight (a large
-        /// request), else 0.
-        var bytes: Int32 = 0
 
         init(
             client: PeerID, clientCorrelationID: UInt64, board: ScopedName, boardPeer: PeerID, deadline: FixedInstant,
@@ -97,6 +91,10 @@ struct ReplyRegistry {
     /// busy with work nobody will read for longer than this much of it takes.
     static let maximumBytesPerClient = 16 << 20
     private var bytesPerClient: [PeerID: Int] = [:]
+    /// What each counted request counts for, by correlation id: whether it takes a share of its
+    /// client and its board, and its bytes. Empty while none is counted, which is all the hot path
+    /// looks at.
+    private var counted: [UInt64: (shares: Bool, bytes: Int)] = [:]
 
     /// The requests waiting for a reply.
     var count: Int { requests.count }
@@ -119,25 +117,42 @@ struct ReplyRegistry {
         from client: PeerID, clientCorrelationID: UInt64, board: ScopedName, boardPeer: PeerID, deadline: FixedInstant,
         sentAt: FixedInstant? = nil, clientIsBoard: Bool = true, bytes: Int = 0
     ) -> UInt64? {
-        var request = Request(
-            client: client, clientCorrelationID: clientCorrelationID, board: board, boardPeer: boardPeer, deadline: deadline, sentAt: sentAt,
-            clientIsBoard: clientIsBoard)
-        if requests.count >= Self.countedAbove {
-            guard refusal(client: client, board: board) == nil else { return nil }
-            request.counted = true
+        // Most requests: few pending, a small payload. Taken as they are.
+        guard requests.count >= Self.countedAbove || bytes >= Self.countedRequestBytes else {
+            let id = makeCorrelationID()
+            requests.insert(
+                Request(
+                    client: client, clientCorrelationID: clientCorrelationID, board: board, boardPeer: boardPeer, deadline: deadline,
+                    sentAt: sentAt, clientIsBoard: clientIsBoard), for: id)
+            return id
+        }
+        return expectCounted(
+            from: client, clientCorrelationID: clientCorrelationID, board: board, boardPeer: boardPeer, deadline: deadline, sentAt: sentAt,
+            clientIsBoard: clientIsBoard, bytes: bytes)
+    }
+
+    /// ``expect(from:clientCorrelationID:board:boardPeer:deadline:sentAt:clientIsBoard:bytes:)``
+    /// for a request that counts toward its client's and its board's shares.
+    @inline(never)
+    private mutating func expectCounted(
+        from client: PeerID, clientCorrelationID: UInt64, board: ScopedName, boardPeer: PeerID, deadline: FixedInstant,
+        sentAt: FixedInstant?, clientIsBoard: Bool, bytes: Int
+    ) -> UInt64? {
+        let shares = requests.count >= Self.countedAbove
+        if shares { guard refusal(client: client, board: board) == nil else { return nil } }
+        let large = bytes >= Self.countedRequestBytes
+        if large { guard bytesRefusal(client: client, bytes: bytes) == nil else { return nil } }
+        if shares {
             countedPerClient[client, default: 0] += 1
             countedPerBoard[board, default: 0] += 1
         }
-        if bytes >= Self.countedRequestBytes {
-            guard bytesRefusal(client: client, bytes: bytes) == nil else {
-                if request.counted { uncount(request) }
-                return nil
-            }
-            request.bytes = Int32(clamping: bytes)
-            bytesPerClient[client, default: 0] += bytes
-        }
+        if large { bytesPerClient[client, default: 0] += bytes }
         let id = makeCorrelationID()
-        requests.insert(request, for: id)
+        counted[id] = (shares, large ? bytes : 0)
+        requests.insert(
+            Request(
+                client: client, clientCorrelationID: clientCorrelationID, board: board, boardPeer: boardPeer, deadline: deadline, sentAt: sentAt,
+                clientIsBoard: clientIsBoard), for: id)
         return id
     }
 
@@ -163,10 +178,11 @@ struct ReplyRegistry {
             "this connection has \(waiting) bytes of requests waiting for answers; at most \(Self.maximumBytesPerClient) may wait (read the answers first)"
     }
 
-    /// A counted request is out of the table: its shares are given back.
-    private mutating func uncount(_ request: Request) {
-        if request.bytes > 0 { Self.decrement(&bytesPerClient, request.client, by: Int(request.bytes)) }
-        guard request.counted else { return }
+    /// Request `id` is out of the table: if it was counted, its shares are given back.
+    private mutating func uncount(_ id: UInt64, _ request: Request) {
+        guard let (shares, bytes) = counted.removeValue(forKey: id) else { return }
+        if bytes > 0 { Self.decrement(&bytesPerClient, request.client, by: bytes) }
+        guard shares else { return }
         Self.decrement(&countedPerClient, request.client)
         Self.decrement(&countedPerBoard, request.board)
     }
@@ -210,15 +226,22 @@ struct ReplyRegistry {
     mutating func takeReply(
         _ correlationID: UInt64, from peer: PeerID, accept: (Request) -> Bool = { _ in true }
     ) -> Request? {
-        guard let request = requests.removeValue(forKey: correlationID, if: { $0.boardPeer == peer && accept($0) }) else { return nil }
-        if request.counted || request.bytes > 0 { uncount(request) }
+        guard counted.isEmpty else { return takeCountedReply(correlationID, from: peer, accept: accept) }
+        return requests.removeValue(forKey: correlationID) { $0.boardPeer == peer && accept($0) }
+    }
+
+    /// ``takeReply(_:from:accept:)`` while some requests are counted.
+    @inline(never)
+    private mutating func takeCountedReply(_ correlationID: UInt64, from peer: PeerID, accept: (Request) -> Bool) -> Request? {
+        let request = requests.removeValue(forKey: correlationID) { $0.boardPeer == peer && accept($0) }
+        if let request { uncount(correlationID, request) }
         return request
     }
 
     /// Takes a request by id, whoever answers it (the broker failing it).
     mutating func take(_ correlationID: UInt64) -> Request? {
-        guard let request = requests.removeValue(forKey: correlationID) else { return nil }
-        uncount(request)
+        let request = requests.removeValue(forKey: correlationID)
+        if !counted.isEmpty, let request { uncount(correlationID, request) }
         return request
     }
 
@@ -262,8 +285,8 @@ struct ReplyRegistry {
     }
 
     private mutating func take(where matches: (Request) -> Bool) -> [Request] {
-        let taken = requests.removeAll(where: matches).map(\.value)
-        for request in taken { uncount(request) }
-        return taken
+        let taken = requests.removeAll(where: matches)
+        if !counted.isEmpty { for (id, request) in taken { uncount(id, request) } }
+        return taken.map(\.value)
     }
 }

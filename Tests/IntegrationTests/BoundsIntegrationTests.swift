@@ -27,13 +27,11 @@ struct BoundsIntegrationTests {
 
     /// A board of the test's own: registers `far.sink`, reads all it is sent and answers nothing
     /// but heartbeats, until `stop`.
-    static func sink(at endpoint: String, until stop: Flag) throws {
-        let context = try ZMQContext()
-        defer { context.terminate() }
-        let sink = try ZMQSocket(context: context, kind: .dealer)
-        defer { sink.close() }
-        try sink.set(.linger(.zero))
-        try sink.connect(endpoint)
+    static func sink(at endpoint: String, until stop: Flag) async throws {
+        try await withRawDealer(connectedTo: endpoint, configure: { try $0.set(.linger(.zero)) }) { sink in try serve(sink, until: stop) }
+    }
+
+    private static func serve(_ sink: ZMQSocket, until stop: Flag) throws {
         let registration = Registration(id: "far.sink", pid: getpid(), commands: ["hold"])
         let register = EnvelopeHeader(kind: .register, flags: .replyExpected, correlationID: 1, timeoutMilliseconds: 5_000, source: "far.sink")
         _ = try sink.send(try Envelope(header: register, payload: try PayloadCodec.encode(registration)).frames())
@@ -58,16 +56,10 @@ struct BoundsIntegrationTests {
         try await TestFleet.with(manifest: greeterManifest) { fleet in
             let endpoint = fleet.address.endpoint
             let stop = Flag()
-            async let board: Void = onOwnThread { try Self.sink(at: endpoint, until: stop) }
+            async let board: Void = Self.sink(at: endpoint, until: stop)
             defer { stop.set() }
             #expect(try await eventually { try await fleet.busctl("status", "far.sink").exitCode == 0 })
-            let busy = try await onOwnThread { () -> Int in
-                let context = try ZMQContext()
-                defer { context.terminate() }
-                let client = try ZMQSocket(context: context, kind: .dealer)
-                defer { client.close() }
-                try client.set(.linger(.zero))
-                try client.connect(endpoint)
+            let busy = try await withRawDealer(connectedTo: endpoint, configure: { try $0.set(.linger(.zero)) }) { client -> Int in
                 var busy = 0
                 func read(waiting milliseconds: Int) throws {
                     while client.waitReadable(timeoutMilliseconds: milliseconds), let frames = try client.receive() {

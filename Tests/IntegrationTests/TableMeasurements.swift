@@ -24,18 +24,13 @@ struct TableMeasurements {
             let endpoint = fleet.address.endpoint
             let pid = fleet.brokerPID
             let stop = Flag()
-            async let board: Void = onOwnThread { try BoundsIntegrationTests.sink(at: endpoint, until: stop) }
+            async let board: Void = BoundsIntegrationTests.sink(at: endpoint, until: stop)
             _ = try await eventually { try await fleet.busctl("status", "far.sink").exitCode == 0 }
             try await Task.sleep(for: .seconds(1))
             let before = Self.rss(pid)
             let name = String(repeating: "n", count: 240)
-            let (during, busy) = try await onOwnThread { () -> (Int, Int) in
-                let context = try ZMQContext()
-                defer { context.terminate() }
-                let client = try ZMQSocket(context: context, kind: .dealer)
-                defer { client.close() }
-                try client.set(.linger(.zero))
-                try client.connect(endpoint)
+            let (during, busy) = try await withRawDealer(connectedTo: endpoint, configure: { try $0.set(.linger(.zero)) }) {
+                client -> (Int, Int) in
                 for number in 0..<200_000 {
                     let renew = EnvelopeHeader(kind: .store, target: "\(name).\(number)", typeName: StoreOperation.renew)
                     let frames = try Envelope(header: renew).frames()
