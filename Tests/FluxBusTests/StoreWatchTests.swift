@@ -7,6 +7,7 @@ import BusCore
 @testable import FluxBus
 import BoardKitTesting
 import Flux
+import MotherboardCore
 
 /// The snapshot-plus-updates logic of a watcher, fed by hand.
 @Suite("Store watch")
@@ -118,16 +119,21 @@ struct StoreWatchTests {
 /// silence (dispatches were acknowledged up to sequence 7 while the watcher stopped at 4).
 @Suite("A store past the payload limit", .timeLimit(.minutes(2)))
 struct StoreTooLargeTests {
-    struct Grow: Flux.Action, Codable { var megabytes: Int }
+    struct Grow: Flux.Action, Codable { var kilobytes: Int }
 
     final class Blob: StatefulStore<String>, @unchecked Sendable {
         override func onDispatch(_ action: any Flux.Action) {
-            if let grow = action as? Grow { state += String(repeating: "x", count: grow.megabytes << 20) }
+            if let grow = action as? Grow { state += String(repeating: "x", count: grow.kilobytes << 10) }
         }
     }
 
+    /// The bus's payload limit at 64 KiB (4 MiB by default), so that the store is past it after
+    /// four dispatches of 16 KiB rather than four of 1 MiB (under load, encoding megabytes of
+    /// state held the board past its liveness timeout).
+    static let settings = MotherboardSettings(limits: BusLimits(maximumPayloadBytes: 64 << 10))
+
     @Test func aWatcherIsToldTooLargeWhenAChangeCannotBeSentToIt() async throws {
-        try await InProcessFleet.with { fleet in
+        try await InProcessFleet.with(settings: Self.settings) { fleet in
             let host = try StoreHost(name: "blob", store: Blob(initialState: "", dispatcher: Dispatcher()))
             host.action(Grow.self, named: "grow")
             var board = Board(id: "shop.blob", environment: [:])
@@ -145,13 +151,13 @@ struct StoreTooLargeTests {
             }
             var acknowledged: [UInt64] = []
             for _ in 0..<7 {
-                let ack = try await fleet.client.dispatch(store: "blob", action: "grow", payload: PayloadCodec.encode(Grow(megabytes: 1)))
+                let ack = try await fleet.client.dispatch(store: "blob", action: "grow", payload: PayloadCodec.encode(Grow(kilobytes: 16)))
                 acknowledged.append(ack.sequence)
             }
             #expect(acknowledged == Array(1...7))
             let (seen, error) = try await watcher.value
-            // Up to 3 MiB the changes are sent; the fourth is not, and the snapshot after it is
-            // refused too: the watch ends with the typed error.
+            // Up to 48 KiB the changes are sent; the fourth (64 KiB and its JSON) is not, and the
+            // snapshot after it is refused too: the watch ends with the typed error.
             #expect(seen.last.map { $0 >= 3 && $0 < 4 } == true, "\(seen)")
             #expect(error?.code == .tooLarge, "\(String(describing: error))")
         }
