@@ -4,7 +4,9 @@
 Each role (broker, board, client; the C baseline's proxy, echo and client) runs under valgrind:
 callgrind counts the instructions of each of its threads, DHAT its heap allocations. Every load
 runs twice, with LOW and HIGH serial round trips of 100 B, and the difference divided by
-HIGH - LOW is the cost of one round trip, start-up and warm-up excluded.
+HIGH - LOW is the cost of one round trip, start-up and warm-up excluded. The socket loops' ticks
+(ten a second, whatever the traffic) are left out of it and shown per tick: under valgrind the
+same round trips take more seconds on a slower or busier machine.
 
     scripts/counts.py [--check THRESHOLDS] [--write THRESHOLDS] [--only raw,cbor,c] [--json OUT]
     scripts/counts.py --saturated
@@ -174,9 +176,40 @@ def run_baseline(directory, tool, requests, frames):
             raise Failure("the baseline client failed")
 
 
+# The periodic tick of a BoardBus socket loop (`SocketLoopHandler.tick(on:)`, mangled): heartbeats,
+# deadlines and sweeps that run ten times a second whatever the traffic. Under valgrind the same
+# round trips take more or fewer seconds from one machine (or one load) to the next, so its cost is
+# taken out of the per-round-trip counts and shown on a row of its own, per tick.
+TICK_MARK = "4tick2on"
+NAME = re.compile(r"^c?fn=\((\d+)\)(?: (.*))?")
+
+
+def tick_cost(text):
+    """Instructions spent in the thread's ticks (inclusive, counted at each call from outside a
+    tick, so that a witness calling its implementation counts once) and how many ticks ran."""
+    names, caller, callee, instructions, ticks = {}, None, None, 0, 0
+    lines = iter(text.splitlines())
+    for line in lines:
+        if line.startswith(("fn=", "cfn=")):
+            match = NAME.match(line)
+            if match.group(2):
+                names[match.group(1)] = match.group(2)
+            if line.startswith("fn="):
+                caller = match.group(1)
+            else:
+                callee = match.group(1)
+        elif line.startswith("calls="):
+            # The line after `calls=` holds the calls' inclusive cost.
+            cost = next(lines, "").split()
+            if TICK_MARK in names.get(callee, "") and TICK_MARK not in names.get(caller, ""):
+                ticks += int(line[len("calls="):].split()[0])
+                instructions += int(cost[1]) if len(cost) > 1 else 0
+    return instructions, ticks
+
+
 def callgrind_threads(directory, role):
-    """Instructions of each thread of one role's process: [(instructions, kind)], kind 'loop',
-    'io' or 'other'."""
+    """Instructions of each thread of one role's process: [(instructions, kind, tick instructions,
+    ticks)], kind 'loop', 'io' or 'other'; the tick's are part of the first."""
     files = [path for path in glob.glob(f"{directory}/{role}.*") if re.search(r"\.\d+-\d+$", path)]
     if not files:
         raise Failure(f"no callgrind output for the {role} in {directory}")
@@ -185,20 +218,23 @@ def callgrind_threads(directory, role):
         text = open(path, errors="replace").read()
         match = re.search(r"^(?:summary|totals): (\d+)", text, re.M)
         kind = "loop" if any(mark in text for mark in LOOP_MARKS) else "io" if any(mark in text for mark in IO_MARKS) else "other"
-        threads.append((int(match.group(1)) if match else 0, kind))
+        threads.append((int(match.group(1)) if match else 0, kind, *tick_cost(text)))
     return threads
 
 
 def per_round_trip_threads(low, high):
-    """Per round trip: the busiest loop thread, the busiest I/O thread, the whole process. Threads
-    are paired across the two runs by kind, not by number: threads started at the same moment
-    (a loop thread and libzmq's I/O thread) are numbered in whichever order they won the race."""
+    """Per round trip, ticks left out: the busiest loop thread, the busiest I/O thread, the whole
+    process; and the instructions of one tick of the loop thread. Threads are paired across the two
+    runs by kind, not by number: threads started at the same moment (a loop thread and libzmq's I/O
+    thread) are numbered in whichever order they won the race."""
 
     def busiest(threads, kind):
-        return max((count for count, each in threads if each == kind), default=0)
+        return max(((count - ticked, ticked, ticks) for count, each, ticked, ticks in threads if each == kind), default=(0, 0, 0))
 
-    result = {kind: (busiest(high, kind) - busiest(low, kind)) / (HIGH - LOW) for kind in ("loop", "io")}
-    result["process"] = (sum(count for count, _ in high) - sum(count for count, _ in low)) / (HIGH - LOW)
+    result = {kind: (busiest(high, kind)[0] - busiest(low, kind)[0]) / (HIGH - LOW) for kind in ("loop", "io")}
+    result["process"] = (sum(count - ticked for count, _, ticked, _ in high) - sum(count - ticked for count, _, ticked, _ in low)) / (HIGH - LOW)
+    _, ticked, ticks = busiest(high, "loop")
+    result["tick"] = ticked / ticks if ticks else 0
     return result
 
 
@@ -274,7 +310,7 @@ def measure_saturated(work):
         (low_trips, low), (high_trips, high) = runs
         if high_trips <= low_trips:
             raise Failure(f"the longer load made no more round trips ({low_trips}, {high_trips})")
-        per = {key: value * (HIGH - LOW) / (high_trips - low_trips) for key, value in per_round_trip_threads(low, high).items()}
+        per = {key: value * (HIGH - LOW) / (high_trips - low_trips) for key, value in per_round_trip_threads(low, high).items() if key != "tick"}
         results[load] = {f"broker.{key}": value for key, value in per.items()}
         results[load]["round trips"] = high_trips - low_trips
     return results
@@ -308,6 +344,9 @@ def render(results):
         ("client libzmq I/O thread: instructions", "client.io"),
         ("client process: instructions", "client.process"),
         ("client process: allocations", "client.allocations"),
+        ("broker loop thread: instructions per tick (left out above)", "broker.tick"),
+        ("board loop thread: instructions per tick (left out above)", "board.tick"),
+        ("client loop thread: instructions per tick (left out above)", "client.tick"),
     ]
     loads = [load for load in ("c", "c2", "raw", "cbor") if load in results]
     header = "| per round trip | " + " | ".join(LOADS[load][0] for load in loads)
