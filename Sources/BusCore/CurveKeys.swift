@@ -116,19 +116,58 @@ public struct CurveAllowList: Sendable, Equatable {
         for entry in entries { names[entry.key] = entry.name }
     }
 
+    /// The list `text` holds; `badArgument` naming the first line that is not a name and a key.
     public init(parsing text: String, source: String = "allow-list") throws {
-        for (number, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+        let (list, setAside) = Self.parse(text, source: source)
+        if let first = setAside.first { throw first.error }
+        self = list
+    }
+
+    /// A line of an allow-list that is not a name and a key, by number from 1, with why.
+    public struct SetAsideLine: Sendable, Equatable {
+        public let number: Int
+        public let error: BusError
+    }
+
+    /// The list of the lines of `text` that are a name and a key, and the others, set aside: a line
+    /// left out only refuses its own key, so a broker that starts on a damaged list still lets in
+    /// the keys it can read (and no key it cannot).
+    public static func parse(_ text: String, source: String = "allow-list") -> (list: CurveAllowList, setAside: [SetAsideLine]) {
+        var list = CurveAllowList()
+        var setAside: [SetAsideLine] = []
+        for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
             // '#' is a Z85 character too: only a line that starts with it is a comment.
             let raw = line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\r" })
             if raw.isEmpty || raw[0].hasPrefix("#") { continue }
+            let number = index + 1
             guard raw.count >= 2, BoardID.isValid(String(raw[0])) else {
-                throw BusError(.badArgument, "\(source) line \(number + 1): expected 'NAME PUBLIC-KEY'")
+                setAside.append(SetAsideLine(number: number, error: BusError(.badArgument, "\(source) line \(number): expected 'NAME PUBLIC-KEY'")))
+                continue
             }
             let key = String(raw[1])
             guard CurveKeyPair.isKey(key) else {
-                throw BusError(.badArgument, "\(source) line \(number + 1): '\(raw[1].prefix(60))' is not a CURVE public key (40 Z85 characters)")
+                setAside.append(
+                    SetAsideLine(
+                        number: number,
+                        error: BusError(
+                            .badArgument, "\(source) line \(number): '\(raw[1].prefix(60))' is not a CURVE public key (40 Z85 characters)")))
+                continue
             }
-            names[key] = String(raw[0])
+            list.names[key] = String(raw[0])
+        }
+        return (list, setAside)
+    }
+
+    /// The lines of the file at `path` that are a name and a key, and the others (see
+    /// ``parse(_:source:)``); bytes that are not UTF-8 spoil only their lines. An empty list when
+    /// there is no file; `badArgument` when it cannot be read.
+    public static func loadSettingAside(path: String) throws -> (list: CurveAllowList, setAside: [SetAsideLine]) {
+        guard FileManager.default.fileExists(atPath: path) else { return (CurveAllowList(), []) }
+        do {
+            let data = try Data(contentsOf: URL(fileURLWithPath: path))
+            return parse(String(decoding: data, as: UTF8.self), source: path)
+        } catch {
+            throw BusError(.badArgument, "cannot read allow-list \(path): \(readFailure(error))")
         }
     }
 

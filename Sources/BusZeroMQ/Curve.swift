@@ -21,7 +21,13 @@ extension CurveKeyPair {
     package static func loadOrCreate(path: String, name: String? = nil) throws -> (keys: CurveKeyPair, created: Bool) {
         if FileManager.default.fileExists(atPath: path) {
             let keys = try load(path: path)
-            guard keys.secretKey != nil else { throw BusError(.badArgument, "key file \(path) has no secret-key") }
+            guard let secretKey = keys.secretKey else { throw BusError(.badArgument, "key file \(path) has no secret-key") }
+            // A public key that is not the secret key's would be handed to clients, whose
+            // handshakes would then fail without a word: the file is refused instead.
+            var derived = [CChar](repeating: 0, count: 41)
+            guard zmq_curve_public(&derived, secretKey) == 0,
+                String(decoding: derived.prefix(40).map { UInt8(bitPattern: $0) }, as: UTF8.self) == keys.publicKey
+            else { throw BusError(.badArgument, "key file \(path): its public-key is not its secret-key's") }
             return (keys, false)
         }
         let keys = try generate(name: name)

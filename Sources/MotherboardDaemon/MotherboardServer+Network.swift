@@ -16,6 +16,9 @@ extension MotherboardServer {
         var allowList: AllowListFile?
         /// The broker's CURVE secret key, for other tcp endpoints (MDP); nil without CURVE.
         var curveSecretKey: String?
+        /// Why the tcp endpoints (the MDP one on tcp too) stay closed: the broker's key file
+        /// cannot be used. The ipc socket serves meanwhile.
+        var closedBecause: BusError?
     }
 
     /// The MDP endpoint, with a relative ipc path made absolute in the runtime directory.
@@ -59,12 +62,35 @@ extension MotherboardServer {
                 logger.notice("moved a CURVE file from the runtime directory to the state directory", metadata: ["file": "\(moved)"])
             }
             let keyPath = options.curveKeyPath ?? "\(directory)/server.key"
-            let (keys, created) = try CurveKeyPair.loadOrCreate(path: keyPath, name: "motherboard")
-            if created { logger.notice("made the motherboard's CURVE key pair", metadata: ["file": "\(keyPath)"]) }
+            let keys: CurveKeyPair
+            do {
+                let created: Bool
+                (keys, created) = try CurveKeyPair.loadOrCreate(path: keyPath, name: "motherboard")
+                if created { logger.notice("made the motherboard's CURVE key pair", metadata: ["file": "\(keyPath)"]) }
+            } catch {
+                // Kept as it is (a new pair would change the key every client trusts), and no tcp
+                // endpoint opens without it; the fleet on this host is served over ipc.
+                let reason = error as? BusError ?? BusError(.badArgument, "key file \(keyPath): \(error)")
+                logger.critical(
+                    "the tcp endpoints stay closed: the broker's key file cannot be used (fix it and restart)",
+                    metadata: ["file": "\(keyPath)", "error": "\(reason.message)", "endpoints": "\(endpoints)"])
+                FileHandle.standardError.write(Data("motherboard: tcp endpoints closed: \(reason.message)\n".utf8))
+                return NetworkSecurity(zap: nil, closedBecause: reason)
+            }
             try keys.certificate(includingSecret: false).write(toFile: "\(directory)/server.pub", atomically: true, encoding: .utf8)
             let allowListPath = options.allowListPath ?? "\(directory)/allowed.keys"
-            // A malformed allow-list stops the start, rather than refusing everyone later.
-            let known = try CurveAllowList.load(path: allowListPath)
+            // A line that is not a name and a key refuses only its own key: the broker starts.
+            let (known, setAside) = try CurveAllowList.loadSettingAside(path: allowListPath)
+            for line in setAside {
+                logger.error(
+                    "allow-list: a line was set aside (its key is refused until it is fixed)",
+                    metadata: ["file": "\(allowListPath)", "line": "\(line.number)", "error": "\(line.error.message)"])
+            }
+            if !setAside.isEmpty {
+                let numbers = setAside.prefix(10).map { String($0.number) }.joined(separator: ", ")
+                FileHandle.standardError.write(
+                    Data("motherboard: allow-list \(allowListPath): \(setAside.count) line(s) set aside (line \(numbers))\n".utf8))
+            }
             if known.names.isEmpty {
                 logger.warning("the allow-list is empty: no client can connect over tcp yet", metadata: ["file": "\(allowListPath)"])
             }
@@ -111,7 +137,7 @@ final class AllowListFile: @unchecked Sendable {
     private var stamp: FileStamp?
     private let logger: Logger
 
-    /// `list` is the one read at start (the broker does not start with an invalid one).
+    /// `list` is the one read at start (its bad lines set aside); a later change must parse whole.
     init(path: String, list: CurveAllowList, logger: Logger) {
         self.path = path
         self.list = list

@@ -212,7 +212,13 @@ public final class MotherboardServer: Service {
                 watchConnections: { socket in watches.append(try ConnectionWatch(context: context, sockets: [socket], handler: gate.handle)) },
                 keys: gate)
             var configurations: [Gateways.Configuration] = []
-            if let mdp { configurations.append(.majordomo(endpoint: mdp)) }
+            if let mdp {
+                if mdp.hasPrefix("tcp://"), let reason = security.closedBecause {
+                    logger.critical("the MDP endpoint stays closed, as the tcp ones", metadata: ["endpoint": "\(mdp)", "error": "\(reason.message)"])
+                } else {
+                    configurations.append(.majordomo(endpoint: mdp))
+                }
+            }
             if let attach, let secret = motherboard.uplinkSecret { configurations.append(.uplink(attach, secret: secret)) }
             if let nats, let secret = motherboard.exportSecret { configurations.append(.nats(nats, secret: secret)) }
             for configuration in configurations {

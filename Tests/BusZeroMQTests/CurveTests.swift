@@ -123,6 +123,46 @@ struct CurveTests {
         #expect(try CurveAllowList.load(path: "/nonexistent/allowed.keys").names.isEmpty)
     }
 
+    /// At start the broker reads the allow-list line by line: a line that is not a name and a key
+    /// (a key cut at a multi-byte character, bytes that are not UTF-8, a name alone, a key one
+    /// character short) is set aside with its number and refuses only its own key.
+    @Test func aDamagedAllowListSetsAsideItsBadLinesAndKeepsTheGoodOnes() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let ann = try CurveKeyPair.generate().publicKey
+        let bob = try CurveKeyPair.generate().publicKey
+        let dan = try CurveKeyPair.generate().publicKey
+        var text = Data("# keys\nann \(ann)\nbob \(bob.prefix(39))é\n".utf8)
+        text += Data([0xFF, 0xFE, 0x20, 0x41, 0x0A]) + Data("carol\ndan \(dan)\neve \(dan.dropLast())\n".utf8)
+        let path = "\(directory)/allowed.keys"
+        try text.write(to: URL(fileURLWithPath: path))
+        let (list, setAside) = try CurveAllowList.loadSettingAside(path: path)
+        #expect(list.names == [ann: "ann", dan: "dan"])
+        #expect(setAside.map(\.number) == [3, 4, 5, 7])
+        #expect(setAside.allSatisfy { $0.error.code == .badArgument && $0.error.message.hasPrefix("\(path) line \($0.number):") })
+        // The strict reading (a change to the file while the broker runs) refuses it whole.
+        #expect(throws: BusError.self) { try CurveAllowList.load(path: path) }
+        #expect(try CurveAllowList.loadSettingAside(path: "\(directory)/missing").list.names.isEmpty)
+    }
+
+    /// A key file whose public key is not its secret key's (edited, or two files mixed) would
+    /// give clients a server key no handshake can pass: it is refused, as a cut one is.
+    @Test func aKeyFileWhosePublicKeyIsNotItsSecretKeysIsRefused() throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let keys = try CurveKeyPair.generate(name: "motherboard")
+        let other = try CurveKeyPair.generate()
+        let mixed = try CurveKeyPair(publicKey: other.publicKey, secretKey: keys.secretKey, name: "motherboard")
+        try mixed.writeSecret(to: "\(directory)/mixed.key")
+        let error = try #require(throws: BusError.self) { try CurveKeyPair.loadOrCreate(path: "\(directory)/mixed.key") }
+        #expect(error.message.contains("its public-key is not its secret-key's"))
+        try keys.writeSecret(to: "\(directory)/good.key")
+        #expect(try CurveKeyPair.loadOrCreate(path: "\(directory)/good.key").keys == keys)
+        let text = try String(contentsOfFile: "\(directory)/good.key", encoding: .utf8)
+        try String(text.dropLast(30)).write(toFile: "\(directory)/cut.key", atomically: true, encoding: .utf8)
+        #expect(throws: BusError.self) { try CurveKeyPair.loadOrCreate(path: "\(directory)/cut.key") }
+    }
+
     @Test func credentialsComeInPairsFromTheEnvironment() throws {
         #expect(try CurveClientCredentials.resolve(environment: [:]) == nil)
         #expect(throws: BusError.self) { try CurveClientCredentials.resolve(environment: ["BOARDBUS_SERVER_KEY": "x"]) }

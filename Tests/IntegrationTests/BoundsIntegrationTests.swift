@@ -112,9 +112,13 @@ struct BoundsIntegrationTests {
 struct HostileStateIntegrationTests {
     /// The journal holds lines no broker writes (a dead letter with id 2^64-1 trapped every start;
     /// a put for an invalid board id trapped 5 s after it), a cut line and binary garbage; the
-    /// audit log is binary garbage past its size limit; a store's database is garbage. The broker
-    /// starts, serves, and says what it set aside; the board whose store cannot be opened fails on
-    /// its own, typed, and nothing else does.
+    /// audit log is binary garbage past its size limit; a store's database is garbage; the
+    /// allow-list has a key cut at a multi-byte character, binary garbage and a name without a key
+    /// among good lines (a bad line stopped the start). The broker starts, serves (the good key
+    /// over tcp too), and says what it set aside; the board whose store cannot be opened fails on
+    /// its own, typed, and nothing else does. Then the broker's key file is cut short (it stopped
+    /// the start): the broker serves its ipc socket, keeps the file as it is, and opens no tcp
+    /// endpoint.
     @Test func theBrokerStartsServesAndSaysWhatItSetAside() async throws {
         let manifest = """
             { "boards": [
@@ -122,10 +126,28 @@ struct HostileStateIntegrationTests {
                 { "id": "demo.comments", "executable": "BoardBusDemoComments", "start": "always" }
             ] }
             """
-        try await TestFleet.with(manifest: manifest) { fleet in
+        let work = FileManager.default.temporaryDirectory.appendingPathComponent("boardbus-hostile-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        try #"{"rules": [{"allow": ["call"], "principals": ["ann", "bob"], "targets": ["demo.greeter"]}]}"#.write(
+            toFile: "\(work)/policy.json", atomically: true, encoding: .utf8)
+        let port = try freeLoopbackPort()
+        let endpoint = "tcp://127.0.0.1:\(port)"
+        try await TestFleet.with(manifest: manifest, brokerArguments: ["--listen", endpoint, "--policy", "\(work)/policy.json"]) { fleet in
             let state = fleet.stateDirectory
             let database = "\(state)/stores/root/demo.comments.comments.sqlite"
             #expect(try await eventually { FileManager.default.fileExists(atPath: database) })
+            var keys: [String: String] = [:]
+            for name in ["ann", "bob"] {
+                let made = try await fleet.busctl("keys", "new", name, "--out", "\(work)/\(name).key")
+                #expect(made.exitCode == 0, "\(made.standardError)")
+                keys[name] = String(made.standardOutput.split(separator: " ").last ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+            }
+            func greetOverTCP(as name: String) async throws -> ChildProcess.Result {
+                try await fleet.busctl(
+                    "call", "demo.greeter", "greet", #"{"name":"far"}"#, "--bus", endpoint, "--server-key", "\(state)/curve/server.pub",
+                    "--client-key", "\(work)/\(name).key", "--timeout", "3")
+            }
             try await fleet.restartBrokerAfterKill {
                 // The comments board goes too: the new broker starts it, on its broken database.
                 if let pid = fleet.pid(of: "demo.comments") {
@@ -149,6 +171,11 @@ struct HostileStateIntegrationTests {
                 try journal.write(to: URL(fileURLWithPath: "\(state)/deliveries.log"))
                 try Data(repeating: 0xFF, count: 11 << 20).write(to: URL(fileURLWithPath: "\(state)/audit.log"))
                 try Data("not a database at all".utf8).write(to: URL(fileURLWithPath: database))
+                // Line 3: bob's key cut after 20 characters and a multi-byte one; 4: not UTF-8;
+                // 5: a name without a key.
+                var allowList = Data("# fleet keys\nann \(keys["ann"] ?? "")\nbob \(keys["bob"]?.prefix(20) ?? "")é\n".utf8)
+                allowList += Data([0xFF, 0xFE, 0x20, 0x41, 0x0A]) + Data("carol\n".utf8)
+                try allowList.write(to: URL(fileURLWithPath: "\(state)/curve/allowed.keys"))
             }
             // The greeter, which lived on, registers again with the new broker.
             #expect(try await eventually { try await fleet.busctl("call", "demo.greeter", "greet", #"{"name":"Ann"}"#).exitCode == 0 })
@@ -166,6 +193,22 @@ struct HostileStateIntegrationTests {
             let comments = try await fleet.busctl("status", "demo.comments")
             #expect(!comments.standardOutput.contains("running"), "\(comments.standardOutput)")
             #expect(try await fleet.busctl("call", "demo.greeter", "greet", #"{"name":"Bo"}"#).exitCode == 0)
+            // The allow-list's good line lets ann in over tcp; bob's cut line refuses bob alone.
+            let ann = try await greetOverTCP(as: "ann")
+            #expect(ann.exitCode == 0, "\(ann.standardError)")
+            #expect(try await greetOverTCP(as: "bob").exitCode != 0)
+            let setAside = fleet.brokerLog.split(separator: "\n").filter { $0.contains("allow-list: a line was set aside") }
+            #expect(
+                setAside.count == 3 && ["line=3", "line=4", "line=5"].allSatisfy { mark in setAside.contains { $0.contains(mark) } }, "\(setAside)")
+
+            // The broker's key file cut short: kept as it is, ipc served, no tcp endpoint.
+            let keyFile = "\(state)/curve/server.key"
+            let cut = try Data(contentsOf: URL(fileURLWithPath: keyFile)).dropLast(30)
+            try await fleet.restartBrokerAfterKill { try Data(cut).write(to: URL(fileURLWithPath: keyFile)) }
+            #expect(try await eventually { try await fleet.busctl("call", "demo.greeter", "greet", #"{"name":"Cy"}"#).exitCode == 0 })
+            #expect(fleet.brokerLog.contains("the tcp endpoints stay closed"), "\(fleet.brokerLog.suffix(2000))")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: keyFile)) == Data(cut))
+            #expect(try await greetOverTCP(as: "ann").exitCode != 0)
         }
     }
 }
