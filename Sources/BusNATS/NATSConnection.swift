@@ -32,6 +32,19 @@ public struct NATSSettings: Sendable, Hashable {
     }
 }
 
+extension NATSSettings {
+    /// Whether this client proves who it is (a user or token in a URL, a credentials file): a
+    /// server that asks for that is expected to keep each user to its own subjects.
+    public var hasCredentials: Bool {
+        credentialsFile != nil
+            || servers.contains { url in
+                guard let scheme = url.range(of: "://") else { return false }
+                let authority = url[scheme.upperBound...].prefix { $0 != "/" }
+                return authority.contains("@")
+            }
+    }
+}
+
 extension NATSSettings: CustomStringConvertible {
     /// The servers, passwords hidden (what logs and errors say).
     public var description: String { servers.map(Self.redacted).joined(separator: ",") }
@@ -305,6 +318,19 @@ public final class NATSConnection: @unchecked Sendable {
             throw BusError(.tooLarge, "a message of \(payload.count) bytes is past the NATS server's max_payload of \(limit) bytes")
         }
         try Self.check(natsConnection_PublishMsg(connection, message), "cannot publish to NATS subject '\(subject)'")
+    }
+
+    /// Whether the server lets this connection publish on `subject`: an empty message is sent
+    /// there and a round trip made; false when the server answered it with a permissions violation
+    /// for that subject (it does before the round trip's PONG), nil when the round trip did not end
+    /// within `timeout` (not connected).
+    public func mayPublish(on subject: String, timeout: Duration) -> Bool? {
+        guard natsConnection_PublishString(connection, subject, "") == NATS_OK,
+            natsConnection_FlushTimeout(connection, timeout.wholeMilliseconds64) == NATS_OK
+        else { return nil }
+        var text: UnsafePointer<CChar>?
+        let status = natsConnection_GetLastError(connection, &text)
+        return !(status == NATS_NOT_PERMITTED && (text.map { String(cString: $0) } ?? "").contains(subject))
     }
 
     /// A new inbox subject (`_INBOX.…`), unique in the cluster.

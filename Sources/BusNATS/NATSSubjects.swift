@@ -15,12 +15,37 @@ public struct NATSSubjects: Sendable, Hashable {
         prefix = "boardbus.\(fleet)"
     }
 
-    /// Motherboards say which boards they serve here, every interval and when that changes.
-    public var announce: String { "\(prefix).announce" }
-    /// A motherboard that stops says so here.
-    public var withdraw: String { "\(prefix).withdraw" }
+    // What a motherboard publishes as itself carries its host's token after the kind
+    // (`boardbus.<fleet>.output.<host>.…`): NATS never says who published a message, so a server
+    // that lets each motherboard's user publish only under its own token (fleet/nats/server.conf)
+    // makes the subject say it, and the gateway takes an output, change or announcement only on the
+    // subject of the host it is about.
+
+    /// Motherboard `host` says which boards it serves here, every interval and when that changes:
+    /// `boardbus.<fleet>.announce.<host>`.
+    public func announce(host: String) -> String { "\(prefix).announce.\(Self.token(host))" }
+    /// Every motherboard's announcements.
+    public var anyAnnounce: String { "\(prefix).announce.*" }
+    /// Motherboard `host`, stopping, says so here: `boardbus.<fleet>.withdraw.<host>`.
+    public func withdraw(host: String) -> String { "\(prefix).withdraw.\(Self.token(host))" }
+    /// Every motherboard's withdrawals.
+    public var anyWithdraw: String { "\(prefix).withdraw.*" }
     /// A motherboard that joins asks the others to announce now.
     public var hello: String { "\(prefix).hello" }
+
+    /// The host an announcement or withdrawal subject names; nil for another subject.
+    public func host(ofMembership subject: String) -> String? {
+        let tokens = subject.split(separator: ".", omittingEmptySubsequences: false)
+        guard tokens.count == 4, tokens[0] == "boardbus", tokens[1] == fleet, tokens[2] == "announce" || tokens[2] == "withdraw",
+            let host = Self.untoken(tokens[3]), !host.isEmpty
+        else { return nil }
+        return host
+    }
+
+    /// Where the answers to the requests of motherboard `host` come:
+    /// `_INBOX.boardbus.<fleet>.<host>`, a reply subject being this, a dot and one token that ends
+    /// in a random part. The server lets only that host's user subscribe here.
+    public func inbox(host: String) -> String { "_INBOX.boardbus.\(fleet).\(Self.token(host))" }
 
     /// A command, activation or other request for board `board` of `scope`:
     /// `boardbus.<fleet>.board.<scope>.<board>.<kind>.<type name>`.
@@ -47,39 +72,41 @@ public struct NATSSubjects: Sendable, Hashable {
     /// What travels as a request through NATS: what a board or a store's owner answers.
     public static let requestKinds: [MessageKind] = [.command, .activate, .dispatch, .store]
 
-    /// Every change of store `store` of `scope`, published by its motherboard (the payload of the
-    /// store's `change`): `boardbus.<fleet>.change.<scope>.<store>`.
-    public func changes(store: String, scope: Scope) -> String {
-        "\(prefix).change.\(Self.scopeToken(scope)).\(Self.token(store))"
+    /// Every change of store `store` of `scope`, published by the motherboard of `host` that serves
+    /// its owner (the payload of the store's `change`): `boardbus.<fleet>.change.<host>.<scope>.<store>`.
+    public func changes(store: String, scope: Scope, host: String) -> String {
+        "\(prefix).change.\(Self.token(host)).\(Self.scopeToken(scope)).\(Self.token(store))"
     }
 
-    /// An action sent in `scope` (every motherboard subscribes to all):
-    /// `boardbus.<fleet>.action.<scope>.<name>`.
-    public func action(_ name: String, scope: Scope) -> String {
-        "\(prefix).action.\(Self.scopeToken(scope)).\(Self.token(name))"
+    /// An action sent in `scope` through the motherboard of `host` (every motherboard subscribes to
+    /// all): `boardbus.<fleet>.action.<host>.<scope>.<name>`.
+    public func action(_ name: String, scope: Scope, host: String) -> String {
+        "\(prefix).action.\(Self.token(host)).\(Self.scopeToken(scope)).\(Self.token(name))"
     }
 
     /// Every action of the fleet.
     public var anyAction: String { "\(prefix).action.>" }
 
-    /// An action's subject read back: its scope and name.
-    public func action(_ subject: String) -> (scope: Scope, name: String)? {
+    /// An action's subject read back: the host it came through, its scope and name.
+    public func action(_ subject: String) -> (host: String, scope: Scope, name: String)? {
         let tokens = subject.split(separator: ".", omittingEmptySubsequences: false)
-        guard tokens.count == 5, tokens[0] == "boardbus", tokens[1] == fleet, tokens[2] == "action", let scope = Self.untoken(tokens[3]),
-            let name = Self.untoken(tokens[4]), !name.isEmpty
+        guard tokens.count == 6, tokens[0] == "boardbus", tokens[1] == fleet, tokens[2] == "action", let host = Self.untoken(tokens[3]),
+            !host.isEmpty, let scope = Self.untoken(tokens[4]), let name = Self.untoken(tokens[5]), !name.isEmpty
         else { return nil }
-        return (Scope(scope), name)
+        return (host, Scope(scope), name)
     }
 
-    /// An output of board `board` of `scope` (its motherboard publishes every one; the others run
-    /// their flows on it): `boardbus.<fleet>.output.<scope>.<board>.<type name>`.
-    public func output(_ board: String, scope: Scope, typeName: String) -> String {
-        "\(prefix).output.\(Self.scopeToken(scope)).\(Self.token(board)).\(Self.token(typeName))"
+    /// An output of board `board` of `scope`, published by the motherboard of `host` that serves it
+    /// (the others run their flows on it): `boardbus.<fleet>.output.<host>.<scope>.<board>.<type name>`.
+    public func output(_ board: String, scope: Scope, typeName: String, host: String) -> String {
+        "\(prefix).output.\(Self.token(host)).\(Self.scopeToken(scope)).\(Self.token(board)).\(Self.token(typeName))"
     }
 
-    /// Every output of board `board` of `scope`.
-    public func anyOutput(board: String, scope: Scope) -> String {
-        "\(prefix).output.\(Self.scopeToken(scope)).\(Self.token(board)).*"
+    /// Every output of board `board` of `scope` from the motherboard of `host`: what one that
+    /// knows the board from afar subscribes to, so that an output under another host's token never
+    /// reaches it.
+    public func anyOutput(board: String, scope: Scope, host: String) -> String {
+        "\(prefix).output.\(Self.token(host)).\(Self.scopeToken(scope)).\(Self.token(board)).*"
     }
 
     /// A request's subject read back: what it is for.

@@ -48,7 +48,7 @@ extension NATSGatewaySettings: CustomStringConvertible {
     public var description: String { "NATS (\(nats), fleet \(subjects.fleet), as \(host))" }
 }
 
-/// What a motherboard says on `boardbus.<fleet>.announce`: the boards it serves to the cluster.
+/// What a motherboard says on `boardbus.<fleet>.announce.<host>`: the boards it serves to the cluster.
 struct NATSAnnouncement: Codable, Sendable {
     /// This run of the motherboard (random at start).
     var instance: String
@@ -64,7 +64,7 @@ struct NATSAnnouncement: Codable, Sendable {
     var actions: Bool?
 }
 
-/// `boardbus.<fleet>.withdraw` and `.hello`: who says it.
+/// `boardbus.<fleet>.withdraw.<host>` and `.hello`: who says it.
 struct NATSInstance: Codable, Sendable {
     var instance: String
 }
@@ -118,6 +118,9 @@ package final class NATSGateway: @unchecked Sendable {
 
     /// A request of this motherboard sent to the cluster, by the number its inbox subject ends in.
     private struct Outgoing {
+        /// The random part of its reply subject, which only its responder learns: an answer
+        /// without it is not this request's.
+        var token: String
         var board: ScopedName
         var correlationID: UInt64
         var deadline: ContinuousClock.Instant
@@ -133,9 +136,15 @@ package final class NATSGateway: @unchecked Sendable {
         var traceState: String?
     }
 
-    private let instance = String(UInt64.random(in: 1...UInt64.max), radix: 16)
+    private let instance: String
     private let joined = Int64(Date().timeIntervalSince1970 * 1000)
-    private let inboxPrefix = NATSConnection.makeInbox()
+    /// Where the answers to this motherboard's requests come (`_INBOX.boardbus.<fleet>.<host>.<instance>`),
+    /// a reply subject being this and `.<number>-<random token>`.
+    private let inboxPrefix: String
+    /// Whether the server keeps this motherboard to its own host's subjects, checked at each
+    /// connection (nil until then): announcing waits for it, and a server with credentials that
+    /// does not is left.
+    private var keptToItsSubjects: Bool?
     private var nextID: UInt64 = 1
     private var attachID: UInt64 = 0
     private var attached = false
@@ -175,6 +184,7 @@ package final class NATSGateway: @unchecked Sendable {
     private var gatherings: [UInt64: Gathering] = [:]
 
     private struct Gathering {
+        var token: String
         var correlationID: UInt64
         /// The motherboards whose answer is awaited.
         var waiting: Set<String>
@@ -185,7 +195,9 @@ package final class NATSGateway: @unchecked Sendable {
     /// board of another motherboard that owns it here.
     private var changeSubscriptions: [Int: (owner: ScopedName, store: String)] = [:]
     private var lastRenewal: ContinuousClock.Instant?
-    private var lastRefusedAnnouncement: ContinuousClock.Instant?
+    /// When each kind of refused announcement was last logged (once a minute each).
+    private var lastRefusedAnnouncement: [AnnouncementRefusal: ContinuousClock.Instant] = [:]
+    private enum AnnouncementRefusal { case limits, host, instance }
     private var lastErrorLog: ContinuousClock.Instant?
     private var suppressedErrors = 0
     /// The most motherboards of the fleet this one knows, and boards each may announce.
@@ -200,6 +212,9 @@ package final class NATSGateway: @unchecked Sendable {
         self.limits = limits
         self.logger = logger
         self.secret = secret
+        let instance = String(UInt64.random(in: 1...UInt64.max), radix: 16)
+        self.instance = instance
+        inboxPrefix = "\(settings.subjects.inbox(host: settings.host)).\(instance)"
         var made: [ZMQSocket] = []
         do {
             for _ in 0..<2 {
@@ -229,7 +244,7 @@ package final class NATSGateway: @unchecked Sendable {
         let clock = ContinuousClock()
         do {
             roles = [
-                try connection.subscribe(subjects.announce): .announce, try connection.subscribe(subjects.withdraw): .withdraw,
+                try connection.subscribe(subjects.anyAnnounce): .announce, try connection.subscribe(subjects.anyWithdraw): .withdraw,
                 try connection.subscribe(subjects.hello): .hello, try connection.subscribe("\(inboxPrefix).*"): .inbox,
                 try connection.subscribe(subjects.anyAction): .actions,
             ]
@@ -241,6 +256,8 @@ package final class NATSGateway: @unchecked Sendable {
             logger.warning("no NATS server answers yet: trying again every 250 ms", metadata: ["servers": "\(settings.nats)"])
         }
         while thread.isRunning {
+            if keptToItsSubjects == nil, connection.isConnected { checkPermissions() }
+            if keptToItsSubjects == false { break }
             tick(now: clock.now)
             let ready = ZMQSocket.poll([local, served], descriptor: connection.wakeDescriptor, timeoutMilliseconds: 100)
             if ready.sockets[0] { local.drainEnvelopes(limits: limits) { fromLocal($0, now: clock.now) } }
@@ -255,7 +272,7 @@ package final class NATSGateway: @unchecked Sendable {
             }
         }
         // Leaving: the cluster is told, the boards of others unregistered here.
-        try? connection.publish(subjects.withdraw, payload: PayloadCodec.encodeOrEmpty(NATSInstance(instance: instance)))
+        try? connection.publish(subjects.withdraw(host: settings.host), payload: PayloadCodec.encodeOrEmpty(NATSInstance(instance: instance)))
         for (name, board) in remote { forget(name, board) }
         for (id, pending) in incoming {
             answerCluster(pending, Envelope.error(BusError(.unreachable, "the motherboard is stopping"), correlationID: id))
@@ -263,6 +280,36 @@ package final class NATSGateway: @unchecked Sendable {
         connection.close()
         local.close()
         served.close()
+    }
+
+    /// A reply subject's random part: 128 bits, in hex.
+    private static func makeToken() -> String {
+        String(UInt64.random(in: 0...UInt64.max), radix: 16) + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+    }
+
+    /// Whether the server lets this motherboard publish as another host: it tries a subject under
+    /// the token no host has (`~`, the empty name's). Refused, as fleet/nats/server.conf has it,
+    /// the gateway goes on. Let through on a server this motherboard gave credentials to, the
+    /// cluster is misconfigured (any of its motherboards could speak for the others): the gateway
+    /// leaves it, loudly. A server that asks no credentials trusts everyone: said, and gone on.
+    private func checkPermissions() {
+        let probe = subjects.output("probe", scope: .root, typeName: "probe", host: "")
+        guard let allowed = connection.mayPublish(on: probe, timeout: .seconds(2)) else { return }
+        guard allowed else {
+            keptToItsSubjects = true
+            return logger.info("the NATS server keeps this motherboard to its host's subjects", metadata: ["host": "\(settings.host)"])
+        }
+        guard settings.nats.hasCredentials else {
+            keptToItsSubjects = true
+            return logger.warning(
+                "the NATS server asks no credentials: anyone who reaches it can publish as any motherboard of the fleet (fleet/nats/server.conf keeps each to its own subjects)",
+                metadata: ["servers": "\(settings.nats)"])
+        }
+        keptToItsSubjects = false
+        let reason =
+            "the NATS server lets this motherboard's user publish as another host (\(probe)): not joining the fleet; give each motherboard's user only its own host's subjects, as fleet/nats/server.conf does"
+        logger.critical("\(reason)", metadata: ["servers": "\(settings.nats)", "host": "\(settings.host)"])
+        FileHandle.standardError.write(Data("motherboard: NATS: \(reason)\n".utf8))
     }
 
     private func makeID() -> UInt64 {
@@ -288,6 +335,8 @@ package final class NATSGateway: @unchecked Sendable {
         case .reconnected(let url):
             logger.notice("NATS connection made", metadata: ["server": "\(url)"])
             announceSoon = true
+            // Perhaps another node of the cluster, perhaps configured otherwise: checked again.
+            if keptToItsSubjects == true { keptToItsSubjects = nil }
             // The others may have forgotten this motherboard meanwhile, and it them.
             try? connection.publish(subjects.hello, payload: PayloadCodec.encodeOrEmpty(NATSInstance(instance: instance)))
         case .error(let text):
@@ -348,7 +397,7 @@ package final class NATSGateway: @unchecked Sendable {
     }
 
     private func announce(now: ContinuousClock.Instant) {
-        guard attached else { return }
+        guard attached, keptToItsSubjects == true else { return }
         announceSoon = false
         lastAnnounce = now
         let boards = exported.keys.sorted().compactMap { exported[$0]?.registration }
@@ -356,7 +405,7 @@ package final class NATSGateway: @unchecked Sendable {
             instance: instance, host: settings.host, joined: joined, intervalMilliseconds: Int(Self.announceInterval.components.seconds * 1000),
             boards: boards, actions: true)
         do {
-            try connection.publish(subjects.announce, payload: PayloadCodec.encodeOrEmpty(announcement))
+            try connection.publish(subjects.announce(host: settings.host), payload: PayloadCodec.encodeOrEmpty(announcement))
         } catch {
             logger.debug("announcement not sent", metadata: ["error": "\(error)"])
         }
@@ -420,12 +469,14 @@ package final class NATSGateway: @unchecked Sendable {
             var registration = Self.imported(owner.registration, host: owner.host)
             registration.secret = Registration.makeSecret()
             var board = RemoteBoard(link: HelperBoard(connection: served, registration: registration), instance: owner.instance)
-            if let number = try? connection.subscribe(subjects.anyOutput(board: name.name, scope: name.scope)) {
+            // Only under its host's token: an output or change another host publishes for it
+            // never reaches this motherboard.
+            if let number = try? connection.subscribe(subjects.anyOutput(board: name.name, scope: name.scope, host: owner.host)) {
                 board.subscriptions.append(number)
                 outputSubscriptions[number] = name
             }
             for store in registration.stores {
-                guard let number = try? connection.subscribe(subjects.changes(store: store, scope: name.scope)) else { continue }
+                guard let number = try? connection.subscribe(subjects.changes(store: store, scope: name.scope, host: owner.host)) else { continue }
                 board.subscriptions.append(number)
                 changeSubscriptions[number] = (name, store)
             }
@@ -512,8 +563,11 @@ package final class NATSGateway: @unchecked Sendable {
         switch roles[message.subscription] {
         case .announce: heardAnnouncement(message, now: now)
         case .withdraw:
-            guard let gone = try? PayloadCodec.decode(NATSInstance.self, from: message.payload), let peer = peers.removeValue(forKey: gone.instance)
+            // Only the host that announced the instance withdraws it.
+            guard let gone = try? PayloadCodec.decode(NATSInstance.self, from: message.payload), let peer = peers[gone.instance],
+                subjects.host(ofMembership: message.subject) == peer.announcement.host
             else { return }
+            peers[gone.instance] = nil
             logger.info("a motherboard of the fleet left", metadata: ["host": "\(peer.announcement.host)"])
             for id in gatherings.keys { heardFrom(gone.instance, delivered: 0, gathering: id) }
             reconcile(now: now)
@@ -640,7 +694,7 @@ package final class NATSGateway: @unchecked Sendable {
     /// of the time count none).
     private func actionToCluster(_ envelope: Envelope, now: ContinuousClock.Instant) {
         let header = envelope.header
-        let subject = subjects.action(header.typeName, scope: header.scope)
+        let subject = subjects.action(header.typeName, scope: header.scope, host: settings.host)
         let waits = header.flags.contains(.replyExpected) && header.correlationID != 0
         guard waits else {
             try? connection.publish(subject, headers: natsHeaders(header), payload: envelope.payload)
@@ -653,11 +707,12 @@ package final class NATSGateway: @unchecked Sendable {
             return answerAction(header.correlationID, delivered: 0)
         }
         let id = makeID()
+        let token = Self.makeToken()
         let timeout = Self.timeout(of: header)
         gatherings[id] = Gathering(
-            correlationID: header.correlationID, waiting: answering, delivered: 0, deadline: now.advanced(by: timeout * 3 / 4))
+            token: token, correlationID: header.correlationID, waiting: answering, delivered: 0, deadline: now.advanced(by: timeout * 3 / 4))
         do {
-            try connection.publish(subject, reply: "\(inboxPrefix).\(id)", headers: natsHeaders(header), payload: envelope.payload)
+            try connection.publish(subject, reply: "\(inboxPrefix).\(id)-\(token)", headers: natsHeaders(header), payload: envelope.payload)
         } catch {
             gatherings[id] = nil
             answerAction(header.correlationID, delivered: 0)
@@ -686,15 +741,24 @@ package final class NATSGateway: @unchecked Sendable {
             (1...64).contains(announcement.instance.utf8.count), (1...255).contains(announcement.host.utf8.count),
             !announcement.host.unicodeScalars.contains(where: { $0.properties.generalCategory == .control })
         else { return }
+        // A motherboard speaks for its own host only: the subject's host token is the one the
+        // server let its user publish under.
+        guard subjects.host(ofMembership: message.subject) == announcement.host else {
+            return refuseAnnouncement(.host, "an announcement of host '\(announcement.host.escapedForDisplay())' on \(message.subject)", now: now)
+        }
+        // One instance is one host: an instance heard from another host is another's.
+        if let known = peers[announcement.instance], known.announcement.host != announcement.host {
+            return refuseAnnouncement(.instance, "instance \(announcement.instance) announced by two hosts", now: now)
+        }
         // What the cluster can make this motherboard hold is bounded: so many motherboards, so
         // many boards each; past that, an announcement is ignored (said once a minute).
         let known = peers[announcement.instance]
         guard known != nil || peers.count < Self.maximumPeers else {
-            return refuseAnnouncement("more than \(Self.maximumPeers) motherboards", now: now)
+            return refuseAnnouncement(.limits, "more than \(Self.maximumPeers) motherboards", now: now)
         }
         announcement.boards = announcement.boards.filter { BoardID.isValid($0.id.rawValue) }
         guard announcement.boards.count <= Self.maximumBoardsPerPeer else {
-            return refuseAnnouncement("more than \(Self.maximumBoardsPerPeer) boards from \(announcement.host)", now: now)
+            return refuseAnnouncement(.limits, "more than \(Self.maximumBoardsPerPeer) boards from \(announcement.host)", now: now)
         }
         peers[announcement.instance] = Peer(announcement: announcement, lastHeard: now)
         if known == nil {
@@ -704,9 +768,9 @@ package final class NATSGateway: @unchecked Sendable {
         if known?.announcement.boards != announcement.boards || known?.announcement.host != announcement.host { reconcile(now: now) }
     }
 
-    private func refuseAnnouncement(_ reason: String, now: ContinuousClock.Instant) {
-        guard lastRefusedAnnouncement.map({ $0.duration(to: now) >= .seconds(60) }) ?? true else { return }
-        lastRefusedAnnouncement = now
+    private func refuseAnnouncement(_ kind: AnnouncementRefusal, _ reason: String, now: ContinuousClock.Instant) {
+        guard lastRefusedAnnouncement[kind].map({ $0.duration(to: now) >= .seconds(60) }) ?? true else { return }
+        lastRefusedAnnouncement[kind] = now
         logger.error("NATS announcement ignored", metadata: ["reason": "\(reason)"])
     }
 
@@ -729,7 +793,7 @@ package final class NATSGateway: @unchecked Sendable {
                 message,
                 BusError(
                     .badArgument,
-                    "a store's changes are published on \(subjects.changes(store: request.name, scope: request.scope)): subscribe there, and ask 'state' for a snapshot"
+                    "a store's changes are published on \(subjects.changes(store: request.name, scope: request.scope, host: settings.host)): subscribe there, and ask 'state' for a snapshot"
                 ))
         }
         handToBroker(EnvelopeHeader(kind: request.kind, target: request.name, scope: request.scope, typeName: request.typeName), message, now: now)
@@ -765,8 +829,13 @@ package final class NATSGateway: @unchecked Sendable {
 
     /// An answer on this motherboard's inbox: to the board request it sent.
     private func answered(_ message: NATSMessage) {
-        guard let number = message.subject.split(separator: ".").last.flatMap({ UInt64($0) }) else { return }
+        // `<number>-<token>`: an answer whose token is not the request's is nobody's.
+        guard let last = message.subject.split(separator: ".").last, let dash = last.firstIndex(of: "-"),
+            let number = UInt64(last[..<dash])
+        else { return }
+        let token = last[last.index(after: dash)...]
         if let gathering = gatherings[number] {
+            guard gathering.token == token else { return }
             // Nobody subscribes to actions: none will answer.
             if message.isNoResponders {
                 gatherings[number] = nil
@@ -777,7 +846,8 @@ package final class NATSGateway: @unchecked Sendable {
             let delivered = (try? PayloadCodec.decode(Delivery.self, from: message.payload))?.delivered ?? 0
             return heardFrom(from, delivered: min(max(0, delivered), Self.maximumDeliveredPerPeer), gathering: number)
         }
-        guard let pending = outgoing.removeValue(forKey: number) else { return }
+        guard let pending = outgoing[number], pending.token == token else { return }
+        outgoing[number] = nil
         let answer: Envelope
         if message.isNoResponders {
             answer = Envelope.error(
@@ -828,7 +898,7 @@ package final class NATSGateway: @unchecked Sendable {
             // Only the outputs of a board this motherboard serves to the cluster.
             guard exported[ScopedName(scope: header.scope, name: header.source)] != nil else { return }
             try? connection.publish(
-                subjects.output(header.source, scope: header.scope, typeName: header.typeName), headers: natsHeaders(header),
+                subjects.output(header.source, scope: header.scope, typeName: header.typeName, host: settings.host), headers: natsHeaders(header),
                 payload: envelope.payload)
         case .store where header.typeName == StoreOperation.change:
             // A change of a local store served to the cluster, by its owner here (not one that came
@@ -838,7 +908,8 @@ package final class NATSGateway: @unchecked Sendable {
             else { return }
             var headers: [(String, String)] = []
             if let type = header.contentType { headers.append((NATSHeader.contentType, type)) }
-            try? connection.publish(subjects.changes(store: header.target, scope: header.scope), headers: headers, payload: envelope.payload)
+            try? connection.publish(
+                subjects.changes(store: header.target, scope: header.scope, host: settings.host), headers: headers, payload: envelope.payload)
         default:
             return
         }
@@ -900,9 +971,10 @@ package final class NATSGateway: @unchecked Sendable {
         var reply: (id: UInt64, subject: String)?
         if header.flags.contains(.replyExpected), header.correlationID != 0 {
             let id = makeID()
-            reply = (id, "\(inboxPrefix).\(id)")
+            let token = Self.makeToken()
+            reply = (id, "\(inboxPrefix).\(id)-\(token)")
             outgoing[id] = Outgoing(
-                board: name, correlationID: header.correlationID, deadline: now.advanced(by: Self.timeout(of: header)),
+                token: token, board: name, correlationID: header.correlationID, deadline: now.advanced(by: Self.timeout(of: header)),
                 epoch: connection.disconnections)
         }
         do {

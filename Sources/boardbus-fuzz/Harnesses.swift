@@ -47,7 +47,7 @@ enum Harnesses {
     }
 
     /// The fleet's NATS subjects, which anyone who may publish on the cluster writes: a subject
-    /// (any bytes) is read as a request or an action, or not at all, and what is read has one
+    /// (any bytes) is read as a request, an action or a membership subject, or not at all, and what is read has one
     /// spelling, the one the motherboards write; a token is read back only as the token its name
     /// makes.
     static func nats(_ input: Data) {
@@ -61,7 +61,13 @@ enum Harnesses {
             precondition(written == subject, "read as \(request), written back as '\(written)'")
         }
         if let action = subjects.action(subject) {
-            precondition(subjects.action(action.name, scope: action.scope) == subject, "an action subject read and written back differs")
+            precondition(
+                subjects.action(action.name, scope: action.scope, host: action.host) == subject, "an action subject read and written back differs")
+        }
+        if let host = subjects.host(ofMembership: subject) {
+            precondition(
+                subjects.announce(host: host) == subject || subjects.withdraw(host: host) == subject,
+                "a membership subject read and written back differs")
         }
         for token in subject.split(separator: ".", omittingEmptySubsequences: false) {
             guard let name = NATSSubjects.untoken(token) else { continue }

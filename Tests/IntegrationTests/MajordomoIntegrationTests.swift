@@ -199,11 +199,11 @@ struct MajordomoIntegrationTests {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/mdp_many.py").path
         try await TestFleet.with(manifest: Self.manifest) { fleet in
             let workers = try await ChildProcess(
-                executable: "/usr/bin/python3", arguments: [script, endpoint(fleet), "2050"], environment: fleet.environment,
-                directory: fleet.directory, name: "mdp-many")
+                executable: "/usr/bin/python3", arguments: [script, endpoint(fleet), "2050", "\(fleet.directory)/mdp-many.stop"],
+                environment: fleet.environment, directory: fleet.directory, name: "mdp-many")
             try await workers.waitForOutput("ready", timeout: .seconds(60))
             // 2 050 workers registering through one endpoint: under a loaded machine (a build and
-            // the whole suite on two cores) this took more than 60 s.
+            // the whole suite on two cores) this took more than 60 s. They heartbeat until told.
             let served = try await eventually(timeout: .seconds(100), checkingEvery: .milliseconds(500)) {
                 try await fleet.withClient { client in try await client.list().boards.filter { $0.id.rawValue.hasPrefix("many.") }.count } == 2_000
             }
@@ -220,6 +220,7 @@ struct MajordomoIntegrationTests {
             }
             #expect(
                 shown.standardOutput.contains("connection: \((connections.first ?? nil) ?? "-")"), "\(shown.standardOutput) \(shown.standardError)")
+            FileManager.default.createFile(atPath: "\(fleet.directory)/mdp-many.stop", contents: nil)
             let result = try await workers.wait(timeout: .seconds(60))
             #expect(result.standardOutput.contains("disconnected 50"), "\(result.standardOutput) \(result.standardError)")
             #expect(fleet.brokerLog.contains("the endpoint serves as many services as it may"))

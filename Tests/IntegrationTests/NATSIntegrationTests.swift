@@ -160,24 +160,30 @@ struct NATSIntegrationTests {
         }
     }
 
-    /// A motherboard proves itself to NATS with a user and password, or checks the servers' TLS
-    /// certificates against a CA: a refusal stops it at start with NATS's reason, and no password
-    /// is ever written to its log.
+    /// A motherboard proves itself to NATS with a user and password (each host its own, as the
+    /// example server config has them), or checks the servers' TLS certificates against a CA: a
+    /// refusal stops it at start with NATS's reason, and no password is ever written to its log.
     @Test func credentialsAndTLSAreUsedAndARefusalIsClear() async throws {
         let manifest = #"{ "boards": [] }"#
-        try await NATSCluster.with(nodes: 1, arguments: ["--user", "fleet", "--pass", "s3cret-pw"]) { nats in
-            let fleet = uniqueFleetName()
+        let config = ReadmeTranscriptTests.repository.appendingPathComponent("fleet/nats/server.conf").path
+        let passwords = [
+            "BOARDBUS_NATS_HOST_A_PASSWORD": "s3cret-pw", "BOARDBUS_NATS_HOST_B_PASSWORD": "s3cret-pw-b", "BOARDBUS_NATS_CALLER_PASSWORD": "c",
+        ]
+        try await NATSCluster.with(nodes: 1, arguments: ["-c", config], environment: passwords) { nats in
+            let fleet = "shop"
             let port = nats.ports[0]
             let refused = try await Self.startFailing(
-                manifest: manifest, in: nats.directory, nats: "nats://fleet:wrong-pw@127.0.0.1:\(port)", fleet: fleet)
+                manifest: manifest, in: nats.directory, nats: "nats://host-a:wrong-pw@127.0.0.1:\(port)", fleet: fleet)
             #expect(refused.exitCode == 1)
             #expect(refused.standardError.contains("Authorization Violation"), "\(refused.standardError)")
-            #expect(!refused.standardError.contains("wrong-pw") && refused.standardError.contains("fleet:***@"))
-            let url = "nats://fleet:s3cret-pw@127.0.0.1:\(port)"
+            #expect(!refused.standardError.contains("wrong-pw") && refused.standardError.contains("host-a:***@"))
+            let url = "nats://host-a:s3cret-pw@127.0.0.1:\(port)"
+            let urlB = "nats://host-b:s3cret-pw-b@127.0.0.1:\(port)"
             try await TestFleet.with(manifest: Self.hostA, brokerArguments: try nats.arguments([url], fleet: fleet, host: "host-a")) { a in
-                try await TestFleet.with(manifest: manifest, brokerArguments: try nats.arguments([url], fleet: fleet, host: "host-b")) { b in
+                try await TestFleet.with(manifest: manifest, brokerArguments: try nats.arguments([urlB], fleet: fleet, host: "host-b")) { b in
                     _ = try await b.waitForListing("auth.login", host: "host-a")
                     #expect(!a.brokerLog.contains("s3cret-pw") && !b.brokerLog.contains("s3cret-pw"))
+                    #expect(!a.brokerLog.contains("lets this motherboard's user publish as another host"))
                 }
             }
         }
@@ -237,32 +243,153 @@ struct NATSIntegrationTests {
         }
     }
 
-    /// The example server config (`fleet/nats/server.conf`) as printed: the motherboards of fleet
-    /// `shop` serve one another under its `motherboard` user; its `caller` user calls a board, and
-    /// the server refuses it what would make it a motherboard (announcing a board, an action).
-    @Test func theExampleServerConfigKeepsCallersToCalling() async throws {
+    /// Issue (#62, 1–3): a plain NATS client published `auth.login`'s output and B ran its flow
+    /// with the forged user; the example config's `caller` could subscribe to `_INBOX.>` (every
+    /// answer of the fleet) and publish on a motherboard's inbox (answering its requests). With
+    /// the example server config as printed, each motherboard is its own user: the flow runs for
+    /// the real login across hosts, and the server refuses the caller every one of those, and
+    /// refuses host-a's user host-b's output, announcement and withdrawal.
+    @Test func theExampleServerConfigKeepsEachHostToItsOwnSubjects() async throws {
         let config = ReadmeTranscriptTests.repository.appendingPathComponent("fleet/nats/server.conf").path
         let caller = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/nats_caller.py").path
-        let passwords = ["BOARDBUS_NATS_MOTHERBOARD_PASSWORD": "m-\(UInt32.random(in: 0...UInt32.max))", "BOARDBUS_NATS_CALLER_PASSWORD": "c-pw"]
+        let passwords = [
+            "BOARDBUS_NATS_HOST_A_PASSWORD": "a-\(UInt32.random(in: 0...UInt32.max))", "BOARDBUS_NATS_HOST_B_PASSWORD": "b-pw",
+            "BOARDBUS_NATS_CALLER_PASSWORD": "c-pw",
+        ]
+        let hostA = """
+            { "boards": [ { "id": "app.dashboard", "executable": "BoardBusDemoDashboard", "start": "always" } ],
+              "flows": [ "auth.login ->> app.dashboard" ] }
+            """
+        let hostB = """
+            { "boards": [ { "id": "auth.login", "executable": "BoardBusDemoLogin", "start": "always" },
+                          { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always" } ] }
+            """
         try await NATSCluster.with(nodes: 1, arguments: ["-c", config], environment: passwords) { nats in
             let port = nats.ports[0]
-            let motherboard = "nats://motherboard:\(passwords["BOARDBUS_NATS_MOTHERBOARD_PASSWORD"]!)@127.0.0.1:\(port)"
-            try await TestFleet.with(manifest: Self.hostA, brokerArguments: try nats.arguments([motherboard], fleet: "shop", host: "host-a")) { a in
-                try await TestFleet.with(manifest: Self.hostB, brokerArguments: try nats.arguments([motherboard], fleet: "shop", host: "host-b")) {
-                    b in
-                    _ = try await b.waitForListing("auth.login", host: "host-a")
-                    _ = try await a.waitForListing("demo.greeter", host: "host-b")
-                    let run = try await a.run("/usr/bin/python3", arguments: [caller, "nats://caller:c-pw@127.0.0.1:\(port)", "shop"])
+            let urlA = "nats://host-a:\(passwords["BOARDBUS_NATS_HOST_A_PASSWORD"]!)@127.0.0.1:\(port)"
+            let urlB = "nats://host-b:b-pw@127.0.0.1:\(port)"
+            try await TestFleet.with(manifest: hostA, brokerArguments: try nats.arguments([urlA], fleet: "shop", host: "host-a")) { a in
+                try await TestFleet.with(manifest: hostB, brokerArguments: try nats.arguments([urlB], fleet: "shop", host: "host-b")) { b in
+                    _ = try await b.waitForListing("app.dashboard", host: "host-a")
+                    _ = try await a.waitForListing("auth.login", host: "host-b")
+                    #expect(a.brokerLog.contains("the NATS server keeps this motherboard to its host's subjects"), "\(a.brokerLog.suffix(2000))")
+                    // The real login on B runs A's flow: the config lets the fleet do its work.
+                    #expect(try await a.busctl("activate", "auth.login", #"{"username":"ann"}"#).exitCode == 0)
+                    let shown = try await eventually(timeout: .seconds(10)) {
+                        (try? decode(DashboardIO.View.self, from: try await a.busctl("call", "app.dashboard", "show", "--json")))?.user == "ann"
+                    }
+                    #expect(shown)
+                    let run = try await a.run(
+                        "/usr/bin/python3",
+                        arguments: [caller, "nats://127.0.0.1:\(port)", "shop", "c-pw", passwords["BOARDBUS_NATS_HOST_A_PASSWORD"]!])
                     #expect(run.exitCode == 0, "\(run.standardError)")
                     #expect(run.standardOutput.contains(#""greet": "ok""#), "\(run.standardOutput)")
-                    #expect(
-                        run.standardOutput.contains("permissions violation for publish to \\\"boardbus.shop.announce\\\""), "\(run.standardOutput)")
-                    #expect(run.standardOutput.contains("permissions violation for publish to \\\"boardbus.shop.action"), "\(run.standardOutput)")
-                    // The forged board is nowhere; the action reached nobody.
+                    #expect(run.standardOutput.contains(#""heard": []"#), "\(run.standardOutput)")
+                    let refusals = [
+                        "subscription to \\\"_INBOX.>\\\"", "publish to \\\"boardbus.shop.announce.caller\\\"",
+                        "publish to \\\"boardbus.shop.action.caller", "publish to \\\"boardbus.shop.output.host-b",
+                        "publish to \\\"_INBOX.boardbus.shop.host-a", "publish to \\\"boardbus.shop.announce.host-b\\\"",
+                        "publish to \\\"boardbus.shop.withdraw.host-b\\\"",
+                    ]
+                    for refusal in refusals {
+                        #expect(
+                            run.standardOutput.lowercased().contains("permissions violation for \(refusal)".lowercased()),
+                            "\(refusal): \(run.standardOutput)")
+                    }
+                    // Both forged outputs (the caller's, host-a's user's) were refused: the dashboard
+                    // still shows ann; the forged board is nowhere, B's boards still listed on A.
+                    let view = try decode(DashboardIO.View.self, from: try await a.busctl("call", "app.dashboard", "show", "--json"))
+                    #expect(view.user == "ann")
                     #expect(try await a.listedBoards().allSatisfy { $0.id.rawValue != "forged.board" })
                     #expect(try await b.listedBoards().allSatisfy { $0.id.rawValue != "forged.board" })
+                    #expect(try await a.listedBoards().contains { $0.id.rawValue == "auth.login" })
                     let seen = try decode(GreeterIO.Seen.self, from: try await b.busctl("call", "demo.greeter", "stats", "--json"))
                     #expect(seen.announcements.isEmpty && seen.greetings == 1)
+                }
+            }
+        }
+    }
+
+    /// A server that lets a motherboard's user publish as another host (`publish: ">"`) is a
+    /// misconfigured cluster: the motherboard that finds it out leaves, loudly, and is not a
+    /// member; one on a server that asks no credentials says that anyone can speak for any host.
+    @Test func aServerThatLetsAHostSpeakForAnotherIsLeftLoudly() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("nats-open-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let config = "\(directory)/open.conf"
+        try """
+        authorization { users: [ { user: everyone, password: pw, permissions: { publish: ">", subscribe: ">" } } ] }
+        """.write(toFile: config, atomically: true, encoding: .utf8)
+        try await NATSCluster.with(nodes: 1, arguments: ["-c", config]) { nats in
+            let url = "nats://everyone:pw@127.0.0.1:\(nats.ports[0])"
+            try await TestFleet.with(manifest: Self.hostA, brokerArguments: try nats.arguments([url], fleet: "shop", host: "host-a")) { a in
+                try await TestFleet.with(manifest: Self.hostB, brokerArguments: try nats.arguments([url], fleet: "shop", host: "host-b")) { b in
+                    let left = try await eventually(timeout: .seconds(20)) {
+                        a.brokerLog.contains("lets this motherboard's user publish as another host")
+                            && b.brokerLog.contains("lets this motherboard's user publish as another host")
+                    }
+                    #expect(left, "\(a.brokerLog.suffix(2000))")
+                    #expect(a.brokerLog.contains("critical"))
+                    // Neither joined: each serves its own boards and lists none of the other's.
+                    try await Task.sleep(for: .seconds(2))
+                    #expect(try await a.listedBoards().map(\.id.rawValue) == ["auth.login"])
+                    #expect(try await b.listedBoards().allSatisfy { $0.host == nil })
+                    #expect(try await a.busctl("call", "auth.login", "users").exitCode == 0)
+                }
+            }
+        }
+        try await NATSCluster.with(nodes: 1) { nats in
+            try await TestFleet.with(manifest: Self.hostA, brokerArguments: try nats.arguments(fleet: uniqueFleetName(), host: "host-a")) { a in
+                #expect(try await eventually(timeout: .seconds(20)) { a.brokerLog.contains("the NATS server asks no credentials") })
+            }
+        }
+    }
+
+    /// Issue (#62, 1): on any server, an output or a change is taken only under the token of the
+    /// host that serves its board, and an announcement or withdrawal only on its own host's
+    /// subject. A plain client publishes `auth.login`'s output as it was written before hosts
+    /// were named and under a host that does not serve it, announces a board as host-b on
+    /// another host's subject, and withdraws host-b: A's flow does not run, nothing is taken in,
+    /// host-b's boards stay. Answering A's request beside host-b, on its reply subject without its
+    /// random token and with others (a counting number was all the subject had), it is not heard.
+    @Test func outputsAnnouncementsAndWithdrawalsAreTakenOnlyFromTheirHost() async throws {
+        let hostA = """
+            { "boards": [ { "id": "app.dashboard", "executable": "BoardBusDemoDashboard", "start": "always" } ],
+              "flows": [ "auth.login ->> app.dashboard" ] }
+            """
+        let hostB = #"{ "boards": [ { "id": "auth.login", "executable": "BoardBusDemoLogin", "start": "always" } ] }"#
+        let forger = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/nats_forger.py").path
+        try await NATSCluster.with(nodes: 1) { nats in
+            let fleet = uniqueFleetName()
+            try await TestFleet.with(manifest: hostA, brokerArguments: try nats.arguments(fleet: fleet, host: "host-a")) { a in
+                try await TestFleet.with(manifest: hostB, brokerArguments: try nats.arguments(fleet: fleet, host: "host-b")) { b in
+                    _ = try await a.waitForListing("auth.login", host: "host-b")
+                    let forging = try await ChildProcess(
+                        executable: "/usr/bin/python3", arguments: [forger, nats.urls[0], fleet], environment: a.environment, directory: a.directory,
+                        name: "nats-forger")
+                    try await forging.waitForOutput("ready", timeout: .seconds(20))
+                    // Its answers, on the reply subject without the token and with others, are nobody's.
+                    let users = try await a.busctl("call", "auth.login", "users", "--json")
+                    #expect(users.exitCode == 0 && !users.standardOutput.contains("mallory"), "\(users.standardOutput) \(users.standardError)")
+                    let run = try await forging.wait(timeout: .seconds(60))
+                    #expect(run.exitCode == 0 && run.standardOutput.contains("forged answers 3"), "\(run.standardOutput) \(run.standardError)")
+                    try await Task.sleep(for: .seconds(1))
+                    let view = try decode(DashboardIO.View.self, from: try await a.busctl("call", "app.dashboard", "show", "--json"))
+                    #expect(view.user == nil, "the forged login reached the dashboard: \(view)")
+                    #expect(try await a.listedBoards().allSatisfy { $0.id.rawValue != "forged.board" })
+                    #expect(a.brokerLog.contains("an announcement of host 'host-b' on"), "\(a.brokerLog.suffix(2000))")
+                    #expect(a.brokerLog.contains("announced by two hosts"), "\(a.brokerLog.suffix(2000))")
+                    // host-b's withdrawal by another was ignored: its board stays past its expiry.
+                    try await Task.sleep(for: .seconds(4))
+                    #expect(try await a.listedBoards().contains { $0.id.rawValue == "auth.login" && $0.host == "host-b" })
+                    // The real output still runs the flow.
+                    #expect(try await a.busctl("activate", "auth.login", #"{"username":"ann"}"#).exitCode == 0)
+                    #expect(
+                        try await eventually(timeout: .seconds(10)) {
+                            (try? decode(DashboardIO.View.self, from: try await a.busctl("call", "app.dashboard", "show", "--json")))?.user == "ann"
+                        })
+                    _ = b
                 }
             }
         }

@@ -83,13 +83,13 @@ struct OperationsIntegrationTests {
     /// Issue: with a 1 MiB limit, a board writing 40 MiB/s grew its logs to 160 MiB (the check
     /// ran once a second), and rotating on every write still let a faster board go further. A
     /// board's output now goes through its log writer, which rotates before a file passes the
-    /// limit: a board writing as fast as it can (128 MiB) never takes its logs past 4 files of
-    /// the limit, and the newest files hold its last lines.
+    /// limit: a board writing as fast as it can (32 MiB, 32 times the limit) never takes its logs
+    /// past 4 files of the limit, and the newest files hold its last lines.
     @Test func aBoardWritingAsFastAsItCanNeverTakesItsLogsPastFourTimesTheLimit() async throws {
         let writer = """
             import os
             line = b'x' * 65535 + b'\\n'
-            for n in range(2048):
+            for n in range(512):
                 os.write(1, line)
             os.write(1, b'last line\\n')
 

@@ -101,7 +101,7 @@ struct NATSExportTests {
         #expect(subjects.request(store)?.isStore == true)
         #expect(subjects.request(store)?.scope == "shop/eu")
         #expect(subjects.anyRequest(board: "demo.greeter", scope: .root) == "boardbus.shop.board.~.demo%2Egreeter.>")
-        #expect(subjects.changes(store: "orders", scope: .root) == "boardbus.shop.change.~.orders")
+        #expect(subjects.changes(store: "orders", scope: .root, host: "host-a") == "boardbus.shop.change.host-a.~.orders")
         for other in [
             "boardbus.other.board.~.x.command.greet", "boardbus.shop.board.~.x.action.greet", "boardbus.shop.board.~.x.command",
             "boardbus.shop.board.~.~.command.greet", "boardbus.shop.board.~.x.command.greet.more", "boardbus.shop.announce",
@@ -109,6 +109,42 @@ struct NATSExportTests {
         ] {
             #expect(subjects.request(other) == nil, "\(other)")
         }
+    }
+
+    /// What a motherboard publishes as itself names its host in a token of its own, read back only
+    /// in the one spelling; a host with dots or spaces is one token too. Its inbox is its own.
+    @Test func whatAMotherboardPublishesAsItselfNamesItsHost() throws {
+        let subjects = try NATSSubjects(fleet: "shop")
+        #expect(subjects.announce(host: "host-a") == "boardbus.shop.announce.host-a")
+        #expect(subjects.withdraw(host: "edge.b 1") == "boardbus.shop.withdraw.edge%2Eb%201")
+        #expect(subjects.host(ofMembership: "boardbus.shop.announce.host-a") == "host-a")
+        #expect(subjects.host(ofMembership: "boardbus.shop.withdraw.edge%2Eb%201") == "edge.b 1")
+        for other in [
+            "boardbus.shop.announce", "boardbus.shop.announce.~", "boardbus.shop.announce.a.b", "boardbus.other.announce.a",
+            "boardbus.shop.hello.a", "boardbus.shop.announce.%2e",
+        ] {
+            #expect(subjects.host(ofMembership: other) == nil, "\(other)")
+        }
+        #expect(
+            subjects.output("auth.login", scope: .root, typeName: "LoginSucceeded", host: "host-b")
+                == "boardbus.shop.output.host-b.~.auth%2Elogin.LoginSucceeded")
+        #expect(subjects.anyOutput(board: "auth.login", scope: .root, host: "host-b") == "boardbus.shop.output.host-b.~.auth%2Elogin.*")
+        let action = subjects.action("app.announce", scope: "edge", host: "host-a")
+        #expect(action == "boardbus.shop.action.host-a.edge.app%2Eannounce")
+        let read = try #require(subjects.action(action))
+        #expect(read.host == "host-a" && read.scope == "edge" && read.name == "app.announce")
+        // The subject before hosts were named, and one whose host is the empty name's token.
+        #expect(subjects.action("boardbus.shop.action.~.app%2Eannounce") == nil)
+        #expect(subjects.action("boardbus.shop.action.~.~.app%2Eannounce") == nil)
+        #expect(subjects.inbox(host: "host-a") == "_INBOX.boardbus.shop.host-a")
+    }
+
+    @Test func credentialsAreSeenInAURLOrAFile() throws {
+        #expect(try NATSSettings(servers: ["nats://127.0.0.1:4222"]).hasCredentials == false)
+        #expect(try NATSSettings(servers: ["nats://127.0.0.1:4222", "nats://host-a:pw@10.0.0.2:4222"]).hasCredentials)
+        #expect(try NATSSettings(servers: ["nats://s3cr3t@127.0.0.1:4222"]).hasCredentials)
+        #expect(try NATSSettings(servers: ["nats://127.0.0.1:4222/path@x"]).hasCredentials == false)
+        #expect(try NATSSettings(servers: ["nats://127.0.0.1:4222"], credentialsFile: "a.creds").hasCredentials)
     }
 
     @Test func aFleetNameIsOneTokenOfPlainCharacters() {

@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """COUNT MDP workers, each READY for a service of its own (RFC 18 framing, raw pyzmq DEALERs),
-heartbeating every 2 s; prints how many were answered DISCONNECT within 12 s (the others are
-served), then leaves.
+heartbeating every 2 s until the file STOP exists (at most 300 s, and no longer than its directory
+or its parent); then prints how many were answered DISCONNECT (the others are served) and leaves.
 
-usage: mdp_many.py ENDPOINT COUNT
+usage: mdp_many.py ENDPOINT COUNT STOP
 """
+import os
 import resource
 import sys
 import time
 
 import zmq
 
-endpoint, count = sys.argv[1], int(sys.argv[2])
+endpoint, count, stop = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 context = zmq.Context()
@@ -27,9 +28,11 @@ for index in range(count):
     workers.append(worker)
 print("ready", count, flush=True)
 told = set()
-deadline = time.monotonic() + 12
+deadline = time.monotonic() + 300
 beat = time.monotonic()
-while time.monotonic() < deadline:
+parent = os.getppid()
+# Also gone when the test's directory is (its fleet ended, failed or not) or the test is.
+while time.monotonic() < deadline and not os.path.exists(stop) and os.path.isdir(os.path.dirname(stop)) and os.getppid() == parent:
     if time.monotonic() - beat >= 2:
         beat = time.monotonic()
         for worker in workers:

@@ -12,7 +12,7 @@ import time
 import uuid
 
 import nats
-from nats_peer import announce_until_terminated
+from nats_peer import announce_until_terminated, host_token
 
 
 async def main():
@@ -35,12 +35,12 @@ async def main():
             await connection.publish(message.reply, error, headers={"BoardBus-Status": code, "BoardBus-Instance": instance})
 
     async def hello(message):
-        await connection.publish(prefix + ".announce", announcement)
+        await connection.publish(prefix + ".announce." + host_token("python"), announcement)
 
     await connection.subscribe(prefix + ".board.~.py%2Eecho.command.*", cb=serve)
     await connection.subscribe(prefix + ".hello", cb=hello)
     await announce_until_terminated(connection, prefix, announcement)
-    await connection.publish(prefix + ".withdraw", json.dumps({"instance": instance}).encode())
+    await connection.publish(prefix + ".withdraw." + host_token("python"), json.dumps({"instance": instance}).encode())
     await connection.flush()
     await connection.close()
 

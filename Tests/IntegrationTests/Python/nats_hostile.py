@@ -10,6 +10,7 @@ import sys
 
 import nats
 from nats.errors import NoRespondersError, TimeoutError
+from nats_peer import host_token
 
 
 async def main():
@@ -47,13 +48,19 @@ async def main():
                json.dumps({"instance": "many", "host": "evil", "joined": 1, "intervalMilliseconds": 1000,
                            "boards": [{"id": "flood.b%d" % i, "pid": 1} for i in range(5000)]}).encode()]
     for payload in garbage:
-        await connection.publish(prefix + ".announce", payload)
-    await connection.publish(prefix + ".withdraw", b"\xff\xfe")
+        # On the subject of the host it names (where it has one), as a motherboard would.
+        try:
+            host = json.loads(payload).get("host")
+        except (ValueError, AttributeError):
+            host = None
+        await connection.publish(prefix + ".announce." + (host_token(host) if isinstance(host, str) and host else "evil"), payload)
+    await connection.publish(prefix + ".withdraw.evil", b"\xff\xfe")
     await connection.publish(prefix + ".hello", b"")
-    # Actions with subjects that are not action subjects, and one with a bad token.
-    for subject in [prefix + ".action", prefix + ".action.~", prefix + ".action.%ZZ.x", prefix + ".action.~.%41"]:
+    # Actions with subjects that are not action subjects (no host, the empty host), and bad tokens.
+    for subject in [prefix + ".action", prefix + ".action.~", prefix + ".action.evil.%ZZ.x", prefix + ".action.evil.~.%41",
+                    prefix + ".action.~.~.app%2Eannounce", prefix + ".action.~.app%2Eannounce"]:
         await connection.publish(subject, b"{}")
-    await request("action with a bad token", prefix + ".action.%zz.app%2Eannounce")
+    await request("action with a bad token", prefix + ".action.evil.%zz.app%2Eannounce")
     # Requests: an unknown board, bad tokens, a kind that is not a request, a store watch, a
     # timeout that is no number, a payload that is not the command's, headers at their limits.
     await request("unknown board", prefix + ".board.~.no%2Esuch.command.greet")
@@ -78,8 +85,8 @@ async def main():
     async def heard(message):
         forged.append(message.subject)
 
-    await connection.subscribe(prefix + ".action.~.forged", cb=heard)
-    await connection.publish(prefix + ".board.~.demo%2Egreeter.command.nope", b"{}", reply=prefix + ".action.~.forged")
+    await connection.subscribe(prefix + ".action.evil.~.forged", cb=heard)
+    await connection.publish(prefix + ".board.~.demo%2Egreeter.command.nope", b"{}", reply=prefix + ".action.evil.~.forged")
     await connection.flush()
     await asyncio.sleep(1)
     results.append({"name": "answers on the fleet's subjects", "status": str(len(forged))})
