@@ -265,7 +265,8 @@ struct KeyedStoreTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let path = "\(directory)/orders.sqlite"
         let identity = StoreIdentity(board: "shop.orders", scope: .root, store: "orders")
-        try await InProcessFleet.with { fleet in
+        // The owner waits for the lock on its own thread, heartbeats included: not taken for dead.
+        try await InProcessFleet.with(settings: MotherboardSettings(livenessTimeout: .seconds(3600))) { fleet in
             try await fleet.start(Self.owner(try Self.host(SQLiteRecords<Order>(StorePersistence(path: path, identity: identity)))))
             _ = try await dispatch(fleet, "place", Place(id: "A-1", cents: 100))
             let other = try lockingConnection(path)

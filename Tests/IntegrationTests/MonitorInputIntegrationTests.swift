@@ -55,11 +55,11 @@ struct MonitorInputIntegrationTests {
             let result = try await replay(contents, ["--count", "1"], in: directory)
             #expect(result.exitCode == 0, "\(result.standardError)")
             #expect(result.standardOutput.split(separator: "\n").count == 1)
-            // Lines across the reads' 64 KiB boundaries (one in about 380 lines) are whole.
-            let many = try await replay(contents, ["--count", "4000", "--json"], in: directory)
+            // Lines across the reads' 64 KiB boundaries (one in about 460 lines) are whole.
+            let many = try await replay(contents, ["--count", "6000", "--json"], in: directory)
             let shown = many.standardOutput.split(separator: "\n")
-            #expect(line.count * 4000 > 10 * 65_536)
-            #expect(shown.count == 4_000)
+            #expect(line.count * 6000 > 12 * 65_536)
+            #expect(shown.count == 6_000)
             #expect(shown.allSatisfy { (try? JSONDecoder().decode(MonitorEvent.self, from: Data($0.utf8))) != nil })
         }
     }
