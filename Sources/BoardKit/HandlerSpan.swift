@@ -13,7 +13,10 @@ import Tracing
 enum HandlerSpan {
     /// The tracer the process bootstrapped, nil for the no-op one (read once: bootstrapping
     /// happens before a board runs).
-    static let bootstrapped: (any Tracer)? = InstrumentationSystem.legacyTracer is NoOpTracer ? nil : InstrumentationSystem.tracer
+    static let bootstrapped: (any Tracer)? = {
+        let tracer = InstrumentationSystem.tracer
+        return tracer is NoOpTracer ? nil : tracer
+    }()
 
     /// Runs `body` for the message `header` under its trace, in a span of `tracer` when there is one.
     static func run<T>(_ header: EnvelopeHeader, tracer: (any Tracer)? = bootstrapped, _ body: () async throws -> T) async rethrows -> T {

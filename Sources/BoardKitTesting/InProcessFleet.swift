@@ -45,6 +45,8 @@ public final class InProcessFleet: Sendable {
     private let boards = Mutex<[BoardKey: RunningBoard]>([:])
     private let stopping = Atomic<Bool>(false)
     private let logger: Logger
+    /// The manifest's always-on boards that have a program: the broker starts them with the fleet.
+    private let alwaysOn: [BoardKey]
 
     /// What a manifest board runs, in this process: its board, built from the environment the
     /// broker gives a process it starts (`BOARDBUS_BOARD_ID`, `BOARDBUS_SCOPE`), as the board's
@@ -64,17 +66,25 @@ public final class InProcessFleet: Sendable {
         let pid: Int32?
     }
 
-    /// Starts a fleet, runs `body`, and stops every board and the broker, whatever `body` does.
+    /// Starts a fleet, waits until its always-on boards have registered
+    /// (``waitForAlwaysOnBoards(timeout:)``), runs `body`, and stops every board and the broker,
+    /// whatever `body` does.
     public static func with<T>(
         manifest: FleetManifest = FleetManifest(), programs: [BoardID: Program] = [:], settings: MotherboardSettings = .init(),
         clock: BusClock = .continuous, _ body: (InProcessFleet) async throws -> T
     ) async throws -> T {
         let fleet = try InProcessFleet(manifest: manifest, programs: programs, settings: settings, clock: clock)
-        return try await using(fleet, stop: { await $0.stop() }, body)
+        return try await using(
+            fleet, stop: { await $0.stop() },
+            { fleet in
+                try await fleet.waitForAlwaysOnBoards()
+                return try await body(fleet)
+            })
     }
 
     /// - Parameter programs: what the manifest's boards run, by board id; the broker starts these
-    ///   boards itself (the always-on ones before this returns).
+    ///   boards itself (the always-on ones as this returns: they register a moment later, which
+    ///   ``waitForAlwaysOnBoards(timeout:)`` waits for, and ``with(manifest:programs:settings:clock:_:)`` too).
     public init(
         manifest: FleetManifest = FleetManifest(), programs: [BoardID: Program] = [:], settings: MotherboardSettings = .init(),
         clock: BusClock = .continuous
@@ -83,11 +93,31 @@ public final class InProcessFleet: Sendable {
         logger.logLevel = .warning
         self.logger = logger
         self.clock = clock
+        alwaysOn = manifest.boards.filter { $0.start == .always && programs[$0.id] != nil }.map { BoardKey(id: $0.id, scope: $0.scope) }
         let producer = programs.isEmpty ? nil : InProcessProducer(programs: programs)
         broker = try InMemoryBroker(manifest: manifest, settings: settings, clock: clock, producer: producer, logger: logger)
         client = BusClient(connection: broker.connect(), address: InMemoryBroker.address, limits: settings.limits, clock: clock)
         producer?.launch = { [weak self] board, pid in self?.run(board, pid: pid) }
         try broker.startFleet()
+    }
+
+    /// Returns once every always-on board of the manifest that has a program is registered (calls
+    /// to it are served) or has ended (a board whose `run` fails at start is the test's to see);
+    /// `timeout` when one is still starting past `timeout`.
+    public func waitForAlwaysOnBoards(timeout: Duration = .seconds(10)) async throws {
+        guard !alwaysOn.isEmpty else { return }
+        let deadline = ContinuousClock.now.advanced(by: timeout)
+        while true {
+            let live = Set(
+                try await client.list().boards.filter { $0.state == .running || $0.state == .busy }.map { BoardKey(id: $0.id, scope: $0.scope) })
+            let starting = alwaysOn.filter { !live.contains($0) && isRunning($0.id, scope: $0.scope) }
+            if starting.isEmpty { return }
+            guard ContinuousClock.now < deadline else {
+                let names = starting.map { $0.scope == .root ? "'\($0.id)'" : "'\($0.scope.name)/\($0.id)'" }.joined(separator: ", ")
+                throw BusError(.timeout, "always-on board(s) \(names) did not register within \(timeout)")
+            }
+            try await Task.sleep(for: .milliseconds(2))
+        }
     }
 
     /// Runs `board` in this process on a connection of its own, and returns once it has

@@ -125,6 +125,30 @@ struct InProcessFleetFidelityTests {
         }
     }
 
+    /// Issue (#64): a call right after `with` began its body failed about half the time
+    /// (`boardNotRunning: board 'jobs.api' is in the manifest but not running`): the broker had
+    /// started the always-on board, which had not registered yet. `with` waits until it has; 40
+    /// fleets in parallel, each calling its board first thing, are all answered.
+    @Test func anAlwaysOnBoardAnswersTheFirstCallOfTheBody() async throws {
+        let manifest = FleetManifest(boards: [FleetManifest.Board(id: "shop.payment", executable: "payment")])
+        let program: InProcessFleet.Program = { environment in
+            var board = Board(id: "shop.payment", environment: environment)
+            board.onCommand(Charge.self) { charge, _ in Charged(id: charge.id, instance: 0) }
+            return board
+        }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<40 {
+                group.addTask {
+                    try await InProcessFleet.with(manifest: manifest, programs: ["shop.payment": program]) { fleet in
+                        let charged = try await fleet.client.interact(with: "shop.payment", Charge(id: "C-\(index)"))
+                        #expect(charged.id == "C-\(index)")
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+    }
+
     /// A board without a program is not started: its input is refused as by a broker that cannot start it.
     @Test func anOnDemandBoardWithoutAProgramIsRefusedNotDroppedSilently() async throws {
         let manifest = FleetManifest(boards: [

@@ -17,4 +17,23 @@ struct PaymentTests {
             #expect(listed.standardOutput.contains("shop.payment"), "\(listed.standardError)")
         }
     }
+
+    /// The README's InProcessFleet example with the testing product alone imported: the manifest
+    /// type comes with it, and the always-on board answers the first call of every run.
+    @Test func theUsersBoardRunsInProcessWithTheTestingProductAlone() async throws {
+        let manifest = FleetManifest(boards: [.init(id: PaymentIO.id, executable: "Payment", start: .always)])
+        for _ in 0..<20 {
+            try await InProcessFleet.with(manifest: manifest, programs: [PaymentIO.id: { _ in Self.payment() }]) { fleet in
+                let receipt = try await fleet.client.interact(with: PaymentIO.id, PaymentIO.Pay(cents: 5))
+                #expect(receipt.paid == 5)
+            }
+        }
+    }
+
+    /// The board as `Payment`'s main builds it.
+    static func payment() -> Board {
+        var board = Board(id: PaymentIO.id)
+        board.onCommand(PaymentIO.Pay.self) { pay, _ in PaymentIO.Receipt(paid: pay.cents) }
+        return board
+    }
 }
