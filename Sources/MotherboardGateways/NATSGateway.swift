@@ -145,6 +145,8 @@ package final class NATSGateway: @unchecked Sendable {
     /// connection (nil until then): announcing waits for it, and a server with credentials that
     /// does not is left.
     private var keptToItsSubjects: Bool?
+    /// When the permissions were last checked without an answer (tried again a second later).
+    private var lastPermissionCheck: ContinuousClock.Instant?
     private var nextID: UInt64 = 1
     private var attachID: UInt64 = 0
     private var attached = false
@@ -256,7 +258,10 @@ package final class NATSGateway: @unchecked Sendable {
             logger.warning("no NATS server answers yet: trying again every 250 ms", metadata: ["servers": "\(settings.nats)"])
         }
         while thread.isRunning {
-            if keptToItsSubjects == nil, connection.isConnected { checkPermissions() }
+            if keptToItsSubjects == nil, connection.isConnected, lastPermissionCheck.map({ $0.duration(to: clock.now) >= .seconds(1) }) ?? true {
+                lastPermissionCheck = clock.now
+                checkPermissions()
+            }
             if keptToItsSubjects == false { break }
             tick(now: clock.now)
             let ready = ZMQSocket.poll([local, served], descriptor: connection.wakeDescriptor, timeoutMilliseconds: 100)
@@ -336,7 +341,7 @@ package final class NATSGateway: @unchecked Sendable {
             logger.notice("NATS connection made", metadata: ["server": "\(url)"])
             announceSoon = true
             // Perhaps another node of the cluster, perhaps configured otherwise: checked again.
-            if keptToItsSubjects == true { keptToItsSubjects = nil }
+            if keptToItsSubjects == true { (keptToItsSubjects, lastPermissionCheck) = (nil, nil) }
             // The others may have forgotten this motherboard meanwhile, and it them.
             try? connection.publish(subjects.hello, payload: PayloadCodec.encodeOrEmpty(NATSInstance(instance: instance)))
         case .error(let text):
