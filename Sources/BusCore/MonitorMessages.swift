@@ -187,7 +187,7 @@ public struct MonitorEvent: BusPayload, Hashable {
             Self.clock(time), shown(scope), Self.padded(shown(kind), to: 10),
             "\(shown(source)) → \(shown(target))", type.isEmpty ? "-" : shown(type),
         ]
-        parts.append("#\(correlationID)")
+        parts.append(DeliveryID.shown(correlationID))
         parts.append("\(payloadBytes)B")
         if let roundTripMicroseconds { parts.append(Self.duration(roundTripMicroseconds)) }
         if let store { parts.append("store=\(shown(store))") }

@@ -69,7 +69,7 @@ struct DeliveryLedger {
 
     /// Ids the ledger makes carry this bit, so that an answer to one is told from one to a request
     /// of the reply registry.
-    static let idBit: UInt64 = 1 << 63
+    static let idBit = DeliveryID.bit
     static let maximumPerBoard = 1_024
     static let maximumBytes = 64 << 20
     static let maximumDeadLetters = 1_000

@@ -49,6 +49,22 @@ struct MonitorMessagesTests {
         #expect(line.contains(#"greet\n12:00:00"#) && line.contains(#"\u{1B}[2J"#), "\(line)")
     }
 
+    /// Issue (#64, 6): an at-least-once activation's id printed as `#9223372036854775811`. A
+    /// delivery of the ledger shows as `#d3`; any other id as it is; `--json` keeps the number.
+    @Test func aDeliverysCorrelationIDReadsAsItsNumber() throws {
+        func line(_ id: UInt64) -> String {
+            MonitorEvent(time: 0, scope: "/", kind: "activation", source: "", target: "jobs.worker", type: "Job", correlationID: id, payloadBytes: 2)
+                .line
+        }
+        #expect(line(DeliveryID.bit | 3).contains(" #d3 ") && !line(DeliveryID.bit | 3).contains("9223372036854775811"))
+        #expect(line(42).contains(" #42 ") && line(0).contains(" #0 "))
+        #expect(line(.max).contains(" #d\(UInt64.max >> 1) "))
+        #expect(DeliveryID.number(of: 42) == nil && DeliveryID.number(of: DeliveryID.bit) == 0)
+        let event = MonitorEvent(
+            time: 0, scope: "/", kind: "activation", source: "", target: "t", type: "T", correlationID: DeliveryID.bit | 3, payloadBytes: 2)
+        #expect(try PayloadCodec.decode(MonitorPush.self, from: MonitorPush(event: event).encodedJSON()).event?.correlationID == DeliveryID.bit | 3)
+    }
+
     @Test func filtersCombineListsWithAndAndValuesWithOr() {
         let filter = MonitorFilter(boards: ["a", "b"], kinds: ["command"])
         #expect(filter.matches(kind: "command", scope: "/", source: ":01", target: "b", type: "x", trace: nil))
