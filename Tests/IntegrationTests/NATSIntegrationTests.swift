@@ -19,6 +19,21 @@ struct NATSIntegrationTests {
             { "id": "demo.annotations", "executable": "BoardBusDemoAnnotationFilter", "start": "always" } ] }
         """
 
+    /// A's dashboard, activated by a flow from `auth.login`, on B with the greeter.
+    static let dashboardHost = """
+        { "boards": [ { "id": "app.dashboard", "executable": "BoardBusDemoDashboard", "start": "always" } ],
+          "flows": [ "auth.login ->> app.dashboard" ] }
+        """
+    static let loginAndGreeterHost = """
+        { "boards": [ { "id": "auth.login", "executable": "BoardBusDemoLogin", "start": "always" },
+                      { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always" } ] }
+        """
+
+    /// The user A's dashboard shows (nil before its first activation).
+    static func dashboardUser(on fleet: TestFleet) async throws -> String? {
+        try decode(DashboardIO.View.self, from: try await fleet.busctl("call", "app.dashboard", "show", "--json")).user
+    }
+
     /// Each motherboard lists the other's boards with its host; commands, activations and store
     /// requests reach them, a store is watched across hosts, errors come back typed.
     @Test func boardsOfTwoHostsAreReachedThroughTheCluster() async throws {
@@ -82,18 +97,10 @@ struct NATSIntegrationTests {
     /// Actions reach subscribers on every host (counted in the sender's delivery), outputs run the
     /// flows of the other motherboards, and a board calls a board of another host.
     @Test func actionsOutputsAndBoardToBoardCallsCrossHosts() async throws {
-        let hostA = """
-            { "boards": [ { "id": "app.dashboard", "executable": "BoardBusDemoDashboard", "start": "always" } ],
-              "flows": [ "auth.login ->> app.dashboard" ] }
-            """
-        let hostB = """
-            { "boards": [ { "id": "auth.login", "executable": "BoardBusDemoLogin", "start": "always" },
-                          { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always" } ] }
-            """
         try await NATSCluster.with(nodes: 1) { nats in
             let fleet = uniqueFleetName()
-            try await TestFleet.with(manifest: hostA, brokerArguments: try nats.arguments(fleet: fleet, host: "host-a")) { a in
-                try await TestFleet.with(manifest: hostB, brokerArguments: try nats.arguments(fleet: fleet, host: "host-b")) { b in
+            try await TestFleet.with(manifest: Self.dashboardHost, brokerArguments: try nats.arguments(fleet: fleet, host: "host-a")) { a in
+                try await TestFleet.with(manifest: Self.loginAndGreeterHost, brokerArguments: try nats.arguments(fleet: fleet, host: "host-b")) { b in
                     _ = try await a.waitForListing("auth.login", host: "host-b")
                     _ = try await a.waitForListing("demo.greeter", host: "host-b")
                     _ = try await b.waitForListing("app.dashboard", host: "host-a")
@@ -108,7 +115,7 @@ struct NATSIntegrationTests {
                     // action reaches B's greeter once.
                     #expect(try await a.busctl("activate", "auth.login", #"{"username":"ann"}"#).exitCode == 0)
                     let shown = try await eventually(timeout: .seconds(10)) {
-                        (try? decode(DashboardIO.View.self, from: try await a.busctl("call", "app.dashboard", "show", "--json")))?.user == "ann"
+                        (try? await Self.dashboardUser(on: a)) == "ann"
                     }
                     #expect(shown)
                     let seen = try decode(GreeterIO.Seen.self, from: try await b.busctl("call", "demo.greeter", "stats", "--json"))
@@ -256,27 +263,21 @@ struct NATSIntegrationTests {
             "BOARDBUS_NATS_HOST_A_PASSWORD": "a-\(UInt32.random(in: 0...UInt32.max))", "BOARDBUS_NATS_HOST_B_PASSWORD": "b-pw",
             "BOARDBUS_NATS_CALLER_PASSWORD": "c-pw",
         ]
-        let hostA = """
-            { "boards": [ { "id": "app.dashboard", "executable": "BoardBusDemoDashboard", "start": "always" } ],
-              "flows": [ "auth.login ->> app.dashboard" ] }
-            """
-        let hostB = """
-            { "boards": [ { "id": "auth.login", "executable": "BoardBusDemoLogin", "start": "always" },
-                          { "id": "demo.greeter", "executable": "BoardBusDemoGreeter", "start": "always" } ] }
-            """
         try await NATSCluster.with(nodes: 1, arguments: ["-c", config], environment: passwords) { nats in
             let port = nats.ports[0]
             let urlA = "nats://host-a:\(passwords["BOARDBUS_NATS_HOST_A_PASSWORD"]!)@127.0.0.1:\(port)"
             let urlB = "nats://host-b:b-pw@127.0.0.1:\(port)"
-            try await TestFleet.with(manifest: hostA, brokerArguments: try nats.arguments([urlA], fleet: "shop", host: "host-a")) { a in
-                try await TestFleet.with(manifest: hostB, brokerArguments: try nats.arguments([urlB], fleet: "shop", host: "host-b")) { b in
+            try await TestFleet.with(manifest: Self.dashboardHost, brokerArguments: try nats.arguments([urlA], fleet: "shop", host: "host-a")) { a in
+                try await TestFleet.with(
+                    manifest: Self.loginAndGreeterHost, brokerArguments: try nats.arguments([urlB], fleet: "shop", host: "host-b")
+                ) { b in
                     _ = try await b.waitForListing("app.dashboard", host: "host-a")
                     _ = try await a.waitForListing("auth.login", host: "host-b")
                     #expect(a.brokerLog.contains("the NATS server keeps this motherboard to its host's subjects"), "\(a.brokerLog.suffix(2000))")
                     // The real login on B runs A's flow: the config lets the fleet do its work.
                     #expect(try await a.busctl("activate", "auth.login", #"{"username":"ann"}"#).exitCode == 0)
                     let shown = try await eventually(timeout: .seconds(10)) {
-                        (try? decode(DashboardIO.View.self, from: try await a.busctl("call", "app.dashboard", "show", "--json")))?.user == "ann"
+                        (try? await Self.dashboardUser(on: a)) == "ann"
                     }
                     #expect(shown)
                     let run = try await a.run(
@@ -298,8 +299,7 @@ struct NATSIntegrationTests {
                     }
                     // Both forged outputs (the caller's, host-a's user's) were refused: the dashboard
                     // still shows ann; the forged board is nowhere, B's boards still listed on A.
-                    let view = try decode(DashboardIO.View.self, from: try await a.busctl("call", "app.dashboard", "show", "--json"))
-                    #expect(view.user == "ann")
+                    #expect(try await Self.dashboardUser(on: a) == "ann")
                     #expect(try await a.listedBoards().allSatisfy { $0.id.rawValue != "forged.board" })
                     #expect(try await b.listedBoards().allSatisfy { $0.id.rawValue != "forged.board" })
                     #expect(try await a.listedBoards().contains { $0.id.rawValue == "auth.login" })
@@ -354,16 +354,11 @@ struct NATSIntegrationTests {
     /// host-b's boards stay. Answering A's request beside host-b, on its reply subject without its
     /// random token and with others (a counting number was all the subject had), it is not heard.
     @Test func outputsAnnouncementsAndWithdrawalsAreTakenOnlyFromTheirHost() async throws {
-        let hostA = """
-            { "boards": [ { "id": "app.dashboard", "executable": "BoardBusDemoDashboard", "start": "always" } ],
-              "flows": [ "auth.login ->> app.dashboard" ] }
-            """
-        let hostB = #"{ "boards": [ { "id": "auth.login", "executable": "BoardBusDemoLogin", "start": "always" } ] }"#
         let forger = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/nats_forger.py").path
         try await NATSCluster.with(nodes: 1) { nats in
             let fleet = uniqueFleetName()
-            try await TestFleet.with(manifest: hostA, brokerArguments: try nats.arguments(fleet: fleet, host: "host-a")) { a in
-                try await TestFleet.with(manifest: hostB, brokerArguments: try nats.arguments(fleet: fleet, host: "host-b")) { b in
+            try await TestFleet.with(manifest: Self.dashboardHost, brokerArguments: try nats.arguments(fleet: fleet, host: "host-a")) { a in
+                try await TestFleet.with(manifest: Self.loginAndGreeterHost, brokerArguments: try nats.arguments(fleet: fleet, host: "host-b")) { b in
                     _ = try await a.waitForListing("auth.login", host: "host-b")
                     let forging = try await ChildProcess(
                         executable: "/usr/bin/python3", arguments: [forger, nats.urls[0], fleet], environment: a.environment, directory: a.directory,
@@ -375,8 +370,8 @@ struct NATSIntegrationTests {
                     let run = try await forging.wait(timeout: .seconds(60))
                     #expect(run.exitCode == 0 && run.standardOutput.contains("forged answers 3"), "\(run.standardOutput) \(run.standardError)")
                     try await Task.sleep(for: .seconds(1))
-                    let view = try decode(DashboardIO.View.self, from: try await a.busctl("call", "app.dashboard", "show", "--json"))
-                    #expect(view.user == nil, "the forged login reached the dashboard: \(view)")
+                    let user = try await Self.dashboardUser(on: a)
+                    #expect(user == nil, "the forged login reached the dashboard: \(user ?? "")")
                     #expect(try await a.listedBoards().allSatisfy { $0.id.rawValue != "forged.board" })
                     #expect(a.brokerLog.contains("an announcement of host 'host-b' on"), "\(a.brokerLog.suffix(2000))")
                     #expect(a.brokerLog.contains("announced by two hosts"), "\(a.brokerLog.suffix(2000))")
@@ -387,7 +382,7 @@ struct NATSIntegrationTests {
                     #expect(try await a.busctl("activate", "auth.login", #"{"username":"ann"}"#).exitCode == 0)
                     #expect(
                         try await eventually(timeout: .seconds(10)) {
-                            (try? decode(DashboardIO.View.self, from: try await a.busctl("call", "app.dashboard", "show", "--json")))?.user == "ann"
+                            (try? await Self.dashboardUser(on: a)) == "ann"
                         })
                     _ = b
                 }
