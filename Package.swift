@@ -206,20 +206,31 @@ let package = Package(
         .executableTarget(
             name: "boardbus-fuzz",
             dependencies: [
-                "BusCore", "BusCodec", "BusNATS", "MotherboardCore", "MotherboardGateways", .product(name: "Logging", package: "swift-log"),
+                "BusCore", "BusCodec", "BusNATS", "MotherboardCore", "MotherboardGateways", "MotherboardTesting",
+                .product(name: "Logging", package: "swift-log"),
             ]),
         .executableTarget(
             name: "boardbus-bench",
             dependencies: [
-                "BoardKit", "BoardKitTesting", "BusCore", "BusZeroMQ", "Flux", "FluxBus", "MotherboardCore", "BoardBusDemoOrdersIO",
+                "BoardKit", "BoardKitTesting", "BusCore", "BusZeroMQ", "Flux", "FluxBus", "MotherboardCore", "MotherboardTesting",
+                "BoardBusDemoOrdersIO",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
 
-        .testTarget(name: "BusCodecTests", dependencies: ["BusCodec", "BoardBusTestSupport"]),
+        // The fakes every test of the broker's logic and its gateways uses, and the fuzz harnesses
+        // and the bench too: the recording transport, producer and links, the routing harness.
+        .target(
+            name: "MotherboardTesting",
+            dependencies: ["BusCore", "MotherboardCore", "MotherboardGateways", .product(name: "Logging", package: "swift-log")]),
+
+        // One test target per module, named after it.
+        .testTarget(name: "BusCodecTests", dependencies: ["BusCodec", "BusCore", "BoardBusTestSupport"]),
         .testTarget(name: "BusCoreTests", dependencies: ["BusCore", "BusCodec", "BoardBusTestSupport"]),
+        .testTarget(name: "BusNATSTests", dependencies: ["BusNATS", "BusCore"]),
+        .testTarget(name: "BoardBusLogWriterTests", dependencies: ["BoardBusLogWriter", "BoardKitTesting"]),
         .testTarget(
             name: "BoardKitTests",
             dependencies: [
@@ -236,12 +247,21 @@ let package = Package(
                 "BoardBusDemoOrdersIO", "BoardBusDemoRecorderIO", .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
-        // The broker's logic without I/O, and its ROUTER over real sockets.
+        // The broker's logic without I/O.
         .testTarget(
             name: "MotherboardCoreTests",
+            // (the daemon only for its Prometheus series, where a test reads the exposition)
+            dependencies: ["MotherboardCore", "MotherboardTesting", "MotherboardDaemon", "BusCore", "BoardBusTestSupport"]),
+        // The gateways' sessions with fake links, and what they share.
+        .testTarget(
+            name: "MotherboardGatewaysTests",
+            dependencies: ["MotherboardGateways", "MotherboardTesting", "MotherboardCore", "BusCore", "BusZeroMQ"]),
+        // The broker as a process: its ROUTER over real sockets, state directory, logs, limits.
+        .testTarget(
+            name: "MotherboardDaemonTests",
             dependencies: [
-                "MotherboardCore", "MotherboardDaemon", "MotherboardGateways", "BusCore", "BusNATS", "BusZeroMQ", "BoardKitTesting",
-                "BoardBusLogWriter", "BoardBusTestSupport",
+                "MotherboardDaemon", "MotherboardCore", "MotherboardGateways", "MotherboardTesting", "BusCore", "BusZeroMQ", "BoardKitTesting",
+                "BoardBusTestSupport",
             ]),
         // The socket loop, frame reuse and backlog accounting over real ZeroMQ sockets.
         .testTarget(name: "BusZeroMQTests", dependencies: ["BusZeroMQ", "BusCore", "BoardKitTesting"]),

@@ -2,23 +2,11 @@ import BusCore
 import Foundation
 import Logging
 import MotherboardCore
+import MotherboardTesting
 
 /// The broker's own work per round trip, without sockets: decode, route, remember, re-encode a
 /// command and its reply. Tells how much of the gap to the baseline is the broker's logic.
 enum BrokerLogicBench {
-    /// Encodes what the broker sends into one reused buffer, as the real transport does.
-    final class EncodingTransport: MotherboardTransport {
-        var last: Envelope?
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 8192, alignment: 8)
-        deinit { buffer.deallocate() }
-        func send(_ envelope: Envelope, to peer: PeerID) -> Bool {
-            last = envelope
-            // Refused like the real transport when a field is over its limit.
-            return (try? HeaderCodec.encode(envelope.header, into: buffer)) != nil
-        }
-        func isConnected(_ peer: PeerID) -> Bool { true }
-    }
-
     static let board = PeerID(Data([0, 1, 2, 3, 4]))
     static let client = PeerID(Data([0, 9, 9, 9, 9]))
 
@@ -37,7 +25,7 @@ enum BrokerLogicBench {
     /// Nanoseconds per round trip (command in, forwarded, reply in, relayed). Each message comes
     /// in as the transport hands it over: a header decoded from bytes, a payload copied.
     static func roundTrip(iterations: Int) throws -> Double {
-        let transport = EncodingTransport()
+        let transport = RecordingTransport(encodesHeaders: true)
         let motherboard = try motherboard(transport: transport)
         let (board, client) = (Self.board, Self.client)
         let now = ContinuousClock.now
@@ -54,7 +42,8 @@ enum BrokerLogicBench {
         let start = monotonicNanoseconds()
         for _ in 0..<iterations {
             try requestHeader.withUnsafeBytes { try arrive($0, from: client) }
-            guard let forwarded = transport.last else { throw BusError(.transport, "nothing forwarded") }
+            guard let forwarded = transport.sent.last?.envelope else { throw BusError(.transport, "nothing forwarded") }
+            transport.sent.removeAll(keepingCapacity: true)
             // The board's answer, as its bytes reach the broker.
             let length = try HeaderCodec.encode(forwarded.reply(source: "bench.echo").header, into: replyBuffer)
             try arrive(UnsafeRawBufferPointer(rebasing: replyBuffer[0..<length]), from: board)
@@ -65,7 +54,7 @@ enum BrokerLogicBench {
     /// Nanoseconds per round trip routed in place, as the real broker routes commands and replies:
     /// each header copied into a frame-like buffer (as it arrives), read and rewritten there.
     static func roundTripInPlace(iterations: Int) throws -> Double {
-        let motherboard = try motherboard(transport: EncodingTransport())
+        let motherboard = try motherboard(transport: RecordingTransport(encodesHeaders: true))
         let now = ContinuousClock.now
         let request = try HeaderCodec.encode(
             EnvelopeHeader(

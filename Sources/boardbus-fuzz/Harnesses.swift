@@ -4,6 +4,7 @@ import BusNATS
 import Foundation
 import MotherboardCore
 import MotherboardGateways
+import MotherboardTesting
 
 /// What each harness promises for any input: a property that holds, or a precondition failure
 /// (libFuzzer keeps the input that broke it).
@@ -40,7 +41,7 @@ enum Harnesses {
         precondition(again.pending.keys.sorted() == contents.pending.keys.sorted(), "a compact journal reads other activations")
         precondition(again.pending.values.allSatisfy { contents.pending[$0.id]?.envelope == $0.envelope }, "an activation changed")
         precondition(again.letters.map(\.letter) == contents.letters.map(\.letter), "a compact journal reads other letters")
-        let motherboard = try! Motherboard(manifest: FleetManifest(), transport: RoutingHarness.Recorder(), logger: RoutingHarness.quietLogger)
+        let motherboard = try! Motherboard(manifest: FleetManifest(), transport: RecordingTransport(), logger: RoutingHarness.quietLogger)
         let now = RoutingHarness.now
         motherboard.restoreDeliveries(Array(contents.pending.values), deadLetters: contents.letters.map { ($0.letter, $0.envelope) }, now: now)
         motherboard.tick(now: now + .seconds(6))
@@ -190,14 +191,15 @@ enum Harnesses {
                 precondition(written == frames, "a worker message is written back otherwise")
             }
         }
-        let links = RecordingLinks()
+        let links = RecordingMajordomoLinks()
+        links.encodesRequests = true
         let session = MajordomoSession(settings: .init(endpoint: "ipc:///fuzz"), links: links, logger: RoutingHarness.quietLogger)
         var now = ContinuousClock.now
         for frames in messages {
             session.fromPeer(frames, principal: nil, now: now)
             now = now.advanced(by: .milliseconds(500))
             session.tick(now: now)
-            for envelope in links.take() {
+            for envelope in links.takeAsServices() {
                 precondition((try? envelope.frames()) != nil, "the session sent the motherboard an envelope that does not encode")
                 if envelope.header.kind == .register || envelope.header.kind == .command {
                     session.toServices(envelope.reply(payload: Data("{}".utf8)), now: now)
@@ -213,33 +215,6 @@ enum Harnesses {
             precondition(Majordomo.Incoming(frames: sent) != nil, "the session sent a peer frames that are not MDP")
         }
         session.close()
-    }
-
-    /// Links that keep what the session sends.
-    final class RecordingLinks: MajordomoLinks {
-        var toPeers: [[Data]] = []
-        var requests: [Envelope] = []
-        private var toBroker: [Envelope] = []
-
-        func toPeer(_ frames: [Data]) -> Bool {
-            toPeers.append(frames)
-            return true
-        }
-        func isStalled(_ client: Data) -> Bool { false }
-        func mayQueue(_ bytes: Int, to client: Data) -> Bool { true }
-        func queuedBytes(to client: Data) -> Int { 0 }
-        func toMotherboard(_ envelope: Envelope) throws -> Bool {
-            _ = try envelope.frames()
-            requests.append(envelope)
-            return true
-        }
-        func sendToBroker(_ envelope: Envelope) { toBroker.append(envelope) }
-        func close() {}
-
-        func take() -> [Envelope] {
-            defer { toBroker.removeAll() }
-            return toBroker
-        }
     }
 
     /// The access policy file: every input is refused with a `badArgument` naming the file, or
@@ -350,7 +325,7 @@ enum Harnesses {
     static func manifest(_ input: Data) {
         guard let manifest = parsed(orRefusedAs: "manifest fuzz", { try FleetManifest.parse(input, source: "fuzz") }) else { return }
         do {
-            _ = try Motherboard(manifest: manifest, transport: RoutingHarness.Recorder(), logger: RoutingHarness.quietLogger)
+            _ = try Motherboard(manifest: manifest, transport: RecordingTransport(), logger: RoutingHarness.quietLogger)
         } catch {
             preconditionFailure("a manifest that parsed does not start a broker: \(error)")
         }

@@ -2,21 +2,12 @@ import BusCore
 import Foundation
 import Logging
 import MotherboardCore
+import MotherboardTesting
 
 /// The broker's two routing paths on the same header: what `routeInPlace` routes must be what
 /// `receive` (the parsed path) sends, to the same peer with the same header; what it declines
 /// it must leave untouched (the parsed path then answers it).
 enum RoutingHarness {
-    /// Sends nothing anywhere but into `sent`.
-    final class Recorder: MotherboardTransport {
-        var sent: [(peer: PeerID, envelope: Envelope)] = []
-        func send(_ envelope: Envelope, to peer: PeerID) -> Bool {
-            sent.append((peer, envelope))
-            return true
-        }
-        func isConnected(_ peer: PeerID) -> Bool { true }
-    }
-
     static let client = PeerID(Data([0xC0]))
     /// A broker's logger that says nothing below critical (a harness builds brokers by the thousand).
     static let quietLogger: Logger = {
@@ -29,8 +20,8 @@ enum RoutingHarness {
 
     /// A broker with two registered boards and one client's command pending to the greeter
     /// (correlation id 41 from the client), so that replies have something to match.
-    static func broker() -> (Motherboard, Recorder) {
-        let recorder = Recorder()
+    static func broker() -> (Motherboard, RecordingTransport) {
+        let recorder = RecordingTransport()
         let motherboard = try! Motherboard(manifest: FleetManifest(), transport: recorder, logger: quietLogger)
         for (index, (id, peer)) in boards.enumerated() {
             var header = EnvelopeHeader(kind: .register, flags: .replyExpected, correlationID: UInt64(index + 1), source: id.rawValue)

@@ -1,6 +1,8 @@
 import BusCore
 import Foundation
 import Logging
+import MotherboardDaemon
+import MotherboardTesting
 import Testing
 
 @testable import MotherboardCore
@@ -25,7 +27,7 @@ struct AccessPolicyGateTests {
             """.utf8), source: "test")
 
     func harness(_ manifest: FleetManifest = FleetManifest(scopes: [.init(name: "edge"), .init(name: "checkout")])) throws -> Harness {
-        let harness = try Harness(manifest: manifest)
+        let harness = try Harness(manifest: manifest, metrics: BrokerMetrics(series: PrometheusSeries()))
         harness.motherboard.install(policy: Self.policy, source: "test")
         harness.register("demo.greeter", peer: greeter)
         return harness

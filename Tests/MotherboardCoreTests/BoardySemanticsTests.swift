@@ -1,56 +1,10 @@
 import BusCore
 import Foundation
 import Logging
+import MotherboardTesting
 import Testing
 
 @testable import MotherboardCore
-
-/// Starts nothing: records which boards the broker asked to start.
-final class RecordingProducer: BoardProducer {
-    var started: [FleetManifest.Board] = []
-    var failure: BusError?
-    var nextPID: Int32 = 500
-
-    func start(_ board: FleetManifest.Board) throws -> LaunchedProcess {
-        if let failure { throw failure }
-        started.append(board)
-        nextPID += 1
-        return LaunchedProcess(pid: nextPID, secret: "secret-\(nextPID)")
-    }
-
-    var running: Set<Int32> = []
-    var stopped: Set<Int32> = []
-    func adoptRunning(_ board: FleetManifest.Board) -> LaunchedProcess? { nil }
-    func isRunning(_ pid: Int32) -> Bool { running.contains(pid) }
-    func isStopped(_ pid: Int32) -> Bool { stopped.contains(pid) }
-    func forgetAdopted(_ pid: Int32) {}
-}
-
-extension Harness {
-    convenience init(manifest: FleetManifest, producer: RecordingProducer) throws {
-        try self.init(
-            manifest: manifest,
-            makeMotherboard: { transport in
-                try Motherboard(manifest: manifest, transport: transport, producer: producer, logger: Logger(label: "test"))
-            })
-    }
-
-    @discardableResult
-    /// Registers as the process `pid` that ``RecordingProducer`` started would: with its secret
-    /// (unless another is given).
-    func register(_ id: BoardID, scope: Scope, peer: PeerID, pid: Int32 = 100, actions: [String] = [], secret: String? = nil) -> [Envelope] {
-        let registration = Registration(id: id, pid: pid, scope: scope, actions: actions, secret: secret ?? "secret-\(pid)")
-        request(EnvelopeHeader(kind: .register, source: id.rawValue), payload: try! PayloadCodec.encode(registration), from: peer)
-        return transport.take(for: peer)
-    }
-
-    func control<T: BusPayload>(_ operation: String, _ value: some BusPayload = Empty(), from peer: PeerID, as: T.Type) throws -> T {
-        request(EnvelopeHeader(kind: .control, typeName: operation), payload: try PayloadCodec.encode(value), from: peer)
-        let reply = try #require(transport.take(for: peer).last)
-        if let error = reply.carriedError { throw error }
-        return try PayloadCodec.decode(T.self, from: reply.payload)
-    }
-}
 
 @Suite("Boardy semantics in the motherboard")
 struct BoardySemanticsTests {

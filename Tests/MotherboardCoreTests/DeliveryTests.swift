@@ -1,6 +1,7 @@
 import BusCore
 import Foundation
 import Logging
+import MotherboardTesting
 import Testing
 
 @testable import MotherboardCore

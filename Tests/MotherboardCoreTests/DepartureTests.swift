@@ -1,5 +1,7 @@
 import BusCore
 import Foundation
+import MotherboardDaemon
+import MotherboardTesting
 import Testing
 
 @testable import MotherboardCore
@@ -15,7 +17,7 @@ struct DepartureTests {
     /// `subscribe.renew` for names nobody owns: past the peer's share each is refused and counted
     /// (the peer is told when it waits); gone with the peer, while a board's stay.
     @Test func renewalsOfStoresNobodyOwnsAreBoundedAndGoWithThePeer() throws {
-        let harness = try Harness()
+        let harness = try Harness(metrics: BrokerMetrics(series: PrometheusSeries()))
         harness.register("far.sink", peer: sink)
         func renew(_ name: String, from peer: PeerID, waits: Bool = false) -> [Envelope] {
             let header = EnvelopeHeader(

@@ -1,10 +1,11 @@
 import BusCore
 import Foundation
 import Logging
+import MotherboardDaemon
+import MotherboardTesting
 import Testing
 
 @testable import MotherboardCore
-@testable import MotherboardDaemon
 
 @Suite("Boards on other hosts, and the uplink")
 struct FederationTests {
@@ -30,7 +31,7 @@ struct FederationTests {
     }
 
     @Test func aRemoteBoardWhoseLinkFailsIsKeptAsUnreachableUntilItRegistersAgain() throws {
-        let harness = try Harness()
+        let harness = try Harness(metrics: BrokerMetrics(series: PrometheusSeries()))
         #expect(registerRemote(harness, "sensor", peer: far).first?.header.kind == .reply)
         #expect(try harness.list().boards.first?.host == "10.0.0.2 (edge-b)")
         // A request is in flight when the link goes quiet.

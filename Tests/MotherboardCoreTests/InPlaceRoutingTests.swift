@@ -1,5 +1,6 @@
 import BusCore
 import Foundation
+import MotherboardTesting
 import Testing
 
 @testable import MotherboardCore

@@ -4,76 +4,7 @@ import Logging
 import Testing
 
 @testable import MotherboardCore
-import MotherboardDaemon
-
-/// Records what the broker sends, in memory (the unit-test transport).
-final class RecordingTransport: MotherboardTransport {
-    var sent: [(peer: PeerID, envelope: Envelope)] = []
-    var unreachable: Set<PeerID> = []
-
-    func send(_ envelope: Envelope, to peer: PeerID) -> Bool {
-        guard !unreachable.contains(peer) else { return false }
-        sent.append((peer, envelope))
-        return true
-    }
-
-    func isConnected(_ peer: PeerID) -> Bool {
-        !unreachable.contains(peer)
-    }
-
-    func isBacklogged(_ peer: PeerID) -> Bool { false }
-
-    func take(for peer: PeerID) -> [Envelope] {
-        let mine = sent.filter { $0.peer == peer }.map(\.envelope)
-        sent.removeAll { $0.peer == peer }
-        return mine
-    }
-}
-
-/// A broker with a recording transport and a clock the test moves by hand.
-final class Harness {
-    let transport = RecordingTransport()
-    let motherboard: Motherboard
-    var now = ContinuousClock.now
-    let client = PeerID(Data([0xC0]))
-
-    init(manifest: FleetManifest = FleetManifest()) throws {
-        motherboard = try Motherboard(
-            manifest: manifest, transport: transport, logger: Logger(label: "test"), metrics: BrokerMetrics(series: PrometheusSeries()))
-    }
-
-    init(manifest: FleetManifest, makeMotherboard: (RecordingTransport) throws -> Motherboard) throws {
-        motherboard = try makeMotherboard(transport)
-    }
-
-    func deliver(_ envelope: Envelope, from peer: PeerID) {
-        do {
-            motherboard.receive(try envelope.frames(), from: peer, now: now)
-        } catch {
-            Issue.record("the test's own envelope does not encode: \(error)")
-        }
-    }
-
-    func request(_ header: EnvelopeHeader, payload: Data = Data(), from peer: PeerID, correlation: UInt64 = 77) {
-        var header = header
-        header.flags.insert(.replyExpected)
-        header.correlationID = correlation
-        deliver(Envelope(header: header, payload: payload), from: peer)
-    }
-
-    @discardableResult
-    func register(_ id: BoardID, peer: PeerID, pid: Int32 = 100, actions: [String] = [], secret: String? = nil) -> [Envelope] {
-        let registration = Registration(id: id, pid: pid, commands: ["greet"], actions: actions, secret: secret)
-        request(EnvelopeHeader(kind: .register, source: id.rawValue), payload: try! PayloadCodec.encode(registration), from: peer)
-        return transport.take(for: peer)
-    }
-
-    func list() throws -> BoardList {
-        request(EnvelopeHeader(kind: .control, typeName: ControlOperation.list), from: client)
-        let reply = try #require(transport.take(for: client).last)
-        return try PayloadCodec.decode(BoardList.self, from: reply.payload)
-    }
-}
+import MotherboardTesting
 
 @Suite("Motherboard routing")
 struct MotherboardTests {

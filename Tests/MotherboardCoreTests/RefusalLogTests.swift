@@ -1,39 +1,10 @@
 import BusCore
-import BusZeroMQ
 import Foundation
 import Logging
-import Synchronization
+import MotherboardTesting
 import Testing
 
 @testable import MotherboardCore
-@testable import MotherboardDaemon
-@testable import MotherboardGateways
-
-/// The lines a logger was given, at or above a level.
-final class RecordedLog: Sendable {
-    private let lines = Mutex<[(level: Logger.Level, message: String)]>([])
-
-    func count(of message: String, atLeast level: Logger.Level) -> Int {
-        lines.withLock { $0.filter { $0.message == message && $0.level >= level }.count }
-    }
-
-    var logger: Logger {
-        Logger(label: "recorded") { _ in Handler(log: self) }
-    }
-
-    struct Handler: LogHandler {
-        let log: RecordedLog
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .trace
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-        func log(event: LogEvent) {
-            log.lines.withLock { $0.append((event.level, event.message.description)) }
-        }
-    }
-}
 
 /// Issue: a child motherboard that lost a scope's board id to another child asked for it every
 /// second for ever, and the parent logged every refusal. The parent says it once per id and
@@ -42,9 +13,7 @@ final class RecordedLog: Sendable {
 struct RefusalLogTests {
     @Test func aRefusalRepeatedOnOneConnectionIsLoggedOnceAndCountedEachTime() throws {
         let log = RecordedLog()
-        let harness = try Harness(
-            manifest: FleetManifest(),
-            makeMotherboard: { transport in try Motherboard(manifest: FleetManifest(), transport: transport, logger: log.logger) })
+        let harness = try Harness(logger: log.logger)
         let holder = PeerID(Data([0x21]))
         let other = PeerID(Data([0x22]))
         harness.register("edge.sensor", peer: holder, secret: "first child's")
@@ -56,35 +25,6 @@ struct RefusalLogTests {
         // Another connection asking is said again.
         harness.register("edge.sensor", peer: PeerID(Data([0x23])), secret: "third")
         #expect(log.count(of: "registration refused", atLeast: .warning) == 2)
-    }
-
-    @Test func aHelperAsksAgainLaterAndLaterWhileItIsRefused() throws {
-        let context = try ZMQContext()
-        defer { context.terminate() }
-        let socket = try ZMQSocket(context: context, kind: .dealer)
-        defer { socket.close() }
-        try socket.set(.linger(.zero))
-        var board = HelperBoard(connection: socket, registration: Registration(id: "edge.sensor", pid: 0))
-        let now = ContinuousClock.now
-        var id: UInt64 = 1
-        func refuse() {
-            let error = BusError(.idInUse, "held by another")
-            _ = board.read(Envelope.error(error, correlationID: id))
-        }
-        board.register(now: now, id: id)
-        refuse()
-        #expect(board.retryAfter == .seconds(2))
-        for expected in [4, 8, 16, 32, 60, 60] {
-            id += 1
-            board.register(now: now, id: id)
-            refuse()
-            #expect(board.retryAfter == .seconds(expected))
-        }
-        // Accepted: back to a second.
-        id += 1
-        board.register(now: now, id: id)
-        _ = board.read(Envelope(header: EnvelopeHeader(kind: .reply, correlationID: id)))
-        #expect(board.retryAfter == .seconds(1))
     }
 }
 

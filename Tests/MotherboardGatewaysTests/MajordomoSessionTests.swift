@@ -2,6 +2,7 @@ import BusCore
 import Foundation
 import Logging
 import MotherboardCore
+import MotherboardTesting
 import Testing
 
 @testable import MotherboardGateways
@@ -10,38 +11,7 @@ import Testing
 /// envelopes in, what it sends out recorded.
 @Suite("Majordomo session")
 struct MajordomoSessionTests {
-    final class Links: MajordomoLinks {
-        /// Frames to MDP peers, routing id first.
-        var toPeers: [[Data]] = []
-        /// On the services' connection.
-        var asServices: [Envelope] = []
-        /// As a client of the motherboard.
-        var requests: [Envelope] = []
-        var gone: Set<Data> = []
-        var stalled: Set<Data> = []
-
-        func toPeer(_ frames: [Data]) -> Bool {
-            guard !gone.contains(frames[0]) else { return false }
-            toPeers.append(frames)
-            return true
-        }
-        func isStalled(_ client: Data) -> Bool { stalled.contains(client) }
-        func mayQueue(_ bytes: Int, to client: Data) -> Bool { !stalled.contains(client) }
-        func queuedBytes(to client: Data) -> Int { stalled.contains(client) ? 1 << 25 : 0 }
-        func toMotherboard(_ envelope: Envelope) throws -> Bool {
-            requests.append(envelope)
-            return true
-        }
-        func sendToBroker(_ envelope: Envelope) { asServices.append(envelope) }
-        func close() {}
-
-        /// The commands sent to `worker` (REQUEST, HEARTBEAT, DISCONNECT…), in order.
-        func commands(to worker: Data) -> [Majordomo.WorkerCommand] {
-            toPeers.filter { $0[0] == worker }.compactMap { Majordomo.WorkerCommand(rawValue: $0[2].first ?? 0) }
-        }
-    }
-
-    let links = Links()
+    let links = RecordingMajordomoLinks()
     let session: MajordomoSession
     var now = ContinuousClock.now
     let alice = Data("alice".utf8)

@@ -2,6 +2,7 @@ import BusCore
 import Foundation
 import Logging
 import MotherboardCore
+import MotherboardTesting
 import Testing
 
 @testable import MotherboardGateways
@@ -10,34 +11,7 @@ import Testing
 /// parent's and the time in, what it sends recorded.
 @Suite("Uplink session")
 struct UplinkSessionTests {
-    final class Links: UplinkLinks {
-        var toLocals: [Envelope] = []
-        var toParents: [Envelope] = []
-        /// On the served boards' connection.
-        var asBoards: [Envelope] = []
-        /// Whether the link's connection takes what goes up (false: not made yet).
-        var linkTakes = true
-        /// Commands whose send up fails (the socket throws) before one is taken again.
-        var failingCommands = 0
-        var diagnoses = 0
-
-        func toLocal(_ envelope: Envelope) { toLocals.append(envelope) }
-        func toParent(_ envelope: Envelope) throws -> Bool {
-            guard linkTakes else { return false }
-            if envelope.header.kind == .command, failingCommands > 0 {
-                failingCommands -= 1
-                throw BusError(.transport, "send failed")
-            }
-            toParents.append(envelope)
-            return true
-        }
-        func diagnose() { diagnoses += 1 }
-        func forgetDiagnosis() {}
-        func sendToBroker(_ envelope: Envelope) { asBoards.append(envelope) }
-        func close() {}
-    }
-
-    let links = Links()
+    let links = RecordingUplinkLinks()
     let session: UplinkSession
     var now = ContinuousClock.now
     let sensor = ScopedName(scope: "edge", name: "sensor")
