@@ -5,7 +5,8 @@ extension Motherboard {
     /// Questions for the broker itself, run-time flow registration, monitors, and the operations
     /// between motherboards: looked up in ``controlOperations``; whoever may not call one is refused
     /// before its handler runs.
-    func answerControl(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
+    func answerControl(_ envelope: Envelope, _ inbound: Inbound) {
+        let peer = inbound.peer
         do {
             guard let operation = controlOperations[envelope.header.typeName] else {
                 throw BusError(.malformed, "unknown control operation '\(envelope.header.typeName.escapedForDisplay())'")
@@ -13,13 +14,13 @@ extension Motherboard {
             switch operation.caller {
             case .anyone: break
             case .registeredBoard(let refusal):
-                guard sender(of: peer, envelope) != nil else { throw BusError(.notRegistered, refusal) }
+                guard inbound.sender != nil else { throw BusError(.notRegistered, refusal) }
             case .uplink(let refusal):
-                guard peerKind(of: peer, sender: sender(of: peer, envelope)) == .uplink else {
+                guard peerKind(of: peer, sender: inbound.sender) == .uplink else {
                     throw BusError(.unauthorized, refusal)
                 }
             }
-            try operation.handle(self, envelope, peer, now)
+            try operation.handle(self, envelope, inbound)
         } catch let error as BusError {
             reply(to: envelope, from: peer, error: error)
         } catch {
@@ -29,35 +30,36 @@ extension Motherboard {
 
     /// The broker's control operations, by name (``ControlOperation``).
     static let defaultControlOperations: [String: ControlOperationHandler] = [
-        ControlOperation.list: .init { motherboard, envelope, peer, now in
+        ControlOperation.list: .init { motherboard, envelope, inbound in
             let waiting = motherboard.manifest.boards.filter {
                 $0.start == .always && motherboard.registry[ScopedName(scope: $0.scope, name: $0.id.rawValue)] == nil
             }.map(\.id)
             let lost = motherboard.unreachable.values.map(motherboard.unreachableInfo)
-            let boards = (motherboard.registry.sorted.map { motherboard.info(for: $0, now: now) } + lost).sorted {
+            let boards = (motherboard.registry.sorted.map { motherboard.info(for: $0, now: inbound.now) } + lost).sorted {
                 ($0.scope, $0.id) < ($1.scope, $1.id)
             }
-            motherboard.reply(to: envelope, from: peer, with: BoardList(boards: boards, waitingFor: waiting))
+            motherboard.reply(to: envelope, from: inbound.peer, with: BoardList(boards: boards, waitingFor: waiting))
         },
-        ControlOperation.status: .init { motherboard, envelope, peer, now in
+        ControlOperation.status: .init { motherboard, envelope, inbound in
             let request = try PayloadCodec.decode(StatusRequest.self, from: envelope.payload)
             motherboard.reply(
-                to: envelope, from: peer, with: try motherboard.boardInfo(ScopedName(scope: request.scope, name: request.id.rawValue), now: now))
+                to: envelope, from: inbound.peer,
+                with: try motherboard.boardInfo(ScopedName(scope: request.scope, name: request.id.rawValue), now: inbound.now))
         },
-        ControlOperation.introspect: .init { motherboard, envelope, peer, now in
+        ControlOperation.introspect: .init { motherboard, envelope, inbound in
             let request = try PayloadCodec.decode(StatusRequest.self, from: envelope.payload)
             let name = ScopedName(scope: request.scope, name: request.id.rawValue)
-            let board = try motherboard.boardInfo(name, now: now)
+            let board = try motherboard.boardInfo(name, now: inbound.now)
             motherboard.reply(
-                to: envelope, from: peer,
+                to: envelope, from: inbound.peer,
                 with: Introspection(
                     board: board, outputTypes: motherboard.registry[name]?.registration.outputTypes ?? [], flows: motherboard.flows.touching(name),
                     schemas: motherboard.registry[name]?.registration.schemas))
         },
-        ControlOperation.tree: .init { motherboard, envelope, peer, now in
-            motherboard.reply(to: envelope, from: peer, with: motherboard.tree(now: now))
+        ControlOperation.tree: .init { motherboard, envelope, inbound in
+            motherboard.reply(to: envelope, from: inbound.peer, with: motherboard.tree(now: inbound.now))
         },
-        ControlOperation.stores: .init { motherboard, envelope, peer, _ in
+        ControlOperation.stores: .init { motherboard, envelope, inbound in
             let stores = motherboard.registry.sorted.flatMap { board in
                 board.registration.stores.map { name in
                     let schema = board.registration.schemas?.stores?[name]
@@ -66,69 +68,74 @@ extension Motherboard {
                         state: schema?.state?.summary)
                 }
             }
-            motherboard.reply(to: envelope, from: peer, with: StoreList(stores: stores.sorted { ($0.scope, $0.store) < ($1.scope, $1.store) }))
-        },
-        ControlOperation.flows: .init { motherboard, envelope, peer, _ in
             motherboard.reply(
-                to: envelope, from: peer, with: FlowList(flows: motherboard.flows.flows, droppedOutputs: motherboard.counters.droppedOutputs))
+                to: envelope, from: inbound.peer, with: StoreList(stores: stores.sorted { ($0.scope, $0.store) < ($1.scope, $1.store) }))
+        },
+        ControlOperation.flows: .init { motherboard, envelope, inbound in
+            motherboard.reply(
+                to: envelope, from: inbound.peer, with: FlowList(flows: motherboard.flows.flows, droppedOutputs: motherboard.counters.droppedOutputs))
         },
         ControlOperation.registerFlow: .init(caller: .registeredBoard("only a registered board can register a flow; it owns the flow")) {
-            motherboard, envelope, peer, _ in
-            guard let owner = motherboard.sender(of: peer, envelope) else {
+            motherboard, envelope, inbound in
+            guard let owner = inbound.sender else {
                 throw BusError(.notRegistered, "only a registered board can register a flow")
             }
             let spec = try PayloadCodec.decode(FlowSpec.self, from: envelope.payload)
             guard !spec.sources.isEmpty else { throw BusError(.badArgument, "a flow needs at least one source") }
-            motherboard.reply(to: envelope, from: peer, with: motherboard.flows.add(scope: owner.scope, owner: owner.id, spec: spec))
+            motherboard.reply(to: envelope, from: inbound.peer, with: motherboard.flows.add(scope: owner.scope, owner: owner.id, spec: spec))
         },
-        ControlOperation.removeFlow: .init { motherboard, envelope, peer, _ in
+        ControlOperation.removeFlow: .init { motherboard, envelope, inbound in
             let removal = try PayloadCodec.decode(FlowRemoval.self, from: envelope.payload)
-            try motherboard.flows.remove(id: removal.id, requester: motherboard.sender(of: peer, envelope)?.id)
-            motherboard.reply(to: envelope, from: peer, with: Delivery(delivered: 0))
+            try motherboard.flows.remove(id: removal.id, requester: inbound.sender?.id)
+            motherboard.reply(to: envelope, from: inbound.peer, with: Delivery(delivered: 0))
         },
-        ControlOperation.metrics: .init { motherboard, envelope, peer, _ in
+        ControlOperation.metrics: .init { motherboard, envelope, inbound in
             motherboard.refreshMetrics()
-            motherboard.reply(to: envelope, from: peer, with: MetricsText(text: motherboard.metrics.exposition()))
+            motherboard.reply(to: envelope, from: inbound.peer, with: MetricsText(text: motherboard.metrics.exposition()))
         },
-        ControlOperation.monitor: .init { motherboard, envelope, peer, now in
-            try motherboard.startMonitor(envelope, from: peer, principal: motherboard.receivingPrincipal, now: now)
+        ControlOperation.monitor: .init { motherboard, envelope, inbound in
+            try motherboard.startMonitor(envelope, from: inbound.peer, principal: inbound.principal, now: inbound.now)
         },
-        ControlOperation.ping: .init { motherboard, envelope, peer, _ in motherboard.reply(to: envelope, from: peer, with: Delivery(delivered: 0)) },
-        ControlOperation.restart: .init { motherboard, envelope, peer, now in
+        ControlOperation.ping: .init { motherboard, envelope, inbound in
+            motherboard.reply(to: envelope, from: inbound.peer, with: Delivery(delivered: 0))
+        },
+        ControlOperation.restart: .init { motherboard, envelope, inbound in
             let request = try PayloadCodec.decode(StatusRequest.self, from: envelope.payload)
             let name = ScopedName(scope: request.scope, name: request.id.rawValue)
-            try motherboard.restart(name, now: now)
-            motherboard.reply(to: envelope, from: peer, with: try motherboard.boardInfo(name, now: now))
+            try motherboard.restart(name, now: inbound.now)
+            motherboard.reply(to: envelope, from: inbound.peer, with: try motherboard.boardInfo(name, now: inbound.now))
         },
-        ControlOperation.deadLetters: .init { motherboard, envelope, peer, _ in
-            motherboard.reply(to: envelope, from: peer, with: DeadLetterList(letters: motherboard.ledger.deadLetters.map(\.letter)))
+        ControlOperation.deadLetters: .init { motherboard, envelope, inbound in
+            motherboard.reply(to: envelope, from: inbound.peer, with: DeadLetterList(letters: motherboard.ledger.deadLetters.map(\.letter)))
         },
-        ControlOperation.deadLettersReplay: .init { motherboard, envelope, peer, now in
-            try motherboard.replayDeadLetter(envelope, from: peer, now: now)
+        ControlOperation.deadLettersReplay: .init { motherboard, envelope, inbound in
+            try motherboard.replayDeadLetter(envelope, from: inbound.peer, now: inbound.now)
         },
         ControlOperation.inputRefused: .init(caller: .registeredBoard("only a board reports the inputs it refused")) {
-            motherboard, envelope, peer, now in
-            try motherboard.noteRefusedInput(envelope, from: peer, now: now)
+            motherboard, envelope, inbound in
+            try motherboard.noteRefusedInput(envelope, from: inbound.peer, now: inbound.now)
         },
         ControlOperation.deliveryTaken: .init(caller: .registeredBoard("only the board an activation was handed to takes it")) {
-            motherboard, envelope, peer, _ in
-            try motherboard.takeDelivery(envelope, from: peer)
+            motherboard, envelope, inbound in
+            try motherboard.takeDelivery(envelope, from: inbound.peer)
         },
-        ControlOperation.policyCheck: .init { motherboard, envelope, peer, _ in try motherboard.answerPolicyCheck(envelope, from: peer) },
-        ControlOperation.policyShow: .init { motherboard, envelope, peer, _ in motherboard.answerPolicyShow(envelope, from: peer) },
+        ControlOperation.policyCheck: .init { motherboard, envelope, inbound in try motherboard.answerPolicyCheck(envelope, from: inbound.peer) },
+        ControlOperation.policyShow: .init { motherboard, envelope, inbound in motherboard.answerPolicyShow(envelope, from: inbound.peer) },
         // Between motherboards (ours at both ends): the uplink proves itself with its secret, a
         // child's link asks for the chain above, the uplink says what is above its motherboard.
-        ControlOperation.uplinkAttach: .init(federation: true) { motherboard, envelope, peer, _ in try motherboard.attachUplink(envelope, from: peer)
+        ControlOperation.uplinkAttach: .init(federation: true) { motherboard, envelope, inbound in
+            try motherboard.attachUplink(envelope, from: inbound.peer)
         },
-        ControlOperation.exportAttach: .init(federation: true) { motherboard, envelope, peer, _ in
-            try motherboard.attachExporter(envelope, from: peer)
+        ControlOperation.exportAttach: .init(federation: true) { motherboard, envelope, inbound in
+            try motherboard.attachExporter(envelope, from: inbound.peer)
         },
-        ControlOperation.linkChain: .init(federation: true) { motherboard, envelope, peer, _ in try motherboard.answerLinkChain(envelope, from: peer)
+        ControlOperation.linkChain: .init(federation: true) { motherboard, envelope, inbound in
+            try motherboard.answerLinkChain(envelope, from: inbound.peer)
         },
         ControlOperation.uplinkChain: .init(caller: .uplink("only this motherboard's own uplink says what is above it"), federation: true) {
-            motherboard, envelope, peer, _ in
+            motherboard, envelope, inbound in
             motherboard.ancestors = try PayloadCodec.decode(LinkChain.self, from: envelope.payload).ids
-            motherboard.reply(to: envelope, from: peer, with: Delivery(delivered: 0))
+            motherboard.reply(to: envelope, from: inbound.peer, with: Delivery(delivered: 0))
         },
     ]
 
@@ -204,11 +211,11 @@ package struct ControlOperationHandler: Sendable {
     package let caller: Caller
     /// An operation between motherboards, not for clients (the last rows of PROTOCOL 5.7).
     package let federation: Bool
-    package let handle: @Sendable (Motherboard, Envelope, PeerID, ContinuousClock.Instant) throws -> Void
+    package let handle: @Sendable (Motherboard, Envelope, Inbound) throws -> Void
 
     package init(
         caller: Caller = .anyone, federation: Bool = false,
-        handle: @escaping @Sendable (Motherboard, Envelope, PeerID, ContinuousClock.Instant) throws -> Void
+        handle: @escaping @Sendable (Motherboard, Envelope, Inbound) throws -> Void
     ) {
         self.caller = caller
         self.federation = federation

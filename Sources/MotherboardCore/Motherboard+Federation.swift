@@ -27,26 +27,6 @@ extension Motherboard {
         drop(board.name, reason: reason, unreachableSince: board.remote == nil ? nil : now)
     }
 
-    /// Keys removed from the allow-list: every board registered over a connection that
-    /// authenticated with one of them is dropped (not kept as unreachable: its key may not come
-    /// back), and so is what is kept of such boards whose link was down.
-    package func revoke(keys names: Set<String>) {
-        revokedPrincipals.formUnion(names)
-        for board in registry.boards.values where board.remote.map({ names.contains($0.keyName) }) == true {
-            drop(board.name, reason: "its key '\(board.remote?.keyName ?? "")' was removed from the allow-list")
-        }
-        for (name, lost) in unreachable where lost.board.remote.map({ names.contains($0.keyName) }) == true {
-            unreachable[name] = nil
-        }
-    }
-
-    /// Names listed in the allow-list again (`listed` is the whole list now): their principals
-    /// are no longer refused as revoked.
-    package func reinstate(listed: Set<String>) {
-        guard !revokedPrincipals.isEmpty else { return }
-        revokedPrincipals.subtract(listed)
-    }
-
     /// Forgets boards unreachable for longer than the retention.
     func forgetLongUnreachable(now: ContinuousClock.Instant) {
         guard !unreachable.isEmpty else { return }

@@ -136,7 +136,7 @@ extension Motherboard {
             // A remote principal's monitor sees what the access policy lets it see.
             var payloadAllowed = true
             if let principal = monitor.principal {
-                let seen = monitorSees(principal, scope: header.scope, boards: (source, target))
+                let seen = access.monitorSees(principal, scope: header.scope, boards: (source, target))
                 guard seen.sees else { continue }
                 payloadAllowed = seen.payload
             }

@@ -5,15 +5,17 @@ extension Motherboard {
     /// `command` (interaction): forwarded to the live board; to an on-demand board of the manifest
     /// that is not running, held while the broker starts it (as an activation is) and delivered
     /// with what is left of its deadline once it registers.
-    func command(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        let sender = sender(of: peer, envelope)
+    func command(_ envelope: Envelope, _ inbound: Inbound) {
+        let (peer, sender, now) = (inbound.peer, inbound.sender, inbound.now)
         let name = ScopedName(scope: scope(of: envelope, sender: sender), name: envelope.header.target)
         guard let target = registry[name] else {
             if forwardUp(envelope, name: name, from: peer, sender: sender, now: now) { return }
             if let entry = manifest.board(named: name.name, scope: name.scope), entry.start == .onDemand, producer != nil {
                 var header = envelope.header
                 Self.speak(&header, as: sender)
-                return hold(Envelope(header: header, payload: envelope.payload), for: name, entry: entry, client: peer, now: now)
+                return hold(
+                    Envelope(header: header, payload: envelope.payload), for: name, entry: entry, client: peer, principal: inbound.principal,
+                    now: now)
             }
             return reply(to: envelope, from: peer, error: notLiveError(name))
         }
@@ -23,8 +25,8 @@ extension Motherboard {
 
     /// `activate` (nextToBoard): to the live board in the sender's scope, or, when the manifest can
     /// produce it, to a process started for it (the input waits in a bounded queue until it registers).
-    func activate(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        let sender = sender(of: peer, envelope)
+    func activate(_ envelope: Envelope, _ inbound: Inbound) {
+        let (peer, sender) = (inbound.peer, inbound.sender)
         let name = ScopedName(scope: scope(of: envelope, sender: sender), name: envelope.header.target)
         var header = envelope.header
         if let sender {
@@ -33,12 +35,13 @@ extension Motherboard {
         header.scope = name.scope
         // The delivery count is the broker's to set (an at-least-once redelivery), never a sender's.
         header.deliveryCount = nil
-        activate(name, with: Envelope(header: header, payload: envelope.payload), client: peer, now: now)
+        activate(name, with: Envelope(header: header, payload: envelope.payload), client: peer, principal: inbound.principal, now: inbound.now)
     }
 
     /// Activates `name` with `envelope` (an `activate` message), starting its process if needed.
-    /// `client` is the peer to answer, nil for activations made by flows.
-    func activate(_ name: ScopedName, with envelope: Envelope, client: PeerID?, now: ContinuousClock.Instant) {
+    /// `client` is the peer to answer, nil for activations made by flows; `principal`, the client's
+    /// remote principal, if it has one (it may start the board only where the policy says).
+    func activate(_ name: ScopedName, with envelope: Envelope, client: PeerID?, principal: String? = nil, now: ContinuousClock.Instant) {
         if let target = registry[name] {
             target.activations += 1
             if target.maxDeliveries != nil { return deliverAtLeastOnce(envelope, to: target, client: client) }
@@ -49,18 +52,17 @@ extension Motherboard {
             logger.warning("activation of a board that is not running", metadata: ["board": "\(name)"])
             return refuseHeld(envelope, client: client, notLiveError(name))
         }
-        hold(envelope, for: name, entry: entry, client: client, now: now)
+        hold(envelope, for: name, entry: entry, client: client, principal: principal, now: now)
     }
 
     /// Holds an input (an activation or a command) for a manifest board that is not running, in a
     /// bounded queue, starting its process unless a start is under way.
-    private func hold(_ envelope: Envelope, for name: ScopedName, entry: FleetManifest.Board, client: PeerID?, now: ContinuousClock.Instant) {
+    private func hold(
+        _ envelope: Envelope, for name: ScopedName, entry: FleetManifest.Board, client: PeerID?, principal: String?, now: ContinuousClock.Instant
+    ) {
         // A remote principal's input starts a board only where the access policy says it may.
-        if let client, let principal = receivingPrincipal {
-            let decision = decide(PolicyQuestion(principal: principal, operation: .start, target: name.description, command: nil))
-            guard decision.allowed else {
-                return reply(to: envelope, from: client, error: denial(principal, .start, target: name.description, decision))
-            }
+        if let client, let principal, let refusal = access.startForbidden(principal, name: name) {
+            return reply(to: envelope, from: client, error: refusal)
         }
         let input = HeldInput(envelope: envelope, client: client, since: now)
         switch supervisor.enqueue(input, for: name, limit: settings.activationQueueLimit) {
@@ -189,8 +191,9 @@ extension Motherboard {
     }
 
     /// A board's answer to a forwarded request: relayed to the client under its own correlation id.
-    func relayReply(_ envelope: Envelope, from peer: PeerID) {
-        let sender = sender(of: peer, envelope)
+    func relayReply(_ envelope: Envelope, _ inbound: Inbound) {
+        let peer = inbound.peer
+        let sender = inbound.sender
         if acknowledgeDelivery(envelope, from: sender) { return }
         // Late (after a timeout: nobody waits for it) or forged (not from the board the request
         // went to, on its connection, and on a gateway's connection, named): dropped.
@@ -253,8 +256,9 @@ extension Motherboard {
     ///
     /// A registered board always speaks as itself; an unregistered client (busctl `emit`) may name
     /// the source and scope it emits for, to test flows.
-    func routeOutput(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        let sender = sender(of: peer, envelope)
+    func routeOutput(_ envelope: Envelope, _ inbound: Inbound) {
+        let (peer, now) = (inbound.peer, inbound.now)
+        let sender = inbound.sender
         let sourceName = sender?.id.rawValue ?? envelope.header.source
         guard BoardID.isValid(sourceName) else {
             return reply(to: envelope, from: peer, error: BusError(.badArgument, "output without a valid source board id"))
@@ -331,8 +335,9 @@ extension Motherboard {
     /// more part of its delivery, counted by their subscribers); one that came from there
     /// (``exporter``) is delivered here only, from its scope if this manifest declares it, else
     /// in the root scope.
-    func deliverAction(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        let sender = sender(of: peer, envelope)
+    func deliverAction(_ envelope: Envelope, _ inbound: Inbound) {
+        let (peer, now) = (inbound.peer, inbound.now)
+        let sender = inbound.sender
         let fromCluster = exporter != nil && peer == exporter
         var sendingScope = scope(of: envelope, sender: sender)
         if fromCluster, !scopes.contains(sendingScope) { sendingScope = .root }
@@ -384,8 +389,9 @@ extension Motherboard {
     /// `complete(isDone)`: fires the board's completion flows exactly once, removes it from the
     /// registry and refuses later messages from that instance; its process then exits. Activating
     /// the id again starts a fresh instance.
-    func complete(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        guard let board = sender(of: peer, envelope) else {
+    func complete(_ envelope: Envelope, _ inbound: Inbound) {
+        let (peer, now) = (inbound.peer, inbound.now)
+        guard let board = inbound.sender else {
             return reply(to: envelope, from: peer, error: BusError(.notRegistered, "only a registered board can complete"))
         }
         let completion = (try? PayloadCodec.decode(Completion.self, from: envelope.payload)) ?? Completion(isDone: true)

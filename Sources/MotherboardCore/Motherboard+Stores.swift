@@ -11,8 +11,9 @@ extension Motherboard {
     }
 
     /// `dispatch` and the `store` operations that go to the owner.
-    func routeStore(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        let sender = sender(of: peer, envelope)
+    func routeStore(_ envelope: Envelope, _ inbound: Inbound) {
+        let (peer, now) = (inbound.peer, inbound.now)
+        let sender = inbound.sender
         let store = ScopedName(scope: scope(of: envelope, sender: sender), name: envelope.header.target)
         if envelope.header.kind == .store {
             switch envelope.header.typeName {

@@ -65,7 +65,16 @@ public final class Motherboard {
     public let settings: MotherboardSettings
     // The routing state below is touched on every message, only on the loop thread and never
     // while an access to it is open, so the runtime's exclusivity checks are skipped for it.
-    @exclusivity(unchecked) public package(set) var counters = MotherboardCounters()
+    @exclusivity(unchecked) var ownCounters = MotherboardCounters()
+    /// What the broker counted, the access policy's refusals with it.
+    public package(set) var counters: MotherboardCounters {
+        get {
+            var counters = ownCounters
+            counters.denied = access.denied
+            return counters
+        }
+        _modify { yield &ownCounters }
+    }
     let scopes: ScopeTable
     var flows = FlowTable()
     let registry = BoardRegistry()
@@ -113,23 +122,8 @@ public final class Motherboard {
     var loopedActions = LogThrottle(every: .seconds(10))
     /// `busctl monitor`s attached: while there is none, routing does not look at them.
     @exclusivity(unchecked) var monitors = MonitorTable()
-    /// Rules every message must pass at the admission gate (``admit(_:hasContentType:from:sender:target:)``),
-    /// after the broker's own: where who may do what is decided.
-    @exclusivity(unchecked) package var admissionRules: [AdmissionRule] = []
-    /// Who may do what, for remote principals (``install(policy:source:text:)``).
-    var policy = AccessPolicy()
-    var policySource: String?
-    var policyText: String?
-    var decisions = PolicyDecisions()
-    /// Names removed from the allow-list (``revoke(keys:)``) and not listed again: a message of
-    /// one of them is refused whatever the policy says.
-    package internal(set) var revokedPrincipals: Set<String> = []
-    var deniedLog = LogThrottle(every: .seconds(1))
-    /// The principal of the message ``receive(_:from:now:remote:process:principal:)`` handles.
-    var receivingPrincipal: String?
-    /// Where each control operation a remote principal was allowed is written (the audit log).
-    /// Called with the principal and the line; the daemon's log bounds each principal's rate.
-    package var audit: ((_ principal: String, _ line: String) -> Void)?
+    /// Who may do what: the policy, its decisions, revoked principals, admission rules, audit.
+    package let access: AccessControl
     /// The control operations the broker answers, by name (``answerControl(_:from:now:)``).
     package var controlOperations = Motherboard.defaultControlOperations
     private let transport: any MotherboardTransport
@@ -149,6 +143,7 @@ public final class Motherboard {
         self.transport = transport
         self.producer = producer
         self.logger = logger
+        self.access = AccessControl(metrics: metrics, logger: logger)
         for (scope, spec) in try manifest.flowSpecs() {
             flows.add(scope: scope, owner: nil, spec: spec)
         }
@@ -201,7 +196,6 @@ public final class Motherboard {
             }
             principal = claimed
         }
-        receivingPrincipal = principal
         sender?.lastSeen = now
         (sender?.metrics ?? metrics.clients).received(envelope.header.kind)
         if !monitors.isEmpty, Self.endsAtBroker(envelope.header.kind) { observeReceived(envelope, from: peer) }
@@ -213,19 +207,25 @@ public final class Motherboard {
         {
             return reply(to: envelope, from: peer, error: refusal)
         }
-        if let refusal = authorize(envelope, principal: principal, sender: sender) { return reply(to: envelope, from: peer, error: refusal) }
+        if let principal,
+            let refusal = access.authorize(
+                envelope.header, principal: principal, scope: scope(of: envelope, sender: sender), fromBoard: sender != nil)
+        {
+            return reply(to: envelope, from: peer, error: refusal)
+        }
+        let inbound = Inbound(peer: peer, sender: sender, principal: principal, now: now)
         switch envelope.header.kind {
-        case .register: register(envelope, from: peer, now: now, remote: remote, process: process, principal: principal)
-        case .unregister: unregister(envelope, from: peer)
-        case .heartbeat: heartbeat(envelope, from: peer)
-        case .activate: activate(envelope, from: peer, now: now)
-        case .command: command(envelope, from: peer, now: now)
-        case .output: routeOutput(envelope, from: peer, now: now)
-        case .action: deliverAction(envelope, from: peer, now: now)
-        case .complete: complete(envelope, from: peer, now: now)
-        case .control: answerControl(envelope, from: peer, now: now)
-        case .reply, .error: relayReply(envelope, from: peer)
-        case .dispatch, .store: routeStore(envelope, from: peer, now: now)
+        case .register: register(envelope, inbound, remote: remote, process: process)
+        case .unregister: unregister(envelope, inbound)
+        case .heartbeat: heartbeat(envelope, inbound)
+        case .activate: activate(envelope, inbound)
+        case .command: command(envelope, inbound)
+        case .output: routeOutput(envelope, inbound)
+        case .action: deliverAction(envelope, inbound)
+        case .complete: complete(envelope, inbound)
+        case .control: answerControl(envelope, inbound)
+        case .reply, .error: relayReply(envelope, inbound)
+        case .dispatch, .store: routeStore(envelope, inbound)
         case .flowEvent: reply(to: envelope, from: peer, error: BusError(.malformed, "flowEvent is sent by the broker only"))
         }
     }
@@ -306,9 +306,8 @@ public final class Motherboard {
         return producer.isRunning(process) && !producer.isStopped(process)
     }
 
-    private func register(
-        _ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant, remote: RemotePeer?, process: Int32?, principal: String?
-    ) {
+    private func register(_ envelope: Envelope, _ inbound: Inbound, remote: RemotePeer?, process: Int32?) {
+        let (peer, now, principal) = (inbound.peer, inbound.now, inbound.principal)
         let registration: Registration
         do {
             registration = try PayloadCodec.decode(Registration.self, from: envelope.payload)
@@ -420,16 +419,16 @@ public final class Motherboard {
         return zip(left, right).reduce(UInt8(0)) { $0 | ($1.0 ^ $1.1) } == 0
     }
 
-    private func unregister(_ envelope: Envelope, from peer: PeerID) {
-        if let board = sender(of: peer, envelope) { drop(board.name, reason: "unregistered") }
-        reply(to: envelope, from: peer, with: Delivery(delivered: 0))
+    private func unregister(_ envelope: Envelope, _ inbound: Inbound) {
+        if let board = inbound.sender { drop(board.name, reason: "unregistered") }
+        reply(to: envelope, from: inbound.peer, with: Delivery(delivered: 0))
     }
 
-    private func heartbeat(_ envelope: Envelope, from peer: PeerID) {
-        let header = envelope.header
+    private func heartbeat(_ envelope: Envelope, _ inbound: Inbound) {
+        let (header, peer) = (envelope.header, inbound.peer)
         // A heartbeat from a peer we do not know means the board registered with an earlier
         // broker: tell it to register again (a gateway: the board its heartbeat named).
-        if sender(of: peer, envelope) == nil && !retiredPeers.contains(peer) {
+        if inbound.sender == nil && !retiredPeers.contains(peer) {
             let error = BusError(.notRegistered, "this motherboard does not know you; register again")
             let answer = EnvelopeHeader(kind: .error, target: header.source, scope: header.scope, typeName: error.code.name)
             send(Envelope(header: answer, payload: PayloadCodec.encodeOrEmpty(error)), to: peer)
@@ -585,25 +584,5 @@ public final class Motherboard {
             return BusError(.boardNotRunning, "board '\(name)' is in the manifest but not running")
         }
         return BusError(.noSuchBoard, "no board '\(name)' is running and the manifest cannot start one")
-    }
-}
-
-/// A bounded set, forgetting the oldest first.
-struct BoundedSet<Element: Hashable> {
-    private var order = Deque<Element>()
-    private var members: Set<Element> = []
-    let capacity: Int
-
-    init(capacity: Int) { self.capacity = capacity }
-
-    func contains(_ element: Element) -> Bool { members.contains(element) }
-
-    /// Whether it was not a member yet.
-    @discardableResult
-    mutating func insert(_ element: Element) -> Bool {
-        guard members.insert(element).inserted else { return false }
-        order.append(element)
-        if order.count > capacity { members.remove(order.removeFirst()) }
-        return true
     }
 }

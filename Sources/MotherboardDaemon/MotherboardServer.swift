@@ -161,7 +161,7 @@ public final class MotherboardServer: Service {
         let policy = try PolicyFile(path: policyPath(stateDirectory: stateDirectory), logger: logger)
         motherboard.install(policy: policy.policy, source: policy.path, text: policy.text)
         let audit = AuditLog(path: "\(stateDirectory)/audit.log", maximumBytes: options.maximumLogBytes, logger: logger)
-        motherboard.audit = { principal, line in audit.write(principal: principal, line) }
+        motherboard.access.audit = { principal, line in audit.write(principal: principal, line) }
         // What an earlier broker's at-least-once boards had not answered goes to them again.
         let deliveries = DeliveryLogFile(path: "\(stateDirectory)/deliveries.log", logger: logger)
         let journaled = try deliveries.load()

@@ -117,13 +117,12 @@ final class RouterLoopHandler: SocketLoopHandler {
         guard let allowList, let gate else { return }
         allowList.refresh()
         let revoked = allowList.takeRevoked()
-        guard !revoked.names.isEmpty || !revoked.keys.isEmpty || gate.hasRevokedCurveKeys || !motherboard.revokedPrincipals.isEmpty
+        guard !revoked.names.isEmpty || !revoked.keys.isEmpty || gate.hasRevokedCurveKeys || motherboard.access.hasRevoked
         else { return }
         // A name or key listed again (removed and put back between two reads) is no longer refused.
         let listed = allowList.listed
         gate.revoke(curveKeys: revoked.keys, listed: listed.keys)
-        if !revoked.names.isEmpty { motherboard.revoke(keys: revoked.names) }
-        motherboard.reinstate(listed: listed.names)
+        motherboard.allowListChanged(removed: revoked.names, listed: listed.names)
         guard !revoked.names.isEmpty || !revoked.keys.isEmpty else { return }
         let closed = gate.close(connectionsOfKeys: revoked.names, curveKeys: revoked.keys.subtracting(listed.keys))
         motherboard.logger.notice(
@@ -182,10 +181,10 @@ final class RouterLoopHandler: SocketLoopHandler {
     private func refusedAsRevoked(
         _ principal: String, _ message: borrowing ReceivedMessage, from peer: PeerID, on socket: ZMQSocket
     ) -> Bool {
-        guard let gate, gate.hasRevokedCurveKeys || motherboard.isRevoked(principal) else { return false }
+        guard let gate, gate.hasRevokedCurveKeys || motherboard.access.isRevoked(principal) else { return false }
         let key = ConnectionKey(name: principal, curveKey: socket.lastReceivedProperty(ZAPHandler.curveKeyProperty))
         let keyRevoked = key.curveKey.map(gate.isRevoked(curveKey:)) == true
-        guard keyRevoked || motherboard.isRevoked(principal) else { return false }
+        guard keyRevoked || motherboard.access.isRevoked(principal) else { return false }
         let descriptor = socket.lastSourceDescriptor
         if !revokedConnections.contains(where: { $0.descriptor == descriptor }) { revokedConnections.append((descriptor, key)) }
         guard keyRevoked else { return false }

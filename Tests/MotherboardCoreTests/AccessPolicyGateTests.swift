@@ -125,7 +125,7 @@ struct AccessPolicyGateTests {
     @Test func aRemovedKeysNameIsRefusedWhateverThePolicyGrantsUntilListedAgain() throws {
         let harness = try harness()
         let greet = EnvelopeHeader(kind: .command, target: "demo.greeter", typeName: "greet")
-        harness.motherboard.revoke(keys: ["edge-b"])
+        harness.motherboard.allowListChanged(removed: ["edge-b"], listed: [])
         let refused = send(harness, greet, from: remote, principal: "edge-b")
         #expect(refused.first?.carriedError?.code == .unauthorized)
         #expect(refused.first?.carriedError?.message.contains("the key 'edge-b' was removed from the allow-list") == true)
@@ -139,8 +139,8 @@ struct AccessPolicyGateTests {
         // The broker's own user is not touched.
         #expect(send(harness, greet, from: harness.client, principal: nil).isEmpty)
         // Listed again.
-        harness.motherboard.reinstate(listed: ["edge-b", "ops"])
-        #expect(harness.motherboard.revokedPrincipals.isEmpty)
+        harness.motherboard.allowListChanged(removed: [], listed: ["edge-b", "ops"])
+        #expect(harness.motherboard.access.revoked.isEmpty)
         #expect(send(harness, greet, from: remote, principal: "edge-b").isEmpty)
         #expect(harness.transport.take(for: greeter).count == 2)
     }

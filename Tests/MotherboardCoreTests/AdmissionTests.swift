@@ -18,7 +18,7 @@ struct AdmissionTests {
         harness.register("demo.greeter", peer: greeter)
         harness.register("app.dashboard", peer: dashboard)
         harness.transport.sent.removeAll()
-        harness.motherboard.admissionRules = rules
+        harness.motherboard.access.admissionRules = rules
         return harness
     }
 
@@ -99,8 +99,8 @@ struct ControlOperationTableTests {
         let harness = try Harness()
         harness.register("demo.greeter", peer: greeter)
         harness.motherboard.controlOperations["test.boards"] = ControlOperationHandler(caller: .registeredBoard("boards only")) {
-            motherboard, envelope, peer, _ in
-            motherboard.reply(to: envelope, from: peer, with: Delivery(delivered: motherboard.registry.boards.count))
+            motherboard, envelope, inbound in
+            motherboard.reply(to: envelope, from: inbound.peer, with: Delivery(delivered: motherboard.registry.boards.count))
         }
         #expect(control(harness, "test.boards", from: greeter)?.kind == .reply)
         let refused = control(harness, "test.boards", from: harness.client)

@@ -17,7 +17,7 @@ struct FederationTests {
         _ harness: Harness, _ id: BoardID, peer: PeerID, secret: String = "s3cret", scope: Scope = .root,
         remote: RemotePeer = RemotePeer(address: "10.0.0.2", keyName: "edge-b")
     ) -> [Envelope] {
-        if harness.motherboard.policy.rules.isEmpty {
+        if harness.motherboard.access.policy.rules.isEmpty {
             harness.motherboard.install(
                 policy: AccessPolicy(rules: [.init(name: "remote boards", allows: true, operations: [.register], principals: ["*"])]), source: nil)
         }

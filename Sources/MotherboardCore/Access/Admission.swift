@@ -38,9 +38,9 @@ extension Motherboard {
     /// in-place path (``routeInPlace(_:from:now:)``, which leaves a refused message to the parsed
     /// path). A rule that must hold for every message is written here, once: the broker's own
     /// (a completed instance sends only control; a content type labels commands and replies
-    /// only), then ``admissionRules`` in order. `target` is read only when there are rules.
+    /// only), then ``AccessControl/admissionRules`` in order. `target` is read only when there are rules.
     /// A remote principal's message is then asked of the access policy
-    /// (``authorize(_:principal:sender:)``); the in-place path never routes one.
+    /// (``AccessControl/authorize(_:principal:scope:fromBoard:)``); the in-place path never routes one.
     func admit(
         _ kind: MessageKind, hasContentType: Bool, from peer: PeerID, sender: LiveBoard?, target: () -> String
     ) -> BusError? {
@@ -50,9 +50,9 @@ extension Motherboard {
         if hasContentType, kind != .command, kind != .reply {
             return BusError(.badArgument, "a content type (header field 3) is for commands and replies only; send \(kind) as JSON")
         }
-        guard !admissionRules.isEmpty else { return nil }
+        guard !access.admissionRules.isEmpty else { return nil }
         let request = AdmissionRequest(kind: kind, peer: peer, peerKind: peerKind(of: peer, sender: sender), board: sender?.name, target: target())
-        for rule in admissionRules {
+        for rule in access.admissionRules {
             if let refusal = rule.check(request) { return refusal }
         }
         return nil
