@@ -154,10 +154,10 @@ public final class MotherboardServer: Service {
             producer: LauncherProducer(launcher: launcher), logger: logger, metrics: metrics)
         let attach =
             try options.attach ?? options.manifest.attach.map { try UplinkSettings(manifest: $0, directory: options.manifest.directory) }
-        if attach != nil { motherboard.uplinkSecret = Registration.makeSecret() }
+        if attach != nil { motherboard.links.uplinkSecret = Registration.makeSecret() }
         let nats =
             try options.nats ?? options.manifest.nats.map { try NATSGatewaySettings(manifest: $0, directory: options.manifest.directory) }
-        if nats != nil { motherboard.exportSecret = Registration.makeSecret() }
+        if nats != nil { motherboard.links.exportSecret = Registration.makeSecret() }
         let policy = try PolicyFile(path: policyPath(stateDirectory: stateDirectory), logger: logger)
         motherboard.install(policy: policy.policy, source: policy.path, text: policy.text)
         let audit = AuditLog(path: "\(stateDirectory)/audit.log", maximumBytes: options.maximumLogBytes, logger: logger)
@@ -165,7 +165,7 @@ public final class MotherboardServer: Service {
         // What an earlier broker's at-least-once boards had not answered goes to them again.
         let deliveries = DeliveryLogFile(path: "\(stateDirectory)/deliveries.log", logger: logger)
         let journaled = try deliveries.load()
-        motherboard.deliveryJournal = deliveries
+        motherboard.deliveries.journal = deliveries
         motherboard.restoreDeliveries(journaled.pending, deadLetters: journaled.deadLetters, now: .now)
         var startFailure: (any Error)?
         var metricsEndpoint: MetricsEndpoint?
@@ -219,8 +219,8 @@ public final class MotherboardServer: Service {
                     configurations.append(.majordomo(endpoint: mdp))
                 }
             }
-            if let attach, let secret = motherboard.uplinkSecret { configurations.append(.uplink(attach, secret: secret)) }
-            if let nats, let secret = motherboard.exportSecret { configurations.append(.nats(nats, secret: secret)) }
+            if let attach, let secret = motherboard.links.uplinkSecret { configurations.append(.uplink(attach, secret: secret)) }
+            if let nats, let secret = motherboard.links.exportSecret { configurations.append(.nats(nats, secret: secret)) }
             for configuration in configurations {
                 do {
                     let gateway = try Gateways.make(configuration, environment: environment)

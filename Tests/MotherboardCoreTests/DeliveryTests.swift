@@ -55,7 +55,7 @@ struct DeliveryTests {
         let answer = harness.transport.take(for: harness.client)
         #expect(answer.map(\.header.correlationID) == [77])
         #expect(answer.map(\.payload) == [Data("paid".utf8)])
-        #expect(harness.motherboard.ledger.pending.isEmpty)
+        #expect(harness.motherboard.deliveries.ledger.pending.isEmpty)
         // A late answer of the first instance, or a second one, changes nothing.
         harness.deliver(again[0].reply(payload: Data("again".utf8), source: "pay"), from: second)
         #expect(harness.transport.take(for: harness.client).isEmpty)
@@ -90,7 +90,7 @@ struct DeliveryTests {
         let replayed = start(harness, producer, as: PeerID(Data([0xA4])))
         #expect(replayed.map(\.header.deliveryCount) == [1])
         #expect(replayed.map(\.payload) == [Data("poison".utf8)])
-        #expect(harness.motherboard.ledger.deadLetters.isEmpty)
+        #expect(harness.motherboard.deliveries.ledger.deadLetters.isEmpty)
         harness.request(
             EnvelopeHeader(kind: .control, typeName: ControlOperation.deadLettersReplay),
             payload: try PayloadCodec.encode(DeadLetterReplay(id: letter.id)),
@@ -111,8 +111,8 @@ struct DeliveryTests {
         let handed = harness.transport.take(for: first)
         #expect(handed.map(\.header.deliveryCount) == [1])
         #expect(handed.first?.header.correlationID != id)
-        #expect(harness.motherboard.ledger.pending[id]?.envelope.payload == Data("genuine".utf8))
-        #expect(harness.motherboard.ledger.pending.count == 2)
+        #expect(harness.motherboard.deliveries.ledger.pending[id]?.envelope.payload == Data("genuine".utf8))
+        #expect(harness.motherboard.deliveries.ledger.pending.count == 2)
     }
 
     /// The default is what it was: an activation lost with its board is not delivered again.
@@ -125,7 +125,7 @@ struct DeliveryTests {
         crash(harness, producer)
         #expect(producer.started.count == 1)
         #expect(harness.transport.take(for: harness.client).first?.carriedError?.code == .outcomeUnknown)
-        #expect(harness.motherboard.ledger.pending.isEmpty)
+        #expect(harness.motherboard.deliveries.ledger.pending.isEmpty)
     }
 
     /// Bounded: past its share, a board's new at-least-once activation is refused `busy`.
@@ -173,7 +173,7 @@ struct DeliveryTests {
         let producer = RecordingProducer()
         let harness = try Harness(manifest: Self.manifest(.atLeastOnce), producer: producer)
         let journal = Journal()
-        harness.motherboard.deliveryJournal = journal
+        harness.motherboard.deliveries.journal = journal
         activate(harness, "A-1")
         let delivered = start(harness, producer, as: first)
         let id = try #require(delivered.first?.header.correlationID)
@@ -192,7 +192,7 @@ struct DeliveryTests {
         #expect(again.map(\.payload) == [Data("A-1".utf8)])
         // Its answer goes nowhere (nobody waits any more) and empties the ledger.
         restarted.deliver(again[0].reply(payload: Data("paid".utf8), source: "pay"), from: third)
-        #expect(restarted.motherboard.ledger.pending.isEmpty)
+        #expect(restarted.motherboard.deliveries.ledger.pending.isEmpty)
         // A new id from this broker does not take a restored one's.
         activate(restarted, "A-3")
         #expect(restarted.transport.take(for: third).first.map { $0.header.correlationID > id } == true)
@@ -215,7 +215,7 @@ struct DeliveryTests {
         #expect(producer.started.count == 1)
         let delivered = start(harness, producer, as: first)
         #expect(delivered.map(\.header.correlationID) == [bit | 4] && delivered.map(\.header.deliveryCount) == [2])
-        #expect(harness.motherboard.ledger.deadLetters.map(\.letter.id) == [9])
+        #expect(harness.motherboard.deliveries.ledger.deadLetters.map(\.letter.id) == [9])
     }
 
     @Test func anActivationTheJournalCannotKeepIsRefusedNotDelivered() throws {
@@ -223,11 +223,11 @@ struct DeliveryTests {
         let harness = try Harness(manifest: Self.manifest(.atLeastOnce), producer: producer)
         let journal = Journal()
         journal.failing = true
-        harness.motherboard.deliveryJournal = journal
+        harness.motherboard.deliveries.journal = journal
         activate(harness)
         #expect(start(harness, producer, as: first).isEmpty)
         #expect(harness.transport.take(for: harness.client).first?.carriedError?.code == .storageFailed)
-        #expect(harness.motherboard.ledger.pending.isEmpty)
+        #expect(harness.motherboard.deliveries.ledger.pending.isEmpty)
     }
 
     /// `delivery.taken`: the board took the activation; if it then ends, the activation is not
@@ -237,7 +237,7 @@ struct DeliveryTests {
         let producer = RecordingProducer()
         let harness = try Harness(manifest: Self.manifest(.atLeastOnce), producer: producer)
         let journal = Journal()
-        harness.motherboard.deliveryJournal = journal
+        harness.motherboard.deliveries.journal = journal
         func take(_ id: UInt64, from peer: PeerID) -> Envelope? {
             harness.request(
                 EnvelopeHeader(kind: .control, source: "pay", typeName: ControlOperation.deliveryTaken),
@@ -256,7 +256,7 @@ struct DeliveryTests {
         harness.motherboard.tick(now: harness.now)
         let failed = harness.transport.take(for: harness.client)
         #expect(failed.map(\.header.correlationID) == [77] && failed.first?.carriedError?.code == .outcomeUnknown)
-        #expect(harness.motherboard.ledger.pending.isEmpty)
+        #expect(harness.motherboard.deliveries.ledger.pending.isEmpty)
         #expect(producer.started.count == 1)
         #expect(harness.motherboard.counters.redeliveries == 0)
 
@@ -266,7 +266,7 @@ struct DeliveryTests {
         #expect(take(next.header.correlationID, from: third)?.header.kind == .reply)
         harness.deliver(next.reply(payload: Data("paid".utf8), source: "pay"), from: third)
         #expect(harness.transport.take(for: harness.client).map(\.payload) == [Data("paid".utf8)])
-        #expect(harness.motherboard.ledger.pending.isEmpty)
+        #expect(harness.motherboard.deliveries.ledger.pending.isEmpty)
     }
 
     /// The dead-letter list is bounded, and so is what the journal keeps of it: the letter that
@@ -274,16 +274,16 @@ struct DeliveryTests {
     @Test func theJournalForgetsTheDeadLettersTheLedgerDrops() throws {
         let harness = try Harness(manifest: Self.manifest(.atLeastOnce))
         let journal = Journal()
-        harness.motherboard.deliveryJournal = journal
+        harness.motherboard.deliveries.journal = journal
         let board = ScopedName(scope: .root, name: "pay")
         var letters: [UInt64] = []
         for number in 0...DeliveryLedger.maximumDeadLetters {
             let envelope = Envelope(header: EnvelopeHeader(kind: .activate, target: "pay", typeName: "Pay"), payload: Data("\(number)".utf8))
-            let added = harness.motherboard.ledger.add(envelope, for: board, client: nil)
+            let added = harness.motherboard.deliveries.ledger.add(envelope, for: board, client: nil)
             let letter = harness.motherboard.deadLetter(try #require(added), reason: "test")
             letters.append(try #require(letter).id)
         }
-        #expect(harness.motherboard.ledger.deadLetters.count == DeliveryLedger.maximumDeadLetters)
+        #expect(harness.motherboard.deliveries.ledger.deadLetters.count == DeliveryLedger.maximumDeadLetters)
         #expect(journal.letters.count == DeliveryLedger.maximumDeadLetters)
         #expect(journal.letters == Array(letters.dropFirst()))
     }
@@ -303,7 +303,7 @@ struct DeliveryTests {
         #expect(start(harness, producer, as: first).count == 1)
         crash(harness, producer)
         harness.motherboard.tick(now: harness.now)
-        let letter = try #require(harness.motherboard.ledger.deadLetters.first?.letter)
+        let letter = try #require(harness.motherboard.deliveries.ledger.deadLetters.first?.letter)
         _ = harness.transport.take(for: harness.client)
         func replay(_ id: UInt64) -> BusError? {
             harness.request(
@@ -315,7 +315,7 @@ struct DeliveryTests {
         let refused = try #require(replay(letter.id))
         #expect(refused.code == .boardNotRunning)
         #expect(refused.message.contains("restart limit") && refused.message.contains("is kept"))
-        #expect(harness.motherboard.ledger.deadLetters.map(\.letter.id) == [letter.id])
+        #expect(harness.motherboard.deliveries.ledger.deadLetters.map(\.letter.id) == [letter.id])
         #expect(producer.started.count == 1)
 
         // Restarted by hand (its limit starts over), its start fails, and so does the replay's:
@@ -325,17 +325,17 @@ struct DeliveryTests {
             try harness.control(ControlOperation.restart, StatusRequest(id: "pay"), from: harness.client, as: BoardInfo.self)
         }
         #expect(replay(letter.id) == nil)
-        let back = try #require(harness.motherboard.ledger.deadLetters.first)
-        #expect(harness.motherboard.ledger.deadLetters.count == 1 && back.letter.id != letter.id)
+        let back = try #require(harness.motherboard.deliveries.ledger.deadLetters.first)
+        #expect(harness.motherboard.deliveries.ledger.deadLetters.count == 1 && back.letter.id != letter.id)
         #expect(back.envelope.payload == Data("A-1".utf8) && back.letter.reason.contains("no such executable"))
-        #expect(harness.motherboard.ledger.pending.isEmpty)
+        #expect(harness.motherboard.deliveries.ledger.pending.isEmpty)
 
         // Started as it should: the replay is handed over.
         producer.failure = nil
         #expect(replay(back.letter.id) == nil)
         let delivered = start(harness, producer, as: second)
         #expect(delivered.map(\.payload) == [Data("A-1".utf8)] && delivered.map(\.header.deliveryCount) == [1])
-        #expect(harness.motherboard.ledger.deadLetters.isEmpty)
+        #expect(harness.motherboard.deliveries.ledger.deadLetters.isEmpty)
         #expect(replay(back.letter.id)?.code == .badArgument)
     }
 
@@ -344,20 +344,20 @@ struct DeliveryTests {
     @Test func theDeadLettersAreBoundedInBytes() throws {
         let harness = try Harness(manifest: Self.manifest(.atLeastOnce))
         let journal = Journal()
-        harness.motherboard.deliveryJournal = journal
+        harness.motherboard.deliveries.journal = journal
         let board = ScopedName(scope: .root, name: "pay")
         let size = 4 << 20
         for number in 0..<10 {
             let envelope = Envelope(
                 header: EnvelopeHeader(kind: .activate, target: "pay", typeName: "Pay"), payload: Data(repeating: UInt8(number), count: size))
-            let added = harness.motherboard.ledger.add(envelope, for: board, client: nil)
+            let added = harness.motherboard.deliveries.ledger.add(envelope, for: board, client: nil)
             _ = harness.motherboard.deadLetter(try #require(added), reason: "test")
-            #expect(harness.motherboard.ledger.deadLetterBytes <= DeliveryLedger.maximumDeadLetterBytes)
+            #expect(harness.motherboard.deliveries.ledger.deadLetterBytes <= DeliveryLedger.maximumDeadLetterBytes)
         }
         let kept = DeliveryLedger.maximumDeadLetterBytes / size
-        #expect(harness.motherboard.ledger.deadLetters.count == kept)
-        #expect(harness.motherboard.ledger.deadLetters.map { $0.envelope.payload.first } == (10 - kept..<10).map { UInt8($0) })
-        #expect(journal.letters == harness.motherboard.ledger.deadLetters.map(\.letter.id))
+        #expect(harness.motherboard.deliveries.ledger.deadLetters.count == kept)
+        #expect(harness.motherboard.deliveries.ledger.deadLetters.map { $0.envelope.payload.first } == (10 - kept..<10).map { UInt8($0) })
+        #expect(journal.letters == harness.motherboard.deliveries.ledger.deadLetters.map(\.letter.id))
         // One letter alone larger than the bound is not kept at all.
         let huge = Envelope(
             header: EnvelopeHeader(kind: .activate, target: "pay", typeName: "Pay"),
@@ -370,12 +370,12 @@ struct DeliveryTests {
         // Restored past the bound: the oldest are left out, and leave the journal.
         let restarted = try Harness(manifest: Self.manifest(.atLeastOnce))
         let second = Journal()
-        restarted.motherboard.deliveryJournal = second
-        let letters = harness.motherboard.ledger.deadLetters.map { ($0.letter, $0.envelope) }
+        restarted.motherboard.deliveries.journal = second
+        let letters = harness.motherboard.deliveries.ledger.deadLetters.map { ($0.letter, $0.envelope) }
         second.letters = letters.map(\.0.id)
         let extra = DeadLetter(id: 99, board: "pay", scope: .root, type: "Pay", attempts: 3, reason: "x", payloadBytes: size, time: 1)
         restarted.motherboard.restoreDeliveries([], deadLetters: letters + [(extra, letters[0].1)], now: restarted.now)
-        #expect(restarted.motherboard.ledger.deadLetters.map(\.letter.id) == Array(letters.dropFirst().map(\.0.id)) + [99])
+        #expect(restarted.motherboard.deliveries.ledger.deadLetters.map(\.letter.id) == Array(letters.dropFirst().map(\.0.id)) + [99])
         #expect(!second.letters.contains(letters[0].0.id))
     }
 
@@ -396,13 +396,13 @@ struct DeliveryTests {
                 JournaledDelivery(id: bit | 6, board: ScopedName(scope: .root, name: "bad..id"), deliveries: 1, envelope: envelope),
                 JournaledDelivery(id: bit | 7, board: ScopedName(scope: .root, name: "old"), deliveries: 1, envelope: envelope),
             ], deadLetters: [(letter, envelope), (fine, envelope), (fine, envelope)], now: harness.now, grace: .seconds(5))
-        #expect(harness.motherboard.ledger.pending.keys.sorted() == [bit | 7])
-        #expect(harness.motherboard.ledger.deadLetters.map(\.letter.id) == [5])
+        #expect(harness.motherboard.deliveries.ledger.pending.keys.sorted() == [bit | 7])
+        #expect(harness.motherboard.deliveries.ledger.deadLetters.map(\.letter.id) == [5])
         harness.now = harness.now.advanced(by: .seconds(6))
         harness.motherboard.tick(now: harness.now)
-        #expect(harness.motherboard.ledger.deadLetters.map(\.letter.id) == [5, 7])
+        #expect(harness.motherboard.deliveries.ledger.deadLetters.map(\.letter.id) == [5, 7])
         // The next id is past every restored one.
-        let next = harness.motherboard.ledger.add(envelope, for: ScopedName(scope: .root, name: "pay"), client: nil)
+        let next = harness.motherboard.deliveries.ledger.add(envelope, for: ScopedName(scope: .root, name: "pay"), client: nil)
         #expect(next == bit | 8)
     }
 

@@ -101,7 +101,7 @@ struct FederationTests {
         let manifest = FleetManifest(
             scopes: [.init(name: "edge")], boards: [.init(id: "local.tool", executable: "Tool", start: .onDemand)])
         let harness = try Harness(manifest: manifest)
-        harness.motherboard.uplinkSecret = "uplink-secret"
+        harness.motherboard.links.uplinkSecret = "uplink-secret"
         let uplink = PeerID(Data([0x01, 0x11]))
         // An impostor without the secret is refused.
         harness.request(
@@ -186,18 +186,18 @@ struct FederationTests {
         harness.request(EnvelopeHeader(kind: .action, scope: "edge", typeName: "app.announce"), from: harness.client, correlation: 41)
         #expect(harness.transport.take(for: listener).count == 1)
         let up = try #require(harness.transport.take(for: uplink).first)
-        #expect(up.header.linkTrail == [harness.motherboard.linkID])
+        #expect(up.header.linkTrail == [harness.motherboard.links.linkID])
         // The parent is this motherboard (attached to itself), or it sends the action on to a
         // motherboard that leads back here: it arrives again, over a link, with this one's mark.
         var again = up.header
-        again.linkTrail = [7, harness.motherboard.linkID, 9]
+        again.linkTrail = [7, harness.motherboard.links.linkID, 9]
         again.correlationID = 42
         harness.deliver(Envelope(header: again), from: far)
         #expect(harness.transport.take(for: listener).isEmpty)
         #expect(harness.transport.take(for: uplink).isEmpty)
         let dropped = try #require(harness.transport.take(for: far).first)
         #expect(try PayloadCodec.decode(Delivery.self, from: dropped.payload).delivered == 0)
-        #expect(harness.motherboard.loopedActions.total == 1)
+        #expect(harness.motherboard.links.loopedActions.total == 1)
 
         // Through 16 motherboards already: delivered here, not sent further up.
         var far16 = up.header
@@ -228,11 +228,11 @@ struct FederationTests {
         harness.request(
             EnvelopeHeader(kind: .control, typeName: ControlOperation.uplinkChain), payload: try PayloadCodec.encode(LinkChain(ids: above)),
             from: uplink, correlation: 51)
-        #expect(harness.motherboard.ancestors == above)
+        #expect(harness.motherboard.links.ancestors == above)
 
-        #expect(try ask(harness.motherboard.linkID, correlation: 52).carriedError?.code == .badArgument)
+        #expect(try ask(harness.motherboard.links.linkID, correlation: 52).carriedError?.code == .badArgument)
         #expect(try ask(72, correlation: 53).carriedError?.code == .badArgument)
         let fine = try ask(5, correlation: 54)
-        #expect(try PayloadCodec.decode(LinkChain.self, from: fine.payload).ids == [harness.motherboard.linkID] + above)
+        #expect(try PayloadCodec.decode(LinkChain.self, from: fine.payload).ids == [harness.motherboard.links.linkID] + above)
     }
 }

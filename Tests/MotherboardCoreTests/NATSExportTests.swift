@@ -30,7 +30,7 @@ struct NATSExportTests {
 
     @Test func onlyTheGatewayWithTheSecretIsToldOfEveryLocalBoardButThoseOfOtherHosts() throws {
         let harness = try Harness()
-        harness.motherboard.exportSecret = "export-secret"
+        harness.motherboard.links.exportSecret = "export-secret"
         harness.register("auth.login", peer: local, secret: "mine")
         // No secret, a wrong one: refused, and told nothing after.
         #expect(attach(harness, secret: "guess", from: harness.client).map(\.header.typeName) == ["unauthorized"])

@@ -28,9 +28,9 @@ extension Motherboard {
     /// What `peer` is, `sender` being its registered board if it has one.
     func peerKind(of peer: PeerID, sender: LiveBoard?) -> PeerKind {
         if sender != nil { return .board }
-        if peer == uplink { return .uplink }
+        if peer == links.uplink { return .uplink }
         if registry.isGateway(peer) { return .gateway }
-        return retiredPeers.contains(peer) ? .retired : .client
+        return registry.isRetired(peer) ? .retired : .client
     }
 
     /// The admission gate: the one place where a message is admitted before it is routed, by the
@@ -44,7 +44,7 @@ extension Motherboard {
     func admit(
         _ kind: MessageKind, hasContentType: Bool, from peer: PeerID, sender: LiveBoard?, target: () -> String
     ) -> BusError? {
-        if sender == nil, kind != .control, retiredPeers.contains(peer) {
+        if sender == nil, kind != .control, registry.isRetired(peer) {
             return BusError(.notRegistered, "this board instance has completed")
         }
         if hasContentType, kind != .command, kind != .reply {

@@ -103,6 +103,20 @@ final class LiveBoard {
 /// up rather than scanning every live board. A class: the broker reads it on every message,
 /// and a struct's copy there retained each of its tables.
 final class BoardRegistry {
+    /// Peers of board instances that completed: their later messages are refused.
+    @exclusivity(unchecked) private(set) var retiredPeers = BoundedSet<PeerID>(capacity: 1024)
+    /// The refused registrations already logged, by id and connection.
+    private var loggedRefusals = BoundedSet<String>(capacity: 1024)
+
+    /// A completed instance's connection: its later messages are refused.
+    func retire(_ peer: PeerID) { retiredPeers.insert(peer) }
+
+    @inline(__always) func isRetired(_ peer: PeerID) -> Bool { retiredPeers.contains(peer) }
+
+    /// Whether a refusal of `name` on `peer` is said for the first time (a helper asks again and
+    /// again; the log says it once per id and connection).
+    func isFirstRefusal(of name: ScopedName, on peer: PeerID) -> Bool { loggedRefusals.insert("\(name) \(peer)") }
+
     // Looked up on every message, on the broker's loop thread only: no exclusivity checks.
     @exclusivity(unchecked) private(set) var boards: [ScopedName: LiveBoard] = [:] {
         didSet { clearRecentTargets() }

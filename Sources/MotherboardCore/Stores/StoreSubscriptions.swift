@@ -4,6 +4,8 @@ import BusCore
 /// so that a peer subscribing to (or renewing) many names nobody owns cannot grow the broker;
 /// a peer's subscriptions go when it leaves.
 struct StoreSubscriptions {
+    /// Refused subscriptions, logged once a second at most.
+    var refusedLog = LogThrottle(every: .seconds(1))
     /// The stores one peer may watch at once.
     static let maximumPerPeer = 1_024
     /// The subscriptions of all peers together.

@@ -1,12 +1,6 @@
 import BusCore
 import Foundation
 
-/// A board on another host whose link failed, kept as it was last seen.
-struct UnreachableBoard {
-    let board: LiveBoard
-    let since: ContinuousClock.Instant
-}
-
 /// Boards on other hosts, and the uplink of a motherboard that serves scopes of a parent one.
 ///
 /// A board connected over tcp whose link fails (no heartbeat within the liveness timeout, or its
@@ -29,25 +23,23 @@ extension Motherboard {
 
     /// Forgets boards unreachable for longer than the retention.
     func forgetLongUnreachable(now: ContinuousClock.Instant) {
-        guard !unreachable.isEmpty else { return }
-        for (name, lost) in unreachable where lost.since.duration(to: now) > settings.unreachableRetention {
-            unreachable[name] = nil
+        for name in links.forgetUnreachable(olderThan: settings.unreachableRetention, now: now) {
             logger.info("unreachable board forgotten", metadata: ["board": "\(name)", "after": "\(settings.unreachableRetention)"])
         }
     }
 
     /// Whether this motherboard serves `scope` itself (rather than its parent).
     func serves(_ scope: Scope) -> Bool {
-        uplinkSecret == nil || (!scope.isRoot && scopes.contains(scope))
+        links.uplinkSecret == nil || (!scope.isRoot && scopes.contains(scope))
     }
 
     /// `uplink.attach`: the uplink proves itself; the boards of the served scopes are pushed to it.
     func attachUplink(_ envelope: Envelope, from peer: PeerID) throws {
-        try checkOwnGateway(envelope, from: peer, secret: uplinkSecret, refusal: "only this motherboard's own uplink may attach")
-        uplink = peer
+        try checkOwnGateway(envelope, from: peer, secret: links.uplinkSecret, refusal: "only this motherboard's own uplink may attach")
+        links.uplink = peer
         logger.info("uplink attached", metadata: ["peer": "\(peer)"])
         // The uplink learns this motherboard's link id, to say who asks when its link comes up.
-        reply(to: envelope, from: peer, with: LinkChain(ids: [linkID]))
+        reply(to: envelope, from: peer, with: LinkChain(ids: [links.linkID]))
         for board in registry.sorted { uplinkBoardRegistered(board) }
     }
 
@@ -61,8 +53,8 @@ extension Motherboard {
     /// `export.attach`: the NATS gateway proves itself; every board here is pushed to it.
     func attachExporter(_ envelope: Envelope, from peer: PeerID) throws {
         try checkOwnGateway(
-            envelope, from: peer, secret: exportSecret, refusal: "only this motherboard's own NATS gateway may attach as its exporter")
-        exporter = peer
+            envelope, from: peer, secret: links.exportSecret, refusal: "only this motherboard's own NATS gateway may attach as its exporter")
+        links.exporter = peer
         logger.info("exporter attached", metadata: ["peer": "\(peer)"])
         reply(to: envelope, from: peer, with: Delivery(delivered: 0))
         for board in registry.sorted { exportBoardRegistered(board) }
@@ -70,7 +62,7 @@ extension Motherboard {
 
     /// A board registered here: the exporter is told, unless a gateway serves it from elsewhere.
     func exportBoardRegistered(_ board: LiveBoard) {
-        guard let exporter, board.servedFrom == nil else { return }
+        guard let exporter = links.exporter, board.servedFrom == nil else { return }
         var registration = board.registration
         registration.secret = nil
         registration.schemas = nil
@@ -80,7 +72,7 @@ extension Motherboard {
 
     /// A board left: the exporter is told.
     func exportBoardGone(_ board: LiveBoard) {
-        guard let exporter, board.servedFrom == nil else { return }
+        guard let exporter = links.exporter, board.servedFrom == nil else { return }
         let header = EnvelopeHeader(kind: .control, target: board.id.rawValue, scope: board.scope, typeName: ControlOperation.exportGone)
         send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(StatusRequest(id: board.id, scope: board.scope))), to: exporter)
     }
@@ -89,21 +81,20 @@ extension Motherboard {
     /// or one above it (the attach would close a cycle), else told the chain above it.
     func answerLinkChain(_ envelope: Envelope, from peer: PeerID) throws {
         let asking = try PayloadCodec.decode(LinkChain.self, from: envelope.payload).ids
-        let chain = [linkID] + ancestors
-        if let cycle = asking.first(where: chain.contains) {
+        if let cycle = links.cycle(in: asking) {
             logger.error("a motherboard above this one tried to attach here: refused (a cycle)", metadata: ["link": "\(cycle)"])
             throw BusError(
                 .badArgument,
-                cycle == linkID
+                cycle == links.linkID
                     ? "this motherboard would attach to itself: that makes a cycle"
                     : "the motherboard attaching is above this one: attaching here would make a cycle")
         }
-        reply(to: envelope, from: peer, with: LinkChain(ids: chain))
+        reply(to: envelope, from: peer, with: LinkChain(ids: [links.linkID] + links.ancestors))
     }
 
     /// A board registered: if it is in a served scope, the uplink registers it with the parent.
     func uplinkBoardRegistered(_ board: LiveBoard) {
-        guard let uplink, !board.scope.isRoot else { return }
+        guard let uplink = links.uplink, !board.scope.isRoot else { return }
         var registration = board.registration
         registration.secret = nil
         let header = EnvelopeHeader(kind: .control, target: board.id.rawValue, scope: board.scope, typeName: ControlOperation.uplinkBoard)
@@ -112,7 +103,7 @@ extension Motherboard {
 
     /// A board left: the uplink unregisters it from the parent.
     func uplinkBoardGone(_ board: LiveBoard) {
-        guard let uplink, !board.scope.isRoot else { return }
+        guard let uplink = links.uplink, !board.scope.isRoot else { return }
         let header = EnvelopeHeader(kind: .control, target: board.id.rawValue, scope: board.scope, typeName: ControlOperation.uplinkGone)
         let gone = StatusRequest(id: board.id, scope: board.scope)
         send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(gone)), to: uplink)
@@ -123,7 +114,7 @@ extension Motherboard {
     /// uplink, the scope is served here, the sender is a board (boards address their own scope),
     /// or this motherboard's manifest names the board (it starts it, or says it is not running).
     func forwardUp(_ envelope: Envelope, name: ScopedName, from peer: PeerID, sender: LiveBoard?, now: ContinuousClock.Instant) -> Bool {
-        guard let uplink, peer != uplink, sender == nil, !serves(name.scope) else { return false }
+        guard let uplink = links.uplink, peer != uplink, sender == nil, !serves(name.scope) else { return false }
         // A board of this motherboard's own manifest is answered for here, running or not.
         let isStoreRequest = envelope.header.kind == .dispatch || envelope.header.kind == .store
         if !isStoreRequest, manifest.board(named: name.name, scope: name.scope) != nil { return false }
@@ -157,7 +148,7 @@ extension Motherboard {
         _ header: EnvelopeHeader, payload: Data, deliveryID: UInt64?, timeout: Duration, to uplink: PeerID, now: ContinuousClock.Instant
     ) {
         var header = header
-        header.linkTrail = (header.linkTrail ?? []) + [linkID]
+        header.linkTrail = (header.linkTrail ?? []) + [links.linkID]
         sendActionPart(header, payload: payload, deliveryID: deliveryID, timeout: timeout, to: uplink, named: "uplink", now: now)
     }
 
@@ -184,7 +175,7 @@ extension Motherboard {
     /// A ↔ B, or longer): its subscribers here have had it, so it goes no further; answered with
     /// no delivery, counted, logged at most every 10 s.
     func dropLoopedAction(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) {
-        if let dropped = loopedActions.note(now: now) {
+        if let dropped = links.loopedActions.note(now: now) {
             logger.error(
                 "an action came back through the links: the motherboards are attached in a cycle; fix their --attach",
                 metadata: ["action": "\(envelope.header.typeName.escapedForDisplay())", "dropped": "\(dropped)"])
@@ -194,8 +185,8 @@ extension Motherboard {
 
     /// The uplink's connection is gone (its motherboard is stopping): requests waiting on it fail.
     func uplinkLost(_ peer: PeerID) {
-        guard uplink == peer else { return }
-        uplink = nil
+        guard links.uplink == peer else { return }
+        links.uplink = nil
         for request in replies.takeAll(sentTo: peer) {
             finish(request, .failure(BusError(.unreachable, "the link to the parent motherboard is gone")))
         }

@@ -6,7 +6,7 @@ extension Motherboard {
     /// actions they wait for, their monitors. A registered board is left to its own liveness
     /// (its process's end or its heartbeats), and so are the gateways' shared connections.
     package func peersLeft(_ peers: [PeerID]) {
-        for peer in peers where registry.board(for: peer) == nil && !registry.isGateway(peer) && peer != uplink && peer != exporter {
+        for peer in peers where registry.board(for: peer) == nil && !registry.isGateway(peer) && peer != links.uplink && peer != links.exporter {
             let subscriptions = subscriptions.count(of: peer)
             self.subscriptions.removeAll(of: peer)
             let requests = replies.takeAll(waitedForBy: peer).count

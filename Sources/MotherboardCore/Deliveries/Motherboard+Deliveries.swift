@@ -17,8 +17,8 @@ extension Motherboard {
     /// the ledger's id as correlation id and the delivery count in header field 7.
     func deliverAtLeastOnce(_ envelope: Envelope, to target: LiveBoard, client: PeerID?) {
         var id = envelope.header.correlationID
-        if envelope.header.deliveryCount == nil || !DeliveryLedger.isLedgerID(id) || ledger.pending[id]?.board != target.name {
-            guard let added = ledger.add(envelope, for: target.name, client: client) else {
+        if envelope.header.deliveryCount == nil || !DeliveryLedger.isLedgerID(id) || deliveries.ledger.pending[id]?.board != target.name {
+            guard let added = deliveries.ledger.add(envelope, for: target.name, client: client) else {
                 counters.undeliverable += 1
                 logger.warning("at-least-once activation refused: its ledger is full", metadata: ["board": "\(target.name)"])
                 if let client {
@@ -30,15 +30,15 @@ extension Motherboard {
             }
             id = added
         }
-        guard let count = ledger.delivered(id), let entry = ledger.pending[id] else { return }
+        guard let count = deliveries.ledger.delivered(id), let entry = deliveries.ledger.pending[id] else { return }
         do {
-            try deliveryJournal?.put(JournaledDelivery(id: id, board: target.name, deliveries: count, envelope: entry.envelope))
+            try deliveries.journal?.put(JournaledDelivery(id: id, board: target.name, deliveries: count, envelope: entry.envelope))
         } catch {
             logger.error("cannot journal an at-least-once activation", metadata: ["board": "\(target.name)", "error": "\(error)"])
             // A first delivery is refused rather than handed over unkept; a later one goes on (its
             // earlier record stands).
             if count == 1 {
-                ledger.remove(id)
+                deliveries.ledger.remove(id)
                 counters.undeliverable += 1
                 if let client {
                     reply(to: envelope, from: client, error: BusError(.storageFailed, "the broker cannot keep the activation: \(error)"))
@@ -59,8 +59,8 @@ extension Motherboard {
     func acknowledgeDelivery(_ envelope: Envelope, from sender: LiveBoard?) -> Bool {
         let id = envelope.header.correlationID
         guard DeliveryLedger.isLedgerID(id), let sender else { return false }
-        guard let entry = ledger.acknowledge(id, by: sender.name) else { return true }
-        deliveryJournal?.remove(id)
+        guard let entry = deliveries.ledger.acknowledge(id, by: sender.name) else { return true }
+        deliveries.journal?.remove(id)
         if let client = entry.client, entry.envelope.header.flags.contains(.replyExpected) {
             var header = envelope.header
             header.correlationID = entry.clientCorrelationID
@@ -76,15 +76,12 @@ extension Motherboard {
     /// (started as an on-demand activation would start it), or, past its deliveries, on the
     /// dead-letter list (its waiting sender told so).
     func redeliverEndedHolding(now: ContinuousClock.Instant) {
-        guard !endedHolding.isEmpty else { return }
-        let ended = endedHolding
-        endedHolding = []
-        for (board, reason) in ended { redeliver(heldBy: board, reason: reason, now: now) }
+        for (board, reason) in deliveries.takeEndedHolding() { redeliver(heldBy: board, reason: reason, now: now) }
     }
 
     func redeliver(heldBy board: LiveBoard, reason: String, now: ContinuousClock.Instant) {
-        guard !ledger.pending.isEmpty, let maxDeliveries = board.maxDeliveries else { return }
-        redeliver(ledger.held(by: board.name), of: board.name, maxDeliveries: maxDeliveries, reason: reason, now: now)
+        guard !deliveries.ledger.pending.isEmpty, let maxDeliveries = board.maxDeliveries else { return }
+        redeliver(deliveries.ledger.held(by: board.name), of: board.name, maxDeliveries: maxDeliveries, reason: reason, now: now)
     }
 
     /// Restores what a broker before this one journaled: its activations go to their boards
@@ -94,23 +91,23 @@ extension Motherboard {
     package func restoreDeliveries(
         _ entries: [JournaledDelivery], deadLetters: [(DeadLetter, Envelope)], now: ContinuousClock.Instant, grace: Duration = .seconds(5)
     ) {
-        let dropped = ledger.restore(entries, deadLetters: deadLetters)
-        for letter in dropped { deliveryJournal?.removeDeadLetter(letter.id) }
+        let dropped = deliveries.ledger.restore(entries, deadLetters: deadLetters)
+        for letter in dropped { deliveries.journal?.removeDeadLetter(letter.id) }
         if !dropped.isEmpty {
             logger.warning("restored dead letters left out, past the list's bounds", metadata: ["letters": "\(dropped.count)"])
         }
-        restoredHolders = Set(entries.map(\.board))
-        restoredDeadline = entries.isEmpty ? nil : now + grace
+        deliveries.expectRestored(Set(entries.map(\.board)), until: now + grace)
         if !entries.isEmpty {
-            logger.notice("at-least-once activations restored", metadata: ["activations": "\(entries.count)", "boards": "\(restoredHolders.count)"])
+            logger.notice(
+                "at-least-once activations restored", metadata: ["activations": "\(entries.count)", "boards": "\(deliveries.restoredHolders.count)"])
         }
     }
 
     /// A board holds restored activations: they are delivered (again) to it, or started.
     func redeliverRestored(_ name: ScopedName, now: ContinuousClock.Instant) {
-        guard restoredHolders.remove(name) != nil else { return }
+        guard deliveries.restoredHolders.remove(name) != nil else { return }
         let maxDeliveries = maxDeliveries(of: name) ?? FleetManifest.Board.defaultMaxDeliveries
-        redeliver(ledger.held(by: name), of: name, maxDeliveries: maxDeliveries, reason: "the broker restarted", now: now)
+        redeliver(deliveries.ledger.held(by: name), of: name, maxDeliveries: maxDeliveries, reason: "the broker restarted", now: now)
     }
 
     private func redeliver(
@@ -141,10 +138,10 @@ extension Motherboard {
     /// again, and its answer, when it comes, still goes to its sender.
     func takeDelivery(_ envelope: Envelope, from peer: PeerID) throws {
         let request = try PayloadCodec.decode(DeliveryTaken.self, from: envelope.payload)
-        guard let board = sender(of: peer, envelope), ledger.take(request.id, by: board.name) else {
+        guard let board = sender(of: peer, envelope), deliveries.ledger.take(request.id, by: board.name) else {
             throw BusError(.badArgument, "no at-least-once activation \(request.id) was handed to this board")
         }
-        deliveryJournal?.remove(request.id)
+        deliveries.journal?.remove(request.id)
         reply(to: envelope, from: peer, with: Delivery(delivered: 1))
     }
 
@@ -157,7 +154,7 @@ extension Motherboard {
         let what = "\(report.type.escapedForDisplay(limit: 200)): \(report.error.code.name): \(report.error.message.escapedForDisplay(limit: 300))"
         board.lastRefusedInput = what
         counters.refusedInputs += 1
-        if let refused = refusedInputLog.note(now: now) {
+        if let refused = deliveries.refusedInputLog.note(now: now) {
             logger.warning(
                 "a board refused an input nobody waited for", metadata: ["board": "\(board.name)", "input": "\(what)", "refused": "\(refused)"])
         }
@@ -166,7 +163,7 @@ extension Motherboard {
     /// A board ended with activations it had taken and not answered: their senders learn that
     /// whether they were carried out is unknown; they are not delivered again.
     func forgetTaken(by board: LiveBoard, reason: String) {
-        for entry in ledger.removeTaken(by: board.name) {
+        for entry in deliveries.ledger.removeTaken(by: board.name) {
             guard let client = entry.client else { continue }
             reply(
                 to: entry.envelope, from: client,
@@ -178,10 +175,10 @@ extension Motherboard {
 
     /// Puts `id` on the dead-letter list: counted and logged.
     func deadLetter(_ id: UInt64, reason: String) -> DeadLetter? {
-        guard let (entry, letter, dropped) = ledger.deadLetter(id, reason: reason, time: Date().timeIntervalSince1970) else { return nil }
-        deliveryJournal?.remove(id)
-        deliveryJournal?.putDeadLetter(letter, envelope: entry.envelope)
-        for letter in dropped { deliveryJournal?.removeDeadLetter(letter.id) }
+        guard let (entry, letter, dropped) = deliveries.ledger.deadLetter(id, reason: reason, time: Date().timeIntervalSince1970) else { return nil }
+        deliveries.journal?.remove(id)
+        deliveries.journal?.putDeadLetter(letter, envelope: entry.envelope)
+        for letter in dropped { deliveries.journal?.removeDeadLetter(letter.id) }
         if !dropped.isEmpty {
             logger.warning("dead letters dropped to keep the list within its bounds", metadata: ["letters": "\(dropped.map(\.id))"])
         }
@@ -199,21 +196,21 @@ extension Motherboard {
     /// after all, it goes back on the list (under a new id) rather than being lost.
     func replayDeadLetter(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) throws {
         let request = try PayloadCodec.decode(DeadLetterReplay.self, from: envelope.payload)
-        guard let kept = ledger.deadLetters.first(where: { $0.letter.id == request.id }) else {
+        guard let kept = deliveries.ledger.deadLetters.first(where: { $0.letter.id == request.id }) else {
             throw BusError(.badArgument, "no dead letter \(request.id) (busctl dead-letters lists them)")
         }
         let name = ScopedName(scope: kept.letter.scope, name: kept.letter.board.rawValue)
         if let refusal = replayRefusal(name, bytes: kept.envelope.payload.count) {
             throw BusError(refusal.code, "dead letter \(request.id) is kept, not delivered: \(refusal.message)")
         }
-        guard let (letter, original) = ledger.takeDeadLetter(request.id) else { return }
-        deliveryJournal?.removeDeadLetter(letter.id)
+        guard let (letter, original) = deliveries.ledger.takeDeadLetter(request.id) else { return }
+        deliveries.journal?.removeDeadLetter(letter.id)
         var header = original.header
         header.correlationID = 0
         header.flags.remove(.replyExpected)
         header.deliveryCount = nil
         var replayed = Envelope(header: header, payload: original.payload)
-        if maxDeliveries(of: name) != nil, let id = ledger.add(replayed, for: name, client: nil) {
+        if maxDeliveries(of: name) != nil, let id = deliveries.ledger.add(replayed, for: name, client: nil) {
             replayed.header.correlationID = id
             replayed.header.deliveryCount = 0
         }
@@ -223,7 +220,7 @@ extension Motherboard {
 
     /// Why `name` cannot be handed a replayed letter of `bytes` now; nil when it can.
     private func replayRefusal(_ name: ScopedName, bytes: Int) -> BusError? {
-        if maxDeliveries(of: name) != nil, !ledger.hasRoom(for: name, bytes: bytes) {
+        if maxDeliveries(of: name) != nil, !deliveries.ledger.hasRoom(for: name, bytes: bytes) {
             return BusError(.busy, "board '\(name)' holds as many unacknowledged activations as it may")
         }
         if registry[name] != nil { return nil }

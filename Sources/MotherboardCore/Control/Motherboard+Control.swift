@@ -34,7 +34,7 @@ extension Motherboard {
             let waiting = motherboard.manifest.boards.filter {
                 $0.start == .always && motherboard.registry[ScopedName(scope: $0.scope, name: $0.id.rawValue)] == nil
             }.map(\.id)
-            let lost = motherboard.unreachable.values.map(motherboard.unreachableInfo)
+            let lost = motherboard.links.unreachable.values.map(motherboard.unreachableInfo)
             let boards = (motherboard.registry.sorted.map { motherboard.info(for: $0, now: inbound.now) } + lost).sorted {
                 ($0.scope, $0.id) < ($1.scope, $1.id)
             }
@@ -106,7 +106,8 @@ extension Motherboard {
             motherboard.reply(to: envelope, from: inbound.peer, with: try motherboard.boardInfo(name, now: inbound.now))
         },
         ControlOperation.deadLetters: .init { motherboard, envelope, inbound in
-            motherboard.reply(to: envelope, from: inbound.peer, with: DeadLetterList(letters: motherboard.ledger.deadLetters.map(\.letter)))
+            motherboard.reply(
+                to: envelope, from: inbound.peer, with: DeadLetterList(letters: motherboard.deliveries.ledger.deadLetters.map(\.letter)))
         },
         ControlOperation.deadLettersReplay: .init { motherboard, envelope, inbound in
             try motherboard.replayDeadLetter(envelope, from: inbound.peer, now: inbound.now)
@@ -134,7 +135,7 @@ extension Motherboard {
         },
         ControlOperation.uplinkChain: .init(caller: .uplink("only this motherboard's own uplink says what is above it"), federation: true) {
             motherboard, envelope, inbound in
-            motherboard.ancestors = try PayloadCodec.decode(LinkChain.self, from: envelope.payload).ids
+            motherboard.links.ancestors = try PayloadCodec.decode(LinkChain.self, from: envelope.payload).ids
             motherboard.reply(to: envelope, from: inbound.peer, with: Delivery(delivered: 0))
         },
     ]
@@ -156,7 +157,7 @@ extension Motherboard {
     /// A live board's info, or a stopped manifest board's, or `noSuchBoard`.
     fileprivate func boardInfo(_ name: ScopedName, now: ContinuousClock.Instant) throws -> BoardInfo {
         if let board = registry[name] { return info(for: board, now: now) }
-        if let lost = unreachable[name] { return unreachableInfo(lost) }
+        if let lost = links.unreachable[name] { return unreachableInfo(lost) }
         if let entry = manifest.board(named: name.name, scope: name.scope) { return stoppedInfo(entry) }
         throw notLiveError(name)
     }
@@ -165,7 +166,7 @@ extension Motherboard {
         ScopeTree(
             scopes: scopes.names.map { scope in
                 var boards = registry.sorted.filter { $0.scope == scope }.map { info(for: $0, now: now) }
-                boards += unreachable.values.filter { $0.board.scope == scope }.map(unreachableInfo)
+                boards += links.unreachable.values.filter { $0.board.scope == scope }.map(unreachableInfo)
                 let live = Set(boards.map(\.id))
                 boards += manifest.boards.filter { $0.scope == scope && !live.contains($0.id) }.map(stoppedInfo)
                 return ScopeNode(name: scope, parent: scopes.parent(of: scope), boards: boards.sorted { $0.id < $1.id })

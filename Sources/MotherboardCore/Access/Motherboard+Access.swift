@@ -31,9 +31,7 @@ extension Motherboard {
         for board in registry.boards.values where board.remote.map({ removed.contains($0.keyName) }) == true {
             drop(board.name, reason: "its key '\(board.remote?.keyName ?? "")' was removed from the allow-list")
         }
-        for (name, lost) in unreachable where lost.board.remote.map({ removed.contains($0.keyName) }) == true {
-            unreachable[name] = nil
-        }
+        links.forgetUnreachable(ofKeys: removed)
     }
 
     func isManifestBoard(_ name: ScopedName) -> Bool {

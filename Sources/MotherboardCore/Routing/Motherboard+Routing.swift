@@ -226,7 +226,7 @@ extension Motherboard {
             // gateway's those of the fleet's other motherboards.
             // Their word, bounded: a count past any fleet's cannot overflow the sum.
             let count =
-                request.boardPeer == uplink || request.boardPeer == exporter
+                links.isLink(request.boardPeer)
                 ? min(max((try? PayloadCodec.decode(Delivery.self, from: answer.payload))?.delivered ?? 0, 0), 1 << 30) : 1
             return finishActionPart(action, acknowledged: count)
         }
@@ -269,7 +269,7 @@ extension Motherboard {
             traceState: envelope.header.traceState, now: now)
         // The fleet's other motherboards run their flows on it too (not on an output that came
         // from there, nor on one of a board served here from another host).
-        if let exporter, peer != exporter, sender?.servedFrom == nil {
+        if let exporter = links.exporter, peer != exporter, sender?.servedFrom == nil {
             var header = envelope.header
             header.source = source.name
             header.scope = source.scope
@@ -338,20 +338,21 @@ extension Motherboard {
     func deliverAction(_ envelope: Envelope, _ inbound: Inbound) {
         let (peer, now) = (inbound.peer, inbound.now)
         let sender = inbound.sender
-        let fromCluster = exporter != nil && peer == exporter
+        let fromCluster = links.exporter != nil && peer == links.exporter
         var sendingScope = scope(of: envelope, sender: sender)
         if fromCluster, !scopes.contains(sendingScope) { sendingScope = .root }
         if let noScope = noScopeError(sendingScope) {
             return reply(to: envelope, from: peer, error: noScope)
         }
-        if envelope.header.linkTrail?.contains(linkID) == true { return dropLoopedAction(envelope, from: peer, now: now) }
+        if links.hasPassedHere(envelope.header.linkTrail) { return dropLoopedAction(envelope, from: peer, now: now) }
         let subscribers = scopes.chain(from: sendingScope).flatMap { scope in
             registry.subscribers(of: envelope.header.typeName, in: scope).filter { $0.peer != peer }
         }
         // Past this motherboard's own scopes, the action bubbles on in the parent motherboard,
         // through at most `maximumLinkHops` motherboards.
-        let goesUp = uplink != nil && uplink != peer && !fromCluster && (envelope.header.linkTrail?.count ?? 0) < HeaderCodec.maximumLinkHops
-        let goesOut = exporter != nil && !fromCluster && peer != uplink
+        let goesUp =
+            links.uplink != nil && links.uplink != peer && !fromCluster && (envelope.header.linkTrail?.count ?? 0) < HeaderCodec.maximumLinkHops
+        let goesOut = links.exporter != nil && !fromCluster && peer != links.uplink
         let parts = subscribers.count + (goesUp ? 1 : 0) + (goesOut ? 1 : 0)
         let acknowledged = envelope.header.flags.contains(.replyExpected) && parts > 0
         let deliveryID =
@@ -375,10 +376,10 @@ extension Motherboard {
                 Envelope(header: header, payload: envelope.payload), to: subscriber.peer, forwardedFrom: peer,
                 clientCorrelationID: envelope.header.correlationID)
         }
-        if goesUp, let uplink {
+        if goesUp, let uplink = links.uplink {
             sendActionUp(header, payload: envelope.payload, deliveryID: acknowledged ? deliveryID : nil, timeout: timeout, to: uplink, now: now)
         }
-        if goesOut, let exporter {
+        if goesOut, let exporter = links.exporter {
             sendActionPart(
                 header, payload: envelope.payload, deliveryID: acknowledged ? deliveryID : nil, timeout: timeout, to: exporter, named: "nats",
                 now: now)
@@ -396,7 +397,7 @@ extension Motherboard {
         }
         let completion = (try? PayloadCodec.decode(Completion.self, from: envelope.payload)) ?? Completion(isDone: true)
         // A gateway's connection goes on serving its other boards.
-        if !board.sharesConnection { retiredPeers.insert(peer) }
+        if !board.sharesConnection { registry.retire(peer) }
         supervisor.completed(board.name)
         drop(board.name, reason: "completed (isDone: \(completion.isDone))")
         let ran = runFlows(

@@ -61,7 +61,7 @@ extension Motherboard {
     /// `busy` when its sender waits (a renewal waits for nothing).
     private func refuseSubscription(_ envelope: Envelope, from peer: PeerID, store: ScopedName, _ why: String, now: ContinuousClock.Instant) {
         counters.refusedSubscriptions += 1
-        if let refused = refusedSubscriptionLog.note(now: now) {
+        if let refused = subscriptions.refusedLog.note(now: now) {
             logger.warning("store subscription refused", metadata: ["store": "\(store)", "why": "\(why)", "refused": "\(refused)"])
         }
         reply(to: envelope, from: peer, error: BusError(.busy, "cannot watch store '\(store)': \(why)"))

@@ -1,0 +1,69 @@
+import BusCore
+import Foundation
+import Logging
+
+/// What the broker does every tick: heartbeats and liveness, deadlines, starts and restarts,
+/// deliveries due again, monitors, metrics.
+extension Motherboard {
+    /// Heartbeats boards, drops the gone ones and fails requests and starts past their deadline.
+    ///
+    /// A board silent for the liveness timeout is gone, unless it is only busy: a local board
+    /// whose process (known from its connection, not from what it claims) still runs and is not
+    /// stopped (a signal, a debugger, a frozen cgroup). A process that is gone closes its
+    /// connection, so the next heartbeat sent to it fails and drops the board. A handler that
+    /// holds the board's thread (a lock, a long computation) delays only the requests behind it,
+    /// each of which keeps its own deadline.
+    public func tick(now: ContinuousClock.Instant) {
+        var silent: [LiveBoard] = []
+        for board in registry.boards.values {
+            if board.lastSeen.duration(to: now) > settings.livenessTimeout {
+                guard isBusy(board) else {
+                    silent.append(board)
+                    continue
+                }
+                if board.busySince == nil {
+                    board.busySince = board.lastSeen
+                    logger.notice(
+                        "board busy: silent past the liveness timeout, its process and connection alive",
+                        metadata: ["board": "\(board.name)", "pid": "\(board.process ?? 0)", "silentFor": "\(settings.livenessTimeout)"])
+                }
+            } else if let since = board.busySince {
+                board.busySince = nil
+                logger.notice("board answers again", metadata: ["board": "\(board.name)", "busyFor": "\(since.duration(to: now))"])
+            }
+            if board.takeHeartbeat(at: now, every: settings.heartbeatInterval) {
+                send(Envelope(header: EnvelopeHeader(kind: .heartbeat, target: board.id.rawValue, scope: board.scope)), to: board.peer)
+            }
+        }
+        for board in silent { lose(board, reason: "no heartbeat for \(settings.livenessTimeout)", now: now) }
+        checkAdoptedProcesses(now: now)
+        forgetLongUnreachable(now: now)
+        for request in replies.takeExpired(now: now) {
+            counters.timedOutRequests += 1
+            finish(request, .failure(BusError(.timeout, "board '\(request.board)' did not answer in time")))
+        }
+        for name in supervisor.overdueStarts(now: now, timeout: settings.startTimeout) {
+            failStart(name, BusError(.boardNotRunning, "board '\(name)' did not register within \(settings.startTimeout) of its start"))
+        }
+        restartDueBoards(now: now)
+        redeliverEndedHolding(now: now)
+        for name in deliveries.takeRestoredDue(now: now) { redeliverRestored(name, now: now) }
+        if !monitors.isEmpty { tickMonitors(now: now) }
+        refreshMetrics()
+    }
+
+    /// Brings the gauges and the broker's own counts up to date in the metrics.
+    func refreshMetrics() {
+        metrics.update(
+            counters, boards: registry.boards.count, pending: replies.count, queued: supervisor.starting.values.reduce(0) { $0 + $1.queue.count },
+            monitors: monitors.count, monitorDrops: monitors.droppedTotal, restarts: supervisor.records.mapValues(\.restarts),
+            unreachable: links.unreachable.count, subscriptions: subscriptions.count)
+    }
+
+    /// Whether a silent board is only busy: its connection is one whose other end the kernel
+    /// named at registration, and that process still runs, not stopped.
+    func isBusy(_ board: LiveBoard) -> Bool {
+        guard let process = board.process, let producer else { return false }
+        return producer.isRunning(process) && !producer.isStopped(process)
+    }
+}
