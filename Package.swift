@@ -46,6 +46,9 @@ let package = Package(
         // its pkg-config flags are not used: they name krb5's include directory, which SwiftPM
         // refuses with a warning on every build). Only BusZeroMQ imports it.
         .systemLibrary(name: "CBoardBusZeroMQ", providers: [.apt(["libzmq3-dev"])]),
+        // The Linux calls Swift's Glibc module does not export (prctl, mallinfo2, SO_PEERCRED) and
+        // the headers of eventfd, timerfd, epoll and signalfd: libc only.
+        .target(name: "CBoardBusLinux"),
         // libnats from Debian's libnats-dev (nats/nats.h, `link "nats"`): only BusNATS imports it.
         .systemLibrary(name: "CBoardBusNATS", providers: [.apt(["libnats-dev"])]),
         // The NATS client the motherboard's NATS gateway uses, and the fleet's subjects there.
@@ -63,7 +66,7 @@ let package = Package(
         // Envelope, header codec, wire messages, errors, settings, the PayloadCodec facade: no I/O.
         .target(name: "BusCore", dependencies: ["BusCodec", .product(name: "Logging", package: "swift-log")]),
         // The only module that calls libzmq.
-        .target(name: "BusZeroMQ", dependencies: ["CBoardBusZeroMQ", "BusCore"]),
+        .target(name: "BusZeroMQ", dependencies: ["CBoardBusZeroMQ", "CBoardBusLinux", "BusCore"]),
         // The broker's logic: routing, registry, scopes, flows, supervision, the admission gate.
         // No I/O: driven by one thread with messages and the time.
         .target(
@@ -77,11 +80,12 @@ let package = Package(
         ),
         // What stands in front of the bus and speaks another protocol (Majordomo) or to another
         // motherboard (the uplink): each on a thread of its own, reaching the routing loop over the
-        // broker's in-process endpoint.
+        // broker's in-process endpoint. They know the broker by its protocol only: no edge to
+        // MotherboardCore (the daemon hands them their settings).
         .target(
             name: "MotherboardGateways",
             dependencies: [
-                "BusCore", "BusZeroMQ", "BusNATS", "MotherboardCore",
+                "BusCore", "BusZeroMQ", "BusNATS",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
             ]
@@ -117,7 +121,7 @@ let package = Package(
         .target(
             name: "BoardKit",
             dependencies: [
-                "BoardInterface", "BusCore", "BusZeroMQ",
+                "BoardInterface", "BusCore", "BusZeroMQ", "CBoardBusLinux",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
@@ -255,7 +259,7 @@ let package = Package(
         // The gateways' sessions with fake links, and what they share.
         .testTarget(
             name: "MotherboardGatewaysTests",
-            dependencies: ["MotherboardGateways", "MotherboardTesting", "MotherboardCore", "BusCore", "BusZeroMQ"]),
+            dependencies: ["MotherboardGateways", "MotherboardTesting", "BusCore", "BusZeroMQ"]),
         // The broker as a process: its ROUTER over real sockets, state directory, logs, limits.
         .testTarget(
             name: "MotherboardDaemonTests",

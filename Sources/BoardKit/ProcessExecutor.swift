@@ -1,5 +1,5 @@
 import BusCore
-import CBoardBusZeroMQ
+import CBoardBusLinux
 import Dispatch
 import FoundationEssentials
 import Glibc

@@ -236,12 +236,6 @@ extension AccessPolicy {
         return AccessPolicy(groups: groups, rules: rules)
     }
 
-    /// Reads and checks a policy file.
-    public static func load(path: String) throws -> AccessPolicy {
-        guard let data = FileManager.default.contents(atPath: path) else { throw BusError(.badArgument, "cannot read policy \(path)") }
-        return try parse(data, source: path)
-    }
-
     private static func isPattern(_ text: String) -> Bool {
         !text.isEmpty && text.utf8.count <= 256 && text.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F }
     }

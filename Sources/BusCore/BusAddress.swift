@@ -60,20 +60,6 @@ public struct BusAddress: Sendable, Hashable {
     /// Whether the endpoint is `tcp://` (another host, or this one's network stack).
     public var isTCP: Bool { endpoint.hasPrefix("tcp://") }
 
-    /// The CURVE credentials a connection to a `tcp://` endpoint uses: the address's own, else
-    /// the environment's; nil for plaintext, which must be asked for (`insecureTCP`,
-    /// `BOARDBUS_INSECURE=1`): a client without keys would otherwise wait out its deadline
-    /// against a CURVE broker that ignores it.
-    public func tcpCredentials(environment: [String: String]) throws -> CurveClientCredentials? {
-        if let curve { return curve }
-        if let resolved = try CurveClientCredentials.resolve(environment: environment) { return resolved }
-        if insecureTCP || environment["BOARDBUS_INSECURE"] == "1" { return nil }
-        throw BusError(
-            .badArgument,
-            "\(endpoint) is a tcp endpoint: set BOARDBUS_SERVER_KEY (the motherboard's public key, or its file) and BOARDBUS_CLIENT_KEY (this client's key file; make one with 'busctl keys new NAME'), or BOARDBUS_INSECURE=1 for a motherboard started with --insecure"
-        )
-    }
-
     /// The socket path when the endpoint is `ipc://`, else nil.
     public var ipcPath: String? {
         endpoint.hasPrefix("ipc://") ? String(endpoint.dropFirst("ipc://".count)) : nil

@@ -152,6 +152,9 @@ public struct MalformedMessage: Error, Sendable, Hashable {
 
 /// Size limits of the bus. Oversized messages are refused with ``BusError/Code/tooLarge``.
 public struct BusLimits: Sendable, Hashable {
+    /// Bytes of answers that may wait unread toward one peer before its requests are answered
+    /// `busy` (the broker's socket and the Majordomo endpoint's): 32 MiB.
+    public static let defaultMaximumUnreadBytesPerPeer = 32 << 20
     /// Largest payload accepted, in bytes. Default 4 MiB.
     public var maximumPayloadBytes: Int
     /// Largest header accepted, in bytes. Default 8 KiB.

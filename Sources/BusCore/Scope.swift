@@ -25,3 +25,20 @@ public struct Scope: RawRepresentable, Hashable, Sendable, Comparable, Codable, 
 
     public static func < (left: Scope, right: Scope) -> Bool { left.name < right.name }
 }
+
+/// A board's name within a scope: ids are unique per scope, not across the fleet.
+public struct ScopedName: Hashable, Sendable, Comparable, CustomStringConvertible {
+    public var scope: Scope
+    public var name: String
+
+    public init(scope: Scope, name: String) {
+        self.scope = scope
+        self.name = name
+    }
+
+    public var description: String { scope.isRoot ? name : "\(scope.name)/\(name)" }
+
+    public static func < (left: ScopedName, right: ScopedName) -> Bool {
+        (left.scope, left.name) < (right.scope, right.name)
+    }
+}

@@ -1,3 +1,4 @@
+import CBoardBusLinux
 import CBoardBusZeroMQ
 import Glibc
 

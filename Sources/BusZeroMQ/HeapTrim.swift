@@ -1,4 +1,6 @@
+import CBoardBusLinux
 import CBoardBusZeroMQ
+import Glibc
 
 /// Gives freed memory back to the system after large releases.
 ///

@@ -1,5 +1,6 @@
 import BusCore
 import CBoardBusZeroMQ
+import Glibc
 
 extension ZMQSocket {
     /// The libzmq socket options BoardBus sets, each with the type of its value (as swift-nio's

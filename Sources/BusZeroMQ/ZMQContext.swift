@@ -1,5 +1,6 @@
 import BusCore
 import CBoardBusZeroMQ
+import Glibc
 import Synchronization
 
 /// A libzmq context. The context itself is thread-safe; its sockets are not.

@@ -1,4 +1,5 @@
 import BusCore
+import CBoardBusLinux
 import CBoardBusZeroMQ
 import FoundationEssentials
 import Glibc

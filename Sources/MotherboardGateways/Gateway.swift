@@ -2,7 +2,6 @@ import BusCore
 import BusZeroMQ
 import Foundation
 import Logging
-import MotherboardCore
 
 /// Something in front of the bus that speaks another protocol (Majordomo) or to another
 /// motherboard (the uplink to a parent). Each runs on a thread of its own (``HelperThread``) and

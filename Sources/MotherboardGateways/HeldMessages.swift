@@ -1,5 +1,4 @@
 import BusCore
-import MotherboardCore
 import DequeModule
 
 /// Messages for the parent held while the uplink's own connection to it is still being made (or

@@ -1,5 +1,4 @@
 import BusCore
-import MotherboardCore
 import BusZeroMQ
 import Foundation
 import Synchronization

@@ -1,5 +1,4 @@
 import BusCore
-import MotherboardCore
 import BusZeroMQ
 import DequeModule
 import Foundation
@@ -46,7 +45,7 @@ package final class MajordomoBridge: @unchecked Sendable {
         package static let maximumServices = 2_000
         var limits: BusLimits = .default
         /// Bytes of answers that may wait unread toward one MDP client (as on the main socket).
-        var maximumUnreadBytesPerPeer = MotherboardSettings().maximumUnreadBytesPerPeer
+        var maximumUnreadBytesPerPeer = BusLimits.defaultMaximumUnreadBytesPerPeer
 
         package init(endpoint: String, limits: BusLimits = .default) {
             self.endpoint = endpoint

@@ -2,7 +2,6 @@ import BusCore
 import DequeModule
 import Foundation
 import Logging
-import MotherboardCore
 
 /// What a ``MajordomoSession`` says and hears through: the MDP peers, the backlog of answers
 /// toward each client, and the motherboard (as a client, and on the services' connection, which

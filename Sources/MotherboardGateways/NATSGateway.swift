@@ -3,7 +3,6 @@ import BusNATS
 import BusZeroMQ
 import Foundation
 import Logging
-import MotherboardCore
 
 /// Where and as what a motherboard joins a NATS cluster.
 public struct NATSGatewaySettings: Sendable, Hashable {
@@ -1010,17 +1009,4 @@ extension NATSGateway: Gateway {
 extension NATSGatewaySettings {
     /// The fleet name when none is given.
     public static let defaultFleet = "boardbus"
-
-    /// From the manifest's `nats` (relative file paths from the manifest's directory).
-    package init(manifest nats: FleetManifest.NATS, directory: String?) throws {
-        func resolved(_ path: String?) -> String? {
-            guard let path, let directory, !path.hasPrefix("/") else { return path }
-            return "\(directory)/\(path)"
-        }
-        try self.init(
-            nats: NATSSettings(
-                servers: nats.servers, name: nats.host, credentialsFile: resolved(nats.credentials), tlsCAFile: resolved(nats.tlsCA)),
-            fleet: nats.fleet ?? Self.defaultFleet, host: nats.host ?? ProcessInfo.processInfo.hostName,
-            principal: nats.principal ?? Self.defaultPrincipal, maximumInFlight: nats.maximumInFlight ?? Self.defaultMaximumInFlight)
-    }
 }

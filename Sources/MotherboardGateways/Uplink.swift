@@ -1,5 +1,4 @@
 import BusCore
-import MotherboardCore
 import BusZeroMQ
 import Foundation
 import Logging
@@ -16,23 +15,6 @@ public struct UplinkSettings: Sendable, Hashable {
         guard endpoint.hasPrefix("tcp://") else { throw BusError(.badArgument, "--attach takes a tcp://HOST:PORT endpoint, not '\(endpoint)'") }
         self.endpoint = endpoint
         self.credentials = credentials
-    }
-
-    /// From the manifest's `attach` (keys as given there, relative paths from the manifest's
-    /// directory; else from the environment).
-    package init(manifest attach: FleetManifest.Attach, directory: String?) throws {
-        var environment = ProcessInfo.processInfo.environment
-        func resolved(_ path: String) -> String {
-            guard let directory, !path.hasPrefix("/"), !CurveKeyPair.isKey(path) else { return path }
-            return "\(directory)/\(path)"
-        }
-        if let key = attach.serverKey { environment["BOARDBUS_SERVER_KEY"] = resolved(key) }
-        if let key = attach.clientKey { environment["BOARDBUS_CLIENT_KEY"] = resolved(key) }
-        let credentials = attach.insecure == true ? nil : try CurveClientCredentials.resolve(environment: environment)
-        guard credentials != nil || attach.insecure == true else {
-            throw BusError(.badArgument, "attach needs serverKey and clientKey (or insecure: true for a parent started with --insecure)")
-        }
-        try self.init(endpoint: attach.address, credentials: credentials)
     }
 }
 

@@ -1,7 +1,6 @@
 import BusCore
 import Foundation
 import Logging
-import MotherboardCore
 
 /// What an ``UplinkSession`` says and hears through: its own motherboard, the parent's link (what
 /// goes up), and the parent's connection that every served board shares (``HelperConnection``).

@@ -1,5 +1,6 @@
 import ArgumentParser
 import BoardKit
+import BusZeroMQ
 import Foundation
 
 /// Options every busctl verb takes.

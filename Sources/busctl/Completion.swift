@@ -1,5 +1,6 @@
 import ArgumentParser
 import BoardKit
+import BusZeroMQ
 import BusCore
 import Foundation
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import BoardBusLogWriter
 import BusCore
+import BusZeroMQ
 import Foundation
 import Logging
 import MotherboardCore

@@ -2,7 +2,6 @@ import BusCore
 import Foundation
 import Testing
 
-@testable import MotherboardCore
 @testable import MotherboardGateways
 
 /// What the uplink holds while its own connection to the parent is not made yet: nothing is sent

@@ -1,7 +1,6 @@
 import BusCore
 import Foundation
 import Logging
-import MotherboardCore
 import MotherboardTesting
 import Testing
 

@@ -30,7 +30,7 @@ public struct MotherboardSettings: Sendable, Hashable {
         startTimeout: Duration = .seconds(15),
         activationQueueLimit: Int = 64,
         limits: BusLimits = .default,
-        maximumUnreadBytesPerPeer: Int = 32 << 20
+        maximumUnreadBytesPerPeer: Int = BusLimits.defaultMaximumUnreadBytesPerPeer
     ) {
         self.heartbeatInterval = heartbeatInterval
         self.livenessTimeout = livenessTimeout

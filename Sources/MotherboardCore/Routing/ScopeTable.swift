@@ -1,22 +1,5 @@
 import BusCore
 
-/// A board's name within a scope: ids are unique per scope, not across the fleet.
-public struct ScopedName: Hashable, Sendable, Comparable, CustomStringConvertible {
-    public var scope: Scope
-    public var name: String
-
-    public init(scope: Scope, name: String) {
-        self.scope = scope
-        self.name = name
-    }
-
-    public var description: String { scope.isRoot ? name : "\(scope.name)/\(name)" }
-
-    public static func < (left: ScopedName, right: ScopedName) -> Bool {
-        (left.scope, left.name) < (right.scope, right.name)
-    }
-}
-
 /// The tree of motherboard scopes declared by the manifest.
 struct ScopeTable {
     /// Parent of each scope; the root has none.
