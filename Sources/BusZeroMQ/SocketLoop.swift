@@ -60,7 +60,7 @@ package final class SocketLoop: TaskExecutor, @unchecked Sendable {
     private let finished = DispatchSemaphore(value: 0)
     private let tickInterval: Duration
     private let limits: BusLimits
-    private let name: String
+    package let name: String
     // Owned by the loop thread once `start` has run.
     private let socket: ZMQSocket
     private let handler: any SocketLoopHandler

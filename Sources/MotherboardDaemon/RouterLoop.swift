@@ -3,6 +3,7 @@ import MotherboardCore
 import BusZeroMQ
 import CBoardBusAcceptGuard
 import Foundation
+import Synchronization
 import Logging
 import ServiceLifecycle
 
@@ -243,22 +244,16 @@ final class RouterLoopHandler: SocketLoopHandler {
 }
 
 /// Carries process exits from the launcher's threads to the motherboard on its loop thread.
-final class ExitForwarder: @unchecked Sendable {
-    private let lock = NSLock()
-    private var loop: SocketLoop?
-    // Touched only on the loop thread, inside `execute`.
-    private var motherboard: Motherboard?
+final class ExitForwarder: Sendable {
+    private let target = Mutex<(loop: SocketLoop, motherboard: LoopBound<Motherboard>)?>(nil)
 
     func connect(loop: SocketLoop, motherboard: Motherboard) {
-        lock.withLock {
-            self.loop = loop
-            self.motherboard = motherboard
-        }
+        target.withLock { $0 = (loop, LoopBound(motherboard, loop: loop)) }
     }
 
     func forward(pid: Int32, status: String, clean: Bool) {
-        guard let loop = lock.withLock({ self.loop }) else { return }
-        loop.execute { [self] _ in motherboard?.processExited(pid: pid, status: status, clean: clean, now: .now) }
+        guard let (loop, motherboard) = target.withLock({ $0 }) else { return }
+        loop.execute { _ in motherboard.value.processExited(pid: pid, status: status, clean: clean, now: .now) }
     }
 }
 

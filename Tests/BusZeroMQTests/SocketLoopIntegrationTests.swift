@@ -76,6 +76,32 @@ struct SocketLoopIntegrationTests {
         }
     }
 
+    /// A value bound to the loop may be touched on its thread and says it may not be elsewhere
+    /// (where a debug build stops at the first touch).
+    @Test func aLoopBoundValueIsAccessibleOnTheLoopThreadOnly() async throws {
+        try await withTemporaryEndpoint("bound") { endpoint in
+            let context = try ZMQContext()
+            defer { context.terminate() }
+            let router = try ZMQSocket(context: context, kind: .router)
+            try router.bind(endpoint)
+            let loop = try SocketLoop(name: "test-bound", socket: router, handler: TickCounter(), tickInterval: .seconds(3600))
+            loop.start()
+            defer { loop.stop() }
+            let counter = LoopBound(0, loop: loop)
+            #expect(!counter.isAccessibleHere)
+            let seen = Mutex<(accessible: Bool, value: Int)?>(nil)
+            let done = DispatchSemaphore(value: 0)
+            loop.execute { _ in
+                counter.value += 2
+                seen.withLock { $0 = (counter.isAccessibleHere, counter.value) }
+                done.signal()
+            }
+            let ran = try await onOwnThread { done.wait(timeout: .now() + 5) == .success }
+            #expect(ran)
+            #expect(seen.withLock { $0?.accessible } == true && seen.withLock { $0?.value } == 2)
+        }
+    }
+
     @Test func aBurstLargerThanOneBatchIsAnsweredWithoutWaitingForATick() async throws {
         try await withTemporaryEndpoint("loop") { endpoint in
             let context = try ZMQContext()
