@@ -88,6 +88,7 @@ let package = Package(
                 "BusCore", "BusZeroMQ", "BusNATS",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
+                .product(name: "HeapModule", package: "swift-collections"),
             ]
         ),
         // The broker as a process: sockets, security, the launcher, the metrics endpoint, systemd,

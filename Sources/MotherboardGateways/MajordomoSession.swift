@@ -105,7 +105,7 @@ package final class MajordomoSession {
     private var registrations = PendingRegistrations()
     private var clientRequests: [UInt64: ClientRequest] = [:]
     private var workerRequests: [UInt64: WorkerRequest] = [:]
-    private var nextID: UInt64 = 1
+    private var ids = IDSource()
     private var lastServiceHeartbeat: ContinuousClock.Instant?
     /// `PARTIAL`s dropped (a BoardBus reply is one message).
     private(set) var droppedPartials = 0
@@ -130,11 +130,6 @@ package final class MajordomoSession {
         services.removeAll()
     }
 
-    private func makeID() -> UInt64 {
-        defer { nextID &+= 1 }
-        return nextID
-    }
-
     /// Heartbeats both ways, silent workers dropped, services (re)registered.
     package func tick(now: ContinuousClock.Instant) {
         for worker in workers.values {
@@ -152,7 +147,7 @@ package final class MajordomoSession {
         guard lastServiceHeartbeat.map({ $0.duration(to: now) >= .milliseconds(500) }) ?? true else { return }
         lastServiceHeartbeat = now
         for name in services.keys { services[name]?.dropExpired(now: now) }
-        for name in services.keys { registrations.keepAlive(&services[name]!.board, as: name, now: now, id: makeID()) }
+        for name in services.keys { registrations.keepAlive(&services[name]!.board, as: name, now: now, id: ids.make()) }
     }
 
     // MARK: - From MDP peers
@@ -193,7 +188,7 @@ package final class MajordomoSession {
                 peer, dialect: dialect, service: service,
                 error: BusError(.badArgument, "'\(name.escapedForDisplay(limit: 300))' is not a board id (or scope/id)"))
         }
-        let id = makeID()
+        let id = ids.make()
         clientRequests[id] = ClientRequest(client: peer, dialect: dialect, service: service, kind: .command)
         var header = EnvelopeHeader(kind: .command, correlationID: id, target: target.name, scope: target.scope, typeName: command)
         header.flags.insert(.replyExpected)
@@ -232,13 +227,13 @@ package final class MajordomoSession {
             }
             let introspect = name == "mmi.introspect"
             header = EnvelopeHeader(
-                kind: .control, correlationID: makeID(), typeName: introspect ? ControlOperation.introspect : ControlOperation.status)
+                kind: .control, correlationID: ids.make(), typeName: introspect ? ControlOperation.introspect : ControlOperation.status)
             clientRequests[header.correlationID] = ClientRequest(
                 client: peer, dialect: dialect, service: service, kind: introspect ? .mmiIntrospect : .mmiService)
             header.flags.insert(.replyExpected)
             _ = try? links.toMotherboard(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(StatusRequest(id: id, scope: board.scope))))
         case "mmi.boards":
-            let id = makeID()
+            let id = ids.make()
             header = EnvelopeHeader(kind: .control, correlationID: id, typeName: ControlOperation.list)
             header.flags.insert(.replyExpected)
             clientRequests[id] = ClientRequest(client: peer, dialect: dialect, service: service, kind: .mmiBoards)
@@ -459,7 +454,7 @@ package final class MajordomoSession {
                 return
             }
             services[name] = service
-            let token = makeID()
+            let token = ids.make()
             var tokenFrame = Data(count: 8)
             tokenFrame.withUnsafeMutableBytes { $0.storeBytes(of: token.bigEndian, as: UInt64.self) }
             if job.correlationID != 0 {
@@ -524,7 +519,7 @@ package final class MajordomoSession {
         let registration = Registration(id: id, pid: 0, scope: name.scope, secret: Registration.makeSecret(), sharesConnection: true)
         var service = Service(name: name, board: HelperBoard(connection: links, registration: registration))
         service.board.onBehalfOf = principal
-        registrations.register(&service.board, as: name, now: now, id: makeID())
+        registrations.register(&service.board, as: name, now: now, id: ids.make())
         services[name] = service
     }
 }

@@ -85,7 +85,6 @@ package final class NATSGateway: @unchecked Sendable {
     private let served: ZMQSocket
     private let connection: NATSConnection
     private let thread = HelperThread()
-    private let secret: String
     private let subjects: NATSSubjects
 
     static let announceInterval = Duration.seconds(1)
@@ -116,7 +115,7 @@ package final class NATSGateway: @unchecked Sendable {
     }
 
     /// A request of this motherboard sent to the cluster, by the number its inbox subject ends in.
-    private struct Outgoing {
+    private struct Outgoing: Expiring {
         /// The random part of its reply subject, which only its responder learns: an answer
         /// without it is not this request's.
         var token: String
@@ -128,7 +127,7 @@ package final class NATSGateway: @unchecked Sendable {
     }
 
     /// A request from the cluster handed to this motherboard, by its local correlation id.
-    private struct Incoming {
+    private struct Incoming: Expiring {
         var reply: String?
         var deadline: ContinuousClock.Instant
         var trace: TraceContext?
@@ -146,10 +145,9 @@ package final class NATSGateway: @unchecked Sendable {
     private var keptToItsSubjects: Bool?
     /// When the permissions were last checked without an answer (tried again a second later).
     private var lastPermissionCheck: ContinuousClock.Instant?
-    private var nextID: UInt64 = 1
-    private var attachID: UInt64 = 0
-    private var attached = false
-    private var lastAttach: ContinuousClock.Instant?
+    private var ids = IDSource()
+    /// The proof of this gateway to its own motherboard, asked until answered.
+    private var attachment: BrokerAttachment
     /// This motherboard's boards, as pushed by the broker.
     private var localBoards: [ScopedName: Registration] = [:]
     /// A local board served to the cluster: as it registered here, and its request subscription.
@@ -170,8 +168,9 @@ package final class NATSGateway: @unchecked Sendable {
     private var peers: [String: Peer] = [:]
     private var remote: [ScopedName: RemoteBoard] = [:]
     private var registrations = PendingRegistrations()
-    private var outgoing: [UInt64: Outgoing] = [:]
-    private var incoming: [UInt64: Incoming] = [:]
+    private var outgoing = DeadlineTable<Outgoing>()
+    /// Kept 5 s past their deadline: a late answer is still matched, and dropped.
+    private var incoming = DeadlineTable<Incoming>(keepingPastDeadline: .seconds(5))
     private var lastAnnounce: ContinuousClock.Instant?
     private var lastKeepAlive: ContinuousClock.Instant?
     private var announceSoon = true
@@ -182,9 +181,9 @@ package final class NATSGateway: @unchecked Sendable {
     private var outputSubscriptions: [Int: ScopedName] = [:]
     /// Actions sent to the cluster whose sender waits: the answers gathered so far, by the number
     /// the inbox subject ends in.
-    private var gatherings: [UInt64: Gathering] = [:]
+    private var gatherings = DeadlineTable<Gathering>()
 
-    private struct Gathering {
+    private struct Gathering: Expiring {
         var token: String
         var correlationID: UInt64
         /// The motherboards whose answer is awaited.
@@ -212,7 +211,7 @@ package final class NATSGateway: @unchecked Sendable {
         self.subjects = settings.subjects
         self.limits = limits
         self.logger = logger
-        self.secret = secret
+        self.attachment = BrokerAttachment(operation: ControlOperation.exportAttach, secret: secret)
         let instance = String(UInt64.random(in: 1...UInt64.max), radix: 16)
         self.instance = instance
         inboxPrefix = "\(settings.subjects.inbox(host: settings.host)).\(instance)"
@@ -316,11 +315,6 @@ package final class NATSGateway: @unchecked Sendable {
         FileHandle.standardError.write(Data("motherboard: NATS: \(reason)\n".utf8))
     }
 
-    private func makeID() -> UInt64 {
-        defer { nextID &+= 1 }
-        return nextID
-    }
-
     private func connectionChanged(_ event: NATSConnection.Event) {
         switch event {
         case .disconnected(let epoch):
@@ -359,13 +353,7 @@ package final class NATSGateway: @unchecked Sendable {
     // MARK: - Time
 
     private func tick(now: ContinuousClock.Instant) {
-        if !attached, lastAttach.map({ $0.duration(to: now) > .seconds(1) }) ?? true {
-            attachID = makeID()
-            lastAttach = now
-            var header = EnvelopeHeader(kind: .control, correlationID: attachID, typeName: ControlOperation.exportAttach)
-            header.flags.insert(.replyExpected)
-            _ = try? local.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(UplinkAttach(secret: secret))))
-        }
+        if let request = attachment.request(now: now, ids: &ids) { _ = try? local.send(request) }
         // Another motherboard silent past the expiry is gone, and its boards with it.
         let expired = peers.filter { $0.value.lastHeard.duration(to: now) > Self.expiry }.map(\.key)
         if !expired.isEmpty {
@@ -384,24 +372,22 @@ package final class NATSGateway: @unchecked Sendable {
         }
         if lastKeepAlive.map({ $0.duration(to: now) >= .milliseconds(500) }) ?? true {
             lastKeepAlive = now
-            for name in remote.keys { registrations.keepAlive(&remote[name]!.link, as: name, now: now, id: makeID()) }
+            for name in remote.keys { registrations.keepAlive(&remote[name]!.link, as: name, now: now, id: ids.make()) }
         }
-        for (id, pending) in outgoing where pending.deadline <= now {
-            outgoing[id] = nil
+        for (_, pending) in outgoing.takeExpired(now: now) {
             answerBoard(
                 pending.board,
                 Envelope.error(
                     BusError(.timeout, "no answer from the NATS cluster in time for '\(pending.board)'"), correlationID: pending.correlationID))
         }
-        for (id, pending) in incoming where pending.deadline.advanced(by: .seconds(5)) <= now { incoming[id] = nil }
-        for (id, gathering) in gatherings where gathering.deadline <= now {
-            gatherings[id] = nil
+        _ = incoming.takeExpired(now: now)
+        for (_, gathering) in gatherings.takeExpired(now: now) {
             answerAction(gathering.correlationID, delivered: gathering.delivered)
         }
     }
 
     private func announce(now: ContinuousClock.Instant) {
-        guard attached, keptToItsSubjects == true else { return }
+        guard attachment.isAttached, keptToItsSubjects == true else { return }
         announceSoon = false
         lastAnnounce = now
         let boards = exported.keys.sorted().compactMap { exported[$0]?.registration }
@@ -485,7 +471,7 @@ package final class NATSGateway: @unchecked Sendable {
                 changeSubscriptions[number] = (name, store)
             }
             remote[name] = board
-            registrations.register(&remote[name]!.link, as: name, now: now, id: makeID())
+            registrations.register(&remote[name]!.link, as: name, now: now, id: ids.make())
         }
         if changed { announceSoon = true }
     }
@@ -518,7 +504,7 @@ package final class NATSGateway: @unchecked Sendable {
         var header = EnvelopeHeader(kind: .store, target: store.name, scope: store.scope, typeName: operation)
         if operation != StoreOperation.renew {
             header.flags.insert(.replyExpected)
-            header.correlationID = makeID()
+            header.correlationID = ids.make()
         }
         _ = try? local.send(Envelope(header: header))
     }
@@ -620,7 +606,7 @@ package final class NATSGateway: @unchecked Sendable {
                     message,
                     BusError(.busy, "\(settings.host) has \(settings.maximumInFlight) requests from the cluster in flight already; try again later"))
             }
-            let id = makeID()
+            let id = ids.make()
             header.correlationID = id
             header.flags.insert(.replyExpected)
             incoming[id] = Incoming(reply: reply, deadline: now.advanced(by: timeout), trace: header.trace, traceState: header.traceState)
@@ -710,7 +696,7 @@ package final class NATSGateway: @unchecked Sendable {
             try? connection.publish(subject, headers: natsHeaders(header), payload: envelope.payload)
             return answerAction(header.correlationID, delivered: 0)
         }
-        let id = makeID()
+        let id = ids.make()
         let token = Self.makeToken()
         let timeout = Self.timeout(of: header)
         gatherings[id] = Gathering(
@@ -875,13 +861,16 @@ package final class NATSGateway: @unchecked Sendable {
     // MARK: - From this motherboard
 
     private func fromLocal(_ envelope: Envelope, now: ContinuousClock.Instant) {
+        switch attachment.read(envelope) {
+        case .attached:
+            return logger.info("NATS gateway attached to its motherboard", metadata: ["fleet": "\(subjects.fleet)", "host": "\(settings.host)"])
+        case .refused(let text):
+            return logger.error("the motherboard refused its NATS gateway", metadata: ["error": "\(text)"])
+        case nil:
+            break
+        }
         let header = envelope.header
         switch header.kind {
-        case .reply where header.correlationID == attachID && !attached:
-            attached = true
-            logger.info("NATS gateway attached to its motherboard", metadata: ["fleet": "\(subjects.fleet)", "host": "\(settings.host)"])
-        case .error where header.correlationID == attachID && !attached:
-            logger.error("the motherboard refused its NATS gateway", metadata: ["error": "\(String(decoding: envelope.payload, as: UTF8.self))"])
         case .control where header.typeName == ControlOperation.exportBoard:
             guard let registration = try? PayloadCodec.decode(Registration.self, from: envelope.payload) else { return }
             localBoards[ScopedName(scope: registration.scope, name: registration.id.rawValue)] = registration
@@ -892,7 +881,7 @@ package final class NATSGateway: @unchecked Sendable {
             localBoards[name] = nil
             reconcile(now: now)
             // Another host's board of that id, refused while the local one held it: now at once.
-            if remote[name]?.link.registered == false { registrations.register(&remote[name]!.link, as: name, now: now, id: makeID()) }
+            if remote[name]?.link.registered == false { registrations.register(&remote[name]!.link, as: name, now: now, id: ids.make()) }
         case .reply, .error:
             guard let pending = incoming.removeValue(forKey: header.correlationID) else { return }
             answerCluster(pending, envelope)
@@ -951,7 +940,7 @@ package final class NATSGateway: @unchecked Sendable {
             }
             board.lastRefusal = error.description
             remote[name] = board
-            if error.code == .notRegistered { registrations.register(&remote[name]!.link, as: name, now: now, id: makeID()) }
+            if error.code == .notRegistered { registrations.register(&remote[name]!.link, as: name, now: now, id: ids.make()) }
         case .request:
             sendToCluster(envelope, board: name, now: now)
         }
@@ -974,7 +963,7 @@ package final class NATSGateway: @unchecked Sendable {
         let headers = natsHeaders(header)
         var reply: (id: UInt64, subject: String)?
         if header.flags.contains(.replyExpected), header.correlationID != 0 {
-            let id = makeID()
+            let id = ids.make()
             let token = Self.makeToken()
             reply = (id, "\(inboxPrefix).\(id)-\(token)")
             outgoing[id] = Outgoing(

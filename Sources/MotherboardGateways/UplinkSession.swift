@@ -31,7 +31,7 @@ package final class UplinkSession {
     }
 
     /// A request in flight through the uplink: where its answer goes.
-    private struct Pending {
+    private struct Pending: Expiring {
         /// Down: the board socket (by name) the parent's request came on; nil: up, to the local side.
         var board: ScopedName?
         var correlationID: UInt64
@@ -40,27 +40,25 @@ package final class UplinkSession {
 
     /// The parent's endpoint, for what the session says.
     private let endpoint: String
-    private let secret: String
     private let logger: Logger
     private let links: any UplinkLinks
     private var boards: [ScopedName: RemoteBoard] = [:]
     /// The boards whose registration waits for the parent's answer, by its correlation id.
     private var registrations = PendingRegistrations()
     /// Requests from the parent, handed to the local motherboard, by the local correlation id.
-    private var down: [UInt64: Pending] = [:]
+    private var down = DeadlineTable<Pending>(keepingPastDeadline: .seconds(5))
     /// Requests sent up, by the correlation id they travel under to the parent.
-    private var up: [UInt64: Pending] = [:]
+    private var up = DeadlineTable<Pending>()
     /// What goes up while the link's connection is not made yet (the parent heard on the boards'
     /// connections already) or the parent pushes back, in order.
     private var held = HeldMessages(capacity: 10_000, byteCapacity: 64 << 20)
     /// The longest a message waits for the link's connection: a handshake that has not finished by
     /// then is not about to (and a shorter deadline keeps three quarters of its own).
     private let longestHold = Duration.seconds(5)
-    private var nextID: UInt64 = 1
+    private var ids = IDSource()
     private var lastHeard: ContinuousClock.Instant?
     private var lastPing: ContinuousClock.Instant?
     private var linkUp = false
-    private var attached = false
     /// Its own motherboard's link id (told when the uplink attached), and the pending question to
     /// the parent whether attaching makes a cycle.
     private var localLinkID: UInt64?
@@ -75,12 +73,12 @@ package final class UplinkSession {
     /// The first tick: the link being made is not silence yet.
     private var startedAt: ContinuousClock.Instant?
     /// This motherboard's attach to its own motherboard, and when it was last asked.
-    private var attachID: UInt64 = 0
-    private var lastAttach: ContinuousClock.Instant?
+    /// The proof of this uplink to its own motherboard, asked until answered.
+    private var attachment: BrokerAttachment
 
     package init(endpoint: String, secret: String, links: any UplinkLinks, logger: Logger) {
         self.endpoint = endpoint
-        self.secret = secret
+        self.attachment = BrokerAttachment(operation: ControlOperation.uplinkAttach, secret: secret)
         self.links = links
         self.logger = logger
     }
@@ -101,7 +99,7 @@ package final class UplinkSession {
     /// Registers `name` with the parent (again), remembering which registration the answer is for.
     private func register(_ name: ScopedName, now: ContinuousClock.Instant) {
         guard boards[name] != nil else { return }
-        registrations.register(&boards[name]!.link, as: name, now: now, id: makeID())
+        registrations.register(&boards[name]!.link, as: name, now: now, id: ids.make())
     }
 
     /// A message of the parent on the served boards' connection: an answer to a registration (by
@@ -132,22 +130,11 @@ package final class UplinkSession {
         links.sendToBroker(envelope)
     }
 
-    private func makeID() -> UInt64 {
-        defer { nextID &+= 1 }
-        return nextID
-    }
-
     /// The attach to its own motherboard (asked again each second until answered), pings,
     /// registrations, heartbeats, the link's state and expired requests.
     package func tick(now: ContinuousClock.Instant) {
         if startedAt == nil { startedAt = now }
-        if !attached, lastAttach.map({ $0.duration(to: now) > .seconds(1) }) ?? true {
-            attachID = makeID()
-            lastAttach = now
-            var header = EnvelopeHeader(kind: .control, correlationID: attachID, typeName: ControlOperation.uplinkAttach)
-            header.flags.insert(.replyExpected)
-            links.toLocal(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(UplinkAttach(secret: secret))))
-        }
+        if let request = attachment.request(now: now, ids: &ids) { links.toLocal(request) }
         let heard = lastHeard.map { $0.duration(to: now) < livenessTimeout } ?? false
         if heard != linkUp {
             linkUp = heard
@@ -167,10 +154,10 @@ package final class UplinkSession {
         if lastPing.map({ $0.duration(to: now) >= heartbeatInterval }) ?? true {
             lastPing = now
             // Any answer from the parent is proof it is there; this one costs it nothing.
-            var ping = EnvelopeHeader(kind: .control, correlationID: makeID(), typeName: ControlOperation.ping)
+            var ping = EnvelopeHeader(kind: .control, correlationID: ids.make(), typeName: ControlOperation.ping)
             ping.flags.insert(.replyExpected)
             _ = try? links.toParent(Envelope(header: ping))
-            for name in boards.keys { registrations.keepAlive(&boards[name]!.link, as: name, now: now, id: makeID()) }
+            for name in boards.keys { registrations.keepAlive(&boards[name]!.link, as: name, now: now, id: ids.make()) }
         }
         // Once the parent has been silent for 3 s (not while the link is first being made), and
         // every 10 s after that while it stays so.
@@ -180,25 +167,28 @@ package final class UplinkSession {
             links.diagnose()
         }
         sendHeld(now: now)
-        for (id, pending) in up where pending.deadline <= now {
-            up[id] = nil
+        for (_, pending) in up.takeExpired(now: now) {
             answerLocal(Envelope.error(BusError(.timeout, "the parent motherboard did not answer in time"), correlationID: pending.correlationID))
         }
-        for (id, pending) in down where pending.deadline.advanced(by: .seconds(5)) <= now { down[id] = nil }
+        _ = down.takeExpired(now: now)
     }
 
     // MARK: - From the local motherboard
 
     package func fromLocal(_ envelope: Envelope, now: ContinuousClock.Instant) {
-        let header = envelope.header
-        switch header.kind {
-        case .reply where header.correlationID == attachID && !attached:
-            attached = true
-            localLinkID = (try? PayloadCodec.decode(LinkChain.self, from: envelope.payload))?.ids.first
+        switch attachment.read(envelope) {
+        case .attached(let payload):
+            localLinkID = (try? PayloadCodec.decode(LinkChain.self, from: payload))?.ids.first
             logger.info("uplink attached to its motherboard", metadata: ["parent": "\(endpoint)"])
             if linkUp { askChain() }
-        case .error where header.correlationID == attachID && !attached:
-            logger.error("the motherboard refused its uplink", metadata: ["error": "\(String(decoding: envelope.payload, as: UTF8.self))"])
+            return
+        case .refused(let text):
+            return logger.error("the motherboard refused its uplink", metadata: ["error": "\(text)"])
+        case nil:
+            break
+        }
+        let header = envelope.header
+        switch header.kind {
         case .control where header.typeName == ControlOperation.uplinkBoard:
             guard let registration = try? PayloadCodec.decode(Registration.self, from: envelope.payload) else { return }
             boardAppeared(registration, now: now)
@@ -248,7 +238,7 @@ package final class UplinkSession {
         var request = envelope
         let timeout = envelope.header.timeoutMilliseconds > 0 ? Duration.milliseconds(Int64(envelope.header.timeoutMilliseconds)) : .seconds(25)
         if waits {
-            let id = makeID()
+            let id = ids.make()
             up[id] = Pending(board: nil, correlationID: envelope.header.correlationID, deadline: now.advanced(by: timeout))
             request.header.correlationID = id
         }
@@ -337,7 +327,7 @@ package final class UplinkSession {
     /// whether attaching there makes a cycle (`link.chain`).
     private func askChain() {
         guard let localLinkID, !cycle else { return }
-        let id = makeID()
+        let id = ids.make()
         chainRequest = id
         var header = EnvelopeHeader(kind: .control, correlationID: id, typeName: ControlOperation.linkChain)
         header.flags.insert(.replyExpected)
@@ -405,7 +395,7 @@ package final class UplinkSession {
         var request = envelope
         request.header.scope = name.scope
         if header.flags.contains(.replyExpected) && header.correlationID != 0 {
-            let id = makeID()
+            let id = ids.make()
             let timeout = header.timeoutMilliseconds > 0 ? Duration.milliseconds(Int64(header.timeoutMilliseconds)) : .seconds(25)
             down[id] = Pending(board: name, correlationID: header.correlationID, deadline: now.advanced(by: timeout))
             request.header.correlationID = id
