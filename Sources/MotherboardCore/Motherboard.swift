@@ -40,7 +40,7 @@ public final class Motherboard {
     @exclusivity(unchecked) var monitors = MonitorTable()
     /// Who may do what: the policy, its decisions, revoked principals, admission rules, audit.
     package let access: AccessControl
-    /// The control operations the broker answers, by name (``answerControl(_:from:now:)``).
+    /// The control operations the broker answers, by name (``answerControl(_:_:)``).
     package var controlOperations = Motherboard.defaultControlOperations
     let transport: any MotherboardTransport
     let producer: (any BoardProducer)?

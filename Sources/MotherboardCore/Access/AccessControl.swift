@@ -15,7 +15,7 @@ package final class AccessControl {
     private(set) var source: String?
     private(set) var text: String?
     private var decisions = PolicyDecisions()
-    /// Names removed from the allow-list (``revoke(_:)``) and not listed again: a message of one of
+    /// Names removed from the allow-list (``allowListChanged(removed:listed:)``) and not listed again: a message of one of
     /// them is refused whatever the policy says.
     package private(set) var revoked: Set<String> = []
     /// Rules every message must pass at the admission gate, after the broker's own.

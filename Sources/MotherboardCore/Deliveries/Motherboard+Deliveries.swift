@@ -87,7 +87,7 @@ extension Motherboard {
     /// Restores what a broker before this one journaled: its activations go to their boards
     /// when they register (or, for those not live within `grace`, are activated then: started
     /// on demand, else dead-lettered); no sender waits for them any more. Dead letters past the
-    /// list's bounds are taken off the journal too (set ``deliveryJournal`` first).
+    /// list's bounds are taken off the journal too (set ``Deliveries/journal`` first).
     package func restoreDeliveries(
         _ entries: [JournaledDelivery], deadLetters: [(DeadLetter, Envelope)], now: ContinuousClock.Instant, grace: Duration = .seconds(5)
     ) {
