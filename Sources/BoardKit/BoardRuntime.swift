@@ -159,7 +159,7 @@ final class BoardRuntime: Service, Sendable {
                 try await board.actionHandlers[name]?(envelope, self.context) ?? Data()
             }
         case .payloadType where header.kind == .flowEvent:
-            // Field 4; from a broker built before it, the correlation id.
+            // Field 4, else the correlation id (where a broker without field 4 writes the flow).
             let flow = header.flowID ?? FlowID(header.correlationID)
             guard let handler = flowHandlers.handler(for: flow) else { return }
             do {

@@ -1,3 +1,3 @@
 // Payload coding (CBOR, the JSON fast path, schemas) is its own module; whoever imports BusCore
-// has it too, as before the split.
+// has it too.
 @_exported import BusCodec

@@ -35,7 +35,7 @@ extension Motherboard {
                 send(Envelope(header: EnvelopeHeader(kind: .heartbeat, target: board.id.rawValue, scope: board.scope)), to: board.peer)
             }
         }
-        for board in silent { lose(board, reason: "no heartbeat for \(settings.livenessTimeout)", now: now) }
+        for board in silent { dropFailed(board, reason: "no heartbeat for \(settings.livenessTimeout)", now: now) }
         checkAdoptedProcesses(now: now)
         forgetLongUnreachable(now: now)
         for request in replies.takeExpired(now: now) {

@@ -263,8 +263,8 @@ package final class NATSGateway: @unchecked Sendable {
             if keptToItsSubjects == false { break }
             tick(now: clock.now)
             let ready = ZMQSocket.poll([local, served], descriptor: connection.wakeDescriptor, timeoutMilliseconds: 100)
-            if ready.sockets[0] { local.drainEnvelopes(limits: limits) { fromLocal($0, now: clock.now) } }
-            if ready.sockets[1] { served.drainEnvelopes(limits: limits) { toServed($0, now: clock.now) } }
+            if ready.sockets[0] { local.drainEnvelopes(limits: limits) { fromOwnMotherboard($0, now: clock.now) } }
+            if ready.sockets[1] { served.drainEnvelopes(limits: limits) { forServedBoard($0, now: clock.now) } }
             if ready.descriptor {
                 for item in connection.take() {
                     switch item {
@@ -328,7 +328,7 @@ package final class NATSGateway: @unchecked Sendable {
                     .unreachable,
                     "the connection to the NATS cluster was lost with the request to '\(pending.board)' in flight: it may or may not have been carried out"
                 )
-                answerBoard(pending.board, Envelope.error(error, correlationID: pending.correlationID))
+                sendAsBoard(pending.board, Envelope.error(error, correlationID: pending.correlationID))
             }
         case .reconnected(let url):
             logger.notice("NATS connection made", metadata: ["server": "\(url)"])
@@ -375,7 +375,7 @@ package final class NATSGateway: @unchecked Sendable {
             for name in remote.keys { registrations.keepAlive(&remote[name]!.link, as: name, now: now, id: ids.make()) }
         }
         for (_, pending) in outgoing.takeExpired(now: now) {
-            answerBoard(
+            sendAsBoard(
                 pending.board,
                 Envelope.error(
                     BusError(.timeout, "no answer from the NATS cluster in time for '\(pending.board)'"), correlationID: pending.correlationID))
@@ -855,12 +855,12 @@ package final class NATSGateway: @unchecked Sendable {
             if let text = message.headers[NATSHeader.traceparent] { reply.header.trace = TraceContext(traceparent: text) }
             answer = reply
         }
-        answerBoard(pending.board, answer)
+        sendAsBoard(pending.board, answer)
     }
 
     // MARK: - From this motherboard
 
-    private func fromLocal(_ envelope: Envelope, now: ContinuousClock.Instant) {
+    private func fromOwnMotherboard(_ envelope: Envelope, now: ContinuousClock.Instant) {
         switch attachment.read(envelope) {
         case .attached:
             return logger.info("NATS gateway attached to its motherboard", metadata: ["fleet": "\(subjects.fleet)", "host": "\(settings.host)"])
@@ -910,7 +910,7 @@ package final class NATSGateway: @unchecked Sendable {
 
     /// A message of the broker for a board of another motherboard: registration answers,
     /// heartbeats, and requests, sent on through NATS.
-    private func toServed(_ envelope: Envelope, now: ContinuousClock.Instant) {
+    private func forServedBoard(_ envelope: Envelope, now: ContinuousClock.Instant) {
         let header = envelope.header
         if header.kind == .reply || header.kind == .error, header.correlationID != 0 {
             guard let name = registrations.take(header.correlationID) else { return }
@@ -951,7 +951,7 @@ package final class NATSGateway: @unchecked Sendable {
         let header = envelope.header
         guard NATSSubjects.requestKinds.contains(header.kind) else {
             guard header.flags.contains(.replyExpected), header.correlationID != 0 else { return }
-            return answerBoard(
+            return sendAsBoard(
                 name,
                 Envelope.error(BusError(.malformed, "a \(header.kind) is not sent through NATS to '\(name)'"), correlationID: header.correlationID))
         }
@@ -977,13 +977,13 @@ package final class NATSGateway: @unchecked Sendable {
                 let failure =
                     (error as? BusError).flatMap { $0.code == .tooLarge ? $0 : nil }
                     ?? BusError(.unreachable, "cannot send to the NATS cluster: \(error)")
-                answerBoard(name, Envelope.error(failure, correlationID: pending.correlationID))
+                sendAsBoard(name, Envelope.error(failure, correlationID: pending.correlationID))
             }
         }
     }
 
     /// To the broker, as board `name`.
-    private func answerBoard(_ name: ScopedName, _ envelope: Envelope) {
+    private func sendAsBoard(_ name: ScopedName, _ envelope: Envelope) {
         var envelope = envelope
         envelope.header.source = name.name
         envelope.header.scope = name.scope

@@ -106,9 +106,9 @@ package final class Uplink: @unchecked Sendable {
             // While messages wait for the link's connection (or for the parent to take more), look
             // again soon.
             let ready = ZMQSocket.poll([local, link, served], timeoutMilliseconds: session.holdsMessages ? 5 : 100)
-            if ready[0] { local.drainEnvelopes(limits: limits) { session.fromLocal($0, now: clock.now) } }
+            if ready[0] { local.drainEnvelopes(limits: limits) { session.fromOwnMotherboard($0, now: clock.now) } }
             if ready[1] { link.drainEnvelopes(limits: limits) { session.fromParentLink($0, now: clock.now) } }
-            if ready[2] { served.drainEnvelopes(limits: limits) { session.toServed($0, now: clock.now) } }
+            if ready[2] { served.drainEnvelopes(limits: limits) { session.forServedBoard($0, now: clock.now) } }
         }
         session.close()
         local.close()

@@ -105,7 +105,7 @@ package final class UplinkSession {
     /// A message of the parent on the served boards' connection: an answer to a registration (by
     /// its correlation id), a store request for the board that owns the store, else for the
     /// board it names.
-    package func toServed(_ envelope: Envelope, now: ContinuousClock.Instant) {
+    package func forServedBoard(_ envelope: Envelope, now: ContinuousClock.Instant) {
         lastHeard = now
         let header = envelope.header
         if header.kind == .reply || header.kind == .error, header.correlationID != 0 {
@@ -175,7 +175,7 @@ package final class UplinkSession {
 
     // MARK: - From the local motherboard
 
-    package func fromLocal(_ envelope: Envelope, now: ContinuousClock.Instant) {
+    package func fromOwnMotherboard(_ envelope: Envelope, now: ContinuousClock.Instant) {
         switch attachment.read(envelope) {
         case .attached(let payload):
             localLinkID = (try? PayloadCodec.decode(LinkChain.self, from: payload))?.ids.first

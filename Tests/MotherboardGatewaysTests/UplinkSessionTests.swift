@@ -24,13 +24,13 @@ struct UplinkSessionTests {
         session.tick(now: now)
         let attach = try #require(links.toLocals.first { $0.header.typeName == ControlOperation.uplinkAttach })
         #expect(try PayloadCodec.decode(UplinkAttach.self, from: attach.payload).secret == "s3cret")
-        session.fromLocal(attach.reply(payload: try PayloadCodec.encode(LinkChain(ids: [7]))), now: now)
+        session.fromOwnMotherboard(attach.reply(payload: try PayloadCodec.encode(LinkChain(ids: [7]))), now: now)
         let registration = Registration(id: "sensor", pid: 42, scope: "edge", commands: ["greet"], actions: ["app.announce"], stores: ["readings"])
-        session.fromLocal(
+        session.fromOwnMotherboard(
             Envelope(header: EnvelopeHeader(kind: .control, typeName: ControlOperation.uplinkBoard), payload: try PayloadCodec.encode(registration)),
             now: now)
         let register = try #require(links.asBoards.last)
-        session.toServed(register.reply(payload: Data("{}".utf8)), now: now)
+        session.forServedBoard(register.reply(payload: Data("{}".utf8)), now: now)
         parentHeard()
     }
 
@@ -55,7 +55,7 @@ struct UplinkSessionTests {
 
     @Test mutating func theParentsRequestGoesDownAndItsAnswerBackAsTheBoard() throws {
         try attachedAndServing()
-        session.toServed(
+        session.forServedBoard(
             Envelope(
                 header: EnvelopeHeader(
                     kind: .command, flags: .replyExpected, correlationID: 900, timeoutMilliseconds: 2_000, target: "sensor", scope: "edge",
@@ -63,13 +63,13 @@ struct UplinkSessionTests {
         let down = try #require(links.toLocals.last)
         #expect(down.header.kind == .command && down.header.target == "sensor" && down.header.scope == "edge")
         #expect(down.header.correlationID != 900)
-        session.fromLocal(down.reply(payload: Data("hello".utf8)), now: now)
+        session.fromOwnMotherboard(down.reply(payload: Data("hello".utf8)), now: now)
         let answer = try #require(links.asBoards.last)
         #expect(answer.header.kind == .reply && answer.header.correlationID == 900 && answer.payload == Data("hello".utf8))
         #expect(answer.header.source == "sensor" && answer.header.scope == "edge")
 
         // A store request goes to the board that owns the store.
-        session.toServed(
+        session.forServedBoard(
             Envelope(
                 header: EnvelopeHeader(kind: .dispatch, flags: .replyExpected, correlationID: 901, target: "readings", scope: "edge", typeName: "add")
             ),
@@ -81,7 +81,7 @@ struct UplinkSessionTests {
         try attachedAndServing()
         links.linkTakes = false
         func up(_ correlation: UInt64, timeout: UInt32) {
-            session.fromLocal(
+            session.fromOwnMotherboard(
                 Envelope(
                     header: EnvelopeHeader(
                         kind: .command, flags: .replyExpected, correlationID: correlation, timeoutMilliseconds: timeout, target: "demo.greeter",
@@ -114,7 +114,7 @@ struct UplinkSessionTests {
         try attachedAndServing()
         links.linkTakes = false
         for correlation in UInt64(1)...2 {
-            session.fromLocal(
+            session.fromOwnMotherboard(
                 Envelope(
                     header: EnvelopeHeader(
                         kind: .command, flags: .replyExpected, correlationID: correlation, timeoutMilliseconds: 10_000, target: "demo.greeter",
@@ -136,7 +136,7 @@ struct UplinkSessionTests {
 
     @Test mutating func aSilentParentTakesTheLinkDownAndItsBoardsRegisterAgainWhenItReturns() throws {
         try attachedAndServing()
-        session.fromLocal(
+        session.fromOwnMotherboard(
             Envelope(header: EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 5, target: "demo.greeter", typeName: "greet")),
             now: now)
         now = now.advanced(by: .seconds(3))
@@ -148,7 +148,7 @@ struct UplinkSessionTests {
         session.tick(now: now)
         #expect(links.diagnoses == 1)
         // New requests are answered at once while it is down.
-        session.fromLocal(
+        session.fromOwnMotherboard(
             Envelope(header: EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 6, target: "demo.greeter", typeName: "greet")),
             now: now)
         #expect(links.toLocals.last?.header.correlationID == 6 && links.toLocals.last?.carriedError?.code == .unreachable)
@@ -157,7 +157,7 @@ struct UplinkSessionTests {
         now = now.advanced(by: .seconds(2))
         session.tick(now: now)
         let again = try #require(links.asBoards.last { $0.header.kind == .register })
-        session.toServed(again.reply(payload: Data("{}".utf8)), now: now)
+        session.forServedBoard(again.reply(payload: Data("{}".utf8)), now: now)
         #expect(session.servedBoards == [sensor: true])
     }
 
@@ -167,7 +167,7 @@ struct UplinkSessionTests {
         session.fromParentLink(chain.errorReply(BusError(.badArgument, "cycle")), now: now)
         #expect(session.servedBoards.isEmpty)
         #expect(links.asBoards.last?.header.kind == .unregister && links.asBoards.last?.header.source == "sensor")
-        session.fromLocal(
+        session.fromOwnMotherboard(
             Envelope(header: EnvelopeHeader(kind: .command, flags: .replyExpected, correlationID: 8, target: "demo.greeter", typeName: "greet")),
             now: now)
         #expect(links.toLocals.last?.carriedError?.code == .badArgument)

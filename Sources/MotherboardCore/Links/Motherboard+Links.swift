@@ -16,8 +16,9 @@ import Foundation
 /// it: commands, activations and store requests of clients, and every action once it has bubbled
 /// through this motherboard's scopes.
 extension Motherboard {
-    /// Drops a board whose link failed: a board on another host is kept as unreachable.
-    func lose(_ board: LiveBoard, reason: String, now: ContinuousClock.Instant = .now) {
+    /// Drops a board whose connection failed (no heartbeat, or its socket gone): a board on another
+    /// host is kept as unreachable, since its link may come back.
+    func dropFailed(_ board: LiveBoard, reason: String, now: ContinuousClock.Instant = .now) {
         drop(board.name, reason: reason, unreachableSince: board.remote == nil ? nil : now)
     }
 

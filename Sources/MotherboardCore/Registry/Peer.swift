@@ -4,8 +4,8 @@ import Foundation
 // The broker's peers: where a network connection comes from, and what each is to it (how it
 // names a connection, ``PeerID``, is BusCore's).
 
-/// The routing id type, named here too for code that imports only MotherboardCore (it moved to
-/// BusCore, where the socket layer uses it).
+/// The routing id type, named here too for code that imports only MotherboardCore (BusCore
+/// defines it, for the socket layer).
 public typealias PeerID = BusCore.PeerID
 
 /// Where a connection that is not on the ipc socket comes from: a tcp peer's address and the

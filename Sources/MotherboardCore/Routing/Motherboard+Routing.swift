@@ -12,7 +12,7 @@ extension Motherboard {
             if forwardUp(envelope, name: name, from: peer, sender: sender, now: now) { return }
             if let entry = manifest.board(named: name.name, scope: name.scope), entry.start == .onDemand, producer != nil {
                 var header = envelope.header
-                Self.speak(&header, as: sender)
+                Self.stampSender(&header, as: sender)
                 return hold(
                     Envelope(header: header, payload: envelope.payload), for: name, entry: entry, client: peer, principal: inbound.principal,
                     now: now)
@@ -138,7 +138,7 @@ extension Motherboard {
     func deliver(_ envelope: Envelope, to target: LiveBoard, from client: PeerID?, sender: LiveBoard?, now: ContinuousClock.Instant) {
         var header = envelope.header
         let clientCorrelationID = header.correlationID
-        Self.speak(&header, as: sender)
+        Self.stampSender(&header, as: sender)
         guard
             let correlationID = forwardingCorrelationID(
                 flags: header.flags, correlationID: header.correlationID, timeoutMilliseconds: header.timeoutMilliseconds,
@@ -149,8 +149,8 @@ extension Motherboard {
         send(Envelope(header: header, payload: envelope.payload), to: target.peer, forwardedFrom: client, clientCorrelationID: clientCorrelationID)
     }
 
-    /// A registered board speaks as itself: its id and scope, whatever its header said.
-    static func speak(_ header: inout EnvelopeHeader, as sender: LiveBoard?) {
+    /// Writes a registered sender's own id and scope into `header`, whatever it said there.
+    static func stampSender(_ header: inout EnvelopeHeader, as sender: LiveBoard?) {
         guard let sender else { return }
         header.source = sender.id.rawValue
         header.scope = sender.scope

@@ -54,7 +54,7 @@ extension Motherboard {
             if kind != .reply && correlationID != 0 {
                 finish(correlationID, .failure(BusError(.boardNotRunning, "board '\(board.name)' is gone: its connection closed")))
             }
-            lose(board, reason: "its socket is gone or full")
+            dropFailed(board, reason: "its socket is gone or full")
         }
         if peer == links.uplink, !transport.isConnected(peer) { uplinkLost(peer) }
         if peer == links.exporter, !transport.isConnected(peer) { links.exporter = nil }
