@@ -23,7 +23,7 @@ package protocol UplinkLinks: HelperConnection {
 /// of the parent (holding it while the link's connection is being made), and knows whether the
 /// link is up. Driven by messages and the time, through ``UplinkLinks``.
 package final class UplinkSession {
-    private struct RemoteBoard {
+    struct RemoteBoard {
         /// Registered with the parent on the served boards' connection.
         var link: HelperBoard
         /// The parent's last refusal, logged once rather than at every retry.
@@ -31,7 +31,7 @@ package final class UplinkSession {
     }
 
     /// A request in flight through the uplink: where its answer goes.
-    private struct Pending: Expiring {
+    struct Pending: Expiring {
         /// Down: the board socket (by name) the parent's request came on; nil: up, to the local side.
         var board: ScopedName?
         var correlationID: UInt64
@@ -39,42 +39,42 @@ package final class UplinkSession {
     }
 
     /// The parent's endpoint, for what the session says.
-    private let endpoint: String
-    private let logger: Logger
-    private let links: any UplinkLinks
-    private var boards: [ScopedName: RemoteBoard] = [:]
+    let endpoint: String
+    let logger: Logger
+    let links: any UplinkLinks
+    var boards: [ScopedName: RemoteBoard] = [:]
     /// The boards whose registration waits for the parent's answer, by its correlation id.
-    private var registrations = PendingRegistrations()
+    var registrations = PendingRegistrations()
     /// Requests from the parent, handed to the local motherboard, by the local correlation id.
-    private var down = DeadlineTable<Pending>(keepingPastDeadline: .seconds(5))
+    var down = DeadlineTable<Pending>(keepingPastDeadline: .seconds(5))
     /// Requests sent up, by the correlation id they travel under to the parent.
-    private var up = DeadlineTable<Pending>()
+    var up = DeadlineTable<Pending>()
     /// What goes up while the link's connection is not made yet (the parent heard on the boards'
     /// connections already) or the parent pushes back, in order.
-    private var held = HeldMessages(capacity: 10_000, byteCapacity: 64 << 20)
+    var held = HeldMessages(capacity: 10_000, byteCapacity: 64 << 20)
     /// The longest a message waits for the link's connection: a handshake that has not finished by
     /// then is not about to (and a shorter deadline keeps three quarters of its own).
-    private let longestHold = Duration.seconds(5)
-    private var ids = IDSource()
-    private var lastHeard: ContinuousClock.Instant?
-    private var lastPing: ContinuousClock.Instant?
-    private var linkUp = false
+    let longestHold = Duration.seconds(5)
+    var ids = IDSource()
+    var lastHeard: ContinuousClock.Instant?
+    var lastPing: ContinuousClock.Instant?
+    var linkUp = false
     /// Its own motherboard's link id (told when the uplink attached), and the pending question to
     /// the parent whether attaching makes a cycle.
-    private var localLinkID: UInt64?
-    private var chainRequest: UInt64?
+    var localLinkID: UInt64?
+    var chainRequest: UInt64?
     /// The parent refused this attach: it would make a cycle of motherboards. Nothing is served
     /// there until the configuration is fixed and the motherboard restarted.
-    private var cycle = false
-    private let heartbeatInterval = Duration.milliseconds(500)
-    private let livenessTimeout = Duration.milliseconds(2500)
+    var cycle = false
+    let heartbeatInterval = Duration.milliseconds(500)
+    let livenessTimeout = Duration.milliseconds(2500)
     /// While the link is down, when the driver was last asked why (``UplinkLinks/diagnose()``).
-    private var lastDiagnosis: ContinuousClock.Instant?
+    var lastDiagnosis: ContinuousClock.Instant?
     /// The first tick: the link being made is not silence yet.
-    private var startedAt: ContinuousClock.Instant?
+    var startedAt: ContinuousClock.Instant?
     /// This motherboard's attach to its own motherboard, and when it was last asked.
     /// The proof of this uplink to its own motherboard, asked until answered.
-    private var attachment: BrokerAttachment
+    var attachment: BrokerAttachment
 
     package init(endpoint: String, secret: String, links: any UplinkLinks, logger: Logger) {
         self.endpoint = endpoint
@@ -97,7 +97,7 @@ package final class UplinkSession {
     }
 
     /// Registers `name` with the parent (again), remembering which registration the answer is for.
-    private func register(_ name: ScopedName, now: ContinuousClock.Instant) {
+    func register(_ name: ScopedName, now: ContinuousClock.Instant) {
         guard boards[name] != nil else { return }
         registrations.register(&boards[name]!.link, as: name, now: now, id: ids.make())
     }
@@ -123,7 +123,7 @@ package final class UplinkSession {
     }
 
     /// Sends to the parent on the served boards' connection, as board `name`.
-    private func send(_ envelope: Envelope, as name: ScopedName) {
+    func send(_ envelope: Envelope, as name: ScopedName) {
         var envelope = envelope
         envelope.header.source = name.name
         envelope.header.scope = name.scope
@@ -208,7 +208,7 @@ package final class UplinkSession {
         }
     }
 
-    private func boardAppeared(_ registration: Registration, now: ContinuousClock.Instant) {
+    func boardAppeared(_ registration: Registration, now: ContinuousClock.Instant) {
         guard !cycle else { return }
         let name = ScopedName(scope: registration.scope, name: registration.id.rawValue)
         var exported = registration
@@ -224,7 +224,7 @@ package final class UplinkSession {
         register(name, now: now)
     }
 
-    private func sendUp(_ envelope: Envelope, now: ContinuousClock.Instant) {
+    func sendUp(_ envelope: Envelope, now: ContinuousClock.Instant) {
         let waits = Self.waits(envelope)
         // Nothing goes up through a refused (cycle) or down link: a waiting sender hears why.
         let refusal: BusError? =
@@ -262,7 +262,7 @@ package final class UplinkSession {
 
     /// Offers what is held to the link's connection; answers `unreachable` for what could not
     /// leave before its deadline or failed to send.
-    private func sendHeld(now: ContinuousClock.Instant) {
+    func sendHeld(now: ContinuousClock.Instant) {
         guard !held.isEmpty else { return }
         let expired = held.flush(now: now) { message in
             var envelope = message.envelope
@@ -290,116 +290,24 @@ package final class UplinkSession {
         }
     }
 
-    private static func waits(_ envelope: Envelope) -> Bool {
+    static func waits(_ envelope: Envelope) -> Bool {
         envelope.header.flags.contains(.replyExpected) && envelope.header.correlationID != 0
     }
 
     /// A message that never left: its sender, if it waits, is answered with `error`.
-    private func notSent(_ request: Envelope, waits: Bool, _ error: BusError) {
+    func notSent(_ request: Envelope, waits: Bool, _ error: BusError) {
         guard waits, let pending = up.removeValue(forKey: request.header.correlationID) else { return }
         answerLocal(Envelope.error(error, correlationID: pending.correlationID))
     }
 
-    private func answerLocal(_ envelope: Envelope) {
+    func answerLocal(_ envelope: Envelope) {
         links.toLocal(envelope)
     }
 
-    private func failUp(_ error: BusError) {
+    func failUp(_ error: BusError) {
         for (id, pending) in up {
             up[id] = nil
             answerLocal(Envelope.error(error, correlationID: pending.correlationID))
         }
-    }
-
-    // MARK: - From the parent
-
-    /// On the link socket: answers to what went up, and the pongs.
-    package func fromParentLink(_ envelope: Envelope, now: ContinuousClock.Instant) {
-        lastHeard = now
-        if let chainRequest, envelope.header.correlationID == chainRequest { return chainAnswered(envelope) }
-        guard envelope.header.correlationID != 0, let pending = up.removeValue(forKey: envelope.header.correlationID) else { return }
-        var answer = envelope
-        answer.header.correlationID = pending.correlationID
-        answerLocal(answer)
-    }
-
-    /// Asks the parent, once the link is up and the uplink knows its motherboard's link id,
-    /// whether attaching there makes a cycle (`link.chain`).
-    private func askChain() {
-        guard let localLinkID, !cycle else { return }
-        let id = ids.make()
-        chainRequest = id
-        var header = EnvelopeHeader(kind: .control, correlationID: id, typeName: ControlOperation.linkChain)
-        header.flags.insert(.replyExpected)
-        _ = try? links.toParent(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(LinkChain(ids: [localLinkID]))))
-    }
-
-    /// The parent's chain goes to the local motherboard (what is above it, for the motherboards
-    /// that attach to it); a refusal (a cycle) ends what this link serves. A parent that does not
-    /// know `link.chain` (an older one) answers otherwise: nothing changes.
-    private func chainAnswered(_ envelope: Envelope) {
-        chainRequest = nil
-        if envelope.header.kind == .reply, let chain = try? PayloadCodec.decode(LinkChain.self, from: envelope.payload) {
-            let header = EnvelopeHeader(kind: .control, typeName: ControlOperation.uplinkChain)
-            links.toLocal(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(chain)))
-        } else if let error = envelope.carriedError, error.code == .badArgument {
-            cycle = true
-            logger.error(
-                "not attached: the parent refused this motherboard, which would make a cycle of motherboards; fix --attach",
-                metadata: ["parent": "\(endpoint)", "answer": "\(error.message)"])
-            for board in boards.values { board.link.close() }
-            boards = [:]
-        }
-    }
-
-    /// For a served board: the parent's requests, heartbeats, registration answers.
-    private func fromParent(_ envelope: Envelope, board name: ScopedName, now: ContinuousClock.Instant) {
-        guard var board = boards[name] else { return }
-        let header = envelope.header
-        let wasRegistered = board.link.registered
-        switch board.link.read(envelope) {
-        case .heartbeat, .otherAnswer:
-            return
-        case .accepted:
-            boards[name] = board
-            logger.info("board registered with the parent", metadata: ["board": "\(name)"])
-            return
-        case .refused(let error):
-            let refusal = error.description
-            if wasRegistered || refusal != board.lastRefusal {
-                logger.warning("the parent does not have this board registered", metadata: ["board": "\(name)", "answer": "\(refusal)"])
-            }
-            board.lastRefusal = refusal
-            // Not known (a cut link, a restarted parent): again at once; refused: at the next tick.
-            boards[name] = board
-            if error.code == .notRegistered { register(name, now: now) }
-            return
-        case .request:
-            break
-        }
-        switch header.kind {
-        case .command, .activate, .dispatch, .store:
-            forwardDown(envelope, board: name, now: now)
-        default:
-            // Nothing else is the parent's to send a board (it never sends actions to the boards
-            // it knows through the link, which register without them).
-            guard header.flags.contains(.replyExpected), header.correlationID != 0 else { return }
-            let error = BusError(.malformed, "a \(header.kind) is not routed across the link to board '\(name)'")
-            send(Envelope.error(error, correlationID: header.correlationID), as: name)
-        }
-    }
-
-    /// A request of the parent for a board of a served scope, handed to the local motherboard.
-    private func forwardDown(_ envelope: Envelope, board name: ScopedName, now: ContinuousClock.Instant) {
-        let header = envelope.header
-        var request = envelope
-        request.header.scope = name.scope
-        if header.flags.contains(.replyExpected) && header.correlationID != 0 {
-            let id = ids.make()
-            let timeout = header.timeoutMilliseconds > 0 ? Duration.milliseconds(Int64(header.timeoutMilliseconds)) : .seconds(25)
-            down[id] = Pending(board: name, correlationID: header.correlationID, deadline: now.advanced(by: timeout))
-            request.header.correlationID = id
-        }
-        answerLocal(request)
     }
 }
