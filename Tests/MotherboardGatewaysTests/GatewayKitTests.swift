@@ -44,6 +44,20 @@ struct GatewayKitTests {
         #expect(table.takeExpired(now: start.advanced(by: .seconds(4))).map(\.value.name) == ["renamed"])
     }
 
+    /// A peer that asks with deadlines weeks away and is answered at once leaves no heap behind.
+    @Test func answeredRequestsWithFarDeadlinesDoNotGrowTheHeap() {
+        let far = ContinuousClock.now.advanced(by: .seconds(4_000_000))
+        var table = DeadlineTable<Request>()
+        table[0] = Request(deadline: far, name: "still waiting")
+        for id in 1...10_000 as ClosedRange<UInt64> {
+            table[id] = Request(deadline: far, name: "answered at once")
+            table.removeValue(forKey: id)
+        }
+        #expect(table.count == 1 && table.heapCount <= 65)
+        #expect(table[0]?.name == "still waiting")
+        #expect(table.takeExpired(now: far).map(\.id) == [0])
+    }
+
     @Test func anEntryIsKeptItsGracePastItsDeadline() {
         let start = ContinuousClock.now
         var table = DeadlineTable<Request>(keepingPastDeadline: .seconds(5))

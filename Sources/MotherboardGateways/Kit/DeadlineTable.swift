@@ -33,11 +33,26 @@ package struct DeadlineTable<Value: Expiring>: Sequence {
             let before = entries[id]?.deadline
             entries[id] = newValue
             if let newValue, newValue.deadline != before { deadlines.insert(Due(at: newValue.deadline, id: id)) }
+            compactIfStale()
         }
     }
 
     @discardableResult
-    package mutating func removeValue(forKey id: UInt64) -> Value? { entries.removeValue(forKey: id) }
+    package mutating func removeValue(forKey id: UInt64) -> Value? {
+        defer { compactIfStale() }
+        return entries.removeValue(forKey: id)
+    }
+
+    /// Heap entries, the stale ones included (for tests of the bound).
+    var heapCount: Int { deadlines.count }
+
+    /// Requests answered long before their deadlines (a peer may ask with one of weeks) leave their
+    /// heap entries behind: past twice the live entries, the heap is made again from them alone,
+    /// so it stays within a constant of the table however many come and go.
+    private mutating func compactIfStale() {
+        guard deadlines.count > 64, deadlines.count > 2 * entries.count else { return }
+        deadlines = Heap(entries.map { Due(at: $0.value.deadline, id: $0.key) })
+    }
 
     /// The entries whose deadline (and grace) is `now` or earlier, earliest first, removed.
     package mutating func takeExpired(now: ContinuousClock.Instant) -> [(id: UInt64, value: Value)] {
