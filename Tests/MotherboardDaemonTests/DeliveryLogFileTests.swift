@@ -116,6 +116,7 @@ struct DeliveryLogFileTests {
 
     /// The line numbers and problems the reader gives, counted from 1 with empty lines counted.
     @Test func whatIsSetAsideIsNamedByItsLineNumber() {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
         let contents = DeliveryJournalText.read(Data("\n{\"op\":\"remove\",\"id\":1}\n\ngarbage\n{\"op\":\"put\",\"id\":5}".utf8))
         #expect(contents.setAside.map(\.number) == [4, 5])
         #expect(contents.setAside[1].problem == "put: id 5 is not a ledger id")
