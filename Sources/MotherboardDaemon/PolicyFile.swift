@@ -1,4 +1,5 @@
 import BusCore
+import BusZeroMQ
 import Foundation
 import Logging
 import MotherboardCore
@@ -33,9 +34,7 @@ final class PolicyFile {
     }
 
     private func read() throws {
-        guard let data = FileManager.default.contents(atPath: path) else { throw BusError(.badArgument, "cannot read policy \(path)") }
-        policy = try AccessPolicy.parse(data, source: path)
-        text = String(decoding: data, as: UTF8.self)
+        (policy, text) = try AccessPolicy.load(path: path)
         logger.notice("access policy read", metadata: ["file": "\(path)", "rules": "\(policy.rules.count)"])
     }
 

@@ -1,6 +1,7 @@
 import ArgumentParser
 import BoardKit
 import BusCore
+import BusZeroMQ
 import Foundation
 
 extension Busctl {
@@ -25,10 +26,7 @@ extension Busctl {
                 guard let principal else {
                     guard words.count == 1 else { throw ValidationError("give one policy FILE, or --principal NAME OPERATION TARGET [COMMAND]") }
                     do {
-                        guard let data = FileManager.default.contents(atPath: words[0]) else {
-                            throw BusError(.badArgument, "cannot read policy \(words[0])")
-                        }
-                        let policy = try AccessPolicy.parse(data, source: words[0])
+                        let policy = try AccessPolicy.load(path: words[0]).policy
                         print("\(words[0]): \(policy.rules.count) rule(s), \(policy.groups.count) group(s)")
                     } catch let error as BusError {
                         FileHandle.standardError.write(Data("busctl: \(error.code.name): \(error.message)\n".utf8))

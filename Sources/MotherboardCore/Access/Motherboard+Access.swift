@@ -34,6 +34,7 @@ extension Motherboard {
         links.forgetUnreachable(ofKeys: removed)
     }
 
+    /// Whether the manifest names `name` (the broker starts it, or says it is not running).
     func isManifestBoard(_ name: ScopedName) -> Bool {
         manifest.board(named: name.name, scope: name.scope) != nil
     }

@@ -224,7 +224,7 @@ extension Motherboard {
             return BusError(.busy, "board '\(name)' holds as many unacknowledged activations as it may")
         }
         if registry[name] != nil { return nil }
-        guard manifest.board(named: name.name, scope: name.scope) != nil, producer != nil else { return notLiveError(name) }
+        guard isManifestBoard(name), producer != nil else { return notLiveError(name) }
         if let start = supervisor.starting[name] {
             guard start.queue.count < settings.activationQueueLimit else {
                 return BusError(.busy, "board '\(name)' is starting and \(settings.activationQueueLimit) inputs already wait")

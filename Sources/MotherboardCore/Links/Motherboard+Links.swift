@@ -118,7 +118,7 @@ extension Motherboard {
         guard let uplink = links.uplink, peer != uplink, sender == nil, !serves(name.scope) else { return false }
         // A board of this motherboard's own manifest is answered for here, running or not.
         let isStoreRequest = envelope.header.kind == .dispatch || envelope.header.kind == .store
-        if !isStoreRequest, manifest.board(named: name.name, scope: name.scope) != nil { return false }
+        if !isStoreRequest, isManifestBoard(name) { return false }
         if envelope.header.kind == .store,
             [StoreOperation.subscribe, StoreOperation.renew, StoreOperation.unsubscribe].contains(envelope.header.typeName)
         {

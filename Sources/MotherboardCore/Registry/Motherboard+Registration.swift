@@ -99,7 +99,7 @@ extension Motherboard {
             }
             return nil
         }
-        if registry[name] == nil, let start = supervisor.starting[name], manifest.board(named: name.name, scope: name.scope) != nil {
+        if registry[name] == nil, let start = supervisor.starting[name], isManifestBoard(name) {
             guard start.pid != 0, start.secret == nil || Self.secretsMatch(start.secret, registration.secret) else {
                 let what = start.pid == 0 ? "is restarting it" : "started process \(start.pid) for it"
                 return BusError(
@@ -151,7 +151,7 @@ extension Motherboard {
                 "board '\(name)' stopped after the request was delivered, before it answered (\(reason)); whether it was carried out is unknown")
         }
         // A manifest board keeps its series across restarts; another board's go with it.
-        if manifest.board(named: name.name, scope: name.scope) == nil { metrics.forget(name) }
+        if !isManifestBoard(name) { metrics.forget(name) }
         flows.removeFlows(ownedBy: name)
         storesForget(board)
         logger.info("board dropped", metadata: ["board": "\(name)", "pid": "\(board.registration.pid)", "reason": "\(reason)"])

@@ -99,7 +99,7 @@ extension Motherboard {
             return BusError(.unreachable, "board '\(name)' at \(lost.board.host ?? "another host") is unreachable (its link is down)")
         }
         if let noScope = noScopeError(name.scope) { return noScope }
-        if manifest.board(named: name.name, scope: name.scope) != nil {
+        if isManifestBoard(name) {
             return BusError(.boardNotRunning, "board '\(name)' is in the manifest but not running")
         }
         return BusError(.noSuchBoard, "no board '\(name)' is running and the manifest cannot start one")

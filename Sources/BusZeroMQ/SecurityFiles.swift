@@ -2,8 +2,17 @@ import BusCore
 import FoundationEssentials
 import Glibc
 
-// CURVE key files, the allow-list file and the credentials the environment names: the file side
-// of the key types BusCore defines (which read and write text only).
+// CURVE key files, the allow-list file, the credentials the environment names and the access
+// policy file: the file side of the security types BusCore defines (which read and write text
+// only).
+
+extension AccessPolicy {
+    /// Reads and checks a policy file; returns the policy and the file's text as it was read.
+    public static func load(path: String) throws -> (policy: AccessPolicy, text: String) {
+        guard let data = FileManager.default.contents(atPath: path) else { throw BusError(.badArgument, "cannot read policy \(path)") }
+        return (try parse(data, source: path), String(decoding: data, as: UTF8.self))
+    }
+}
 
 extension CurveKeyPair {
     /// Reads a certificate file (public key alone, or both). Also accepts a file holding only a
