@@ -260,7 +260,7 @@ let package = Package(
         // The gateways' sessions with fake links, and what they share.
         .testTarget(
             name: "MotherboardGatewaysTests",
-            dependencies: ["MotherboardGateways", "MotherboardTesting", "BusCore", "BusZeroMQ"]),
+            dependencies: ["MotherboardGateways", "MotherboardTesting", "BusCore", "BusNATS", "BusZeroMQ"]),
         // The broker as a process: its ROUTER over real sockets, state directory, logs, limits.
         .testTarget(
             name: "MotherboardDaemonTests",

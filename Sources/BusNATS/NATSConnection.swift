@@ -70,6 +70,17 @@ public struct NATSMessage: Sendable {
     public var isNoResponders: Bool
     /// Which of this connection's subscriptions heard it.
     public var subscription: Int
+
+    public init(
+        subject: String, reply: String? = nil, headers: [String: String] = [:], payload: Data, isNoResponders: Bool = false, subscription: Int
+    ) {
+        self.subject = subject
+        self.reply = reply
+        self.headers = headers
+        self.payload = payload
+        self.isNoResponders = isNoResponders
+        self.subscription = subscription
+    }
 }
 
 /// A libnats connection whose subscriptions' messages are queued for one consumer thread, which

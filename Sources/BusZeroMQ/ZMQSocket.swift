@@ -511,13 +511,13 @@ package final class ZMQSocket {
         return items.map { $0.revents & Int16(ZMQ_POLLIN) != 0 }
     }
 
-    /// As ``poll(_:timeoutMilliseconds:)``, with a file descriptor beside the sockets (another
-    /// library's wake-up eventfd): whether each socket and the descriptor are readable.
-    package static func poll(_ sockets: [ZMQSocket], descriptor: Int32, timeoutMilliseconds: Int) -> (sockets: [Bool], descriptor: Bool) {
+    /// As ``poll(_:timeoutMilliseconds:)``, with file descriptors beside the sockets (another
+    /// library's wake-up eventfd): whether each socket, then each descriptor, is readable.
+    package static func poll(_ sockets: [ZMQSocket], descriptors: [Int32], timeoutMilliseconds: Int) -> [Bool] {
         var items = sockets.map { zmq_pollitem_t(socket: $0.handle, fd: 0, events: Int16(ZMQ_POLLIN), revents: 0) }
-        items.append(zmq_pollitem_t(socket: nil, fd: descriptor, events: Int16(ZMQ_POLLIN), revents: 0))
-        guard zmq_poll(&items, Int32(items.count), timeoutMilliseconds) > 0 else { return (Array(repeating: false, count: sockets.count), false) }
-        return (items.dropLast().map { $0.revents & Int16(ZMQ_POLLIN) != 0 }, items[items.count - 1].revents & Int16(ZMQ_POLLIN) != 0)
+        items += descriptors.map { zmq_pollitem_t(socket: nil, fd: $0, events: Int16(ZMQ_POLLIN), revents: 0) }
+        guard zmq_poll(&items, Int32(items.count), timeoutMilliseconds) > 0 else { return Array(repeating: false, count: items.count) }
+        return items.map { $0.revents & Int16(ZMQ_POLLIN) != 0 }
     }
 
     /// The socket's notification descriptor (`ZMQ_FD`): it becomes readable when the socket's

@@ -78,3 +78,51 @@ package final class RecordingUplinkLinks: UplinkLinks {
     package func sendToBroker(_ envelope: Envelope) { asBoards.append(envelope) }
     package func close() {}
 }
+
+/// A NATS session's links without a server or sockets: what it publishes and subscribes to, what
+/// it hands its motherboard as the exporter and as the boards of other hosts, kept in order.
+package final class RecordingNATSLinks: NATSLinks {
+    package struct Publication {
+        package var subject: String
+        package var reply: String?
+        package var headers: [(String, String)]
+        package var payload: Data
+
+        package func header(_ name: String) -> String? { headers.first { $0.0 == name }?.1 }
+    }
+
+    package var published: [Publication] = []
+    /// The subjects subscribed to, by number (an unsubscribed one removed).
+    package var subscriptions: [Int: String] = [:]
+    private var lastSubscription = 0
+    /// As the exporter, a client of the motherboard.
+    package var toMotherboards: [Envelope] = []
+    /// On the connection the boards of other hosts share.
+    package var asBoards: [Envelope] = []
+    package var isConnected = true
+    package var disconnections = 0
+    /// What the server says when asked whether this connection may publish as another host.
+    package var letsPublishAsAnotherHost: Bool? = false
+
+    package init() {}
+
+    package func toCluster(_ subject: String, reply: String?, headers: [(String, String)], payload: Data) throws {
+        published.append(Publication(subject: subject, reply: reply, headers: headers, payload: payload))
+    }
+    package func subscribe(_ subject: String) throws -> Int {
+        lastSubscription += 1
+        subscriptions[lastSubscription] = subject
+        return lastSubscription
+    }
+    package func unsubscribe(_ number: Int) { subscriptions[number] = nil }
+    package func mayPublish(on subject: String, timeout: Duration) -> Bool? { letsPublishAsAnotherHost }
+    package func toMotherboard(_ envelope: Envelope) throws -> Bool {
+        toMotherboards.append(envelope)
+        return true
+    }
+    package func sendToBroker(_ envelope: Envelope) { asBoards.append(envelope) }
+    package func close() {}
+
+    /// The number of the subscription to `subject`, if the session holds one.
+    package func subscription(to subject: String) -> Int? { subscriptions.first { $0.value == subject }?.key }
+}

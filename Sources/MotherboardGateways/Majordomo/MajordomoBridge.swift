@@ -122,19 +122,18 @@ package final class MajordomoBridge: @unchecked Sendable {
     }
 
     private func run() {
-        let clock = ContinuousClock()
         let (router, client, services) = (sockets.router, sockets.client, sockets.services)
-        while thread.isRunning {
-            let now = clock.now
+        thread.runLoop([
+            LoopSource(handle: .socket(router)) { self.drainPeers(now: $0) },
+            .envelopes(of: client, limits: settings.limits) { envelope, _ in self.session.fromMotherboard(envelope) },
+            .envelopes(of: services, limits: settings.limits) { self.session.toServices($0, now: $1) },
+        ]) { now in
             if lastBacklogTick.duration(to: now) >= .milliseconds(100) {
                 lastBacklogTick = now
                 sockets.backlog.tick()
             }
             session.tick(now: now)
-            let ready = ZMQSocket.poll([router, client, services], timeoutMilliseconds: 100)
-            if ready[0] { drainPeers(now: clock.now) }
-            if ready[1] { client.drainEnvelopes(limits: settings.limits) { session.fromMotherboard($0) } }
-            if ready[2] { services.drainEnvelopes(limits: settings.limits) { session.toServices($0, now: clock.now) } }
+            return true
         }
         session.close()
         router.close()

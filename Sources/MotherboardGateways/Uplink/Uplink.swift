@@ -99,16 +99,18 @@ package final class Uplink: @unchecked Sendable {
     }
 
     private func run() {
-        let clock = ContinuousClock()
-        let (local, link, served) = (sockets.local, sockets.link, sockets.served)
-        while thread.isRunning {
-            session.tick(now: clock.now)
-            // While messages wait for the link's connection (or for the parent to take more), look
-            // again soon.
-            let ready = ZMQSocket.poll([local, link, served], timeoutMilliseconds: session.holdsMessages ? 5 : 100)
-            if ready[0] { local.drainEnvelopes(limits: limits) { session.fromOwnMotherboard($0, now: clock.now) } }
-            if ready[1] { link.drainEnvelopes(limits: limits) { session.fromParentLink($0, now: clock.now) } }
-            if ready[2] { served.drainEnvelopes(limits: limits) { session.forServedBoard($0, now: clock.now) } }
+        let (local, link, served, session) = (sockets.local, sockets.link, sockets.served, session)
+        // While messages wait for the link's connection (or for the parent to take more), look
+        // again soon.
+        thread.runLoop(
+            [
+                .envelopes(of: local, limits: limits) { session.fromOwnMotherboard($0, now: $1) },
+                .envelopes(of: link, limits: limits) { session.fromParentLink($0, now: $1) },
+                .envelopes(of: served, limits: limits) { session.forServedBoard($0, now: $1) },
+            ], waitMilliseconds: { session.holdsMessages ? 5 : 100 }
+        ) { now in
+            session.tick(now: now)
+            return true
         }
         session.close()
         local.close()

@@ -40,32 +40,21 @@ extension UplinkSession {
             logger.error(
                 "not attached: the parent refused this motherboard, which would make a cycle of motherboards; fix --attach",
                 metadata: ["parent": "\(endpoint)", "answer": "\(error.message)"])
-            for board in boards.values { board.link.close() }
-            boards = [:]
+            boards.removeAll()
         }
     }
 
     /// For a served board: the parent's requests, heartbeats, registration answers.
     func fromParent(_ envelope: Envelope, board name: ScopedName, now: ContinuousClock.Instant) {
-        guard var board = boards[name] else { return }
         let header = envelope.header
-        let wasRegistered = board.link.registered
-        switch board.link.read(envelope) {
-        case .heartbeat, .otherAnswer:
+        switch boards.read(envelope, for: name, now: now, ids: &ids) {
+        case nil, .ignored:
             return
         case .accepted:
-            boards[name] = board
-            logger.info("board registered with the parent", metadata: ["board": "\(name)"])
-            return
-        case .refused(let error):
-            let refusal = error.description
-            if wasRegistered || refusal != board.lastRefusal {
-                logger.warning("the parent does not have this board registered", metadata: ["board": "\(name)", "answer": "\(refusal)"])
-            }
-            board.lastRefusal = refusal
-            // Not known (a cut link, a restarted parent): again at once; refused: at the next tick.
-            boards[name] = board
-            if error.code == .notRegistered { register(name, now: now) }
+            return logger.info("board registered with the parent", metadata: ["board": "\(name)"])
+        case .refused(let error, let isNews):
+            // Not known (a cut link, a restarted parent): registered again at once; refused: at the next tick.
+            if isNews { logger.warning("the parent does not have this board registered", metadata: ["board": "\(name)", "answer": "\(error)"]) }
             return
         case .request:
             break

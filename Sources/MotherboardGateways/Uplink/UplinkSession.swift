@@ -23,13 +23,6 @@ package protocol UplinkLinks: HelperConnection {
 /// of the parent (holding it while the link's connection is being made), and knows whether the
 /// link is up. Driven by messages and the time, through ``UplinkLinks``.
 package final class UplinkSession {
-    struct RemoteBoard {
-        /// Registered with the parent on the served boards' connection.
-        var link: HelperBoard
-        /// The parent's last refusal, logged once rather than at every retry.
-        var lastRefusal: String?
-    }
-
     /// A request in flight through the uplink: where its answer goes.
     struct Pending: Expiring {
         /// Down: the board socket (by name) the parent's request came on; nil: up, to the local side.
@@ -42,9 +35,8 @@ package final class UplinkSession {
     let endpoint: String
     let logger: Logger
     let links: any UplinkLinks
-    var boards: [ScopedName: RemoteBoard] = [:]
-    /// The boards whose registration waits for the parent's answer, by its correlation id.
-    var registrations = PendingRegistrations()
+    /// The boards of the served scopes, registered with the parent on the served boards' connection.
+    var boards = ServedBoards<Void>()
     /// Requests from the parent, handed to the local motherboard, by the local correlation id.
     var down = DeadlineTable<Pending>(keepingPastDeadline: .seconds(5))
     /// Requests sent up, by the correlation id they travel under to the parent.
@@ -86,20 +78,18 @@ package final class UplinkSession {
     /// Whether the parent was heard within the liveness timeout.
     package var isLinkUp: Bool { linkUp }
     /// The boards served to the parent, and whether each is registered there.
-    package var servedBoards: [ScopedName: Bool] { boards.mapValues(\.link.registered) }
+    package var servedBoards: [ScopedName: Bool] { boards.boards.mapValues(\.link.registered) }
     /// Whether waiting messages want the driver back soon.
     package var holdsMessages: Bool { !held.isEmpty }
 
     /// Every served board is unregistered from the parent.
     package func close() {
-        for board in boards.values { board.link.close() }
-        boards = [:]
+        boards.removeAll()
     }
 
     /// Registers `name` with the parent (again), remembering which registration the answer is for.
     func register(_ name: ScopedName, now: ContinuousClock.Instant) {
-        guard boards[name] != nil else { return }
-        registrations.register(&boards[name]!.link, as: name, now: now, id: ids.make())
+        boards.register(name, now: now, ids: &ids)
     }
 
     /// A message of the parent on the served boards' connection: an answer to a registration (by
@@ -107,19 +97,11 @@ package final class UplinkSession {
     /// board it names.
     package func forServedBoard(_ envelope: Envelope, now: ContinuousClock.Instant) {
         lastHeard = now
-        let header = envelope.header
-        if header.kind == .reply || header.kind == .error, header.correlationID != 0 {
-            guard let name = registrations.take(header.correlationID) else { return }
-            return fromParent(envelope, board: name, now: now)
-        }
-        if header.kind == .dispatch || header.kind == .store {
-            // `holder.gone` is the parent's about its own holders: nothing to hand down.
-            guard header.typeName != StoreOperation.holderGone else { return }
-            let owner = boards.keys.filter { $0.scope == header.scope && boards[$0]?.link.registration.stores.contains(header.target) == true }.min()
-            guard let owner else { return }
-            return fromParent(envelope, board: owner, now: now)
-        }
-        fromParent(envelope, board: ScopedName(scope: header.scope, name: header.target), now: now)
+        // `holder.gone` is the parent's about its own holders: nothing to hand down.
+        guard envelope.header.typeName != StoreOperation.holderGone || envelope.header.kind != .store,
+            let name = boards.addressee(of: envelope.header)
+        else { return }
+        fromParent(envelope, board: name, now: now)
     }
 
     /// Sends to the parent on the served boards' connection, as board `name`.
@@ -146,7 +128,7 @@ package final class UplinkSession {
                 lastDiagnosis = nil
             } else {
                 logger.warning("link to the parent motherboard is down", metadata: ["endpoint": "\(endpoint)"])
-                for name in boards.keys { boards[name]?.link.lose() }
+                boards.loseAll()
                 _ = held.removeAll()
                 failUp(BusError(.unreachable, "the link to the parent motherboard at \(endpoint) is down"))
             }
@@ -157,7 +139,7 @@ package final class UplinkSession {
             var ping = EnvelopeHeader(kind: .control, correlationID: ids.make(), typeName: ControlOperation.ping)
             ping.flags.insert(.replyExpected)
             _ = try? links.toParent(Envelope(header: ping))
-            for name in boards.keys { registrations.keepAlive(&boards[name]!.link, as: name, now: now, id: ids.make()) }
+            boards.keepAlive(now: now, ids: &ids)
         }
         // Once the parent has been silent for 3 s (not while the link is first being made), and
         // every 10 s after that while it stays so.
@@ -195,7 +177,7 @@ package final class UplinkSession {
         case .control where header.typeName == ControlOperation.uplinkGone:
             guard let gone = try? PayloadCodec.decode(StatusRequest.self, from: envelope.payload) else { return }
             let name = ScopedName(scope: gone.scope, name: gone.id.rawValue)
-            boards.removeValue(forKey: name)?.link.close()
+            boards.remove(name)
         case .reply, .error:
             // A local board's answer to the parent's request.
             guard let pending = down.removeValue(forKey: header.correlationID), let name = pending.board, boards[name] != nil else { return }
@@ -219,7 +201,7 @@ package final class UplinkSession {
         if boards[name] != nil {
             boards[name]?.link.registration = exported
         } else {
-            boards[name] = RemoteBoard(link: HelperBoard(connection: links, registration: exported))
+            boards[name] = .init(link: HelperBoard(connection: links, registration: exported), extra: ())
         }
         register(name, now: now)
     }

@@ -1,16 +1,15 @@
 import BusCore
 import BusNATS
-import BusZeroMQ
 import Foundation
 import Logging
 
 /// The fleet's membership: this motherboard's announcements, the others' (each only from its
 /// own host), and who serves which board.
-extension NATSGateway {
+extension NATSSession {
     // MARK: - Time
 
     func tick(now: ContinuousClock.Instant) {
-        if let request = attachment.request(now: now, ids: &ids) { _ = try? local.send(request) }
+        if let request = attachment.request(now: now, ids: &ids) { _ = try? links.toMotherboard(request) }
         // Another motherboard silent past the expiry is gone, and its boards with it.
         let expired = peers.filter { $0.value.lastHeard.duration(to: now) > Self.expiry }.map(\.key)
         if !expired.isEmpty {
@@ -29,7 +28,7 @@ extension NATSGateway {
         }
         if lastKeepAlive.map({ $0.duration(to: now) >= .milliseconds(500) }) ?? true {
             lastKeepAlive = now
-            for name in remote.keys { registrations.keepAlive(&remote[name]!.link, as: name, now: now, id: ids.make()) }
+            remote.keepAlive(now: now, ids: &ids)
         }
         for (_, pending) in outgoing.takeExpired(now: now) {
             sendAsBoard(
@@ -52,7 +51,7 @@ extension NATSGateway {
             instance: instance, host: settings.host, joined: joined, intervalMilliseconds: Int(Self.announceInterval.components.seconds * 1000),
             boards: boards, actions: true)
         do {
-            try connection.publish(subjects.announce(host: settings.host), payload: PayloadCodec.encodeOrEmpty(announcement))
+            try links.publish(subjects.announce(host: settings.host), payload: PayloadCodec.encodeOrEmpty(announcement))
         } catch {
             logger.debug("announcement not sent", metadata: ["error": "\(error)"])
         }
@@ -97,7 +96,7 @@ extension NATSGateway {
             changed = true
         }
         // Other motherboards' boards: registered here while their owner announces them.
-        for (name, board) in remote {
+        for (name, board) in remote.boards {
             guard let owner = owners[name], exported[name] == nil else {
                 forget(name, board)
                 continue
@@ -110,25 +109,24 @@ extension NATSGateway {
                 continue
             }
             // Its motherboard restarted (a new instance on the same host): the same board, kept.
-            remote[name]?.instance = owner.instance
+            remote[name]?.extra.instance = owner.instance
         }
         for (name, owner) in owners where remote[name] == nil && exported[name] == nil {
             var registration = Self.imported(owner.registration, host: owner.host)
             registration.secret = Registration.makeSecret()
-            var board = RemoteBoard(link: HelperBoard(connection: served, registration: registration), instance: owner.instance)
+            var board = RemoteBoard(link: HelperBoard(connection: links, registration: registration), extra: .init(instance: owner.instance))
             // Only under its host's token: an output or change another host publishes for it
             // never reaches this motherboard.
-            if let number = try? connection.subscribe(subjects.anyOutput(board: name.name, scope: name.scope, host: owner.host)) {
-                board.subscriptions.append(number)
+            if let number = try? links.subscribe(subjects.anyOutput(board: name.name, scope: name.scope, host: owner.host)) {
+                board.extra.subscriptions.append(number)
                 outputSubscriptions[number] = name
             }
             for store in registration.stores {
-                guard let number = try? connection.subscribe(subjects.changes(store: store, scope: name.scope, host: owner.host)) else { continue }
-                board.subscriptions.append(number)
+                guard let number = try? links.subscribe(subjects.changes(store: store, scope: name.scope, host: owner.host)) else { continue }
+                board.extra.subscriptions.append(number)
                 changeSubscriptions[number] = (name, store)
             }
-            remote[name] = board
-            registrations.register(&remote[name]!.link, as: name, now: now, id: ids.make())
+            remote.add(name, board, now: now, ids: &ids)
         }
         if changed { announceSoon = true }
     }
@@ -147,13 +145,12 @@ extension NATSGateway {
 
     /// A board of another motherboard leaves this one.
     func forget(_ name: ScopedName, _ board: RemoteBoard) {
-        board.link.close()
-        for number in board.subscriptions {
-            connection.unsubscribe(number)
+        remote.remove(name)
+        for number in board.extra.subscriptions {
+            links.unsubscribe(number)
             changeSubscriptions[number] = nil
             outputSubscriptions[number] = nil
         }
-        remote[name] = nil
     }
 
     /// Watches (or renews, or ends the watch of) a local store whose changes go to the cluster.
@@ -163,14 +160,14 @@ extension NATSGateway {
             header.flags.insert(.replyExpected)
             header.correlationID = ids.make()
         }
-        _ = try? local.send(Envelope(header: header))
+        _ = try? links.toMotherboard(Envelope(header: header))
     }
 
     func export(_ name: ScopedName, _ registration: Registration) {
         loggedConflicts.remove(name)
         var subscription: Int?
         do {
-            subscription = try connection.subscribe(subjects.anyRequest(board: name.name, scope: name.scope))
+            subscription = try links.subscribe(subjects.anyRequest(board: name.name, scope: name.scope))
         } catch {
             logger.error("cannot serve a board to the NATS cluster", metadata: ["board": "\(name)", "error": "\(error)"])
         }
@@ -182,14 +179,14 @@ extension NATSGateway {
                 servedStores[key] = served
                 continue
             }
-            servedStores[key] = ServedStore(owners: 1, subscription: try? connection.subscribe(subjects.anyRequest(store: store, scope: name.scope)))
+            servedStores[key] = ServedStore(owners: 1, subscription: try? links.subscribe(subjects.anyRequest(store: store, scope: name.scope)))
             watchLocal(key, operation: StoreOperation.subscribe)
         }
     }
 
     func unexport(_ name: ScopedName) {
         guard let gone = exported.removeValue(forKey: name) else { return }
-        if let subscription = gone.subscription { connection.unsubscribe(subscription) }
+        if let subscription = gone.subscription { links.unsubscribe(subscription) }
         for store in gone.registration.stores {
             let key = ScopedName(scope: name.scope, name: store)
             guard var served = servedStores[key] else { continue }
@@ -199,7 +196,7 @@ extension NATSGateway {
                 continue
             }
             servedStores[key] = nil
-            if let subscription = served.subscription { connection.unsubscribe(subscription) }
+            if let subscription = served.subscription { links.unsubscribe(subscription) }
             watchLocal(key, operation: StoreOperation.unsubscribe)
         }
     }

@@ -1,12 +1,11 @@
 import BusCore
 import BusNATS
-import BusZeroMQ
 import Foundation
 import Logging
 
 /// What comes from the cluster: requests for this motherboard's boards and stores, their
 /// answers, actions, outputs, store changes.
-extension NATSGateway {
+extension NATSSession {
     // MARK: - From the cluster
 
     func fromCluster(_ message: NATSMessage, now: ContinuousClock.Instant) {
@@ -32,7 +31,7 @@ extension NATSGateway {
                 // A change of a store of another motherboard: published here as its owner's.
                 var header = EnvelopeHeader(kind: .store, source: owner.name, target: store, scope: owner.scope, typeName: StoreOperation.change)
                 if let type = message.headers[NATSHeader.contentType], !type.isEmpty, type.utf8.count <= 255 { header.contentType = type }
-                _ = try? served.send(Envelope(header: header, payload: message.payload))
+                links.sendToBroker(Envelope(header: header, payload: message.payload))
             } else if let board = outputSubscriptions[message.subscription] {
                 outputFromCluster(message, board: board)
             } else {
@@ -73,7 +72,7 @@ extension NATSGateway {
         }
         let refusal: String?
         do {
-            refusal = try local.send(Envelope(header: header, payload: message.payload)) == .sent ? nil : "its queue is full"
+            refusal = try links.toMotherboard(Envelope(header: header, payload: message.payload)) ? nil : "its queue is full"
         } catch {
             refusal = "\(error)"
         }
@@ -95,7 +94,7 @@ extension NATSGateway {
         guard let last = tokens.last, let typeName = NATSSubjects.untoken(last), !typeName.isEmpty else { return }
         var header = EnvelopeHeader(kind: .output, source: name.name, scope: name.scope, typeName: typeName)
         _ = readHeaders(message.headers, into: &header)
-        _ = try? served.send(Envelope(header: header, payload: message.payload))
+        links.sendToBroker(Envelope(header: header, payload: message.payload))
     }
 
     /// The BoardBus fields a message's NATS headers carry; returns how long its sender waits.
@@ -147,13 +146,13 @@ extension NATSGateway {
         let subject = subjects.action(header.typeName, scope: header.scope, host: settings.host)
         let waits = header.flags.contains(.replyExpected) && header.correlationID != 0
         guard waits else {
-            try? connection.publish(subject, headers: natsHeaders(header), payload: envelope.payload)
+            try? links.publish(subject, headers: natsHeaders(header), payload: envelope.payload)
             return
         }
         // Those that deliver actions answer; with none, the others still hear it.
         let answering = Set(peers.filter { $0.value.announcement.actions == true }.keys)
         guard !answering.isEmpty else {
-            try? connection.publish(subject, headers: natsHeaders(header), payload: envelope.payload)
+            try? links.publish(subject, headers: natsHeaders(header), payload: envelope.payload)
             return answerAction(header.correlationID, delivered: 0)
         }
         let id = ids.make()
@@ -162,7 +161,7 @@ extension NATSGateway {
         gatherings[id] = Gathering(
             token: token, correlationID: header.correlationID, waiting: answering, delivered: 0, deadline: now.advanced(by: timeout * 3 / 4))
         do {
-            try connection.publish(subject, reply: "\(inboxPrefix).\(id)-\(token)", headers: natsHeaders(header), payload: envelope.payload)
+            try links.publish(subject, reply: "\(inboxPrefix).\(id)-\(token)", headers: natsHeaders(header), payload: envelope.payload)
         } catch {
             gatherings[id] = nil
             answerAction(header.correlationID, delivered: 0)
@@ -183,7 +182,7 @@ extension NATSGateway {
 
     func answerAction(_ correlationID: UInt64, delivered: Int) {
         let header = EnvelopeHeader(kind: .reply, correlationID: correlationID)
-        _ = try? local.send(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(Delivery(delivered: delivered))))
+        _ = try? links.toMotherboard(Envelope(header: header, payload: PayloadCodec.encodeOrEmpty(Delivery(delivered: delivered))))
     }
 
     /// A request for a board (or store) served here: handed to the broker as a client's.
@@ -229,7 +228,7 @@ extension NATSGateway {
         if let trace = answer.header.trace ?? pending.trace { headers.append((NATSHeader.traceparent, trace.traceparent)) }
         if let state = answer.header.traceState ?? pending.traceState { headers.append((NATSHeader.tracestate, state)) }
         do {
-            try connection.publish(reply, headers: headers, payload: answer.payload)
+            try links.publish(reply, headers: headers, payload: answer.payload)
         } catch let error as BusError where error.code == .tooLarge && answer.header.kind != .error {
             // The requester hears why at once rather than waiting out its deadline.
             let refusal = BusError(.tooLarge, "the answer is \(answer.payload.count) bytes: \(error.message)")

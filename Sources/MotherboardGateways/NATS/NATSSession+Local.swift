@@ -1,12 +1,11 @@
 import BusCore
 import BusNATS
-import BusZeroMQ
 import Foundation
 import Logging
 
 /// What comes from this motherboard: its boards, and the requests of its clients for boards of
 /// other motherboards.
-extension NATSGateway {
+extension NATSSession {
     // MARK: - From this motherboard
 
     func fromOwnMotherboard(_ envelope: Envelope, now: ContinuousClock.Instant) {
@@ -30,7 +29,7 @@ extension NATSGateway {
             localBoards[name] = nil
             reconcile(now: now)
             // Another host's board of that id, refused while the local one held it: now at once.
-            if remote[name]?.link.registered == false { registrations.register(&remote[name]!.link, as: name, now: now, id: ids.make()) }
+            if remote[name]?.link.registered == false { remote.register(name, now: now, ids: &ids) }
         case .reply, .error:
             guard let pending = incoming.removeValue(forKey: header.correlationID) else { return }
             answerCluster(pending, envelope)
@@ -39,7 +38,7 @@ extension NATSGateway {
         case .output:
             // Only the outputs of a board this motherboard serves to the cluster.
             guard exported[ScopedName(scope: header.scope, name: header.source)] != nil else { return }
-            try? connection.publish(
+            try? links.publish(
                 subjects.output(header.source, scope: header.scope, typeName: header.typeName, host: settings.host), headers: natsHeaders(header),
                 payload: envelope.payload)
         case .store where header.typeName == StoreOperation.change:
@@ -50,7 +49,7 @@ extension NATSGateway {
             else { return }
             var headers: [(String, String)] = []
             if let type = header.contentType { headers.append((NATSHeader.contentType, type)) }
-            try? connection.publish(
+            try? links.publish(
                 subjects.changes(store: header.target, scope: header.scope, host: settings.host), headers: headers, payload: envelope.payload)
         default:
             return
@@ -60,36 +59,14 @@ extension NATSGateway {
     /// A message of the broker for a board of another motherboard: registration answers,
     /// heartbeats, and requests, sent on through NATS.
     func forServedBoard(_ envelope: Envelope, now: ContinuousClock.Instant) {
-        let header = envelope.header
-        if header.kind == .reply || header.kind == .error, header.correlationID != 0 {
-            guard let name = registrations.take(header.correlationID) else { return }
-            return fromBroker(envelope, board: name, now: now)
-        }
-        if header.kind == .dispatch || header.kind == .store {
-            let owner = remote.keys.filter { $0.scope == header.scope && remote[$0]?.link.registration.stores.contains(header.target) == true }.min()
-            guard let owner else { return }
-            return fromBroker(envelope, board: owner, now: now)
-        }
-        fromBroker(envelope, board: ScopedName(scope: header.scope, name: header.target), now: now)
-    }
-
-    func fromBroker(_ envelope: Envelope, board name: ScopedName, now: ContinuousClock.Instant) {
-        guard var board = remote[name] else { return }
-        let wasRegistered = board.link.registered
-        switch board.link.read(envelope) {
-        case .heartbeat, .otherAnswer:
+        guard let name = remote.addressee(of: envelope.header) else { return }
+        switch remote.read(envelope, for: name, now: now, ids: &ids) {
+        case nil, .ignored:
             return
         case .accepted:
-            board.lastRefusal = nil
-            remote[name] = board
-            logger.info("board of another host registered", metadata: ["board": "\(name)", "host": "\(board.link.registration.host ?? "")"])
-        case .refused(let error):
-            if wasRegistered || error.description != board.lastRefusal {
-                logger.warning("board of another host not registered here", metadata: ["board": "\(name)", "answer": "\(error)"])
-            }
-            board.lastRefusal = error.description
-            remote[name] = board
-            if error.code == .notRegistered { registrations.register(&remote[name]!.link, as: name, now: now, id: ids.make()) }
+            logger.info("board of another host registered", metadata: ["board": "\(name)", "host": "\(remote[name]?.link.registration.host ?? "")"])
+        case .refused(let error, let isNews):
+            if isNews { logger.warning("board of another host not registered here", metadata: ["board": "\(name)", "answer": "\(error)"]) }
         case .request:
             sendToCluster(envelope, board: name, now: now)
         }
@@ -117,10 +94,10 @@ extension NATSGateway {
             reply = (id, "\(inboxPrefix).\(id)-\(token)")
             outgoing[id] = Outgoing(
                 token: token, board: name, correlationID: header.correlationID, deadline: now.advanced(by: Self.timeout(of: header)),
-                epoch: connection.disconnections)
+                epoch: links.disconnections)
         }
         do {
-            try connection.publish(subject, reply: reply?.subject, headers: headers, payload: envelope.payload)
+            try links.publish(subject, reply: reply?.subject, headers: headers, payload: envelope.payload)
         } catch {
             if let id = reply?.id, let pending = outgoing.removeValue(forKey: id) {
                 let failure =
@@ -136,6 +113,6 @@ extension NATSGateway {
         var envelope = envelope
         envelope.header.source = name.name
         envelope.header.scope = name.scope
-        _ = try? served.send(envelope)
+        links.sendToBroker(envelope)
     }
 }
