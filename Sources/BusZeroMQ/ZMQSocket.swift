@@ -39,7 +39,7 @@ package final class ZMQSocket {
     /// One heap-allocated message reused for every receive (a `zmq_msg_t` must not move).
     private let message: UnsafeMutablePointer<zmq_msg_t>
     /// Where outgoing headers are encoded, reused for every send.
-    private let headerBuffer: UnsafeMutableRawBufferPointer
+    let headerBuffer: UnsafeMutableRawBufferPointer
     /// The message a new frame is built in, reused for every send (libzmq empties it on success).
     private let outgoing: UnsafeMutablePointer<zmq_msg_t>
     /// The frames of the last envelope received, kept while it is handled (until
@@ -51,9 +51,9 @@ package final class ZMQSocket {
     /// is not uniquely referenced is copied before it is changed).
     /// In version 4 the one frame is `lastHeader` (`lastFraming` says where header and payload
     /// are in it) and `lastPayload` is empty.
-    private let lastHeader: UnsafeMutablePointer<zmq_msg_t>
-    private let lastPayload: UnsafeMutablePointer<zmq_msg_t>
-    @exclusivity(unchecked) private var lastPayloadData: Data?
+    let lastHeader: UnsafeMutablePointer<zmq_msg_t>
+    let lastPayload: UnsafeMutablePointer<zmq_msg_t>
+    @exclusivity(unchecked) var lastPayloadData: Data?
     /// Where payloads too long to be held inline and too short to be lent are copied: the same
     /// storage again for the next one whenever nothing holds the last any more (a `Data` whose
     /// storage something else holds is copied before it is changed), so that a board or client
@@ -63,14 +63,14 @@ package final class ZMQSocket {
     /// about three times its size (`Data` grows its storage by half as much again).
     @exclusivity(unchecked) private var payloadBuffer = Data()
     @exclusivity(unchecked) private var payloadBufferBytes = 0
-    @exclusivity(unchecked) private var lastFraming: WireFraming = .two
+    @exclusivity(unchecked) var lastFraming: WireFraming = .two
     /// On a ROUTER socket, the peers that last spoke version 3: they are answered in it.
     @exclusivity(unchecked) private var previousVersionPeers = RecentPeers()
     /// The names of the last header decoded here, which the next one most often repeats.
     @exclusivity(unchecked) private var recentNames = HeaderCodec.RecentNames()
     /// How many frames went out in received frames rather than new ones (for tests). Counted on
     /// the owning thread only.
-    @exclusivity(unchecked) private(set) var framesReused = 0
+    @exclusivity(unchecked) var framesReused = 0
 
     package init(context: ZMQContext, kind: Kind) throws {
         guard let handle = zmq_socket(context.handle, kind.rawValue) else {
@@ -129,11 +129,11 @@ package final class ZMQSocket {
         return .sent
     }
 
-    private func send(frame: Data, more: Bool) throws -> SendResult {
+    func send(frame: Data, more: Bool) throws -> SendResult {
         try frame.withUnsafeBytes { try send(frame: $0, more: more) }
     }
 
-    private func send(frame bytes: UnsafeRawBufferPointer, more: Bool) throws -> SendResult {
+    func send(frame bytes: UnsafeRawBufferPointer, more: Bool) throws -> SendResult {
         try check(zmq_send(handle, bytes.baseAddress, bytes.count, ZMQ_DONTWAIT | (more ? ZMQ_SNDMORE : 0)))
     }
 
@@ -173,28 +173,8 @@ package final class ZMQSocket {
         return try check(rc)
     }
 
-    /// Version 3's two frames: the header (encoded into the last received header frame when it
-    /// fits exactly), then the payload, in the last received payload frame when it is that one, else
-    /// copied, or lent to libzmq without a copy when large.
-    private func sendPreviousVersion(_ envelope: Envelope, routingID: Data) throws -> SendResult {
-        let headerBytes = try HeaderCodec.validatedSize(envelope.header)
-        let routed = try sendRoutingID(routingID)
-        if routed != .sent { return routed }
-        let headerResult = try sendHeader(envelope.header, size: headerBytes)
-        if headerResult != .sent { return headerResult }
-        if case .two = lastFraming, isLastPayload(envelope.payload) {
-            lastPayloadData = nil
-            framesReused += 1
-            return try check(zmq_msg_send(lastPayload, handle, ZMQ_DONTWAIT))
-        }
-        if envelope.payload.count < Self.zeroCopyThreshold {
-            return try send(frame: envelope.payload, more: false)
-        }
-        return try sendWithoutCopy(envelope.payload)
-    }
-
     /// On a ROUTER socket, the first frame: the peer's routing id (the only frame that can be refused).
-    private func sendRoutingID(_ routingID: Data?) throws -> SendResult {
+    func sendRoutingID(_ routingID: Data?) throws -> SendResult {
         guard let routingID else { return .sent }
         return try send(frame: routingID, more: true)
     }
@@ -215,28 +195,14 @@ package final class ZMQSocket {
 
     /// The bytes of the last received first frame (the header frame in version 3; header, 0 byte
     /// and payload in version 4), in place.
-    private var lastFrameBytes: UnsafeMutableRawBufferPointer {
+    var lastFrameBytes: UnsafeMutableRawBufferPointer {
         UnsafeMutableRawBufferPointer(start: zmq_msg_data(lastHeader), count: zmq_msg_size(lastHeader))
-    }
-
-    /// Sends a version-3 header frame: encoded into the last received header frame when that was
-    /// a version-3 one of the size, else into the socket's buffer and copied.
-    /// `size` is its ``HeaderCodec/validatedSize(_:)``, found by the caller.
-    private func sendHeader(_ header: EnvelopeHeader, size: Int) throws -> SendResult {
-        if case .two = lastFraming, zmq_msg_size(lastHeader) == size {
-            _ = HeaderCodec.write(header, version: EnvelopeHeader.previousVersion, into: lastFrameBytes)
-            framesReused += 1
-            // On success libzmq takes the frame and leaves `lastHeader` empty (size 0).
-            return try check(zmq_msg_send(lastHeader, handle, ZMQ_DONTWAIT | ZMQ_SNDMORE))
-        }
-        let headerBytes = HeaderCodec.write(header, version: EnvelopeHeader.previousVersion, into: headerBuffer)
-        return try check(zmq_send(handle, headerBuffer.baseAddress, headerBytes, ZMQ_DONTWAIT | ZMQ_SNDMORE))
     }
 
     /// Whether `payload` is the `Data` made from the last payload received (or a copy of
     /// it): the same bytes at the same address. Only payloads held in storage of their own count
     /// (a `Data` of a few bytes is stored inline and has no stable address).
-    private func isLastPayload(_ payload: Data) -> Bool {
+    func isLastPayload(_ payload: Data) -> Bool {
         guard let last = lastPayloadData, payload.count == last.count, payload.count > Self.inlineDataLimit else { return false }
         let address = payload.withUnsafeBytes { $0.baseAddress }
         return address != nil && address == last.withUnsafeBytes { $0.baseAddress }
@@ -265,7 +231,7 @@ package final class ZMQSocket {
     /// Payloads from this size on are lent to libzmq rather than copied.
     static let zeroCopyThreshold = 16 * 1024
 
-    private func sendWithoutCopy(_ payload: Data) throws -> SendResult {
+    func sendWithoutCopy(_ payload: Data) throws -> SendResult {
         let owner = Unmanaged.passRetained(PayloadOwner(payload))
         let bytes = payload.withUnsafeBytes { UnsafeMutableRawPointer(mutating: $0.baseAddress!) }
         let frame = UnsafeMutablePointer<zmq_msg_t>.allocate(capacity: 1)
@@ -286,7 +252,7 @@ package final class ZMQSocket {
         return try check(rc)
     }
 
-    private func check(_ rc: Int32) throws -> SendResult {
+    func check(_ rc: Int32) throws -> SendResult {
         if rc >= 0 { return .sent }
         switch zmq_errno() {
         case EAGAIN: return .wouldBlock
@@ -386,23 +352,9 @@ package final class ZMQSocket {
     /// peer that speaks version 3, header and payload are copied into two frames). Only once per
     /// received envelope.
     package func forwardReceived(to routingID: Data?) throws -> SendResult {
-        guard case .one(let header, let payload) = lastFraming else {
-            // Version 3's two frames, as they came (every peer reads them).
-            let routed = try sendRoutingID(routingID)
-            if routed != .sent { return routed }
-            let headerResult = try check(zmq_msg_send(lastHeader, handle, ZMQ_DONTWAIT | ZMQ_SNDMORE))
-            if headerResult != .sent { return headerResult }
-            framesReused += 2
-            return try check(zmq_msg_send(lastPayload, handle, ZMQ_DONTWAIT))
-        }
+        guard case .one(let header, let payload) = lastFraming else { return try forwardPreviousVersion(to: routingID) }
         if let routingID, !previousVersionPeers.isEmpty, previousVersionPeers.contains(routingID) {
-            let bytes = lastFrameBytes
-            bytes[2] = EnvelopeHeader.previousVersion
-            let routed = try sendRoutingID(routingID)
-            if routed != .sent { return routed }
-            let headerResult = try send(frame: Data(UnsafeRawBufferPointer(rebasing: bytes[header])), more: true)
-            if headerResult != .sent { return headerResult }
-            return try send(frame: Data(UnsafeRawBufferPointer(rebasing: bytes[payload])), more: false)
+            return try forwardAsPreviousVersion(to: routingID, header: header, payload: payload)
         }
         return try sendReceivedFrame(after: sendRoutingID(routingID))
     }
@@ -617,37 +569,5 @@ private final class OwnedMessage: @unchecked Sendable {
     func close() {
         zmq_msg_close(message)
         message.deallocate()
-    }
-}
-
-/// A set of routing ids bounded by forgetting the least recently seen: two generations of at most
-/// `generation` ids each; when the newer is full it becomes the older and the older is dropped.
-/// An id seen again is kept in the newer one. At most twice `generation` ids are held, whatever a
-/// peer sends.
-struct RecentPeers {
-    private var newer = Set<Data>()
-    private var older = Set<Data>()
-    let generation: Int
-
-    init(generation: Int = 4096) { self.generation = generation }
-
-    var isEmpty: Bool { newer.isEmpty && older.isEmpty }
-    var count: Int { newer.count + older.count }
-
-    func contains(_ id: Data) -> Bool { newer.contains(id) || older.contains(id) }
-
-    mutating func insert(_ id: Data) {
-        guard !newer.contains(id) else { return }
-        older.remove(id)
-        if newer.count >= generation {
-            older = newer
-            newer = []
-        }
-        newer.insert(id)
-    }
-
-    mutating func remove(_ id: Data) {
-        newer.remove(id)
-        older.remove(id)
     }
 }
