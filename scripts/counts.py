@@ -43,7 +43,7 @@ EXECUTABLES = ("motherboard", "bench-echo-board", "boardbus-bench", "zmq-baselin
 LOW, HIGH = 200, 1200
 PAYLOAD = 100
 # The size of a BoardBus request header for the echo and the 0 byte that ends it
-# (`boardbus-bench --count-header-bytes`): the baseline's client sends these bytes and the
+# (`boardbus-bench count-header-bytes`): the baseline's client sends these bytes and the
 # payload, so both move the same bytes.
 HEADER = 41
 
@@ -157,7 +157,7 @@ def broker_and_echo(directory, broker_tool, echo_tool, baseline):
 def run_boardbus(directory, tool, requests, command, content):
     """One load of the real motherboard and echo board, each under `tool`, with the bench's client."""
     with broker_and_echo(directory, tool, tool, baseline=False) as (endpoint, environment):
-        arguments = ["--count-client", str(requests), "--count-endpoint", endpoint, "--command", command]
+        arguments = ["count-client", str(requests), "--endpoint", endpoint, "--command", command]
         if content:
             arguments += ["--format", content]
         client = subprocess.Popen(
@@ -287,8 +287,8 @@ def run_saturated(directory, seconds, baseline):
     without valgrind; returns the round trips made."""
     with broker_and_echo(directory, "callgrind", None, baseline) as (endpoint, environment):
         client = subprocess.run(
-            [f"{BIN}/boardbus-bench", "--load", str(seconds), "--load-endpoint", endpoint, "--command", "echo.raw",
-             "--load-clients", "4", "--load-window", "100"],
+            [f"{BIN}/boardbus-bench", "load", str(seconds), "--endpoint", endpoint, "--command", "echo.raw",
+             "--clients", "4", "--window", "100"],
             capture_output=True, timeout=seconds + 120, env=environment)
         match = re.search(rb"round trips: (\d+)", client.stdout)
         if client.returncode != 0 or not match:

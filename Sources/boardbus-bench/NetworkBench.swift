@@ -74,7 +74,7 @@ enum NetworkBench {
                     return list.standardOutput.contains("bench.echo")
                 }
                 guard listed else { throw BusError(.timeout, "B's motherboard did not see A's echo board through NATS") }
-                natsBus = ["--tcp-nats-bus", "ipc://\(runtime)/motherboard.sock"]
+                natsBus = ["--nats-bus", "ipc://\(runtime)/motherboard.sock"]
             }
 
             // The baseline: the C proxy with a CURVE front on A's address, its echo on A.
@@ -92,9 +92,9 @@ enum NetworkBench {
             let client = try await lab.run(
                 lab.binaries + "/boardbus-bench",
                 [
-                    "--tcp-client", lab.parentEndpoint, "--tcp-server-key", "\(lab.stateA)/curve/server.pub", "--tcp-client-key",
-                    "\(lab.directory)/ops.key", "--tcp-baseline", baselineEndpoint, "--tcp-baseline-key", "\(lab.directory)/baseline.key",
-                    "--tcp-requests", "\(quick ? 2_000 : settings.latencyRequests / 2)", "--tcp-seconds",
+                    "tcp-client", lab.parentEndpoint, "--server-key", "\(lab.stateA)/curve/server.pub", "--client-key",
+                    "\(lab.directory)/ops.key", "--baseline", baselineEndpoint, "--baseline-key", "\(lab.directory)/baseline.key",
+                    "--requests", "\(quick ? 2_000 : settings.latencyRequests / 2)", "--seconds",
                     "\(quick ? 1.5 : settings.throughputSeconds / 2)",
                 ] + natsBus, in: 1)
             try lab.expectOK(client)

@@ -5,10 +5,10 @@ import BoardKitTesting
 import Foundation
 import Synchronization
 
-/// `--soak SECONDS`: a long steady load on the real broker. Echo commands from several clients,
+/// `soak SECONDS`: a long steady load on the real broker. Echo commands from several clients,
 /// and acknowledged dispatches to a persistent store that are checked at the end: every request
 /// must end in a reply or a typed error, and every acknowledged dispatch must be in the store.
-struct Soak {
+struct SoakLoad {
     let fleet: TestFleet
     let seconds: Double
 

@@ -17,6 +17,13 @@ struct StoreBench {
     let sizes: [Int]
     let dispatches: Int
 
+    /// The store sizes of a run (the first is the one the others are compared with), and the
+    /// dispatches timed at each.
+    init(quick: Bool) {
+        sizes = quick ? [10, 10_000] : [10, 10_000, 1_000_000]
+        dispatches = quick ? 300 : 2_000
+    }
+
     struct Figures {
         var size: Int
         var p50: Double

@@ -2,7 +2,7 @@ import Foundation
 
 /// The CPU time each thread of some processes used, from `/proc/<pid>/task/*/stat` (user +
 /// system, in clock ticks), and how often each went to sleep or was put off the CPU (its
-/// context switches, from `/proc/<pid>/task/*/status`): for `--load` and `--load-baseline`,
+/// context switches, from `/proc/<pid>/task/*/status`): for `load` and `load-baseline`,
 /// which print both per round trip, by process and thread name, so that a profile's "who is
 /// busy" comes with a figure, and how many messages a thread handles per wake-up with another.
 struct ThreadCPU {

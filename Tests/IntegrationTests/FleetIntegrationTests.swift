@@ -261,6 +261,28 @@ struct FleetIntegrationTests {
         }
     }
 
+    /// `boardbus-bench`'s parts are subcommands, and the mode flags of the release before still
+    /// reach them, with their options under the new names (a script comparing an old build with a
+    /// new one passes the old flags to both).
+    @Test func benchPartsAreSubcommandsAndTheOldModeFlagsStillReachThem() async throws {
+        try await TestFleet.with(manifest: #"{"boards": []}"#) { fleet in
+            let new = try await fleet.run("boardbus-bench", arguments: ["count-header-bytes"])
+            let old = try await fleet.run("boardbus-bench", arguments: ["--count-header-bytes"])
+            #expect(new.exitCode == 0 && old.exitCode == 0, "\(new.standardError) \(old.standardError)")
+            #expect((Int(new.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0) > 18)
+            #expect(old.standardOutput == new.standardOutput)
+            #expect(old.standardError.contains("is now a subcommand: boardbus-bench count-header-bytes"))
+            let logic = try await fleet.run("boardbus-bench", arguments: ["--broker-logic", "200"])
+            #expect(logic.exitCode == 0 && logic.standardOutput.contains("routed in place:"), "\(logic.standardError)")
+            // `--load-clients` reaches `load` as `--clients`: the run gets as far as its own check.
+            let load = try await fleet.run("boardbus-bench", arguments: ["--load", "1", "--load-clients", "2", "--traced", "--raw-clients"])
+            #expect(load.exitCode != 0)
+            #expect(load.standardError.contains("--raw-clients sends plain untraced payloads"), "\(load.standardError)")
+            let unknown = try await fleet.run("boardbus-bench", arguments: ["latency", "10", "--load-window", "3"])
+            #expect(unknown.exitCode != 0 && unknown.standardError.contains("Unknown option '--load-window'"))
+        }
+    }
+
     /// Each subcommand names itself (not derived from its type's name at run time): the names are
     /// the ones README and PROTOCOL.md use, and each one parses under its name (its own help, not
     /// the root's, which ArgumentParser prints with exit 0 for an unknown name followed by --help).

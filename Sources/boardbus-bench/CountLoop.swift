@@ -6,7 +6,7 @@ import Foundation
 /// broker and the board start slowly), then makes `requests` echo calls one at a time from the
 /// client's own socket thread, as an application's call would, and exits. The script runs it
 /// twice with different counts, under callgrind and DHAT, and takes the difference per call.
-enum CountClient {
+enum CountLoop {
     static func run(endpoint: String, requests: Int, call: EchoCall, payload: Data) async throws {
         let address = BusAddress.resolve(explicitEndpoint: endpoint, environment: ProcessInfo.processInfo.environment, userID: getuid())
         let client = try BusClient(address: address)
