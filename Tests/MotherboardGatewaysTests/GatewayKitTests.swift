@@ -1,5 +1,7 @@
 import BusCore
+import BusZeroMQ
 import Foundation
+import Synchronization
 import Testing
 
 @testable import MotherboardGateways
@@ -11,6 +13,29 @@ struct GatewayKitTests {
     struct Request: Expiring {
         var deadline: ContinuousClock.Instant
         var name: String
+    }
+
+    /// A gateway's session and sockets are its thread's: bound to it, they are reachable there
+    /// and nowhere else (a debug build stops at the first touch from another thread).
+    @Test func whatAGatewayThreadOwnsIsReachableOnThatThreadOnly() {
+        let thread = HelperThread()
+        let bound = LoopBound([Int](), loop: thread)
+        #expect(!bound.isAccessibleHere)
+        let seen = Mutex<(accessible: Bool, ticks: Int)>((false, 0))
+        let done = DispatchSemaphore(value: 0)
+        thread.start(name: "kit-test") {
+            thread.runLoop([], waitMilliseconds: { 1 }) { _ in
+                bound.value.append(1)
+                let count = bound.value.count
+                seen.withLock { $0 = (bound.isAccessibleHere, count) }
+                if count == 3 { done.signal() }
+                return count < 3
+            }
+        }
+        #expect(done.wait(timeout: .now() + 10) == .success)
+        thread.stop()
+        #expect(seen.withLock { $0 } == (true, 3))
+        #expect(!bound.isAccessibleHere)
     }
 
     @Test func anIDSourceNeverGivesZeroNorTheSameIDTwiceInARow() {

@@ -3,17 +3,26 @@ import BusZeroMQ
 import Foundation
 import Synchronization
 
-/// The thread of one of the motherboard's helpers (the uplink, the MDP endpoint): it runs a loop
-/// until ``stop()``, which waits for the loop to end.
-final class HelperThread: Sendable {
+/// The thread of one of the motherboard's gateways (the uplink, the MDP endpoint, NATS): it runs a
+/// loop until ``stop()``, which waits for the loop to end. The gateway's session and sockets are
+/// its alone (``LoopBound`` checks it in debug builds).
+final class HelperThread: OwningThread {
     private let running = Atomic<Bool>(true)
     private let finished = DispatchSemaphore(value: 0)
+    /// `pthread_self()` of the thread, 0 before it starts.
+    private let thread = Atomic<UInt>(0)
+    private let name: Mutex<String> = Mutex("")
 
     /// Whether the loop should go on.
     var isRunning: Bool { running.load(ordering: .acquiring) }
 
+    var isOnOwningThread: Bool { thread.load(ordering: .acquiring) == UInt(pthread_self()) }
+    var owningThreadName: String { name.withLock { $0 } }
+
     func start(name: String, _ loop: @escaping @Sendable () -> Void) {
+        self.name.withLock { $0 = name }
         let thread = Thread { [self] in
+            self.thread.store(UInt(pthread_self()), ordering: .releasing)
             loop()
             finished.signal()
         }

@@ -29,7 +29,7 @@ import Synchronization
 /// worker's; no service frame in replies). Each peer is answered in the dialect it used. The
 /// frames are read and written by ``Majordomo`` (MajordomoFrames.swift), the state machine is
 /// ``MajordomoSession``; this class is its thread and sockets.
-package final class MajordomoBridge: @unchecked Sendable {
+package final class MajordomoBridge: Sendable {
     package struct Settings: Sendable {
         var endpoint: String
         /// How often workers are sent a heartbeat (when nothing else was sent to them).
@@ -55,10 +55,9 @@ package final class MajordomoBridge: @unchecked Sendable {
 
     let settings: Settings
     private let logger: Logger
-    private let sockets: MajordomoSockets
-    private let session: MajordomoSession
-    private var lastBacklogTick = ContinuousClock.now
-    private let thread = HelperThread()
+    private let thread: HelperThread
+    /// The sockets and the session: its thread's alone.
+    private let parts: LoopBound<(sockets: MajordomoSockets, session: MajordomoSession)>
     /// Told the CURVE key of each tcp connection new to a peer, with its descriptor; asked
     /// whether a message's key was removed from the allow-list.
     private let keys: any ConnectionKeys
@@ -100,9 +99,11 @@ package final class MajordomoBridge: @unchecked Sendable {
             servicesSocket.close()
             throw error
         }
-        sockets = MajordomoSockets(
+        let sockets = MajordomoSockets(
             router: router, client: client, services: servicesSocket, backlog: ConnectionBacklog(budget: settings.maximumUnreadBytesPerPeer))
-        session = MajordomoSession(settings: settings, links: sockets, logger: logger)
+        let thread = HelperThread()
+        self.thread = thread
+        parts = LoopBound((sockets, MajordomoSession(settings: settings, links: sockets, logger: logger)), loop: thread)
     }
 
     /// The socket file of an `ipc://` endpoint.
@@ -122,11 +123,13 @@ package final class MajordomoBridge: @unchecked Sendable {
     }
 
     private func run() {
+        let (sockets, session) = parts.value
         let (router, client, services) = (sockets.router, sockets.client, sockets.services)
+        var lastBacklogTick = ContinuousClock.now
         thread.runLoop([
-            LoopSource(handle: .socket(router)) { self.drainPeers(now: $0) },
-            .envelopes(of: client, limits: settings.limits) { envelope, _ in self.session.fromMotherboard(envelope) },
-            .envelopes(of: services, limits: settings.limits) { self.session.toServices($0, now: $1) },
+            LoopSource(handle: .socket(router)) { self.drainPeers(sockets, session, now: $0) },
+            .envelopes(of: client, limits: settings.limits) { envelope, _ in session.fromMotherboard(envelope) },
+            .envelopes(of: services, limits: settings.limits) { session.toServices($0, now: $1) },
         ]) { now in
             if lastBacklogTick.duration(to: now) >= .milliseconds(100) {
                 lastBacklogTick = now
@@ -142,7 +145,7 @@ package final class MajordomoBridge: @unchecked Sendable {
         if let path = ipcPath { try? FileManager.default.removeItem(atPath: path) }
     }
 
-    private func drainPeers(now: ContinuousClock.Instant) {
+    private func drainPeers(_ sockets: MajordomoSockets, _ session: MajordomoSession, now: ContinuousClock.Instant) {
         for _ in 0..<256 {
             var descriptor: Int32 = -1
             guard let frames = try? sockets.router.receive(sourceDescriptor: &descriptor) else { return }

@@ -61,12 +61,12 @@ extension NATSGatewaySettings {
 /// 5.1b), so that the broker routes to them as to any board and the gateway sends each request on
 /// as a NATS request. It announces its boards every second and forgets another motherboard's
 /// after 3.5 s of silence (PROTOCOL §10).
-package final class NATSGateway: @unchecked Sendable {
+package final class NATSGateway: Sendable {
     let settings: NATSGatewaySettings
     let limits: BusLimits
-    private let sockets: NATSSockets
-    private let session: NATSSession
-    private let thread = HelperThread()
+    private let thread: HelperThread
+    /// The connection, the sockets and the session: its thread's alone.
+    private let parts: LoopBound<(sockets: NATSSockets, session: NATSSession)>
 
     init(settings: NATSGatewaySettings, context: ZMQContext, localEndpoint: String, secret: String, limits: BusLimits, logger: Logger) throws {
         self.settings = settings
@@ -85,8 +85,10 @@ package final class NATSGateway: @unchecked Sendable {
             made.forEach { $0.close() }
             throw error
         }
-        sockets = NATSSockets(local: made[0], served: made[1], connection: connection)
-        session = NATSSession(settings: settings, secret: secret, logger: logger, links: sockets)
+        let sockets = NATSSockets(local: made[0], served: made[1], connection: connection)
+        let thread = HelperThread()
+        self.thread = thread
+        parts = LoopBound((sockets, NATSSession(settings: settings, secret: secret, logger: logger, links: sockets)), loop: thread)
     }
 
     package func start() {
@@ -98,7 +100,8 @@ package final class NATSGateway: @unchecked Sendable {
     }
 
     private func run() {
-        let (local, served, connection, session) = (sockets.local, sockets.served, sockets.connection, session)
+        let (sockets, session) = parts.value
+        let (local, served, connection) = (sockets.local, sockets.served, sockets.connection)
         session.join()
         thread.runLoop([
             .envelopes(of: local, limits: limits) { session.fromOwnMotherboard($0, now: $1) },

@@ -36,12 +36,12 @@ public struct UplinkSettings: Sendable, Hashable {
 /// with `unreachable` and new ones are answered so at once; when it returns, every board
 /// registers again by itself (the parent answers a heartbeat it does not know with
 /// `notRegistered`).
-package final class Uplink: @unchecked Sendable {
+package final class Uplink: Sendable {
     let settings: UplinkSettings
     private let limits: BusLimits
-    private let sockets: UplinkSockets
-    private let session: UplinkSession
-    private let thread = HelperThread()
+    private let thread: HelperThread
+    /// The sockets and the session: its thread's alone.
+    private let parts: LoopBound<(sockets: UplinkSockets, session: UplinkSession)>
 
     /// Sockets in `context` (the motherboard's, whose in-process endpoint `localEndpoint` is).
     init(settings: UplinkSettings, context: ZMQContext, localEndpoint: String, secret: String, limits: BusLimits, logger: Logger) throws {
@@ -64,8 +64,10 @@ package final class Uplink: @unchecked Sendable {
             local.close()
             throw error
         }
-        sockets = UplinkSockets(local: local, link: link, served: served, settings: settings, logger: logger)
-        session = UplinkSession(endpoint: settings.endpoint, secret: secret, links: sockets, logger: logger)
+        let sockets = UplinkSockets(local: local, link: link, served: served, settings: settings, logger: logger)
+        let thread = HelperThread()
+        self.thread = thread
+        parts = LoopBound((sockets, UplinkSession(endpoint: settings.endpoint, secret: secret, links: sockets, logger: logger)), loop: thread)
     }
 
     /// A DEALER to the parent: CURVE, a cut link's connection closed by the kernel within about
@@ -99,7 +101,8 @@ package final class Uplink: @unchecked Sendable {
     }
 
     private func run() {
-        let (local, link, served, session) = (sockets.local, sockets.link, sockets.served, session)
+        let (sockets, session) = parts.value
+        let (local, link, served) = (sockets.local, sockets.link, sockets.served)
         // While messages wait for the link's connection (or for the parent to take more), look
         // again soon.
         thread.runLoop(
