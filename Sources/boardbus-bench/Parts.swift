@@ -3,60 +3,62 @@ import BoardKitTesting
 import BusCore
 import Foundation
 
+/// A part whose rows go into a report printed at the end.
+protocol ReportedPart: BenchPart {
+    var run: RunLength { get }
+    func rows(into report: Report) async throws
+}
+
+extension ReportedPart {
+    func measure() async throws {
+        let report = Report()
+        try await rows(into: report)
+        print(report.render())
+    }
+}
+
 /// `boardbus-bench scale`: 2 000 boards and flows against 10, memory per board.
-struct ScaleRows: BenchPart {
+struct ScaleRows: ReportedPart {
     static let configuration = CommandConfiguration(
         commandName: "scale", abstract: "Only the scale rows (2 000 boards and flows against 10, memory per board).")
     @OptionGroup var run: RunLength
 
-    func measure() async throws {
-        let report = Report()
+    func rows(into report: Report) async throws {
         try await TestFleet.with(manifest: echoFleetManifest) { fleet in
             try await ScaleBench(fleet: fleet, bus: BoardBusBench(fleet: fleet), settings: run.quick ? .quick : .full).run(report: report)
         }
-        print(report.render())
     }
 }
 
 /// `boardbus-bench alternatives`: against NATS and D-Bus, one call at a time.
-struct AlternativesRows: BenchPart {
+struct AlternativesRows: ReportedPart {
     static let configuration = CommandConfiguration(
         commandName: "alternatives", abstract: "Only the rows against NATS and D-Bus (raw echo, one at a time).")
     @OptionGroup var run: RunLength
 
-    func measure() async throws {
-        let report = Report()
+    func rows(into report: Report) async throws {
         try await TestFleet.with(manifest: echoFleetManifest) { fleet in
             try await AlternativesBench(bus: BoardBusBench(fleet: fleet), quick: run.quick).run(report: report)
         }
-        print(report.render())
     }
 }
 
 /// `boardbus-bench stores`: a durable keyed store at 10, 10 000 and 1 000 000 records.
-struct StoreRows: BenchPart {
+struct StoreRows: ReportedPart {
     static let configuration = CommandConfiguration(
         commandName: "stores", abstract: "Only the store rows (a durable keyed store at 10, 10 000 and, without --quick, 1 000 000 records).")
     @OptionGroup var run: RunLength
 
-    func measure() async throws {
-        let report = Report()
-        try await StoreBench(quick: run.quick).run(report: report)
-        print(report.render())
-    }
+    func rows(into report: Report) async throws { try await StoreBench(quick: run.quick).run(report: report) }
 }
 
 /// `boardbus-bench mdp`: BoardBus's MDP endpoint against majortomo's broker.
-struct MajordomoRows: BenchPart {
+struct MajordomoRows: ReportedPart {
     static let configuration = CommandConfiguration(
         commandName: "mdp", abstract: "Only the Majordomo rows (BoardBus's MDP endpoint against majortomo's broker).")
     @OptionGroup var run: RunLength
 
-    func measure() async throws {
-        let report = Report()
-        try await MajordomoBench.run(quick: run.quick, report: report)
-        print(report.render())
-    }
+    func rows(into report: Report) async throws { try await MajordomoBench.run(quick: run.quick, report: report) }
 }
 
 /// `boardbus-bench network`: tcp+CURVE and NATS in network namespaces, cut-link times.

@@ -64,6 +64,14 @@ struct NATSSessionTests {
         return try #require(request.reply)
     }
 
+    /// This motherboard's `demo.clock`, pushed to the gateway as the exporter.
+    func clockExported() throws {
+        let registration = Registration(id: "demo.clock", pid: 3, commands: ["now"])
+        session.fromOwnMotherboard(
+            Envelope(header: EnvelopeHeader(kind: .control, typeName: ControlOperation.exportBoard), payload: try PayloadCodec.encode(registration)),
+            now: now)
+    }
+
     func answer(on subject: String, status: String = "ok", payload: String = "{}") throws -> NATSMessage {
         NATSMessage(
             subject: subject, headers: [NATSHeader.status: status], payload: Data(payload.utf8),
@@ -143,20 +151,14 @@ struct NATSSessionTests {
         open.links.letsPublishAsAnotherHost = true
         try open.joined()
         #expect(!open.session.mustLeave)
-        let registration = Registration(id: "demo.clock", pid: 3, commands: ["now"])
-        open.session.fromOwnMotherboard(
-            Envelope(header: EnvelopeHeader(kind: .control, typeName: ControlOperation.exportBoard), payload: try PayloadCodec.encode(registration)),
-            now: now)
+        try open.clockExported()
         open.session.tick(now: now)
         #expect(open.links.published.contains { $0.subject == open.subjects.announce(host: "a") })
     }
 
     @Test func leavingWithdrawsAndAnswersTheClustersRequestsUnreachable() throws {
         try joined()
-        let registration = Registration(id: "demo.clock", pid: 3, commands: ["now"])
-        session.fromOwnMotherboard(
-            Envelope(header: EnvelopeHeader(kind: .control, typeName: ControlOperation.exportBoard), payload: try PayloadCodec.encode(registration)),
-            now: now)
+        try clockExported()
         let requests = try #require(links.subscription(to: subjects.anyRequest(board: "demo.clock", scope: .root)))
         session.fromCluster(
             NATSMessage(
@@ -173,10 +175,7 @@ struct NATSSessionTests {
 
     @Test func aRequestWhoseReplySubjectIsTheFleetsOwnIsDropped() throws {
         try joined()
-        let registration = Registration(id: "demo.clock", pid: 3, commands: ["now"])
-        session.fromOwnMotherboard(
-            Envelope(header: EnvelopeHeader(kind: .control, typeName: ControlOperation.exportBoard), payload: try PayloadCodec.encode(registration)),
-            now: now)
+        try clockExported()
         let requests = try #require(links.subscription(to: subjects.anyRequest(board: "demo.clock", scope: .root)))
         let handedBefore = links.toMotherboards.count
         // Its answer would go out as this host's announcement.
