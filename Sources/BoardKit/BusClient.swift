@@ -311,7 +311,7 @@ final class ClientState: BusConnectionHandler, @unchecked Sendable {
         // A store's change (and the broker's word that a subscription was made again) is a push,
         // never a request: one that no watch here wants any more (it arrives after the watch
         // ended, until the broker forgets the subscription) is dropped.
-        let push = kind == .store && [StoreOperation.change, StoreOperation.restored].contains(envelope.header.typeName)
+        let push = kind == .store && StoreOperation.pushes.contains(envelope.header.typeName)
         guard subscribers.isEmpty, !push else { return }
         handler?.handle(envelope)
     }

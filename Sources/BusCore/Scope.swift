@@ -38,6 +38,16 @@ public struct ScopedName: Hashable, Sendable, Comparable, CustomStringConvertibl
 
     public var description: String { scope.isRoot ? name : "\(scope.name)/\(name)" }
 
+    /// A name as the access policy writes it (`scope/name`, or `name` in the root scope): the
+    /// inverse of ``description``.
+    public init(policyTarget text: String) {
+        guard let slash = text.lastIndex(of: "/") else {
+            self.init(scope: .root, name: text)
+            return
+        }
+        self.init(scope: Scope(String(text[..<slash])), name: String(text[text.index(after: slash)...]))
+    }
+
     public static func < (left: ScopedName, right: ScopedName) -> Bool {
         (left.scope, left.name) < (right.scope, right.name)
     }

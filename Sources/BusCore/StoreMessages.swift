@@ -15,6 +15,10 @@ public enum StoreOperation {
     /// broker → a subscriber whose `subscribe.renew` made its subscription again (the broker
     /// restarted, or forgot it): changes may have been missed; ask for them (or a new snapshot).
     public static let restored = "subscribe.restored"
+    /// broker → a subscriber whose watch the broker ended (a change of the access policy or the
+    /// allow-list no longer lets its principal watch the store): no more changes come, and a
+    /// renewal is refused. The SDK ends the watch with `forbidden`.
+    public static let watchEnded = "watch.ended"
     /// owner → broker → subscribers: the state after a change, with its sequence number.
     public static let change = "change"
     /// holder board → owner: hold a query (payload: the query); answered with a ``QueryLease``.
@@ -224,5 +228,16 @@ public struct QueryLease: BusPayload, Hashable {
     public init(store: String, lease: Int) {
         self.store = store
         self.lease = lease
+    }
+}
+
+extension StoreOperation {
+    /// What the broker pushes to a store's watchers, never answers: changes, a subscription made
+    /// again, a watch ended.
+    public static let pushes: Set<String> = [change, restored, watchEnded]
+
+    /// How a watch the broker ended (``watchEnded``) ends for its consumer.
+    public static func watchEndedError(store: String) -> BusError {
+        BusError(.forbidden, "the motherboard ended the watch of store '\(store)': the access policy no longer lets this principal watch it")
     }
 }

@@ -57,6 +57,7 @@ final class KeyedStoreWatch<Record: Codable & Sendable>: StoreSubscription {
     func end() { ended.store(true, ordering: .releasing) }
 
     func receive(_ envelope: Envelope) {
+        if envelope.header.typeName == StoreOperation.watchEnded { return fail(StoreOperation.watchEndedError(store: store)) }
         // The broker remade the subscription, or the owner could not send a change: sync again.
         if envelope.header.typeName == StoreOperation.restored || StoreChangeTooLarge.marker(in: envelope.payload) != nil { return syncAgain() }
         guard let changes = try? PayloadCodec.decode(StoreChanges<Record>.self, from: envelope.payload) else { return }

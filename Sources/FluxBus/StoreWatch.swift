@@ -42,6 +42,7 @@ final class StoreWatch: StoreSubscription {
     }
 
     func receive(_ envelope: Envelope) {
+        if envelope.header.typeName == StoreOperation.watchEnded { return fail(StoreOperation.watchEndedError(store: store)) }
         guard envelope.header.typeName == StoreOperation.restored else { return change(envelope.payload) }
         // The broker made the subscription again: changes may have been missed; a new snapshot.
         snapshotAgain()
@@ -129,7 +130,7 @@ protocol StoreSubscription: BusSubscription {
 
 extension StoreSubscription {
     func matches(_ header: EnvelopeHeader) -> Bool {
-        header.kind == .store && (header.typeName == StoreOperation.change || header.typeName == StoreOperation.restored)
+        header.kind == .store && StoreOperation.pushes.contains(header.typeName)
             && header.target == store && header.scope == scope
     }
 

@@ -34,6 +34,22 @@ struct StoreWatchTests {
         #expect(resyncs.withLock { $0 } == 0)
     }
 
+    /// The broker ends a watch the policy no longer allows: the consumer's stream ends with
+    /// `forbidden` after what came before, and the watch is matched to its store's pushes only.
+    @Test func aWatchTheBrokerEndedEndsItsStreamForbidden() async throws {
+        let (stream, continuation) = AsyncThrowingStream<StoreUpdate, any Error>.makeStream()
+        let watch = StoreWatch(store: "s", scope: "", continuation: continuation) { _ in }
+        watch.snapshot(change(1))
+        let ended = EnvelopeHeader(kind: .store, target: "s", typeName: StoreOperation.watchEnded)
+        #expect(watch.matches(ended))
+        #expect(!watch.matches(EnvelopeHeader(kind: .store, target: "t", typeName: StoreOperation.watchEnded)))
+        watch.receive(Envelope(header: ended))
+        var sequences: [UInt64] = []
+        let error = await #expect(throws: BusError.self) { for try await update in stream { sequences.append(update.sequence) } }
+        #expect(sequences == [1])
+        #expect(error?.code == .forbidden)
+    }
+
     @Test func aGapLeadsToANewSnapshot() async throws {
         let (stream, continuation) = AsyncThrowingStream<StoreUpdate, any Error>.makeStream()
         let resyncs = Mutex(0)

@@ -102,8 +102,13 @@ struct AccessControlTests {
         #expect(access.authorize(greet, principal: "edge-b", scope: .root, fromBoard: false) == nil)
         access.install(AccessPolicy(), source: nil, text: nil)
         #expect(access.authorize(greet, principal: "edge-b", scope: .root, fromBoard: false)?.code == .forbidden)
-        #expect(try access.check(PolicyCheck(principal: "edge-b", operation: "call", target: "demo.greeter", command: "greet")).allowed == false)
-        #expect(throws: BusError.self) { try access.check(PolicyCheck(principal: "edge-b", operation: "fly", target: "x", command: nil)) }
+        #expect(
+            try access.check(
+                PolicyCheck(principal: "edge-b", operation: "call", target: "demo.greeter", command: "greet"), isManifestBoard: { _ in false }
+            ).allowed == false)
+        #expect(throws: BusError.self) {
+            try access.check(PolicyCheck(principal: "edge-b", operation: "fly", target: "x", command: nil), isManifestBoard: { _ in false })
+        }
     }
 
     final class Lines: @unchecked Sendable {

@@ -54,58 +54,112 @@ package final class AccessControl {
         decide(PolicyQuestion(principal: principal, operation: operation, target: target, command: nil))
     }
 
-    /// The policy's refusal of a message with `header` from remote `principal`, acting in `scope`;
-    /// `fromBoard`: its sender is a registered board. Registrations are decided with their id
-    /// (``registrationDecision(_:name:isManifestBoard:)``), store changes and heartbeats by the
-    /// broker's own checks.
-    func authorize(_ header: EnvelopeHeader, principal: String, scope: Scope, fromBoard: Bool) -> BusError? {
-        if let revoked = revocation(of: principal) { return revoked }
-        func named(_ name: String) -> String { ScopedName(scope: scope, name: name).description }
-        let operation: AccessPolicy.Operation
-        var target = named(header.target)
+    /// What the broker decided for one request of a remote principal: the operation it asked the
+    /// policy (a registration of a manifest id is asked as `serve`), and the answer; or that the
+    /// principal's key was removed from the allow-list.
+    struct Judgement {
+        var operation: AccessPolicy.Operation
+        var target: String
         var command: String?
+        var decision: AccessPolicy.Decision
+        var revoked = false
+    }
+
+    /// The one decision about a remote principal asking `operation` on `target` (`scope/name`, or
+    /// a control operation's name), which the broker acts on and `policy.check` answers with:
+    /// a removed key is refused whatever the policy says; a registration is asked as `serve` for
+    /// a manifest id (`isManifestBoard`) and as `serve`, else `register`, for any other; asking
+    /// above a link (`control link.chain`) needs some `serve`, attaching a monitor
+    /// (`control monitor`) some `monitor` (what it then sees is decided per message); a `ping`
+    /// is always answered.
+    func judge(
+        _ principal: String, _ operation: AccessPolicy.Operation, target: String, command: String? = nil, isManifestBoard: Bool = false
+    ) -> Judgement {
+        var judgement = Judgement(operation: operation, target: target, command: command, decision: .byDefault)
+        if isRevoked(principal) {
+            judgement.revoked = true
+            judgement.decision = AccessPolicy.Decision(allowed: false, rule: "the key '\(principal)' was removed from the allow-list")
+            return judgement
+        }
+        switch (operation, target) {
+        case (.register, _), (.serve, _):
+            let serve = decide(principal, .serve, target: target)
+            if isManifestBoard || serve.allowed {
+                (judgement.operation, judgement.decision) = (.serve, serve)
+            } else {
+                (judgement.operation, judgement.decision) = (.register, decide(principal, .register, target: target))
+            }
+        case (.control, ControlOperation.ping):
+            judgement.decision = AccessPolicy.Decision(allowed: true, rule: "a ping is always answered")
+        case (.control, ControlOperation.linkChain):
+            (judgement.operation, judgement.target) = (.serve, "*")
+            judgement.decision =
+                policy.allowsSome(principal: principal, .serve) ? AccessPolicy.Decision(allowed: true, rule: "some serve") : .byDefault
+        case (.control, ControlOperation.monitor):
+            (judgement.operation, judgement.target) = (.monitor, "*")
+            judgement.decision =
+                policy.allowsSome(principal: principal, .monitor) ? AccessPolicy.Decision(allowed: true, rule: "some monitor") : .byDefault
+        default:
+            judgement.decision = decide(PolicyQuestion(principal: principal, operation: operation, target: target, command: command))
+        }
+        return judgement
+    }
+
+    /// What a message with `header` asks of the policy when a remote principal sends it, acting
+    /// in `scope` (`fromBoard`: its sender is a registered board); nil when it asks nothing
+    /// (registrations are judged with their id by ``registrationForbidden(_:name:isManifestBoard:)``,
+    /// answers, heartbeats and store changes by the broker's own checks).
+    static func question(of header: EnvelopeHeader, scope: Scope, fromBoard: Bool) -> (
+        operation: AccessPolicy.Operation, target: String, command: String?
+    )? {
+        func named(_ name: String) -> String { ScopedName(scope: scope, name: name).description }
         switch header.kind {
-        case .command: (operation, command) = (.call, header.typeName)
-        case .activate: operation = .activate
-        case .output:
-            // A registered board emits as itself (the broker ignores the source it writes), by its
-            // registration.
-            if fromBoard { return nil }
-            (operation, target) = (.emit, named(header.source))
-        case .action: (operation, target) = (.action, named(header.typeName))
-        case .dispatch: operation = .dispatch
+        case .command: return (.call, named(header.target), header.typeName)
+        case .activate: return (.activate, named(header.target), nil)
+        // A registered board emits as itself (the broker ignores the source it writes), by its
+        // registration.
+        case .output: return fromBoard ? nil : (.emit, named(header.source), nil)
+        case .action: return (.action, named(header.typeName), nil)
+        case .dispatch: return (.dispatch, named(header.target), nil)
         case .store:
             switch header.typeName {
-            case StoreOperation.state, StoreOperation.get, StoreOperation.list: operation = .state
-            case StoreOperation.subscribe, StoreOperation.renew, StoreOperation.unsubscribe: operation = .watch
-            case StoreOperation.activateQuery, StoreOperation.releaseQuery, StoreOperation.query: operation = .query
+            case StoreOperation.state, StoreOperation.get, StoreOperation.list: return (.state, named(header.target), nil)
+            case StoreOperation.subscribe, StoreOperation.renew, StoreOperation.unsubscribe: return (.watch, named(header.target), nil)
+            case StoreOperation.activateQuery, StoreOperation.releaseQuery, StoreOperation.query: return (.query, named(header.target), nil)
             // The owner's own changes (checked against its registration) and the broker's word.
             case StoreOperation.change, StoreOperation.holderGone: return nil
             // An operation this broker does not know may change the store: it takes what a dispatch does.
-            default: operation = .dispatch
+            default: return (.dispatch, named(header.target), nil)
             }
         case .control:
             switch header.typeName {
-            // Says only that the broker answers.
-            case ControlOperation.ping: return nil
             // A board's word about what it was handed, as its reply is.
             case ControlOperation.deliveryTaken where fromBoard, ControlOperation.inputRefused where fromBoard: return nil
-            // A child motherboard's link asks for the chain above: any principal that may serve.
-            case ControlOperation.linkChain:
-                return policy.allowsSome(principal: principal, .serve) ? nil : denial(principal, .serve, target: "*", .byDefault)
-            // Attaching: what it then sees is decided per message (``monitorSees(_:scope:boards:)``).
-            case ControlOperation.monitor:
-                return policy.allowsSome(principal: principal, .monitor) ? nil : denial(principal, .monitor, target: "*", .byDefault)
-            default: (operation, target) = (.control, header.typeName)
+            default: return (.control, header.typeName, nil)
             }
         case .register, .unregister, .heartbeat, .complete, .reply, .error, .flowEvent:
             return nil
         }
-        let question = PolicyQuestion(principal: principal, operation: operation, target: target, command: command)
-        let decision = decide(question)
-        guard decision.allowed else { return denial(principal, question.operation, target: question.target, decision, command: question.command) }
-        if header.kind == .control { audit?(principal, "\(principal) control \(header.typeName) (\(decision.rule))") }
+    }
+
+    /// The policy's refusal of a message with `header` from remote `principal`, acting in `scope`;
+    /// `fromBoard`: its sender is a registered board. Allowed control operations are audited.
+    func authorize(_ header: EnvelopeHeader, principal: String, scope: Scope, fromBoard: Bool) -> BusError? {
+        guard let question = Self.question(of: header, scope: scope, fromBoard: fromBoard) else { return revocation(of: principal) }
+        let judgement = judge(principal, question.operation, target: question.target, command: question.command)
+        if let refusal = refusal(principal, judgement) { return refusal }
+        if header.kind == .control, judgement.operation == .control, header.typeName != ControlOperation.ping {
+            audit?(principal, "\(principal) control \(header.typeName) (\(judgement.decision.rule))")
+        }
         return nil
+    }
+
+    /// The answer the broker gives for `judgement`: nil when allowed, `unauthorized` for a
+    /// removed key, else `forbidden` (counted and logged).
+    private func refusal(_ principal: String, _ judgement: Judgement) -> BusError? {
+        if judgement.revoked { return revocation(of: principal) }
+        guard !judgement.decision.allowed else { return nil }
+        return denial(principal, judgement.operation, target: judgement.target, judgement.decision, command: judgement.command)
     }
 
     /// Whether a remote principal may register `name`, and as which operation: a manifest board's
@@ -114,15 +168,13 @@ package final class AccessControl {
     func registrationDecision(_ principal: String, name: ScopedName, isManifestBoard: Bool) -> (
         operation: AccessPolicy.Operation, decision: AccessPolicy.Decision
     ) {
-        let serve = decide(principal, .serve, target: name.description)
-        if isManifestBoard || serve.allowed { return (.serve, serve) }
-        return (.register, decide(principal, .register, target: name.description))
+        let judgement = judge(principal, .register, target: name.description, isManifestBoard: isManifestBoard)
+        return (judgement.operation, judgement.decision)
     }
 
     /// The refusal of a registration by a remote principal, if the policy refuses it.
     func registrationForbidden(_ principal: String, name: ScopedName, isManifestBoard: Bool) -> BusError? {
-        let (operation, decision) = registrationDecision(principal, name: name, isManifestBoard: isManifestBoard)
-        return decision.allowed ? nil : denial(principal, operation, target: name.description, decision)
+        refusal(principal, judge(principal, .register, target: name.description, isManifestBoard: isManifestBoard))
     }
 
     /// The refusal of a start on demand of `name` by remote `principal`, if the policy refuses it.
@@ -185,16 +237,23 @@ package final class AccessControl {
         return BusError(.forbidden, "'\(principal)' may not \(what): denied by \(decision.rule)")
     }
 
-    /// `policy.check`: the policy's answer for a principal, an operation and a target.
-    func check(_ request: PolicyCheck) throws -> PolicyAnswer {
+    /// `policy.check`: what the broker would decide for a principal, an operation and a target,
+    /// by the same ``judge(_:_:target:command:isManifestBoard:)`` (`isManifestBoard` says whether
+    /// the manifest names a target).
+    func check(_ request: PolicyCheck, isManifestBoard: (ScopedName) -> Bool) throws -> PolicyAnswer {
         guard let operation = AccessPolicy.Operation(rawValue: request.operation) else {
             throw BusError(
                 .badArgument,
                 "unknown operation '\(request.operation.escapedForDisplay())' (one of: \(AccessPolicy.Operation.allCases.map(\.rawValue).joined(separator: ", ")))"
             )
         }
-        let decision = policy.decide(principal: request.principal, operation, target: request.target, command: request.command)
-        return PolicyAnswer(allowed: decision.allowed, rule: decision.rule, source: source)
+        let named = ScopedName(policyTarget: request.target)
+        let judgement = judge(
+            request.principal, operation, target: request.target, command: request.command,
+            isManifestBoard: [.register, .serve].contains(operation) && isManifestBoard(named))
+        var rule = judgement.decision.rule
+        if judgement.operation != operation { rule += " (asked as \(judgement.operation.rawValue): the manifest declares \(request.target))" }
+        return PolicyAnswer(allowed: judgement.decision.allowed, rule: rule, source: source)
     }
 
     /// `policy.show`: the policy in force, as its file says it, and where it was read.

@@ -12,12 +12,28 @@ extension Motherboard {
         for board in registry.boards.values {
             guard let principal = board.principal else { continue }
             let decision = access.registrationDecision(principal, name: board.name, isManifestBoard: isManifestBoard(board.name)).decision
-            if !decision.allowed { drop(board.name, reason: "the access policy no longer lets '\(principal)' register it (\(decision.rule))") }
+            if !decision.allowed {
+                drop(board.name, reason: "the access policy no longer lets '\(principal)' register it (\(decision.rule))")
+            } else if let refusal = storesForbidden(principal, board.registration, name: board.name) {
+                drop(board.name, reason: "the access policy no longer lets '\(principal)' take its stores: \(refusal.message)")
+            }
         }
         for (peer, monitor) in monitors.monitors {
             guard let principal = monitor.principal, !access.mayMonitor(principal) else { continue }
             monitors.remove(peer)
             logger.notice("monitor detached: the access policy no longer lets its principal watch", metadata: ["principal": "\(principal)"])
+        }
+        endWatchesNoLongerAllowed()
+    }
+
+    /// The store watches of remote principals the policy (or the allow-list) no longer allows end
+    /// now: no more changes reach them, and the subscriber is told with `watch.ended` (its
+    /// renewal would be refused `forbidden`).
+    func endWatchesNoLongerAllowed() {
+        for (peer, store) in subscriptions.rejudge({ access.judge($0, .watch, target: $1.description).decision.allowed }) {
+            let ended = EnvelopeHeader(kind: .store, target: store.name, scope: store.scope, typeName: StoreOperation.watchEnded)
+            send(Envelope(header: ended), to: peer)
+            logger.notice("store watch ended: the access policy no longer lets its principal watch it", metadata: ["store": "\(store)"])
         }
     }
 
@@ -28,6 +44,7 @@ extension Motherboard {
     package func allowListChanged(removed: Set<String>, listed: Set<String>) {
         access.allowListChanged(removed: removed, listed: listed)
         guard !removed.isEmpty else { return }
+        endWatchesNoLongerAllowed()
         for board in registry.boards.values where board.remote.map({ removed.contains($0.keyName) }) == true {
             drop(board.name, reason: "its key '\(board.remote?.keyName ?? "")' was removed from the allow-list")
         }
@@ -45,9 +62,30 @@ extension Motherboard {
         return access.registrationForbidden(principal, name: name, isManifestBoard: isManifestBoard(name))
     }
 
+    /// The policy's refusal of the stores a registration of `name` by remote `principal` lists:
+    /// a store name is taken as a board id is (`register` or `serve` on `scope/store`), and a
+    /// store a manifest board declared belongs to it (only `serve` takes it, even while that
+    /// board is down).
+    func storesForbidden(_ principal: String?, _ registration: Registration, name: ScopedName) -> BusError? {
+        guard let principal else { return nil }
+        for store in registration.stores {
+            let storeName = ScopedName(scope: name.scope, name: store)
+            let belongs = registry.storesOfManifestBoards[storeName].map { $0 != name } ?? false
+            if let refusal = access.registrationForbidden(principal, name: storeName, isManifestBoard: belongs || isManifestBoard(name)) {
+                return BusError(
+                    refusal.code,
+                    "\(refusal.message) (store '\(store.escapedForDisplay())', which this registration lists\(belongs ? ", belongs to manifest board \(registry.storesOfManifestBoards[storeName]!)" : ""))"
+                )
+            }
+        }
+        return nil
+    }
+
     /// `policy.check`: the policy's answer for a principal, an operation and a target.
     func answerPolicyCheck(_ envelope: Envelope, from peer: PeerID) throws {
-        reply(to: envelope, from: peer, with: try access.check(try PayloadCodec.decode(PolicyCheck.self, from: envelope.payload)))
+        reply(
+            to: envelope, from: peer,
+            with: try access.check(try PayloadCodec.decode(PolicyCheck.self, from: envelope.payload), isManifestBoard: isManifestBoard))
     }
 
     /// `policy.show`: the policy in force, as its file says it, and where it was read.

@@ -139,6 +139,9 @@ final class BoardRegistry {
     var hasGateways: Bool { !gatewayBoards.isEmpty }
     /// Owners of each store, in registration order (the first is the one that is used).
     private var storeOwners: [ScopedName: [LiveBoard]] = [:]
+    /// The stores manifest boards have declared, and which board each belongs to: kept while the
+    /// board is down, so that no remote principal without `serve` on the name takes it meanwhile.
+    private(set) var storesOfManifestBoards: [ScopedName: ScopedName] = [:]
     /// Subscribers of each action name, sorted by id.
     private var actionSubscribers: [ScopedName: [LiveBoard]] = [:]
 
@@ -245,6 +248,11 @@ final class BoardRegistry {
     /// Live boards of a scope subscribed to an action name, sorted by id for a stable order.
     func subscribers(of action: String, in scope: Scope) -> [LiveBoard] {
         actionSubscribers[ScopedName(scope: scope, name: action)] ?? []
+    }
+
+    /// Notes the stores of `board`, a manifest board, as its own.
+    func noteStores(ofManifestBoard board: LiveBoard) {
+        for store in board.registration.stores { storesOfManifestBoards[ScopedName(scope: board.scope, name: store)] = board.name }
     }
 
     /// The live board that owns a store: the first to register of those that declare it.

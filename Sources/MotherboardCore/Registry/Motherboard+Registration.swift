@@ -58,6 +58,7 @@ extension Motherboard {
         board.maxDeliveries = maxDeliveries(of: name)
         board.scheduleHeartbeats(every: settings.heartbeatInterval)
         registry.insert(board)
+        if isManifestBoard(name) { registry.noteStores(ofManifestBoard: board) }
         links.unreachable[name] = nil
         logger.info(
             "board registered", metadata: ["board": "\(board.name)", "pid": "\(registration.pid)", "host": "\(remote?.description ?? "local")"])
@@ -79,6 +80,7 @@ extension Motherboard {
         _ registration: Registration, name: ScopedName, from peer: PeerID, remote: RemotePeer?, principal: String?
     ) -> BusError? {
         if let forbidden = registrationForbidden(principal ?? remote?.keyName, name: name) { return forbidden }
+        if let forbidden = storesForbidden(principal ?? remote?.keyName, registration, name: name) { return forbidden }
         // An id whose board is unreachable is held for it: taken again with its secret, or over
         // a connection with the same key (its motherboard restarted), never by another peer.
         if registry[name] == nil, let lost = links.unreachable[name], !Self.secretsMatch(lost.board.registration.secret, registration.secret),

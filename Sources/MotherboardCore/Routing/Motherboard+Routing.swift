@@ -345,7 +345,12 @@ extension Motherboard {
             return reply(to: envelope, from: peer, error: noScope)
         }
         if links.hasPassedHere(envelope.header.linkTrail) { return dropLoopedAction(envelope, from: peer, now: now) }
-        let subscribers = scopes.chain(from: sendingScope).flatMap { scope in
+        // Each scope it reaches is a delivery of its own: a remote principal's action reaches
+        // only the scopes the policy lets it send it in (the one it was sent in was judged at the gate).
+        let subscribers = scopes.chain(from: sendingScope).filter { scope in
+            guard let principal = inbound.principal, scope != sendingScope else { return true }
+            return access.judge(principal, .action, target: ScopedName(scope: scope, name: envelope.header.typeName).description).decision.allowed
+        }.flatMap { scope in
             registry.subscribers(of: envelope.header.typeName, in: scope).filter { $0.peer != peer }
         }
         // Past this motherboard's own scopes, the action bubbles on in the parent motherboard,

@@ -22,7 +22,7 @@ extension Motherboard {
             case StoreOperation.renew:
                 // Made again (after this broker started, or forgot it): the subscriber may have
                 // missed changes meanwhile, and is told so.
-                switch subscriptions.add(peer, to: store) {
+                switch subscriptions.add(peer, to: store, principal: inbound.principal) {
                 case .held: return
                 case .refused(let why): return refuseSubscription(envelope, from: peer, store: store, why, now: now)
                 case .added: break
@@ -48,7 +48,7 @@ extension Motherboard {
         if envelope.header.kind == .store && envelope.header.typeName == StoreOperation.subscribe {
             // Subscribe first, then ask for the snapshot: every change the owner publishes after
             // the snapshot reaches the subscriber after it, in order.
-            if case .refused(let why) = subscriptions.add(peer, to: store) {
+            if case .refused(let why) = subscriptions.add(peer, to: store, principal: inbound.principal) {
                 return refuseSubscription(envelope, from: peer, store: store, why, now: now)
             }
             request.header.typeName = StoreOperation.state

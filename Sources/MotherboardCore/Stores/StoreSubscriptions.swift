@@ -13,6 +13,9 @@ struct StoreSubscriptions {
 
     private var watchers: [ScopedName: Set<PeerID>] = [:]
     private var perPeer: [PeerID: Int] = [:]
+    /// The remote principal of each watching peer that has one: its watches are judged again
+    /// when the policy or the allow-list changes.
+    private var principals: [PeerID: String] = [:]
     /// Subscriptions held now, all peers together.
     private(set) var count = 0
 
@@ -25,7 +28,7 @@ struct StoreSubscriptions {
     }
 
     /// `peer` watches `store` from now.
-    mutating func add(_ peer: PeerID, to store: ScopedName) -> Added {
+    mutating func add(_ peer: PeerID, to store: ScopedName, principal: String? = nil) -> Added {
         if watchers[store]?.contains(peer) == true { return .held }
         if perPeer[peer, default: 0] >= Self.maximumPerPeer {
             return .refused("this connection watches \(Self.maximumPerPeer) stores, as many as it may")
@@ -33,8 +36,25 @@ struct StoreSubscriptions {
         if count >= Self.maximum { return .refused("the broker holds \(Self.maximum) store subscriptions, as many as it may") }
         watchers[store, default: []].insert(peer)
         perPeer[peer, default: 0] += 1
+        if let principal { principals[peer] = principal }
         count += 1
         return .added
+    }
+
+    /// Ends every watch of a remote principal that `mayWatch` no longer allows: a change of the
+    /// policy or the allow-list applies to the streams already open, not only to new ones. Returns
+    /// the watches ended.
+    mutating func rejudge(_ mayWatch: (_ principal: String, _ store: ScopedName) -> Bool) -> [(peer: PeerID, store: ScopedName)] {
+        guard !principals.isEmpty else { return [] }
+        var ended: [(peer: PeerID, store: ScopedName)] = []
+        for (store, peers) in watchers {
+            for peer in peers {
+                guard let principal = principals[peer], !mayWatch(principal, store) else { continue }
+                ended.append((peer, store))
+            }
+        }
+        for (peer, store) in ended { remove(peer, from: store) }
+        return ended
     }
 
     mutating func remove(_ peer: PeerID, from store: ScopedName) {
@@ -42,6 +62,7 @@ struct StoreSubscriptions {
         if watchers[store]?.isEmpty == true { watchers[store] = nil }
         let left = perPeer[peer, default: 1] - 1
         perPeer[peer] = left > 0 ? left : nil
+        if left <= 0 { principals[peer] = nil }
         count -= 1
     }
 
