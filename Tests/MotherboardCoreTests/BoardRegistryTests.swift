@@ -167,10 +167,12 @@ struct FlowTableTests {
         table.countRun(2)
         #expect(table.flows.map(\.runs) == [0, 2, 0, 0, 0])
 
-        // Only the owner removes its flow; a tool (no requester) removes any.
-        #expect(throws: BusError.self) { try table.remove(id: 2, requester: "y.owner") }
-        try table.remove(id: 2, requester: "x.owner")
-        #expect(throws: BusError.self) { try table.remove(id: 2, requester: nil) }
+        // Only the owner removes its flow; the broker's own user's tool removes any; a remote
+        // principal's client none (it has no board of its own).
+        #expect(throws: BusError.self) { try table.remove(id: 2, requester: "y.owner", isAdministrator: false) }
+        #expect(throws: BusError.self) { try table.remove(id: 2, requester: nil, isAdministrator: false) }
+        try table.remove(id: 2, requester: "x.owner", isAdministrator: false)
+        #expect(throws: BusError.self) { try table.remove(id: 2, requester: nil, isAdministrator: true) }
         #expect(table.matching(scope: .root, source: "other", trigger: .output).isEmpty)
 
         // A board that leaves takes its flows, and only its own, in its scope only.

@@ -128,4 +128,52 @@ struct PerDeliveryPolicyTests {
         change()
         #expect(harness.transport.take(for: near).isEmpty)
     }
+
+    /// A flow does on its registrant's behalf what it could not do itself: a remote board may
+    /// register one only with `monitor.payloads` on its sources and `activate` on its target;
+    /// the manifest's flows are the broker's own user's to remove.
+    @Test func aFlowNeedsWhatItWillDoAndTheManifestsFlowsAreNotARemotePrincipalsToRemove() throws {
+        let manifest = FleetManifest(
+            boards: [.init(id: "auth.login", executable: "Login"), .init(id: "app.dashboard", executable: "Dashboard")],
+            flows: ["auth.login ->> app.dashboard"])
+        let harness = try Harness(manifest: manifest)
+        let grants = #"""
+            {"rules": [{"name": "far boards", "allow": ["register"], "principals": ["far"], "targets": ["far.*"]},
+                       {"name": "far flows", "allow": ["control"], "principals": ["far"], "targets": ["flow.register", "flow.remove", "flows"]}
+            """#
+        try install(grants + "]}", on: harness)
+        let tap = PeerID(Data([0xE1]))
+        #expect(try register(harness, "far.tap", stores: [], from: tap, principal: "far").first?.header.kind == .reply)
+        func registerFlow(_ spec: FlowSpec) throws -> Envelope? {
+            send(
+                harness, EnvelopeHeader(kind: .control, typeName: ControlOperation.registerFlow), payload: try PayloadCodec.encode(spec), from: tap,
+                principal: "far"
+            ).first
+        }
+        // Tapping the login's outputs, the token included: refused.
+        let tapping = try registerFlow(FlowSpec(sources: ["auth.login"], target: "far.tap"))
+        #expect(tapping?.carriedError?.code == .forbidden)
+        #expect(tapping?.carriedError?.message.contains("may not monitor.payloads auth.login") == true)
+        // Activating what it may not activate itself: refused.
+        let activating = try registerFlow(FlowSpec(sources: ["far.tap"], target: "app.dashboard"))
+        #expect(activating?.carriedError?.message.contains("may not activate app.dashboard") == true)
+        #expect(try harness.list().boards.isEmpty == false)
+        let manifestFlow = try #require(harness.motherboard.flows.flows.first { $0.owner == nil })
+        // The manifest's flow, from a remote principal's client: not its to remove.
+        let removal = send(
+            harness, EnvelopeHeader(kind: .control, typeName: ControlOperation.removeFlow),
+            payload: try PayloadCodec.encode(FlowRemoval(id: manifestFlow.id)), from: remote, principal: "far")
+        #expect(removal.first?.carriedError?.code == .unauthorized)
+        #expect(harness.motherboard.flows.flows.contains { $0.id == manifestFlow.id })
+        // Granted what the flow does, it is registered; the grant taken back, the flow goes.
+        try install(
+            grants
+                + #", {"name": "far taps", "allow": ["monitor.payloads", "activate"], "principals": ["far"], "targets": ["auth.login", "far.tap"]}]}"#,
+            on: harness)
+        #expect(try registerFlow(FlowSpec(sources: ["auth.login"], target: "far.tap"))?.header.kind == .reply)
+        #expect(harness.motherboard.flows.flows.contains { $0.owner == "far.tap" })
+        try install(grants + "]}", on: harness)
+        #expect(!harness.motherboard.flows.flows.contains { $0.owner == "far.tap" })
+        #expect(harness.motherboard.flows.flows.contains { $0.id == manifestFlow.id })
+    }
 }

@@ -18,6 +18,13 @@ extension Motherboard {
                 drop(board.name, reason: "the access policy no longer lets '\(principal)' take its stores: \(refusal.message)")
             }
         }
+        for flow in flows.flows {
+            guard let owner = flow.owner, let board = registry[ScopedName(scope: flow.scope, name: owner.rawValue)], let principal = board.principal,
+                flowForbidden(flow.spec, scope: flow.scope, owner: owner, principal: principal) != nil
+            else { continue }
+            try? flows.remove(id: flow.id, requester: owner, isAdministrator: false)
+            logger.notice("flow removed: the access policy no longer lets its board's principal do what it does", metadata: ["flow": "\(flow.id)"])
+        }
         for (peer, monitor) in monitors.monitors {
             guard let principal = monitor.principal, !access.mayMonitor(principal) else { continue }
             monitors.remove(peer)
@@ -60,6 +67,26 @@ extension Motherboard {
     func registrationForbidden(_ principal: String?, name: ScopedName) -> BusError? {
         guard let principal else { return nil }
         return access.registrationForbidden(principal, name: name, isManifestBoard: isManifestBoard(name))
+    }
+
+    /// The policy's refusal of a flow a remote principal's board registers: a flow does on its
+    /// behalf what it could not do itself otherwise, so it needs what the flow will do, besides
+    /// `control flow.register`: `activate` its target (each run activates it), and
+    /// `monitor.payloads` on each source but its own board (each run hands it the source's
+    /// output, payload and all).
+    func flowForbidden(_ spec: FlowSpec, scope: Scope, owner: BoardID, principal: String) -> BusError? {
+        var asked: [(AccessPolicy.Operation, String)] = spec.sources.filter { $0 != owner }.map {
+            (.monitorPayloads, ScopedName(scope: scope, name: $0.rawValue).description)
+        }
+        if let target = spec.target { asked.append((.activate, ScopedName(scope: scope, name: target.rawValue).description)) }
+        for (operation, target) in asked {
+            let judgement = access.judge(principal, operation, target: target)
+            guard judgement.decision.allowed else {
+                let refusal = access.denial(principal, operation, target: target, judgement.decision)
+                return BusError(refusal.code, "\(refusal.message) (a flow registered by its board would)")
+            }
+        }
+        return nil
     }
 
     /// The policy's refusal of the stores a registration of `name` by remote `principal` lists:

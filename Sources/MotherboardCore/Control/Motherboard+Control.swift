@@ -82,11 +82,17 @@ extension Motherboard {
             }
             let spec = try PayloadCodec.decode(FlowSpec.self, from: envelope.payload)
             guard !spec.sources.isEmpty else { throw BusError(.badArgument, "a flow needs at least one source") }
+            if let principal = inbound.principal,
+                let refusal = motherboard.flowForbidden(spec, scope: owner.scope, owner: owner.id, principal: principal)
+            {
+                throw refusal
+            }
             motherboard.reply(to: envelope, from: inbound.peer, with: motherboard.flows.add(scope: owner.scope, owner: owner.id, spec: spec))
         },
         ControlOperation.removeFlow: .init { motherboard, envelope, inbound in
             let removal = try PayloadCodec.decode(FlowRemoval.self, from: envelope.payload)
-            try motherboard.flows.remove(id: removal.id, requester: inbound.sender?.id)
+            try motherboard.flows.remove(
+                id: removal.id, requester: inbound.sender?.id, isAdministrator: inbound.sender == nil && inbound.principal == nil)
             motherboard.reply(to: envelope, from: inbound.peer, with: Delivery(delivered: 0))
         },
         ControlOperation.metrics: .init { motherboard, envelope, inbound in

@@ -37,12 +37,17 @@ struct FlowTable {
     }
 
     /// Removes a flow; a board may remove only its own, a tool (no owner) any run-time one.
-    mutating func remove(id: FlowID, requester: BoardID?) throws {
+    /// Removes flow `id` for `requester`: a board removes only its own flows; the broker's own
+    /// user's clients (`isAdministrator`) any.
+    mutating func remove(id: FlowID, requester: BoardID?, isAdministrator: Bool) throws {
         guard let flow = byID[id] else {
             throw BusError(.badArgument, "no flow \(id)")
         }
-        if let requester, flow.owner != requester {
-            throw BusError(.unauthorized, "flow \(id) belongs to \(flow.owner.map { "'\($0)'" } ?? "the manifest")")
+        if !isAdministrator, flow.owner == nil || flow.owner != requester {
+            throw BusError(
+                .unauthorized,
+                "flow \(id) belongs to \(flow.owner.map { "'\($0)'" } ?? "the manifest")\(requester == nil ? ": a remote principal removes only the flows its own board registered" : "")"
+            )
         }
         unindex(flow)
         if let owner = flow.owner {
