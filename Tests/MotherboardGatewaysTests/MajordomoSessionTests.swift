@@ -47,6 +47,39 @@ struct MajordomoSessionTests {
         return request[3]
     }
 
+    /// A service is served by the principal the broker judged it for: a worker of another key
+    /// cannot join it, and a first comer the broker refuses holds the name for no one.
+    @Test func aServiceIsServedOnlyByThePrincipalItWasGrantedToAndARefusedFirstComerLocksNoOneOut() throws {
+        let (granted, stranger) = (Data("granted".utf8), Data("stranger".utf8))
+        func ready(_ peer: Data, principal: String) {
+            session.fromPeer(
+                [peer, Majordomo.workerHeader, Data([Majordomo.WorkerCommand.ready.rawValue]), Data("cards".utf8)], principal: principal, now: now)
+        }
+        // The stranger says READY first: its registration goes for its key, and the broker refuses it.
+        ready(stranger, principal: "stranger")
+        let first = try #require(links.asServices.last { $0.header.kind == .register })
+        #expect(first.header.onBehalfOf == "stranger")
+        // The granted key's worker meanwhile: not put with the stranger's.
+        ready(granted, principal: "card-worker")
+        #expect(links.commands(to: granted) == [.disconnect])
+        session.toServices(
+            Envelope.error(BusError(.forbidden, "'stranger' may not register cards"), correlationID: first.header.correlationID), now: now)
+        #expect(links.commands(to: stranger).last == .disconnect)
+        #expect(session.serviceNames.isEmpty)
+        // Told to reconnect, the granted worker says READY again and serves the name.
+        ready(granted, principal: "card-worker")
+        let second = try #require(links.asServices.last { $0.header.kind == .register })
+        #expect(second.header.onBehalfOf == "card-worker")
+        session.toServices(second.reply(payload: Data("{}".utf8)), now: now)
+        #expect(session.serviceNames == [ScopedName(scope: .root, name: "cards")])
+        // Now the stranger cannot join it, and is handed none of its calls.
+        ready(stranger, principal: "stranger")
+        command(ScopedName(scope: .root, name: "cards"), correlation: 5)
+        command(ScopedName(scope: .root, name: "cards"), correlation: 6)
+        #expect(!links.commands(to: stranger).contains(.request))
+        #expect(links.commands(to: granted).contains(.request))
+    }
+
     @Test func servicesAreBoardsOnOneConnectionAndWorkGoesToTheirWorkers() throws {
         try ready(alice, "orders")
         try ready(bob, "shop/payment")

@@ -34,6 +34,16 @@ extension MajordomoSession {
                 sendToWorker(peer, dialect: dialect, command: .disconnect)
                 return
             }
+            // One principal per service: the broker judged the service's registration for the
+            // principal of its first worker, so a worker of another (an MDP key with no grant,
+            // or a local one) may not join it and be handed its calls.
+            if let existing = services[service], existing.board.onBehalfOf != principal {
+                logger.warning(
+                    "MDP worker refused: another principal's workers serve the service",
+                    metadata: ["service": "\(service)", "principal": "\(principal ?? "local")"])
+                sendToWorker(peer, dialect: dialect, command: .disconnect)
+                return
+            }
             workers[peer] = Worker(id: peer, service: service, dialect: dialect, lastHeard: now, lastSent: now)
             logger.info("MDP worker ready", metadata: ["service": "\(service)"])
             if services[service] == nil { addService(service, principal: principal, now: now) }
@@ -124,7 +134,9 @@ extension MajordomoSession {
             // Its id belongs to another board, or its scope is not one of the fleet's: its
             // workers are sent away, once (a worker told DISCONNECT reconnects and says READY
             // again, which meets the same answer).
-            if error.code == .idInUse || error.code == .badArgument {
+            // Refused by the access policy too: a first comer without a grant does not keep the
+            // name from a worker that has one.
+            if [.idInUse, .badArgument, .forbidden, .unauthorized].contains(error.code) {
                 for worker in workers.values where worker.service == name {
                     sendToWorker(worker.id, dialect: worker.dialect, command: .disconnect)
                     workers[worker.id] = nil
