@@ -156,7 +156,7 @@ package final class AccessControl {
 
     /// The answer the broker gives for `judgement`: nil when allowed, `unauthorized` for a
     /// removed key, else `forbidden` (counted and logged).
-    private func refusal(_ principal: String, _ judgement: Judgement) -> BusError? {
+    func refusal(_ principal: String, _ judgement: Judgement) -> BusError? {
         if judgement.revoked { return revocation(of: principal) }
         guard !judgement.decision.allowed else { return nil }
         return denial(principal, judgement.operation, target: judgement.target, judgement.decision, command: judgement.command)

@@ -80,9 +80,7 @@ extension Motherboard {
         }
         if let target = spec.target { asked.append((.activate, ScopedName(scope: scope, name: target.rawValue).description)) }
         for (operation, target) in asked {
-            let judgement = access.judge(principal, operation, target: target)
-            guard judgement.decision.allowed else {
-                let refusal = access.denial(principal, operation, target: target, judgement.decision)
+            if let refusal = access.refusal(principal, access.judge(principal, operation, target: target)) {
                 return BusError(refusal.code, "\(refusal.message) (a flow registered by its board would)")
             }
         }
