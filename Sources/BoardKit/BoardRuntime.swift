@@ -181,7 +181,8 @@ final class BoardRuntime: Service, Sendable {
         }
         return try store.handle(
             StoreRequest(
-                kind: header.kind, operation: header.typeName, dispatchID: header.dispatchID, sender: header.source, payload: envelope.payload,
+                kind: header.kind, operation: header.typeName, dispatchID: header.dispatchID, sender: header.source,
+                fromOwner: header.source == board.id.rawValue && header.scope == board.scope, payload: envelope.payload,
                 timeout: header.timeoutMilliseconds == 0 ? nil : .milliseconds(Int64(header.timeoutMilliseconds))))
     }
 

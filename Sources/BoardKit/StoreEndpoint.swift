@@ -29,17 +29,25 @@ public struct StoreRequest: Sendable {
     public var operation: String
     /// A dispatch's idempotency key, when the sender gave one.
     public var dispatchID: String?
-    /// The board that sent it; empty for a client that is not a board.
+    /// The board that sent it (in the scope it sent from); empty for a client that is not a board.
+    /// The broker writes it, whatever the sender said.
     public var sender: String
+    /// Whether the owning board itself sent it (its own id, from its own scope): a store's
+    /// owner-only actions are applied only then.
+    public var fromOwner: Bool
     public var payload: Data
     /// How long the sender waits for the answer, from the header; nil when it set no deadline.
     public var timeout: Duration?
 
-    public init(kind: MessageKind, operation: String, dispatchID: String? = nil, sender: String, payload: Data, timeout: Duration? = nil) {
+    public init(
+        kind: MessageKind, operation: String, dispatchID: String? = nil, sender: String, fromOwner: Bool = false, payload: Data,
+        timeout: Duration? = nil
+    ) {
         self.kind = kind
         self.operation = operation
         self.dispatchID = dispatchID
         self.sender = sender
+        self.fromOwner = fromOwner
         self.payload = payload
         self.timeout = timeout
     }

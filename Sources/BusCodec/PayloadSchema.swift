@@ -115,15 +115,18 @@ public struct StoreSchema: Codable, Hashable, Sendable {
     public var record: PayloadSchema?
     /// The store's queries: each one's request and answer.
     public var queries: [String: BoardSchemas.Command]?
+    /// The actions (of `actions`) only the owning board may dispatch, sorted; absent when none.
+    public var ownerActions: [String]?
 
     public init(
         state: PayloadSchema? = nil, actions: [String: PayloadSchema] = [:], record: PayloadSchema? = nil,
-        queries: [String: BoardSchemas.Command]? = nil
+        queries: [String: BoardSchemas.Command]? = nil, ownerActions: [String]? = nil
     ) {
         self.state = state
         self.actions = actions
         self.record = record
         self.queries = queries
+        self.ownerActions = ownerActions
     }
 }
 

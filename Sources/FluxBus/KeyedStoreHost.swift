@@ -67,8 +67,11 @@ public final class KeyedStoreHost<Record: Codable & Sendable>: StoreEndpoint, @u
     }
 
     /// Lets remote clients dispatch `A` under `name` (its JSON payload is decoded as `A`).
-    public func action<A: Action & Decodable>(_ type: A.Type, named name: String) {
-        actions.register(type, named: name)
+    /// `ownerOnly`: only the owning board dispatches it (`context.dispatch(_:named:to:)` to its
+    /// own store, with the journal and dispatch ids of any dispatch); anyone else is refused
+    /// `forbidden`, operators and the broker's own user included.
+    public func action<A: Action & Decodable>(_ type: A.Type, named name: String, ownerOnly: Bool = false) {
+        actions.register(type, named: name, ownerOnly: ownerOnly)
     }
 
     /// Declares a query other processes call by name (`busctl query STORE NAME REQUEST`), answered
@@ -82,7 +85,7 @@ public final class KeyedStoreHost<Record: Codable & Sendable>: StoreEndpoint, @u
     public var schema: StoreSchema? {
         StoreSchema(
             state: PayloadSchema.of([String: Record].self), actions: actions.schemas, record: PayloadSchema.of(Record.self),
-            queries: actions.querySchemas.isEmpty ? nil : actions.querySchemas)
+            queries: actions.querySchemas.isEmpty ? nil : actions.querySchemas, ownerActions: actions.ownerActionList)
     }
 
     public func attach(_ publisher: StorePublisher) {

@@ -13,6 +13,9 @@ final class StoreActions: @unchecked Sendable {
     private var decoders: [String: (Data) throws -> any Action] = [:]
     /// The payload schema of each action (made once, when named).
     private(set) var schemas: [String: PayloadSchema] = [:]
+    /// The actions only the owning board may dispatch (its own bookkeeping).
+    private(set) var ownerOnly: Set<String> = []
+    var ownerActionList: [String]? { ownerOnly.isEmpty ? nil : ownerOnly.sorted() }
     private var queries: [String: (Data) throws -> Data] = [:]
     private(set) var querySchemas: [String: BoardSchemas.Command] = [:]
     /// Recent dispatch ids of a store that is not persistent (bounded), so retries are not applied
@@ -28,9 +31,10 @@ final class StoreActions: @unchecked Sendable {
         self.persistence = persistence
     }
 
-    func register<A: Action & Decodable>(_: A.Type, named name: String) {
+    func register<A: Action & Decodable>(_: A.Type, named name: String, ownerOnly: Bool) {
         decoders[name] = { try PayloadCodec.decode(A.self, from: $0) }
         schemas[name] = PayloadSchema.of(A.self)
+        if ownerOnly { self.ownerOnly.insert(name) } else { self.ownerOnly.remove(name) }
     }
 
     func register<Request: Codable & Sendable, Answer: Codable>(
@@ -75,6 +79,10 @@ final class StoreActions: @unchecked Sendable {
         _ request: StoreRequest, sequence: () -> UInt64, apply: (_ action: any Action, _ journal: JournalEntry, _ lockWait: Duration) throws -> Bool
     ) throws -> DispatchAck {
         let name = request.operation
+        // Before the id is looked up: another sender learns nothing of the owner's dispatches.
+        guard request.fromOwner || !ownerOnly.contains(name) else {
+            throw BusError(.forbidden, "store '\(storeName)' takes '\(name)' from its owner only: \(senderNamed(request)) may not dispatch it")
+        }
         if let id = request.dispatchID { try HeaderCodec.checkDispatchID(id) }
         let dispatchID = request.dispatchID ?? UUID().uuidString
         let lockWait = Self.lockWait(for: request.timeout)
@@ -117,6 +125,10 @@ final class StoreActions: @unchecked Sendable {
         }
         remember(dispatchID, .applied(sequence()))
         return DispatchAck(store: storeName, sequence: sequence())
+    }
+
+    private func senderNamed(_ request: StoreRequest) -> String {
+        request.sender.isEmpty ? "a client that is not a board" : "board '\(request.sender.escapedForDisplay())'"
     }
 
     private func refusal(_ action: String, _ reason: String) -> BusError {

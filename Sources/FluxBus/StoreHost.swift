@@ -43,8 +43,11 @@ public final class StoreHost<State: Codable & Sendable>: StoreEndpoint, @uncheck
     }
 
     /// Lets remote clients dispatch `A` under `name` (its JSON payload is decoded as `A`).
-    public func action<A: Action & Decodable>(_ type: A.Type, named name: String) {
-        actions.register(type, named: name)
+    /// `ownerOnly`: only the owning board dispatches it (`context.dispatch(_:named:to:)` to its
+    /// own store, with the journal and dispatch ids of any dispatch); anyone else is refused
+    /// `forbidden`, operators and the broker's own user included.
+    public func action<A: Action & Decodable>(_ type: A.Type, named name: String, ownerOnly: Bool = false) {
+        actions.register(type, named: name, ownerOnly: ownerOnly)
     }
 
     /// Declares a query other processes call by name (`busctl query STORE NAME REQUEST`): `answer`
@@ -57,7 +60,9 @@ public final class StoreHost<State: Codable & Sendable>: StoreEndpoint, @uncheck
 
     /// Its state's shape, its actions' payloads and its queries (`introspect`, `busctl stores`).
     public var schema: StoreSchema? {
-        StoreSchema(state: stateSchema, actions: actions.schemas, queries: actions.querySchemas.isEmpty ? nil : actions.querySchemas)
+        StoreSchema(
+            state: stateSchema, actions: actions.schemas, queries: actions.querySchemas.isEmpty ? nil : actions.querySchemas,
+            ownerActions: actions.ownerActionList)
     }
 
     /// The current state as a ``StoreSnapshot`` payload.

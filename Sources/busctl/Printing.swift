@@ -28,7 +28,10 @@ func printSchemas(_ schemas: BoardSchemas) {
     for (name, store) in (schemas.stores ?? [:]).sorted(by: { $0.key < $1.key }) {
         print("  store \(name)  state \(store.state?.summary ?? "-")")
         if let record = store.record { print("    record  \(record.summary)") }
-        for (action, payload) in store.actions.sorted(by: { $0.key < $1.key }) { print("    dispatch \(action)  \(payload.summary)") }
+        let ownerOnly = Set(store.ownerActions ?? [])
+        for (action, payload) in store.actions.sorted(by: { $0.key < $1.key }) {
+            print("    dispatch \(action)  \(payload.summary)\(ownerOnly.contains(action) ? "  (owner only)" : "")")
+        }
         for (query, shapes) in (store.queries ?? [:]).sorted(by: { $0.key < $1.key }) {
             print("    query \(query)  \(shapes.request.summary) → \(shapes.reply.summary)")
         }

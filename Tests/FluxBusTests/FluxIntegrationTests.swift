@@ -131,6 +131,22 @@ struct FluxIntegrationTests {
                 // The query made the store fetch the post's comments.
                 #expect(try await state().comments["7"]?.count == 1)
                 #expect(try await state().fetching["7"] == false)
+                // A client that writes a board's id as its source is still no board: it can neither
+                // release that board's query (lease 1, the first) nor hold one in its name.
+                func forged(_ operation: String, _ payload: Data) async -> BusError? {
+                    let header = EnvelopeHeader(kind: .store, source: "demo.querier", target: CommentsIO.store, typeName: operation)
+                    do {
+                        _ = try await client.request(Envelope(header: header, payload: payload), timeout: .seconds(10))
+                        return nil
+                    } catch {
+                        return error as? BusError
+                    }
+                }
+                let release = await forged(StoreOperation.releaseQuery, try PayloadCodec.encode(QueryLease(store: CommentsIO.store, lease: 1)))
+                #expect(release?.code == .badArgument, "\(String(describing: release))")
+                let hold = await forged(StoreOperation.activateQuery, Data(#"{"postID":8}"#.utf8))
+                #expect(hold?.code == .notRegistered, "\(String(describing: hold))")
+                #expect(try await state().queriedPosts == [7])
                 #expect(kill(holder.pid, SIGKILL) == 0)
                 let released = try await eventually { try await state().queriedPosts.isEmpty }
                 #expect(released)

@@ -106,52 +106,70 @@ package final class AccessControl {
     }
 
     /// What a message with `header` asks of the policy when a remote principal sends it, acting
-    /// in `scope` (`fromBoard`: its sender is a registered board); nil when it asks nothing
-    /// (registrations are judged with their id by ``registrationForbidden(_:name:isManifestBoard:)``,
-    /// answers, heartbeats and store changes by the broker's own checks).
+    /// in `scope` (`fromBoard`: its sender is a registered board): the kind of delivery it is,
+    /// and the operation, target and command asked (nil when it asks nothing: registrations are
+    /// judged with their id by ``registrationForbidden(_:name:kind:isManifestBoard:)``, answers,
+    /// heartbeats and store changes by the broker's own checks).
     static func question(of header: EnvelopeHeader, scope: Scope, fromBoard: Bool) -> (
-        operation: AccessPolicy.Operation, target: String, command: String?
-    )? {
+        kind: DeliveryKind, asked: (operation: AccessPolicy.Operation, target: String, command: String?)?
+    ) {
         func named(_ name: String) -> String { ScopedName(scope: scope, name: name).description }
         switch header.kind {
-        case .command: return (.call, named(header.target), header.typeName)
-        case .activate: return (.activate, named(header.target), nil)
+        case .command: return (.command, (.call, named(header.target), header.typeName))
+        case .activate: return (.activation, (.activate, named(header.target), nil))
         // A registered board emits as itself (the broker ignores the source it writes), by its
         // registration.
-        case .output: return fromBoard ? nil : (.emit, named(header.source), nil)
-        case .action: return (.action, named(header.typeName), nil)
-        case .dispatch: return (.dispatch, named(header.target), nil)
+        case .output: return (.output, fromBoard ? nil : (.emit, named(header.source), nil))
+        case .action: return (.action, (.action, named(header.typeName), nil))
+        case .dispatch: return (.dispatch, (.dispatch, named(header.target), nil))
         case .store:
+            let store = named(header.target)
             switch header.typeName {
-            case StoreOperation.state, StoreOperation.get, StoreOperation.list: return (.state, named(header.target), nil)
-            case StoreOperation.subscribe, StoreOperation.renew, StoreOperation.unsubscribe: return (.watch, named(header.target), nil)
-            case StoreOperation.activateQuery, StoreOperation.releaseQuery, StoreOperation.query: return (.query, named(header.target), nil)
+            case StoreOperation.state, StoreOperation.get, StoreOperation.list: return (.storeRead, (.state, store, nil))
+            case StoreOperation.subscribe, StoreOperation.renew, StoreOperation.unsubscribe: return (.storeWatch, (.watch, store, nil))
+            case StoreOperation.activateQuery, StoreOperation.releaseQuery, StoreOperation.query: return (.storeQuery, (.query, store, nil))
             // The owner's own changes (checked against its registration) and the broker's word.
-            case StoreOperation.change, StoreOperation.holderGone: return nil
+            case StoreOperation.change, StoreOperation.holderGone: return (.storeChange, nil)
             // An operation this broker does not know may change the store: it takes what a dispatch does.
-            default: return (.dispatch, named(header.target), nil)
+            default: return (.dispatch, (.dispatch, store, nil))
             }
         case .control:
             switch header.typeName {
             // A board's word about what it was handed, as its reply is.
-            case ControlOperation.deliveryTaken where fromBoard, ControlOperation.inputRefused where fromBoard: return nil
-            default: return (.control, header.typeName, nil)
+            case ControlOperation.deliveryTaken where fromBoard, ControlOperation.inputRefused where fromBoard: return (.deliveryReport, nil)
+            case ControlOperation.ping: return (.ping, nil)
+            case ControlOperation.linkChain: return (.linkChain, (.control, header.typeName, nil))
+            case ControlOperation.monitor: return (.monitorAttach, (.control, header.typeName, nil))
+            default: return (.control, (.control, header.typeName, nil))
             }
-        case .register, .unregister, .heartbeat, .complete, .reply, .error, .flowEvent:
-            return nil
+        case .register: return (.registration, nil)
+        case .unregister: return (.unregister, nil)
+        case .heartbeat: return (.heartbeat, nil)
+        case .complete: return (.complete, nil)
+        case .reply, .error: return (.answer, nil)
+        case .flowEvent: return (.flowEvent, nil)
         }
     }
 
     /// The policy's refusal of a message with `header` from remote `principal`, acting in `scope`;
     /// `fromBoard`: its sender is a registered board. Allowed control operations are audited.
     func authorize(_ header: EnvelopeHeader, principal: String, scope: Scope, fromBoard: Bool) -> BusError? {
-        guard let question = Self.question(of: header, scope: scope, fromBoard: fromBoard) else { return revocation(of: principal) }
+        guard let question = Self.question(of: header, scope: scope, fromBoard: fromBoard).asked else { return revocation(of: principal) }
         let judgement = judge(principal, question.operation, target: question.target, command: question.command)
         if let refusal = refusal(principal, judgement) { return refusal }
-        if header.kind == .control, judgement.operation == .control, header.typeName != ControlOperation.ping {
+        if header.kind == .control, judgement.operation == .control {
             audit?(principal, "\(principal) control \(header.typeName) (\(judgement.decision.rule))")
         }
         return nil
+    }
+
+    /// ``judge(_:_:target:command:isManifestBoard:)`` for a delivery of `kind`, asked as its
+    /// operation (one the policy is not asked about is allowed).
+    func judge(_ principal: String, delivery kind: DeliveryKind, target: String, isManifestBoard: Bool = false) -> Judgement {
+        guard let operation = kind.operation else {
+            return Judgement(operation: .control, target: target, command: nil, decision: AccessPolicy.Decision(allowed: true, rule: "not asked"))
+        }
+        return judge(principal, operation, target: target, isManifestBoard: isManifestBoard)
     }
 
     /// The answer the broker gives for `judgement`: nil when allowed, `unauthorized` for a
@@ -168,27 +186,27 @@ package final class AccessControl {
     func registrationDecision(_ principal: String, name: ScopedName, isManifestBoard: Bool) -> (
         operation: AccessPolicy.Operation, decision: AccessPolicy.Decision
     ) {
-        let judgement = judge(principal, .register, target: name.description, isManifestBoard: isManifestBoard)
+        let judgement = judge(principal, delivery: .registration, target: name.description, isManifestBoard: isManifestBoard)
         return (judgement.operation, judgement.decision)
     }
 
-    /// The refusal of a registration by a remote principal, if the policy refuses it.
-    func registrationForbidden(_ principal: String, name: ScopedName, isManifestBoard: Bool) -> BusError? {
-        refusal(principal, judge(principal, .register, target: name.description, isManifestBoard: isManifestBoard))
+    /// The refusal of a registration by a remote principal (of a board id, or of a store name it
+    /// lists: `kind`), if the policy refuses it.
+    func registrationForbidden(_ principal: String, name: ScopedName, kind: DeliveryKind = .registration, isManifestBoard: Bool) -> BusError? {
+        refusal(principal, judge(principal, delivery: kind, target: name.description, isManifestBoard: isManifestBoard))
     }
 
     /// The refusal of a start on demand of `name` by remote `principal`, if the policy refuses it.
     func startForbidden(_ principal: String, name: ScopedName) -> BusError? {
-        let decision = decide(principal, .start, target: name.description)
-        return decision.allowed ? nil : denial(principal, .start, target: name.description, decision)
+        refusal(principal, judge(principal, delivery: .start, target: name.description))
     }
 
     /// Whether a monitor of `principal` sees a message of `scope` between `source` and `target`
     /// (either board), and its payload.
     func monitorSees(_ principal: String, scope: Scope, boards: (String, String)) -> (sees: Bool, payload: Bool) {
         let names = [boards.0, boards.1].map { ScopedName(scope: scope, name: $0).description }
-        guard names.contains(where: { decide(principal, .monitor, target: $0).allowed }) else { return (false, false) }
-        return (true, names.contains { decide(principal, .monitorPayloads, target: $0).allowed })
+        guard names.contains(where: { judge(principal, delivery: .monitorCopy, target: $0).decision.allowed }) else { return (false, false) }
+        return (true, names.contains { judge(principal, delivery: .monitorPayload, target: $0).decision.allowed })
     }
 
     /// Whether a monitor of `principal` may still watch anything.

@@ -37,7 +37,7 @@ extension Motherboard {
     /// now: no more changes reach them, and the subscriber is told with `watch.ended` (its
     /// renewal would be refused `forbidden`).
     func endWatchesNoLongerAllowed() {
-        for (peer, store) in subscriptions.rejudge({ access.judge($0, .watch, target: $1.description).decision.allowed }) {
+        for (peer, store) in subscriptions.rejudge({ access.judge($0, delivery: .storeWatch, target: $1.description).decision.allowed }) {
             let ended = EnvelopeHeader(kind: .store, target: store.name, scope: store.scope, typeName: StoreOperation.watchEnded)
             send(Envelope(header: ended), to: peer)
             logger.notice("store watch ended: the access policy no longer lets its principal watch it", metadata: ["store": "\(store)"])
@@ -75,12 +75,12 @@ extension Motherboard {
     /// `monitor.payloads` on each source but its own board (each run hands it the source's
     /// output, payload and all).
     func flowForbidden(_ spec: FlowSpec, scope: Scope, owner: BoardID, principal: String) -> BusError? {
-        var asked: [(AccessPolicy.Operation, String)] = spec.sources.filter { $0 != owner }.map {
-            (.monitorPayloads, ScopedName(scope: scope, name: $0.rawValue).description)
+        var asked: [(DeliveryKind, String)] = spec.sources.filter { $0 != owner }.map {
+            (.flowSource, ScopedName(scope: scope, name: $0.rawValue).description)
         }
-        if let target = spec.target { asked.append((.activate, ScopedName(scope: scope, name: target.rawValue).description)) }
-        for (operation, target) in asked {
-            if let refusal = access.refusal(principal, access.judge(principal, operation, target: target)) {
+        if let target = spec.target { asked.append((.flowTarget, ScopedName(scope: scope, name: target.rawValue).description)) }
+        for (kind, target) in asked {
+            if let refusal = access.refusal(principal, access.judge(principal, delivery: kind, target: target)) {
                 return BusError(refusal.code, "\(refusal.message) (a flow registered by its board would)")
             }
         }
@@ -96,7 +96,9 @@ extension Motherboard {
         for store in registration.stores {
             let storeName = ScopedName(scope: name.scope, name: store)
             let belongs = registry.storesOfManifestBoards[storeName].map { $0 != name } ?? false
-            if let refusal = access.registrationForbidden(principal, name: storeName, isManifestBoard: belongs || isManifestBoard(name)) {
+            if let refusal = access.registrationForbidden(
+                principal, name: storeName, kind: .storeName, isManifestBoard: belongs || isManifestBoard(name))
+            {
                 return BusError(
                     refusal.code,
                     "\(refusal.message) (store '\(store.escapedForDisplay())', which this registration lists\(belongs ? ", belongs to manifest board \(registry.storesOfManifestBoards[storeName]!)" : ""))"

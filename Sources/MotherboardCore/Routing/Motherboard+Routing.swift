@@ -349,7 +349,8 @@ extension Motherboard {
         // only the scopes the policy lets it send it in (the one it was sent in was judged at the gate).
         let subscribers = scopes.chain(from: sendingScope).filter { scope in
             guard let principal = inbound.principal, scope != sendingScope else { return true }
-            return access.judge(principal, .action, target: ScopedName(scope: scope, name: envelope.header.typeName).description).decision.allowed
+            return access.judge(principal, delivery: .action, target: ScopedName(scope: scope, name: envelope.header.typeName).description).decision
+                .allowed
         }.flatMap { scope in
             registry.subscribers(of: envelope.header.typeName, in: scope).filter { $0.peer != peer }
         }
