@@ -6,8 +6,8 @@ import Glibc
 ///
 /// - activate(`Input`): wait. At an open barrier (already overcome) the waiter passes at once.
 /// - command `overcome` with a `Value`: opens the barrier; every waiter, in arrival order, is
-///   released as an output ``BarrierReleased`` (`sendToMotherboard`).
-/// - command `cancel`: every waiter is dropped as an output ``BarrierCancelled``; the barrier
+///   released as an output `BarrierReleased` (`sendToMotherboard`).
+/// - command `cancel`: every waiter is dropped as an output `BarrierCancelled`; the barrier
 ///   stays closed.
 /// - command `barrier`: the state.
 public enum BarrierBoard {

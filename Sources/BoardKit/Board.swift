@@ -232,7 +232,7 @@ public struct Board: Sendable {
     /// printed as one line on standard error (`board ID: CODE: MESSAGE`) and the process exits
     /// with status 1, rather than trapping at the top level. ``runAsProcess(logging:environment:)``
     /// does the same on fewer threads, from a synchronous `main`.
-    /// - Parameter logging: who owns swift-log in this process (``BoardLogging``).
+    /// `logging`: who owns swift-log in this process (``BoardLogging``).
     public func run(logging: BoardLogging = .standardError, environment: [String: String] = ProcessInfo.processInfo.environment) async throws {
         if let status = await serve(logging: logging, environment: environment, stopSignals: nil) { exit(status) }
     }

@@ -98,7 +98,7 @@ public struct BoardContext: Sendable {
     }
 
     /// Registers a completion flow: when one of `sources` completes, `target` is activated with
-    /// its ``Completion``.
+    /// its `Completion`.
     @discardableResult
     public func registerCompletionFlow(from sources: [BoardID], to target: BoardID) async throws -> FlowID {
         try await register(FlowSpec(sources: sources, trigger: .completion, target: target))

@@ -53,7 +53,7 @@ extension BusClient {
     /// Sends an interaction command to a live board and returns its raw reply payload.
     /// With `retries`, a call to a board that is not running (restarting) is tried again until the
     /// timeout: only for commands that are safe to repeat.
-    /// `contentType` labels the payload (nil: JSON; see ``PayloadFormat``).
+    /// `contentType` labels the payload (nil: JSON; see `PayloadFormat`).
     public nonisolated(nonsending) func call(
         _ board: BoardID, command: String, payload: Data, contentType: String? = nil, scope: Scope = .root,
         timeout: Duration = BusClient.defaultTimeout, retries: Bool = false

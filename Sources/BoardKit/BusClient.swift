@@ -73,7 +73,7 @@ public final class BusClient: Sendable {
         connection.send(envelope, headerBytes: headerBytes)
     }
 
-    /// Sends a request and waits for its reply. Throws the ``BusError`` of an error reply, or
+    /// Sends a request and waits for its reply. Throws the `BusError` of an error reply, or
     /// `timeout` when no answer comes before `timeout` (which travels in the header, so the broker
     /// gives up at the same moment).
     ///

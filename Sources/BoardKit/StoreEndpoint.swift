@@ -9,7 +9,7 @@ import Glibc
 public protocol StoreEndpoint: AnyObject, Sendable {
     /// The name other processes use (`busctl dispatch NAME …`).
     var storeName: String { get }
-    /// Handles a request; returns the reply's payload or throws a ``BusError``.
+    /// Handles a request; returns the reply's payload or throws a `BusError`.
     func handle(_ request: StoreRequest) throws -> Data
     /// Called when the board starts, before it registers: from then on, `publisher` sends changes
     /// to subscribers (the broker forwards them once the registration names the store).
@@ -24,7 +24,7 @@ extension StoreEndpoint {
 
 /// A `dispatch` or `store` message, as a store endpoint sees it.
 public struct StoreRequest: Sendable {
-    /// `dispatch` (then `operation` is the action name) or `store` (a ``StoreOperation``).
+    /// `dispatch` (then `operation` is the action name) or `store` (a `StoreOperation`).
     public var kind: MessageKind
     public var operation: String
     /// A dispatch's idempotency key, when the sender gave one.
@@ -61,7 +61,7 @@ public struct StorePublisher: Sendable {
         self.publish = publish
     }
 
-    /// Publishes a change (a ``StoreSnapshot`` payload).
+    /// Publishes a change (a `StoreSnapshot` payload).
     public func send(_ snapshot: Data) {
         publish(snapshot)
     }

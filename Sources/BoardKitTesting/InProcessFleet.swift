@@ -8,7 +8,7 @@ import Synchronization
 
 /// A fleet in one process, for unit tests of a board's handlers, flows and stores that run in
 /// milliseconds: the broker's own routing logic (`MotherboardCore.Motherboard`, the code the
-/// `motherboard` process runs) and boards running on ``BusClient``s, joined by in-memory pipes
+/// `motherboard` process runs) and boards running on `BusClient`s, joined by in-memory pipes
 /// instead of ZeroMQ sockets.
 ///
 /// ```swift
@@ -29,7 +29,7 @@ import Synchronization
 /// after ``kill(_:scope:)`` or a failure where its restart policy says so, with its at-least-once
 /// activations delivered again. What remains different from ``TestFleet``, which runs the real
 /// executables:
-/// - A board without a program is never started by the broker (start it with ``start(_:)``); an
+/// - A board without a program is never started by the broker (start it with ``start(_:timeout:)``); an
 ///   input for it is refused `boardNotRunning`, as by a broker that cannot start it.
 /// - Every board shares this process: one registration secret and pid, no exit codes (a board
 ///   whose `run` throws ended "with a failure"), no crash that takes one board down alone (a
@@ -39,7 +39,7 @@ import Synchronization
 public final class InProcessFleet: Sendable {
     /// A client of the fleet, as busctl or a test would use it.
     public let client: BusClient
-    /// The fleet's clock: the continuous clock, or the ``ManualClock`` given to ``with(manifest:settings:clock:_:)``.
+    /// The fleet's clock: the continuous clock, or the ``ManualClock`` given to `with(manifest:settings:clock:_:)`.
     public let clock: BusClock
     private let broker: InMemoryBroker
     private let boards = Mutex<[BoardKey: RunningBoard]>([:])
@@ -82,7 +82,7 @@ public final class InProcessFleet: Sendable {
             })
     }
 
-    /// - Parameter programs: what the manifest's boards run, by board id; the broker starts these
+    /// `programs`: what the manifest's boards run, by board id; the broker starts these
     ///   boards itself (the always-on ones as this returns: they register a moment later, which
     ///   ``waitForAlwaysOnBoards(timeout:)`` waits for, and ``with(manifest:programs:settings:clock:_:)`` too).
     public init(
@@ -208,7 +208,7 @@ public final class InProcessFleet: Sendable {
         if let pid = running.pid { reportEnd(pid, result: .success(()), killed: true) }
     }
 
-    /// Whether a board runs in this fleet (started by ``start(_:)`` or by the broker).
+    /// Whether a board runs in this fleet (started by ``start(_:timeout:)`` or by the broker).
     public func isRunning(_ id: BoardID, scope: Scope = .root) -> Bool {
         boards.withLock { $0[BoardKey(id: id, scope: scope)] != nil }
     }
@@ -230,7 +230,7 @@ public final class InProcessFleet: Sendable {
     }
 }
 
-/// A clock a test moves by hand; ``busClock`` gives it to BoardKit (``BusClient``, boards) and to
+/// A clock a test moves by hand; ``busClock`` gives it to BoardKit (`BusClient`, boards) and to
 /// an ``InProcessFleet``, so that deadlines and heartbeats are tested without waiting.
 public final class ManualClock: Sendable {
     private let instant: Mutex<ContinuousClock.Instant>

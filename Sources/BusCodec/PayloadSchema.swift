@@ -169,6 +169,37 @@ public struct BoardSchemas: Codable, Hashable, Sendable {
     public var isEmpty: Bool { input == nil && commands.isEmpty && outputs.isEmpty && actions.isEmpty && (stores ?? [:]).isEmpty }
 }
 
+extension BoardSchemas {
+    /// Every payload shape, one line each, as `busctl introspect` shows them: each input (by type
+    /// name, for a board of several), command (request → reply), output, action, and each store
+    /// with its record, dispatches (owner-only ones marked) and queries.
+    public var shapeLines: [String] {
+        var lines: [String] = []
+        if let inputs, !inputs.isEmpty {
+            for (name, input) in inputs.sorted(by: { $0.key < $1.key }) { lines.append("input \(name)  \(input.summary)") }
+        } else if let input {
+            lines.append("input \(input.title ?? "")  \(input.summary)")
+        }
+        for (name, command) in commands.sorted(by: { $0.key < $1.key }) {
+            lines.append("command \(name)  \(command.request.summary) → \(command.reply.summary)")
+        }
+        for (name, output) in outputs.sorted(by: { $0.key < $1.key }) { lines.append("output \(name)  \(output.summary)") }
+        for (name, action) in actions.sorted(by: { $0.key < $1.key }) { lines.append("action \(name)  \(action.summary)") }
+        for (name, store) in (stores ?? [:]).sorted(by: { $0.key < $1.key }) {
+            lines.append("store \(name)  state \(store.state?.summary ?? "-")")
+            if let record = store.record { lines.append("  record  \(record.summary)") }
+            let ownerOnly = Set(store.ownerActions ?? [])
+            for (action, payload) in store.actions.sorted(by: { $0.key < $1.key }) {
+                lines.append("  dispatch \(action)  \(payload.summary)\(ownerOnly.contains(action) ? "  (owner only)" : "")")
+            }
+            for (query, shapes) in (store.queries ?? [:]).sorted(by: { $0.key < $1.key }) {
+                lines.append("  query \(query)  \(shapes.request.summary) → \(shapes.reply.summary)")
+            }
+        }
+        return lines
+    }
+}
+
 // MARK: - Recording
 
 /// Knows which dictionaries have string keys, and their value type.

@@ -70,12 +70,15 @@ public struct BusError: Error, Sendable, Hashable, CustomStringConvertible {
         /// The store refused the action (its handler threw a refusal): nothing was applied, and a
         /// retry with the same dispatch id is refused the same way.
         public static let rejected = Code(name: "rejected")
+        /// This connection's board instance ended (it completed, or unregistered): unlike
+        /// `notRegistered`, not an invitation to register again.
+        public static let ended = Code(name: "ended")
 
         /// Every code this version defines (a peer may send others: keep them as they are).
         public static let defined: Set<String> = [
             noSuchBoard, boardNotRunning, typeMismatch, timeout, malformed, tooLarge, unknownCommand, idInUse, notRegistered, handlerFailed,
             brokerNotRunning, badArgument, transport, noSuchStore, unknownAction, unauthorized, busy, storageFailed, cancelled,
-            unsupportedVersion, unreachable, unsupportedContentType, outcomeUnknown, forbidden, rejected,
+            unsupportedVersion, unreachable, unsupportedContentType, outcomeUnknown, forbidden, rejected, ended,
         ].reduce(into: Set<String>()) { $0.insert($1.name) }
 
         public var description: String { name }

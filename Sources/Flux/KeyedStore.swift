@@ -57,7 +57,7 @@ public protocol RecordTable<Record>: AnyObject, Sendable {
 /// change is the keys it put or removed, not a new whole state: what a change costs (its write,
 /// what watchers are sent) depends on the keys it touches, not on how many records the store holds.
 ///
-/// Subclasses override ``onDispatch(_:)`` and, in it, read with ``record(_:)`` and change with
+/// Subclasses override `onDispatch(_:)` and, in it, read with ``record(_:)`` and change with
 /// ``put(_:at:)`` and ``remove(_:)``; throwing (a ``Refusal``) leaves every record as it was. The
 /// owner's own changes go in ``update(_:)``. Observers (``onRecordsChange(_:)``) hear each change
 /// once it is applied. Like every store, it is used from one thread or executor at a time.
@@ -70,7 +70,7 @@ open class KeyedStore<Record: Codable & Sendable>: Store, @unchecked Sendable {
     private var depth = 0
     private let recordObservers = ObserverList<RecordChanges<Record>>()
 
-    /// - Parameter table: where the records live; in memory when not given.
+    /// `table`: where the records live; in memory when not given.
     public init(table: (any RecordTable<Record>)? = nil, dispatcher: Dispatcher = .global) throws {
         let table = table ?? InMemoryRecords<Record>()
         self.table = table

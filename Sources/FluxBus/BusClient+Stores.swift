@@ -23,7 +23,7 @@ extension BusClient {
         return try PayloadCodec.decode(DispatchAck.self, from: reply.payload)
     }
 
-    /// A store's current state as a ``StoreSnapshot`` JSON payload.
+    /// A store's current state as a `StoreSnapshot` JSON payload.
     public func storeState(_ store: String, scope: Scope = .root, timeout: Duration = BusClient.defaultTimeout) async throws -> Data {
         try await storeRequest(store, StoreOperation.state, scope: scope, timeout: timeout)
     }

@@ -35,7 +35,7 @@ public final class SQLiteRecords<Record: Codable & Sendable>: RecordTable, @unch
     }
 }
 
-/// Makes a ``KeyedStore`` reachable over the bus, as ``StoreHost`` does a ``StatefulStore``, with
+/// Makes a `KeyedStore` reachable over the bus, as ``StoreHost`` does a `StatefulStore`, with
 /// what a store of many records needs: `get` one record, `list` them in pages by key prefix,
 /// watchers sent only the keys each change touched, and the last changes kept so that a watcher
 /// that fell behind catches up without reading the records again.
@@ -122,7 +122,7 @@ public final class KeyedStoreHost<Record: Codable & Sendable>: StoreEndpoint, @u
         }
     }
 
-    /// Every record as one ``StoreSnapshot`` (a map by key), up to ``snapshotLimit`` records.
+    /// Every record as one `StoreSnapshot` (a map by key), up to ``snapshotLimit`` records.
     private func snapshot() throws -> Data {
         let records = try store.records(limit: Self.snapshotLimit + 1)
         guard records.count <= Self.snapshotLimit else {

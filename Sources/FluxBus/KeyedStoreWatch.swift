@@ -37,7 +37,7 @@ final class KeyedStoreWatch<Record: Codable & Sendable>: StoreSubscription {
     /// Starts a sync from the last sequence delivered.
     private let resync: @Sendable (KeyedStoreWatch, UInt64) -> Void
 
-    /// - Parameter after: the last sequence the watcher already has, if any: it starts with the
+    /// `after`: the last sequence the watcher already has, if any: it starts with the
     ///   changes after it instead of a snapshot (while the owner still keeps them).
     init(
         store: String, scope: Scope, prefix: String, after: UInt64? = nil,
@@ -204,7 +204,7 @@ extension BusClient {
     /// A snapshot read in pages while the store changes holds each page as it was when read; the
     /// changes that follow it bring every record to its latest value.
     ///
-    /// - Parameter after: the sequence of the last change the watcher already has (it kept the
+    /// `after`: the sequence of the last change the watcher already has (it kept the
     ///   records): the watch starts with the changes after it, without a snapshot, while the
     ///   owner still keeps them (else with a snapshot).
     public func watchRecords<Record: Codable & Sendable>(
@@ -268,7 +268,7 @@ extension BusClient {
 }
 
 extension BoardContext {
-    /// Watches a keyed store another board owns, in this board's scope (``BusClient/watchRecords(_:store:prefix:scope:timeout:)``).
+    /// Watches a keyed store another board owns, in this board's scope (`BusClient.watchRecords(_:store:prefix:after:scope:timeout:)`).
     public func watchRecords<Record: Codable & Sendable>(_ type: Record.Type, store: String, prefix: String = "") -> AsyncThrowingStream<
         RecordUpdate<Record>, any Error
     > {

@@ -3,7 +3,7 @@ import BusCore
 import Flux
 import Foundation
 
-/// Queries held on a ``QueryStore`` by other boards. A query lives until its holder releases it
+/// Queries held on a `QueryStore` by other boards. A query lives until its holder releases it
 /// or the holder leaves the bus (the broker sends `holder.gone`): the holder's liveness is the lease.
 final class QueryLeases: @unchecked Sendable {
     private let activate: (Data) throws -> Receipt
@@ -40,7 +40,7 @@ final class QueryLeases: @unchecked Sendable {
 }
 
 extension StoreHost {
-    /// Makes a ``QueryStore`` reachable, with queries that other boards hold (decoded as `Query`).
+    /// Makes a `QueryStore` reachable, with queries that other boards hold (decoded as `Query`).
     public convenience init<Query: Decodable>(
         name: String, queryStore: QueryStore<State, Query>, persistence: StorePersistence? = nil
     ) throws {

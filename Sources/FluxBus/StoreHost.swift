@@ -4,15 +4,15 @@ import DequeModule
 import Flux
 import Foundation
 
-/// Makes a ``StatefulStore`` reachable over the bus: actions dispatched by other processes are
+/// Makes a `StatefulStore` reachable over the bus: actions dispatched by other processes are
 /// decoded by name and dispatched to it in arrival order, then acknowledged; every state change
 /// is published with the next sequence number to the store's watchers. Optionally persistent
-/// and, for a ``QueryStore``, queryable by other boards.
+/// and, for a `QueryStore`, queryable by other boards.
 ///
 /// Host it in the owning board with `board.host(storeHost)`; like its store, it runs on that
 /// board's socket thread.
 ///
-/// A dispatch is all or nothing for the hosted store (see ``StatefulStore/stage(_:commit:)``):
+/// A dispatch is all or nothing for the hosted store (see `StatefulStore/stage(_:commit:)`):
 /// give the store a dispatcher of its own, since other stores that listen on the same dispatcher
 /// would apply a remote action that the hosted store then refuses.
 public final class StoreHost<State: Codable & Sendable>: StoreEndpoint, @unchecked Sendable {
@@ -28,7 +28,7 @@ public final class StoreHost<State: Codable & Sendable>: StoreEndpoint, @uncheck
     private var committed: Data?
     var queries: QueryLeases?
 
-    /// - Parameter persistence: where to keep state and journal; nil for a store kept in memory.
+    /// `persistence`: where to keep state and journal; nil for a store kept in memory.
     public init(name: String, store: StatefulStore<State>, persistence: StorePersistence? = nil) throws {
         storeName = name
         self.store = store
@@ -65,7 +65,7 @@ public final class StoreHost<State: Codable & Sendable>: StoreEndpoint, @uncheck
             ownerActions: actions.ownerActionList)
     }
 
-    /// The current state as a ``StoreSnapshot`` payload.
+    /// The current state as a `StoreSnapshot` payload.
     public func snapshot() throws -> Data {
         try PayloadCodec.encode(StoreSnapshot(store: storeName, sequence: sequence, state: store.state))
     }

@@ -33,7 +33,7 @@ public struct StoreIdentity: Sendable, Hashable, CustomStringConvertible {
 /// of its store: a database of another store, or of a newer format, is refused when opened.
 ///
 /// Every failure of the database (locked by another connection past the caller's deadline, disk
-/// or size limit full, read-only file) is a ``BusError`` with the code ``BusError/Code/storageFailed``.
+/// or size limit full, read-only file) is a `BusError` with the code `BusError/Code/storageFailed`.
 public final class StorePersistence: @unchecked Sendable {
     let queue: DatabaseQueue
     let store: String
@@ -49,7 +49,7 @@ public final class StorePersistence: @unchecked Sendable {
     public static let defaultLockWait: Duration = .seconds(5)
 
     /// Opens (or creates) the database at `path` for the store `identity`.
-    /// - Parameter maximumBytes: the largest the database may grow (SQLite's `max_page_count`);
+    /// `maximumBytes`: the largest the database may grow (SQLite's `max_page_count`);
     ///   a write past it fails with `storageFailed` and changes nothing. Nil: no limit.
     public init(path: String, identity: StoreIdentity, maximumBytes: Int? = nil) throws {
         do {
@@ -116,7 +116,7 @@ public final class StorePersistence: @unchecked Sendable {
     /// The database of a store of a board in a scope:
     /// `<stores>/root/<board>.<store>.sqlite` for the root scope and
     /// `<stores>/scope-<scope>/<board>.<store>.sqlite` for another, where `<stores>` is
-    /// `$BOARDBUS_DATA_DIR`, else `<state dir>/stores` (``BusAddress/stateDirectory(environment:userID:)``).
+    /// `$BOARDBUS_DATA_DIR`, else `<state dir>/stores` (`BusAddress/stateDirectory(environment:userID:)`).
     /// A store name that cannot be part of a file name (not letters, digits, `.`, `_`, `-`) is a
     /// `badArgument`.
     public static func databasePath(
@@ -188,7 +188,7 @@ public final class StorePersistence: @unchecked Sendable {
         try forStore(store, board: board.id, scope: board.scope, environment: environment)
     }
 
-    /// The saved ``StoreSnapshot`` payload (the same bytes watchers were sent), if any.
+    /// The saved `StoreSnapshot` payload (the same bytes watchers were sent), if any.
     func load() throws -> Data? {
         try storage("read the state") { db in
             try Data.fetchOne(db, sql: "SELECT snapshot FROM store_state WHERE store = ?", arguments: [store])

@@ -6,7 +6,7 @@ import Synchronization
 /// One update of a watched store: its whole state at `sequence`, as JSON.
 public struct StoreUpdate: Sendable, Hashable {
     public var sequence: UInt64
-    /// A ``StoreSnapshot`` payload: `{"store", "sequence", "state"}`.
+    /// A `StoreSnapshot` payload: `{"store", "sequence", "state"}`.
     public var snapshot: Data
     /// True for the first update, and for a new snapshot taken after this watcher missed changes
     /// (its queue was full); false for a change that follows the previous update directly.

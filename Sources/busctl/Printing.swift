@@ -16,26 +16,10 @@ func printTable(header: [String], rows: [[String]]) {
     }
 }
 
-/// The payload shapes `introspect` shows: input, each command (request → reply), output, action.
+/// The payload shapes `introspect` shows (``BoardSchemas/shapeLines``).
 func printSchemas(_ schemas: BoardSchemas) {
     print("payloads:")
-    if let input = schemas.input { print("  input \(input.title ?? "")  \(input.summary)") }
-    for (name, command) in schemas.commands.sorted(by: { $0.key < $1.key }) {
-        print("  command \(name)  \(command.request.summary) → \(command.reply.summary)")
-    }
-    for (name, output) in schemas.outputs.sorted(by: { $0.key < $1.key }) { print("  output \(name)  \(output.summary)") }
-    for (name, action) in schemas.actions.sorted(by: { $0.key < $1.key }) { print("  action \(name)  \(action.summary)") }
-    for (name, store) in (schemas.stores ?? [:]).sorted(by: { $0.key < $1.key }) {
-        print("  store \(name)  state \(store.state?.summary ?? "-")")
-        if let record = store.record { print("    record  \(record.summary)") }
-        let ownerOnly = Set(store.ownerActions ?? [])
-        for (action, payload) in store.actions.sorted(by: { $0.key < $1.key }) {
-            print("    dispatch \(action)  \(payload.summary)\(ownerOnly.contains(action) ? "  (owner only)" : "")")
-        }
-        for (query, shapes) in (store.queries ?? [:]).sorted(by: { $0.key < $1.key }) {
-            print("    query \(query)  \(shapes.request.summary) → \(shapes.reply.summary)")
-        }
-    }
+    for line in schemas.shapeLines { print("  " + line) }
 }
 
 /// A list for people: comma-separated, or "-" when empty.

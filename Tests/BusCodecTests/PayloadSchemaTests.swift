@@ -90,4 +90,33 @@ struct PayloadSchemaTests {
         let registration = #"{"id":"a.b","pid":1,"schemas":{"commands":{},"outputs":{},"actions":{},"input":"# + json + "}}"
         #expect(throws: BusError.self) { try PayloadCodec.decode(Registration.self, from: Data(registration.utf8)) }
     }
+
+    struct JobResult: Codable {
+        var job: String
+        var output: String
+    }
+    struct JobFailed: Codable {
+        var job: String
+        var error: String
+    }
+
+    /// `introspect`'s lines: every input of a board of several (it showed only the first's), and
+    /// a store's owner-only actions marked.
+    @Test func theShapesShowEveryInputAndMarkOwnerOnlyActions() {
+        let several = BoardSchemas(
+            input: PayloadSchema.of(JobResult.self),
+            stores: [
+                "jobs": StoreSchema(
+                    state: PayloadSchema.of([String: String].self),
+                    actions: ["done": PayloadSchema.of(Tag.self), "submit": PayloadSchema.of(Tag.self)], ownerActions: ["done"])
+            ])
+        var withInputs = several
+        withInputs.inputs = ["JobResult": PayloadSchema.of(JobResult.self), "JobFailed": PayloadSchema.of(JobFailed.self)]
+        #expect(
+            withInputs.shapeLines == [
+                "input JobFailed  {error: string, job: string}", "input JobResult  {job: string, output: string}",
+                "store jobs  state {string: string}", "  dispatch done  {name: string}  (owner only)", "  dispatch submit  {name: string}",
+            ])
+        #expect(several.shapeLines.first?.hasSuffix("{job: string, output: string}") == true)
+    }
 }

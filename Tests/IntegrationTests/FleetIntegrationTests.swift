@@ -284,7 +284,7 @@ struct FleetIntegrationTests {
     }
 
     /// Each subcommand names itself (not derived from its type's name at run time): the names are
-    /// the ones README and PROTOCOL.md use, and each one parses under its name (its own help, not
+    /// the ones the guides and PROTOCOL.md use, and each one parses under its name (its own help, not
     /// the root's, which ArgumentParser prints with exit 0 for an unknown name followed by --help).
     @Test func busctlSubcommandsAnswerToTheirDocumentedNames() async throws {
         try await TestFleet.with(manifest: #"{"boards": []}"#) { fleet in

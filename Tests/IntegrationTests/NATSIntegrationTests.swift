@@ -8,7 +8,7 @@ import Synchronization
 import Testing
 
 /// Motherboards joined by a NATS cluster (`motherboard --nats`): real `nats-server` nodes on
-/// 127.0.0.1, real motherboards and boards, and a hostile NATS client (nats-py); README's NATS
+/// 127.0.0.1, real motherboards and boards, and a hostile NATS client (nats-py); the NATS guide's
 /// walkthrough (NATSReadmeTests) has the third-party client that calls a board.
 @Suite(.serialized)
 struct NATSIntegrationTests {

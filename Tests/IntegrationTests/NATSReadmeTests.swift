@@ -4,7 +4,7 @@ import BusCore
 import Foundation
 import Testing
 
-/// README "Across many hosts with NATS" is one real run: its manifests and its Python client as
+/// The NATS guide (docs/operations/nats.md) is one real run: its manifests and its Python client as
 /// printed, a three-node cluster and two motherboards on two hosts (network namespaces; 127.0.0.1
 /// with ports of its own where they cannot be made), and every `hostA$`/`hostB$` line of its
 /// transcript run in order on its host and compared with what the README shows, pids renamed and
@@ -12,8 +12,8 @@ import Testing
 /// into the README instead, for a person to review with `git diff`.
 @Suite("README: across many hosts with NATS", .serialized, .timeLimit(.minutes(3)))
 struct NATSReadmeTests {
-    static let readme = ReadmeTranscriptTests.repository.appendingPathComponent("README.md").path
-    static let section = "## Across many hosts with NATS"
+    static let readme = ReadmeTranscriptTests.repository.appendingPathComponent("docs/operations/nats.md").path
+    static let section = "# Across many hosts with NATS"
 
     /// The README's nodes: name, host, client port, cluster port.
     static let nodes: [(name: String, host: Int, port: Int, cluster: Int)] = [("a1", 0, 4222, 6222), ("a2", 0, 4223, 6223), ("b1", 1, 4222, 6222)]
@@ -22,7 +22,7 @@ struct NATSReadmeTests {
     /// The fenced blocks of the section: their info string and lines (with each line's index).
     static func blocks(_ lines: [String]) throws -> [(info: String, start: Int, lines: [String])] {
         let start = try #require(lines.firstIndex(of: section))
-        let end = lines[(start + 1)...].firstIndex { $0.hasPrefix("## ") } ?? lines.count
+        let end = lines.count
         var result: [(String, Int, [String])] = []
         var index = start
         while index < end {

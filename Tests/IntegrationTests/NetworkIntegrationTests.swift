@@ -26,18 +26,18 @@ struct NetworkIntegrationTests {
         }
         """
 
-    /// README's access policy for its walkthrough, as printed there (the lab's operator key is
-    /// `ops` where README's is `ann`), and what the lab does beyond the walkthrough: B's clients
+    /// The across-machines guide's access policy, as printed there (the lab's operator key is
+    /// `ops` where the guide's is `ann`), and what the lab does beyond the walkthrough: B's clients
     /// reply to comments, operators greet over MDP.
     static let policy: String = {
-        let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../README.md")
+        let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../docs/operations/across-machines.md")
         let text = (try? String(contentsOf: readme, encoding: .utf8)) ?? ""
         guard let marker = text.range(of: "<!-- policy: the across-machines tests run this policy as it is printed here -->"),
             let start = text.range(of: "```json\n", range: marker.upperBound..<text.endIndex),
             let end = text.range(of: "```", range: start.upperBound..<text.endIndex),
             var policy = try? JSONSerialization.jsonObject(with: Data(text[start.upperBound..<end.lowerBound].utf8)) as? [String: Any],
             let rules = policy["rules"] as? [[String: Any]]
-        else { return "README's policy block is missing" }
+        else { return "the across-machines guide's policy block is missing" }
         policy["groups"] = ["operators": ["ops"]]
         policy["rules"] =
             rules + [

@@ -3,8 +3,9 @@ import BoardKitTesting
 import Foundation
 import Testing
 
-/// The README's busctl walkthrough is one real run: every `$ busctl …` line of its `console`
-/// blocks runs, in order, against one example fleet (`fleet/fleet.json`), and what the README
+/// The walkthrough guide (docs/guide/walkthrough.md, README links to it) is one real run: every
+/// `$ busctl …` line of its `console` blocks runs, in order, against one example fleet
+/// (`fleet/fleet.json`), and what the guide
 /// shows must be what it prints, with pids renamed in order of appearance and uptimes blanked (so
 /// a pid shown twice must be the same process both times, and every count comes from this run).
 /// Flow ids are the one thing left to chance (boards register their run-time flows as their
@@ -15,10 +16,12 @@ import Testing
 /// "Monitoring", and it is stopped at the end.
 ///
 /// `BOARDBUS_UPDATE_README=1 swift test --filter ReadmeTranscript` writes this run's output into
-/// the README instead of comparing, for a person to review with `git diff`.
+/// the guide instead of comparing, for a person to review with `git diff`.
 @Suite("README transcript", .serialized, .timeLimit(.minutes(3)))
 struct ReadmeTranscriptTests {
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    /// The guide whose transcript this runs.
+    static let walkthrough = "docs/guide/walkthrough.md"
 
     /// One `$ …` line of a console block and the lines the README shows after it.
     struct Step {
@@ -123,7 +126,7 @@ struct ReadmeTranscriptTests {
     }
 
     @Test func theWalkthroughIsWhatTheExampleFleetPrints() async throws {
-        let readmeURL = Self.repository.appendingPathComponent("README.md")
+        let readmeURL = Self.repository.appendingPathComponent(Self.walkthrough)
         var lines = try String(contentsOf: readmeURL, encoding: .utf8).components(separatedBy: "\n")
         let steps = Self.steps(in: lines)
         #expect(steps.count > 20, "the walkthrough was not found")
@@ -193,7 +196,7 @@ struct ReadmeTranscriptTests {
 
     /// The README's `alias busctl=…` line (the first; typed in the repository), read once.
     static let aliasLine: String? = {
-        let lines = (try? String(contentsOf: repository.appendingPathComponent("README.md"), encoding: .utf8))?.components(separatedBy: "\n") ?? []
+        let lines = (try? String(contentsOf: repository.appendingPathComponent(walkthrough), encoding: .utf8))?.components(separatedBy: "\n") ?? []
         return lines.first { $0.hasPrefix("$ alias busctl=") }.map { splitComment(String($0.dropFirst(2))).0 }
     }()
 
@@ -204,7 +207,7 @@ struct ReadmeTranscriptTests {
     func start(_ command: String, in fleet: TestFleet, background: Bool = false) async throws -> ChildProcess {
         var environment = fleet.environment
         environment["PATH"] = "/usr/local/bin:/usr/bin:/bin"
-        guard let alias = Self.aliasLine else { throw BusError(.badArgument, "README has no '$ alias busctl=' line") }
+        guard let alias = Self.aliasLine else { throw BusError(.badArgument, "the walkthrough has no '$ alias busctl=' line") }
         let run = background ? "exec 2>&1; exec ${BASH_ALIASES[busctl]}\(command.dropFirst("busctl".count))" : "{ \(command) ; } 2>&1"
         let script = ["shopt -s expand_aliases", "cd '\(Self.repository.path)' || exit 1", alias, "cd '\(fleet.directory)' || exit 1", run]
         return try await ChildProcess(

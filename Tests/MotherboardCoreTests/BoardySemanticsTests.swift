@@ -108,10 +108,14 @@ struct BoardySemanticsTests {
         #expect(try PayloadCodec.decode(Completion.self, from: activation.payload) == Completion(isDone: false))
         #expect(try PayloadCodec.decode(Delivery.self, from: harness.transport.take(for: b).first!.payload).delivered == 1)
 
-        // The completed instance is refused and fires nothing again.
+        // The completed instance is refused `ended` (not told to register again) and fires nothing
+        // again; its heartbeat is answered `ended` too, its goodbye `Delivery` 0.
         harness.request(EnvelopeHeader(kind: .complete), from: b)
         harness.request(EnvelopeHeader(kind: .output, source: "task", typeName: "X"), from: b)
-        #expect(harness.transport.take(for: b).map { $0.carriedError?.code } == [.notRegistered, .notRegistered])
+        harness.deliver(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: "task")), from: b)
+        #expect(harness.transport.take(for: b).map { $0.carriedError?.code } == [.ended, .ended, .ended])
+        harness.request(EnvelopeHeader(kind: .unregister, source: "task"), from: b)
+        #expect(try harness.transport.take(for: b).map { try PayloadCodec.decode(Delivery.self, from: $0.payload).delivered } == [0])
         #expect(harness.transport.take(for: a).isEmpty)
         harness.register("task", scope: "", peer: b)
         #expect(try harness.list().boards.map(\.id) == ["audit"])

@@ -211,6 +211,24 @@ struct MotherboardTests {
         #expect(harness.transport.take(for: greeter).first?.carriedError?.code == .notRegistered)
     }
 
+    /// A board that unregistered is not told to register again by its own late heartbeat (a board
+    /// following 5.1 would come back by itself); registering again is still its to do, and a
+    /// board dropped after that (its heartbeats late) is told to register again as any other.
+    @Test func aHeartbeatAfterUnregisterIsAnsweredEndedNotRegisterAgain() throws {
+        let harness = try Harness()
+        harness.register("demo.greeter", peer: greeter)
+        harness.request(EnvelopeHeader(kind: .unregister, source: "demo.greeter"), from: greeter)
+        _ = harness.transport.take(for: greeter)
+        harness.deliver(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: "demo.greeter")), from: greeter)
+        let ended = try #require(harness.transport.take(for: greeter).first?.carriedError)
+        #expect(ended.code == .ended && ended.message.contains("unregistered"), "\(ended)")
+        harness.register("demo.greeter", peer: greeter)
+        #expect(try harness.list().boards.map(\.id) == ["demo.greeter"])
+        harness.motherboard.drop(ScopedName(scope: .root, name: "demo.greeter"), reason: "test")
+        harness.deliver(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: "demo.greeter")), from: greeter)
+        #expect(harness.transport.take(for: greeter).first?.carriedError?.code == .notRegistered)
+    }
+
     @Test func anUnreachableBoardIsDropped() throws {
         let harness = try Harness()
         harness.register("demo.greeter", peer: greeter)
@@ -227,7 +245,7 @@ struct MotherboardTests {
         #expect(harness.transport.take(for: greeter).first?.header.kind == .reply)
         #expect(try harness.list().boards.isEmpty)
         harness.request(EnvelopeHeader(kind: .complete), from: greeter)
-        #expect(harness.transport.take(for: greeter).first?.carriedError?.code == .notRegistered)
+        #expect(harness.transport.take(for: greeter).first?.carriedError?.code == .ended)
     }
 
     @Test func malformedFramesAreCountedAndAnsweredWhenPossible() throws {

@@ -37,15 +37,16 @@ extension Motherboard {
     /// parsed path (``receive(_:from:now:remote:process:)``, which answers the refusal) and the
     /// in-place path (``routeInPlace(_:from:now:)``, which leaves a refused message to the parsed
     /// path). A rule that must hold for every message is written here, once: the broker's own
-    /// (a completed instance sends only control; a content type labels commands and replies
+    /// (a completed instance sends only control, heartbeats and a goodbye; a content type labels commands and replies
     /// only), then ``AccessControl/admissionRules`` in order. `target` is read only when there are rules.
     /// A remote principal's message is then asked of the access policy
     /// (``AccessControl/authorize(_:principal:scope:fromBoard:)``); the in-place path never routes one.
     func admit(
         _ kind: MessageKind, hasContentType: Bool, from peer: PeerID, sender: LiveBoard?, target: () -> String
     ) -> BusError? {
-        if sender == nil, kind != .control, registry.isRetired(peer) {
-            return BusError(.notRegistered, "this board instance has completed")
+        // Its heartbeats are answered `ended` and a goodbye `Delivery` 0 by their handlers.
+        if sender == nil, kind != .control, kind != .heartbeat, kind != .unregister, registry.isRetired(peer) {
+            return BusError(.ended, "this board instance has completed")
         }
         if hasContentType, kind != .command, kind != .reply {
             return BusError(.badArgument, "a content type (header field 3) is for commands and replies only; send \(kind) as JSON")

@@ -108,8 +108,22 @@ final class BoardRegistry {
     /// The refused registrations already logged, by id and connection.
     private var loggedRefusals = BoundedSet<String>(capacity: 1024)
 
+    /// Connections whose board unregistered and has not registered again: a heartbeat of theirs
+    /// is answered `ended`, not an invitation to register again.
+    private var departedPeers = BoundedSet<PeerID>(capacity: 1024)
+
     /// A completed instance's connection: its later messages are refused.
     func retire(_ peer: PeerID) { retiredPeers.insert(peer) }
+
+    /// A board that unregistered, on a connection of its own.
+    func noteDeparture(_ peer: PeerID) { departedPeers.insert(peer) }
+
+    /// `peer` registered a board again.
+    func noteArrival(_ peer: PeerID) {
+        if departedPeers.contains(peer) { departedPeers.remove(peer) }
+    }
+
+    func hasDeparted(_ peer: PeerID) -> Bool { departedPeers.contains(peer) }
 
     @inline(__always) func isRetired(_ peer: PeerID) -> Bool { retiredPeers.contains(peer) }
 

@@ -58,6 +58,7 @@ extension Motherboard {
         board.maxDeliveries = maxDeliveries(of: name)
         board.scheduleHeartbeats(every: settings.heartbeatInterval)
         registry.insert(board)
+        if !board.sharesConnection { registry.noteArrival(peer) }
         if isManifestBoard(name) { registry.noteStores(ofManifestBoard: board) }
         links.unreachable[name] = nil
         logger.info(
@@ -120,20 +121,32 @@ extension Motherboard {
         return zip(left, right).reduce(UInt8(0)) { $0 | ($1.0 ^ $1.1) } == 0
     }
 
+    /// `unregister`: the board leaves (answered `Delivery` 0, also when there is none: a second
+    /// goodbye, or one after `complete`).
     func unregister(_ envelope: Envelope, _ inbound: Inbound) {
-        if let board = inbound.sender { drop(board.name, reason: "unregistered") }
+        if let board = inbound.sender {
+            drop(board.name, reason: "unregistered")
+            if !board.sharesConnection { registry.noteDeparture(inbound.peer) }
+        }
         reply(to: envelope, from: inbound.peer, with: Delivery(delivered: 0))
     }
 
+    /// A heartbeat from a peer with no registration is answered: `notRegistered` (register
+    /// again) when the board registered with an earlier broker, `ended` when its instance on
+    /// this connection completed or unregistered (a gateway: the board its heartbeat named).
     func heartbeat(_ envelope: Envelope, _ inbound: Inbound) {
         let (header, peer) = (envelope.header, inbound.peer)
-        // A heartbeat from a peer we do not know means the board registered with an earlier
-        // broker: tell it to register again (a gateway: the board its heartbeat named).
-        if inbound.sender == nil && !registry.isRetired(peer) {
-            let error = BusError(.notRegistered, "this motherboard does not know you; register again")
-            let answer = EnvelopeHeader(kind: .error, target: header.source, scope: header.scope, typeName: error.code.name)
-            send(Envelope(header: answer, payload: PayloadCodec.encodeOrEmpty(error)), to: peer)
-        }
+        guard inbound.sender == nil else { return }
+        let error =
+            if registry.isRetired(peer) {
+                BusError(.ended, "this board instance has completed; its connection is not registered again")
+            } else if registry.hasDeparted(peer) {
+                BusError(.ended, "this board unregistered; a heartbeat does not register it again (send register to come back)")
+            } else {
+                BusError(.notRegistered, "this motherboard does not know you; register again")
+            }
+        let answer = EnvelopeHeader(kind: .error, target: header.source, scope: header.scope, typeName: error.code.name)
+        send(Envelope(header: answer, payload: PayloadCodec.encodeOrEmpty(error)), to: peer)
     }
 
     /// Removes a board, its run-time flows, and fails every request waiting on it (with

@@ -69,11 +69,14 @@ extension Motherboard {
         now: ContinuousClock.Instant
     ) -> PeerID? {
         let bytes = UnsafeRawBufferPointer(header)
-        // A board speaks as itself: in place only when the header already says so.
+        // A board speaks as itself, a client as no board: in place only when the header already
+        // says so.
         if let sender {
             guard Self.bytes(bytes, layout.source, equal: sender.id.rawValue), Self.bytes(bytes, layout.scope, equal: sender.scope.name) else {
                 return nil
             }
+        } else if !layout.source.isEmpty {
+            return nil
         }
         guard
             let target = registry.board(

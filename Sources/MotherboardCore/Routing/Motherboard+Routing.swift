@@ -7,6 +7,7 @@ extension Motherboard {
     /// with what is left of its deadline once it registers.
     func command(_ envelope: Envelope, _ inbound: Inbound) {
         let (peer, sender, now) = (inbound.peer, inbound.sender, inbound.now)
+        let envelope = Self.withoutForgedSource(envelope, sender: sender)
         let name = ScopedName(scope: scope(of: envelope, sender: sender), name: envelope.header.target)
         guard let target = registry[name] else {
             if forwardUp(envelope, name: name, from: peer, sender: sender, now: now) { return }
@@ -29,9 +30,7 @@ extension Motherboard {
         let (peer, sender) = (inbound.peer, inbound.sender)
         let name = ScopedName(scope: scope(of: envelope, sender: sender), name: envelope.header.target)
         var header = envelope.header
-        if let sender {
-            header.source = sender.id.rawValue
-        }
+        header.source = sender?.id.rawValue ?? ""
         header.scope = name.scope
         // The delivery count is the broker's to set (an at-least-once redelivery), never a sender's.
         header.deliveryCount = nil
@@ -154,6 +153,15 @@ extension Motherboard {
         guard let sender else { return }
         header.source = sender.id.rawValue
         header.scope = sender.scope
+    }
+
+    /// A request from a peer that is not a registered board names no board as its source,
+    /// whatever it wrote (its receiver takes `source` as the board that asked).
+    static func withoutForgedSource(_ envelope: Envelope, sender: LiveBoard?) -> Envelope {
+        guard sender == nil, !envelope.header.source.isEmpty else { return envelope }
+        var header = envelope.header
+        header.source = ""
+        return Envelope(header: header, payload: envelope.payload)
     }
 
     /// The correlation id a request travels under to `board` (on the connection `boardPeer`: the

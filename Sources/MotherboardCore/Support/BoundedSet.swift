@@ -18,4 +18,10 @@ struct BoundedSet<Element: Hashable> {
         if order.count > capacity { members.remove(order.removeFirst()) }
         return true
     }
+
+    /// Forgets `element` (a scan of at most `capacity`, only when it is a member).
+    mutating func remove(_ element: Element) {
+        guard members.remove(element) != nil else { return }
+        order.removeAll { $0 == element }
+    }
 }

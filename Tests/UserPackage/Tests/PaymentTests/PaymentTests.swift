@@ -18,7 +18,7 @@ struct PaymentTests {
         }
     }
 
-    /// The README's InProcessFleet example with the testing product alone imported: the manifest
+    /// The testing guide's InProcessFleet example with the testing product alone imported: the manifest
     /// type comes with it, and the always-on board answers the first call of every run.
     @Test func theUsersBoardRunsInProcessWithTheTestingProductAlone() async throws {
         let manifest = FleetManifest(boards: [.init(id: PaymentIO.id, executable: "Payment", start: .always)])
