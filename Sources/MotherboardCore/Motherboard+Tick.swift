@@ -47,6 +47,7 @@ extension Motherboard {
         }
         restartDueBoards(now: now)
         redeliverEndedHolding(now: now)
+        redeliverDueRetries(now: now)
         for name in deliveries.takeRestoredDue(now: now) { redeliverRestored(name, now: now) }
         if !monitors.isEmpty { tickMonitors(now: now) }
         refreshMetrics()

@@ -14,7 +14,7 @@ struct DeliveryIntegrationTests {
     static func manifest(_ directory: String) -> String {
         """
         { "boards": [ { "id": "py.pay", "executable": "/usr/bin/python3", "arguments": ["\(script)", "\(directory)/deliveries.log", "\(directory)/poison"],
-                        "start": "on-demand", "delivery": "at-least-once", "maxDeliveries": 3 } ] }
+                        "start": "on-demand", "delivery": "at-least-once", "maxDeliveries": 3, "backoff": [0.2] } ] }
         """
     }
 
@@ -37,6 +37,27 @@ struct DeliveryIntegrationTests {
             #expect(Self.log(directory) == [#""hold" 1"#, #""hold" 2"#])
             #expect(fleet.pid(of: "py.pay") != pid)
             #expect(fleet.brokerLog.contains("activation delivered again"))
+        }
+    }
+
+    /// A handler's error is not an acknowledgement: a transient one (`handlerFailed`) is delivered
+    /// again after the manifest's backoff (0.2 s here) and its sender gets the answer that
+    /// finally came; one the board gives up with (`rejected`) is a dead letter at once, its sender
+    /// told the board's error. Issue: both were acknowledged, and the job silently lost.
+    @Test func aFailedActivationIsDeliveredAgainAndOneGivenUpIsADeadLetter() async throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try await TestFleet.with(manifest: Self.manifest(directory)) { fleet in
+            let flaky = try await fleet.busctl("activate", "py.pay", #""flaky""#, "--timeout", "40", timeout: .seconds(60))
+            #expect(flaky.exitCode == 0, "\(flaky.standardError)")
+            #expect(Self.log(directory) == [#""flaky" 1"#, #""flaky" 2"#, #""flaky" 3"#])
+            #expect(fleet.brokerLog.contains("delivered again after its backoff"))
+
+            let refused = try await fleet.busctl("activate", "py.pay", #""refuse""#, "--timeout", "40", timeout: .seconds(60))
+            #expect(refused.exitCode == 1 && refused.standardError.contains("rejected: no such job"), "\(refused.standardError)")
+            #expect(Self.log(directory).last == #""refuse" 1"#)
+            let list = try decode(DeadLetterList.self, from: try await fleet.busctl("dead-letters", "--json"))
+            #expect(list.letters.map(\.reason) == ["its board gave it up (rejected: no such job)"], "\(list)")
         }
     }
 

@@ -77,6 +77,24 @@ struct ManifestCheckTests {
         #expect(refusal(#"{"boards": [{"id": "a.b", "executable": "A", "restartLimit": {"count": 3, "windowSeconds": 0.5}}]}"#) == nil)
     }
 
+    /// A backoff is 1 to 16 waits of 0 to 3 600 seconds: `-0`, `1e20`, a wait past an hour, none
+    /// and 17 are refused naming the entry; JSON has no `inf` nor `nan` to give.
+    @Test func aBackoffIsAFewWaitsOfAtMostAnHour() {
+        func backoff(_ list: String) -> BusError? {
+            refusal(#"{"boards": [{"id": "a.b", "executable": "A", "delivery": "at-least-once", "backoff": \#(list)}]}"#)
+        }
+        for (list, said) in [
+            ("[1, -0]", "backoff[1]"), ("[1e20]", "backoff[0]"), ("[3600.5]", "backoff[0]"), ("[-1]", "backoff[0]"), ("[]", "1 to 16"),
+        ] {
+            #expect(backoff(list)?.message.contains(said) == true, "\(list): \(backoff(list)?.message ?? "none")")
+        }
+        #expect(backoff("[" + Array(repeating: "1", count: 17).joined(separator: ",") + "]")?.message.contains("not 17") == true)
+        #expect(backoff(#"["5"]"#) != nil)
+        #expect(backoff("[0, 0.5, 3600]") == nil)
+        let manifest = try? FleetManifest.parse(Data(#"{"boards": [{"id": "a.b", "executable": "A"}]}"#.utf8), source: "fleet.json")
+        #expect(manifest?.boards.first?.backoff == [1, 5, 30])
+    }
+
     @Test func everyBoardNeedsItsExecutableOnDemandOnesToo() throws {
         let manifest = FleetManifest(boards: [
             .init(id: "a.b", executable: "/bin/sh"), .init(id: "c.d", executable: "NoSuchProgram", start: .onDemand),

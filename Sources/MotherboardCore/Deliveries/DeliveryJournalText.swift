@@ -86,11 +86,13 @@ public enum DeliveryJournalText {
         var header: Data?
         var payload: Data?
         var letter: DeadLetter?
+        /// A `put` of an activation its board failed: when it is delivered again (seconds since 1970).
+        var retryAt: Double?
 
         static func put(_ delivery: JournaledDelivery) throws -> Line {
             Line(
                 op: .put, id: delivery.id, board: delivery.board.name, scope: delivery.board.scope.name, deliveries: delivery.deliveries,
-                header: try storedHeader(delivery.envelope), payload: delivery.envelope.payload)
+                header: try storedHeader(delivery.envelope), payload: delivery.envelope.payload, retryAt: delivery.retryAt)
         }
 
         static func dead(_ letter: DeadLetter, _ envelope: Envelope) throws -> Line {
@@ -117,6 +119,7 @@ public enum DeliveryJournalText {
                     return "put: deliveries \(deliveries ?? 1) is not between 1 and \(UInt32.max)"
                 }
                 guard envelope != nil else { return "put: its envelope does not decode" }
+                guard retryAt?.isFinite ?? true else { return "put: a retry time that is not finite" }
             case .dead:
                 guard let letter else { return "dead: no letter" }
                 guard letter.id == id, JournaledDelivery.isLetterID(id) else { return "dead: id \(id) is not a dead letter's id" }
@@ -139,7 +142,8 @@ public enum DeliveryJournalText {
             case .put:
                 guard let board, let envelope else { return }
                 contents.pending[id] = JournaledDelivery(
-                    id: id, board: ScopedName(scope: Scope(scope ?? ""), name: board), deliveries: deliveries ?? 1, envelope: envelope)
+                    id: id, board: ScopedName(scope: Scope(scope ?? ""), name: board), deliveries: deliveries ?? 1, envelope: envelope,
+                    retryAt: retryAt)
             case .remove:
                 contents.pending[id] = nil
             case .dead:

@@ -24,12 +24,15 @@ public struct JournaledDelivery: Sendable {
     public var deliveries: Int
     /// As it came (its sender's correlation id in its header).
     public var envelope: Envelope
+    /// When its board failed it: when it is to be delivered again (seconds since 1970).
+    public var retryAt: Double?
 
-    public init(id: UInt64, board: ScopedName, deliveries: Int, envelope: Envelope) {
+    public init(id: UInt64, board: ScopedName, deliveries: Int, envelope: Envelope, retryAt: Double? = nil) {
         self.id = id
         self.board = board
         self.deliveries = deliveries
         self.envelope = envelope
+        self.retryAt = retryAt
     }
 
     /// Whether a ledger could have made `id`: its bit, and a number it counts on from without
@@ -65,6 +68,8 @@ struct DeliveryLedger {
         /// Its board said it has taken it (`delivery.taken`): kept only to relay the answer, never
         /// delivered again.
         var taken = false
+        /// Its board failed it (a transient error): delivered again then, not when the board ends.
+        var retryAt: ContinuousClock.Instant?
     }
 
     /// Ids the ledger makes carry this bit, so that an answer to one is told from one to a request
@@ -77,6 +82,8 @@ struct DeliveryLedger {
     static let maximumDeadLetterBytes = 16 << 20
 
     private(set) var pending: [UInt64: Pending] = [:]
+    /// The ids of `pending` that wait for a retry.
+    private(set) var retries: Set<UInt64> = []
     private var perBoard: [ScopedName: Int] = [:]
     private(set) var bytes = 0
     private(set) var deadLetters = Deque<(letter: DeadLetter, envelope: Envelope)>()
@@ -119,9 +126,30 @@ struct DeliveryLedger {
         return remove(id)
     }
 
-    /// What `board` held, unanswered and not taken, when it ended: oldest first.
+    /// What `board` held, unanswered and not taken, when it ended: oldest first. Those it failed
+    /// wait for their retry instead.
     func held(by board: ScopedName) -> [Pending] {
-        pending.values.filter { $0.board == board && $0.deliveries > 0 && !$0.taken }.sorted { $0.id < $1.id }
+        pending.values.filter { $0.board == board && $0.deliveries > 0 && !$0.taken && $0.retryAt == nil }.sorted { $0.id < $1.id }
+    }
+
+    /// Its board failed `id`: it is delivered again at `time` (``takeDueRetries(now:)``).
+    mutating func scheduleRetry(_ id: UInt64, at time: ContinuousClock.Instant) {
+        guard pending[id] != nil else { return }
+        pending[id]!.retryAt = time
+        retries.insert(id)
+    }
+
+    /// The failed activations whose retry is due, oldest first; no longer scheduled.
+    mutating func takeDueRetries(now: ContinuousClock.Instant) -> [Pending] {
+        guard !retries.isEmpty else { return [] }
+        var due: [Pending] = []
+        for id in retries {
+            guard let time = pending[id]?.retryAt, time <= now else { continue }
+            pending[id]!.retryAt = nil
+            retries.remove(id)
+            due.append(pending[id]!)
+        }
+        return due.sorted { $0.id < $1.id }
     }
 
     /// The board says it has taken `id`: it is not delivered again. False when it is not the
@@ -142,6 +170,7 @@ struct DeliveryLedger {
     @discardableResult
     mutating func remove(_ id: UInt64) -> Pending? {
         guard let entry = pending.removeValue(forKey: id) else { return nil }
+        retries.remove(id)
         perBoard[entry.board, default: 1] -= 1
         if perBoard[entry.board] == 0 { perBoard[entry.board] = nil }
         bytes -= entry.envelope.payload.count
@@ -177,11 +206,20 @@ struct DeliveryLedger {
     /// What a journal kept, taken back by a broker started again: no sender waits for any of
     /// them any more. Returns the dead letters that the bounds leave out; an entry whose id a
     /// broker could not have made, whose board id is invalid or that repeats a letter is left out.
-    mutating func restore(_ entries: [JournaledDelivery], deadLetters letters: [(DeadLetter, Envelope)]) -> [DeadLetter] {
+    /// `now` and `wallNow` (seconds since 1970) place a journaled retry on this broker's clock, at
+    /// most the longest backoff ahead.
+    mutating func restore(
+        _ entries: [JournaledDelivery], deadLetters letters: [(DeadLetter, Envelope)], now: ContinuousClock.Instant = .now,
+        wallNow: Double = Date().timeIntervalSince1970
+    ) -> [DeadLetter] {
         for entry in entries where Self.isLedgerID(entry.id) && Self.isCountable(entry.id & ~Self.idBit) && BoardID.isValid(entry.board.name) {
             pending[entry.id] = Pending(
                 id: entry.id, board: entry.board, envelope: entry.envelope, deliveries: entry.deliveries, client: nil,
                 clientCorrelationID: entry.envelope.header.correlationID)
+            if let retryAt = entry.retryAt, retryAt.isFinite {
+                let wait = min(max(0, retryAt - wallNow), FleetManifest.Board.maximumBackoffSeconds)
+                scheduleRetry(entry.id, at: now + .milliseconds(Int64(wait * 1_000)))
+            }
             perBoard[entry.board, default: 0] += 1
             bytes += entry.envelope.payload.count
             nextID = max(nextID, (entry.id & ~Self.idBit) + 1)

@@ -54,13 +54,70 @@ extension Motherboard {
         send(Envelope(header: header, payload: envelope.payload), to: target.peer, forwardedFrom: client)
     }
 
-    /// A board answered an at-least-once activation: it is done with; its sender, if it waits,
-    /// gets the answer. Returns false when `envelope` answers nothing on the ledger.
-    func acknowledgeDelivery(_ envelope: Envelope, from sender: LiveBoard?) -> Bool {
+    /// The error codes with which a board gives an activation up at once (it will not do better
+    /// on another delivery); any other error is a failure it is delivered again after.
+    static let givingUpCodes: Set<BusError.Code> = [
+        .typeMismatch, .badArgument, .unknownCommand, .rejected, .malformed, .unsupportedContentType, .forbidden, .unknownAction,
+    ]
+
+    /// How long an activation of `name` its board failed for the `delivery`th time waits before
+    /// it is delivered again (the manifest's `backoff`).
+    func retryDelay(of name: ScopedName, afterDelivery delivery: Int) -> Duration {
+        let backoff = manifest.board(named: name.name, scope: name.scope)?.backoff ?? FleetManifest.Board.defaultBackoff
+        let seconds = backoff.isEmpty ? 0 : backoff[min(max(delivery, 1), backoff.count) - 1]
+        return .milliseconds(Int64(seconds * 1_000))
+    }
+
+    /// A board answered an at-least-once activation. A reply, or an error it gives up with
+    /// (``givingUpCodes``; a dead letter then), is done with, and its sender, if it waits, gets the
+    /// answer. Any other error is a failure: the activation is delivered again after the board's
+    /// backoff, until its deliveries are spent (a dead letter, its sender answered with the last
+    /// error). Returns false when `envelope` answers nothing on the ledger.
+    func acknowledgeDelivery(_ envelope: Envelope, from sender: LiveBoard?, now: ContinuousClock.Instant) -> Bool {
         let id = envelope.header.correlationID
         guard DeliveryLedger.isLedgerID(id), let sender else { return false }
+        if envelope.header.kind == .error, let held = deliveries.ledger.pending[id], held.board == sender.name, !held.taken {
+            failDelivery(held, answer: envelope, maxDeliveries: sender.maxDeliveries ?? FleetManifest.Board.defaultMaxDeliveries, now: now)
+            return true
+        }
         guard let entry = deliveries.ledger.acknowledge(id, by: sender.name) else { return true }
         deliveries.journal?.remove(id)
+        relayAnswer(envelope, of: entry, from: sender)
+        return true
+    }
+
+    /// The board's error answer to `held`: a retry after its backoff, or a dead letter.
+    private func failDelivery(_ held: DeliveryLedger.Pending, answer: Envelope, maxDeliveries: Int, now: ContinuousClock.Instant) {
+        let error = (try? PayloadCodec.decode(BusError.self, from: answer.payload)) ?? BusError(.handlerFailed, "an error answer without a BusError")
+        let what = "\(error.code.name): \(error.message.escapedForDisplay(limit: 300))"
+        let givesUp = Self.givingUpCodes.contains(error.code)
+        guard givesUp || held.deliveries >= maxDeliveries else {
+            let delay = retryDelay(of: held.board, afterDelivery: held.deliveries)
+            deliveries.ledger.scheduleRetry(held.id, at: now + delay)
+            let retryAt = Date().timeIntervalSince1970 + Double(delay.wholeMilliseconds) / 1_000
+            // Unjournaled (the journal cannot be written), its last record stands: a broker
+            // started again delivers it without waiting, which at least once allows.
+            try? deliveries.journal?.put(
+                JournaledDelivery(id: held.id, board: held.board, deliveries: held.deliveries, envelope: held.envelope, retryAt: retryAt))
+            counters.failedDeliveries += 1
+            logger.notice(
+                "at-least-once activation failed; delivered again after its backoff",
+                metadata: ["board": "\(held.board)", "delivery": "\(held.deliveries)", "retryIn": "\(delay)", "error": "\(what)"])
+            return
+        }
+        let why = givesUp ? "its board gave it up (\(what))" : "its board failed it \(held.deliveries) time(s) (last: \(what))"
+        guard let letter = deadLetter(held.id, reason: why), let sender = registry[held.board] else { return }
+        var told = answer
+        if !givesUp, var failure = try? PayloadCodec.decode(BusError.self, from: answer.payload) {
+            failure = BusError(
+                failure.code, "\(failure.message) (after \(held.deliveries) deliveries: dead letter \(letter.id), busctl dead-letters)")
+            told = Envelope(header: answer.header, payload: PayloadCodec.encodeOrEmpty(failure))
+        }
+        relayAnswer(told, of: held, from: sender)
+    }
+
+    /// Sends a board's answer to an activation on the ledger to the sender that waits for it.
+    private func relayAnswer(_ envelope: Envelope, of entry: DeliveryLedger.Pending, from sender: LiveBoard) {
         if let client = entry.client, entry.envelope.header.flags.contains(.replyExpected) {
             var header = envelope.header
             header.correlationID = entry.clientCorrelationID
@@ -69,7 +126,6 @@ extension Motherboard {
             header.deliveryCount = nil
             send(Envelope(header: header, payload: envelope.payload), to: client)
         }
-        return true
     }
 
     /// `board` ended holding unanswered at-least-once activations: each goes to its next instance
@@ -77,6 +133,17 @@ extension Motherboard {
     /// dead-letter list (its waiting sender told so).
     func redeliverEndedHolding(now: ContinuousClock.Instant) {
         for (board, reason) in deliveries.takeEndedHolding() { redeliver(heldBy: board, reason: reason, now: now) }
+    }
+
+    /// The failed activations whose backoff is over are delivered again: to their live board, or
+    /// to one started for them as an on-demand activation would start it.
+    func redeliverDueRetries(now: ContinuousClock.Instant) {
+        for held in deliveries.ledger.takeDueRetries(now: now) {
+            var header = held.envelope.header
+            header.correlationID = held.id
+            header.deliveryCount = UInt32(clamping: held.deliveries + 1)
+            activate(held.board, with: Envelope(header: header, payload: held.envelope.payload), client: nil, now: now)
+        }
     }
 
     func redeliver(heldBy board: LiveBoard, reason: String, now: ContinuousClock.Instant) {
@@ -91,7 +158,7 @@ extension Motherboard {
     package func restoreDeliveries(
         _ entries: [JournaledDelivery], deadLetters: [(DeadLetter, Envelope)], now: ContinuousClock.Instant, grace: Duration = .seconds(5)
     ) {
-        let dropped = deliveries.ledger.restore(entries, deadLetters: deadLetters)
+        let dropped = deliveries.ledger.restore(entries, deadLetters: deadLetters, now: now)
         for letter in dropped { deliveries.journal?.removeDeadLetter(letter.id) }
         if !dropped.isEmpty {
             logger.warning("restored dead letters left out, past the list's bounds", metadata: ["letters": "\(dropped.count)"])

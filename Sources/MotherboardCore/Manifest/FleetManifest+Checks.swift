@@ -10,7 +10,7 @@ extension FleetManifest {
         "manifest": ["scopes", "boards", "flows", "metricsListen", "listen", "attach", "mdp", "policy", "nats"],
         "attach": ["address", "serverKey", "clientKey", "insecure"],
         "nats": ["servers", "fleet", "host", "credentials", "tlsCA", "principal", "maximumInFlight"],
-        "board": ["id", "executable", "arguments", "scope", "start", "restart", "restartLimit", "delivery", "maxDeliveries"],
+        "board": ["id", "executable", "arguments", "scope", "start", "restart", "restartLimit", "delivery", "maxDeliveries", "backoff"],
         "restartLimit": ["count", "windowSeconds"],
         "scope": ["name", "parent"],
         "flow": ["from", "output", "on", "to", "scope"],
@@ -156,6 +156,16 @@ extension FleetManifest {
         for board in boards {
             guard (1...100).contains(board.maxDeliveries) else {
                 throw BusError(.badArgument, "board '\(board.id)': maxDeliveries must be from 1 to 100, not \(board.maxDeliveries)")
+            }
+            guard (1...Board.maximumBackoffEntries).contains(board.backoff.count) else {
+                throw BusError(
+                    .badArgument, "board '\(board.id)': backoff must list 1 to \(Board.maximumBackoffEntries) waits, not \(board.backoff.count)")
+            }
+            for (index, seconds) in board.backoff.enumerated()
+            where !(seconds.isFinite && seconds >= 0 && seconds <= Board.maximumBackoffSeconds) || seconds.sign == .minus {
+                throw BusError(
+                    .badArgument,
+                    "board '\(board.id)': backoff[\(index)] must be from 0 to \(Int(Board.maximumBackoffSeconds)) seconds, not \(seconds)")
             }
             let limit = board.restartLimit
             guard (0...Self.maximumRestartCount).contains(limit.count) else {

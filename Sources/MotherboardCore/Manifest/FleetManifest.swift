@@ -65,17 +65,27 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         public var delivery: DeliveryMode
         /// With `at-least-once`: how many deliveries an activation gets before it is dead-lettered.
         public var maxDeliveries: Int
+        /// With `at-least-once`: how long, in seconds, an activation its board failed (answered
+        /// with a transient error) waits before it is delivered again: the first entry after the
+        /// first failure, and so on, the last for every later one.
+        public var backoff: [Double]
 
         /// The deliveries an at-least-once activation gets by default.
         public static let defaultMaxDeliveries = 3
+        /// The wait before each redelivery of a failed activation, by default (seconds).
+        public static let defaultBackoff: [Double] = [1, 5, 30]
+        /// The longest wait `backoff` may name (seconds), and its most entries.
+        public static let maximumBackoffSeconds: Double = 3_600
+        public static let maximumBackoffEntries = 16
 
         public init(
             id: BoardID, executable: String, arguments: [String] = [], scope: Scope = .root, start: StartPolicy = .always,
             restart: RestartPolicy = .no, restartLimit: RestartLimit = RestartLimit(), delivery: DeliveryMode = .atMostOnce,
-            maxDeliveries: Int = Board.defaultMaxDeliveries
+            maxDeliveries: Int = Board.defaultMaxDeliveries, backoff: [Double] = Board.defaultBackoff
         ) {
             self.delivery = delivery
             self.maxDeliveries = maxDeliveries
+            self.backoff = backoff
             self.id = id
             self.executable = executable
             self.arguments = arguments
@@ -96,6 +106,7 @@ public struct FleetManifest: Sendable, Hashable, Codable {
             restartLimit = try container.decodeIfPresent(RestartLimit.self, forKey: .restartLimit) ?? RestartLimit()
             delivery = try container.decodeIfPresent(DeliveryMode.self, forKey: .delivery) ?? .atMostOnce
             maxDeliveries = try container.decodeIfPresent(Int.self, forKey: .maxDeliveries) ?? Board.defaultMaxDeliveries
+            backoff = try container.decodeIfPresent([Double].self, forKey: .backoff) ?? Board.defaultBackoff
         }
     }
 

@@ -61,6 +61,7 @@ public final class BrokerMetrics: @unchecked Sendable {
     let onDemandStarts: Counter
     let redeliveries: Counter
     let deadLettered: Counter
+    let failedDeliveries: Counter
     let refusedInputs: Counter
     let refusedPending: Counter
     let refusedSubscriptions: Counter
@@ -102,6 +103,7 @@ public final class BrokerMetrics: @unchecked Sendable {
         onDemandStarts = counter("boardbus_on_demand_starts_total")
         redeliveries = counter("boardbus_redeliveries_total")
         deadLettered = counter("boardbus_dead_letters_total")
+        failedDeliveries = counter("boardbus_failed_deliveries_total")
         refusedInputs = counter("boardbus_refused_inputs_total")
         refusedPending = counter("boardbus_refused_pending_total")
         refusedSubscriptions = counter("boardbus_refused_subscriptions_total")
@@ -213,6 +215,7 @@ public final class BrokerMetrics: @unchecked Sendable {
         add(onDemandStarts, counters.onDemandStarts, exported.onDemandStarts)
         add(redeliveries, counters.redeliveries, exported.redeliveries)
         add(deadLettered, counters.deadLettered, exported.deadLettered)
+        add(failedDeliveries, counters.failedDeliveries, exported.failedDeliveries)
         add(refusedInputs, counters.refusedInputs, exported.refusedInputs)
         add(refusedPending, counters.refusedPending, exported.refusedPending)
         add(refusedSubscriptions, counters.refusedSubscriptions, exported.refusedSubscriptions)

@@ -202,7 +202,7 @@ extension Motherboard {
     func relayReply(_ envelope: Envelope, _ inbound: Inbound) {
         let peer = inbound.peer
         let sender = inbound.sender
-        if acknowledgeDelivery(envelope, from: sender) { return }
+        if acknowledgeDelivery(envelope, from: sender, now: inbound.now) { return }
         // Late (after a timeout: nobody waits for it) or forged (not from the board the request
         // went to, on its connection, and on a gateway's connection, named): dropped.
         guard !(sender?.sharesConnection ?? registry.isGateway(peer)) else { return relayGatewayReply(envelope, from: peer, sender: sender) }

@@ -2,8 +2,10 @@
 it appends each activation it is handed, with its delivery count, to LOG; it holds one whose
 payload is "hold" (without answering) on its first delivery, keeps one whose payload is "keep"
 unanswered on its first delivery (and goes on serving), takes one whose payload is "long"
-(`delivery.taken`) and works 4 s on it, and dies at once on one whose payload is "poison"
-while the file POISON exists; it answers everything else.
+(`delivery.taken`) and works 4 s on it, dies at once on one whose payload is "poison"
+while the file POISON exists, fails one whose payload is "flaky" on its first two deliveries
+(error `handlerFailed`, transient) and gives up one whose payload is "refuse" (error `rejected`);
+it answers everything else.
 
 usage: delivery_board.py LOG POISON"""
 import os
@@ -13,7 +15,7 @@ import time
 
 import json
 
-from echo_board import REPLY, send, serve
+from echo_board import ERROR, REPLY, send, serve
 
 ACTIVATE, CONTROL, DELIVERY_COUNT = 4, 9, 7
 log, poison = sys.argv[1:3]
@@ -34,6 +36,10 @@ def handle(message, payload):
         time.sleep(4)
     if payload == b'"poison"' and os.path.exists(poison):
         os._exit(3)
+    if payload == b'"flaky"' and count < 3:
+        return ERROR, "handlerFailed", (), json.dumps({"code": "handlerFailed", "message": "the store's owner is down"}).encode()
+    if payload == b'"refuse"':
+        return ERROR, "rejected", (), json.dumps({"code": "rejected", "message": "no such job"}).encode()
     return REPLY, "", (), b'{"done":true}'
 
 
