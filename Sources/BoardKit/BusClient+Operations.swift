@@ -146,6 +146,22 @@ extension BusClient {
         _ = try await request(envelope, timeout: timeout)
     }
 
+    /// A dead letter with its payload (`busctl dead-letters --show ID`).
+    public func deadLetter(_ id: UInt64, timeout: Duration = BusClient.defaultTimeout) async throws -> DeadLetterDetail {
+        let envelope = Envelope(
+            header: EnvelopeHeader(kind: .control, typeName: ControlOperation.deadLettersShow),
+            payload: try PayloadCodec.encode(DeadLetterReplay(id: id)))
+        return try PayloadCodec.decode(DeadLetterDetail.self, from: try await request(envelope, timeout: timeout).payload)
+    }
+
+    /// Takes a dead letter off the list for good (`busctl dead-letters --drop ID`).
+    public func dropDeadLetter(_ id: UInt64, timeout: Duration = BusClient.defaultTimeout) async throws {
+        let envelope = Envelope(
+            header: EnvelopeHeader(kind: .control, typeName: ControlOperation.deadLettersDrop),
+            payload: try PayloadCodec.encode(DeadLetterReplay(id: id)))
+        _ = try await request(envelope, timeout: timeout)
+    }
+
     /// Every store of the live boards (`busctl stores`).
     public func stores(timeout: Duration = BusClient.defaultTimeout) async throws -> StoreList {
         let reply = try await request(Envelope(header: EnvelopeHeader(kind: .control, typeName: ControlOperation.stores)), timeout: timeout)

@@ -1,3 +1,5 @@
+import FoundationEssentials
+
 /// The payloads of the broker's own messages (registration, `list`, `status`, acknowledgements).
 /// They are JSON like every payload, so a client in any language can read them.
 
@@ -260,6 +262,8 @@ public enum ControlOperation {
     public static let deadLetters = "dead-letters"
     /// Delivers a dead letter again, as a new activation (``DeadLetterReplay``; answered ``Delivery``).
     public static let deadLettersReplay = "dead-letters.replay"
+    public static let deadLettersShow = "dead-letters.show"
+    public static let deadLettersDrop = "dead-letters.drop"
     /// From the board an at-least-once activation was handed to: it has taken it, and it is not
     /// delivered again whatever happens to the board (``DeliveryTaken``; answered ``Delivery``).
     public static let deliveryTaken = "delivery.taken"
@@ -298,7 +302,17 @@ public struct DeadLetter: BusPayload, Hashable {
     public var payloadBytes: Int
     /// When it was dead-lettered, in seconds since 1970.
     public var time: Double
-    public init(id: UInt64, board: BoardID, scope: Scope, type: String, attempts: Int, reason: String, payloadBytes: Int, time: Double) {
+    /// The same time in ISO 8601, UTC, to the millisecond (`2026-12-02T14:10:00.123Z`): set by the
+    /// broker in what it answers.
+    public var at: String?
+    /// The error its board answered its last delivery with, when it answered one (a failure, or
+    /// an error it gave up with); absent when its board ended holding it.
+    public var lastError: BusError?
+
+    public init(
+        id: UInt64, board: BoardID, scope: Scope, type: String, attempts: Int, reason: String, payloadBytes: Int, time: Double,
+        lastError: BusError? = nil
+    ) {
         self.id = id
         self.board = board
         self.scope = scope
@@ -307,6 +321,32 @@ public struct DeadLetter: BusPayload, Hashable {
         self.reason = reason
         self.payloadBytes = payloadBytes
         self.time = time
+        self.lastError = lastError
+    }
+
+    /// `time` in ISO 8601, UTC, to the millisecond.
+    public static func isoTime(_ time: Double) -> String {
+        guard time.isFinite, abs(time) < 1e11 else { return "-" }
+        let format = Date.ISO8601FormatStyle(includingFractionalSeconds: true)
+        return Date(timeIntervalSince1970: time).formatted(format)
+    }
+}
+
+/// The answer to `dead-letters.show`: a letter and its activation's payload, as JSON where it
+/// is JSON, else in base64.
+public struct DeadLetterDetail: BusPayload, Hashable {
+    public var letter: DeadLetter
+    /// The payload's JSON text, when it is JSON.
+    public var payloadJSON: String?
+    /// The payload in base64, when it is not JSON.
+    public var payloadBase64: String?
+    /// The payload's content type (header field 3), when its sender gave one.
+    public var contentType: String?
+    public init(letter: DeadLetter, payloadJSON: String? = nil, payloadBase64: String? = nil, contentType: String? = nil) {
+        self.letter = letter
+        self.payloadJSON = payloadJSON
+        self.payloadBase64 = payloadBase64
+        self.contentType = contentType
     }
 }
 

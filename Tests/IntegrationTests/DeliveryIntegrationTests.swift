@@ -58,6 +58,12 @@ struct DeliveryIntegrationTests {
             #expect(Self.log(directory).last == #""refuse" 1"#)
             let list = try decode(DeadLetterList.self, from: try await fleet.busctl("dead-letters", "--json"))
             #expect(list.letters.map(\.reason) == ["its board gave it up (rejected: no such job)"], "\(list)")
+            let id = try #require(list.letters.first?.id)
+            let shown = try await fleet.busctl("dead-letters", "--show", "\(id)")
+            #expect(shown.standardOutput.contains(#"payload:     "refuse""#), "\(shown.standardOutput)")
+            #expect(shown.standardOutput.contains("last error:  rejected: no such job"), "\(shown.standardOutput)")
+            #expect(try await fleet.busctl("dead-letters", "--drop", "\(id)").exitCode == 0)
+            #expect(try decode(DeadLetterList.self, from: try await fleet.busctl("dead-letters", "--json")).letters.isEmpty)
         }
     }
 

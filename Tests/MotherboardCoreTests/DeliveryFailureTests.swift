@@ -87,6 +87,25 @@ struct DeliveryFailureTests {
             #expect(wait(harness, .seconds(60), peer: first).isEmpty)
         }
         #expect(harness.motherboard.deliveries.ledger.pending.isEmpty && harness.motherboard.counters.failedDeliveries == 0)
+
+        // A letter can be acted on: shown whole (its payload, its board's last error, an ISO time),
+        // dropped for good; an id that is no letter's is named.
+        let letter = try #require(harness.motherboard.deliveries.ledger.deadLetters.first?.letter)
+        func control(_ operation: String, _ id: UInt64) -> Envelope? {
+            harness.request(
+                EnvelopeHeader(kind: .control, typeName: operation), payload: try! PayloadCodec.encode(DeadLetterReplay(id: id)),
+                from: harness.client)
+            return harness.transport.take(for: harness.client).first
+        }
+        let shown = try PayloadCodec.decode(DeadLetterDetail.self, from: try #require(control(ControlOperation.deadLettersShow, letter.id)).payload)
+        #expect(shown.payloadBase64 == Data("B-1".utf8).base64EncodedString() && shown.payloadJSON == nil, "B-1 is not JSON")
+        #expect(shown.letter.lastError == BusError(.typeMismatch, "no"))
+        #expect(shown.letter.at?.wholeMatch(of: #/\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z/#) != nil, "\(shown.letter.at ?? "")")
+        #expect(control(ControlOperation.deadLettersDrop, letter.id)?.header.kind == .reply)
+        #expect(harness.motherboard.deliveries.ledger.deadLetters.map(\.letter.id) != [letter.id])
+        #expect(control(ControlOperation.deadLettersDrop, letter.id)?.carriedError?.code == .badArgument)
+        #expect(control(ControlOperation.deadLettersShow, .max)?.carriedError?.message.contains("no dead letter") == true)
+        #expect(DeadLetter.isoTime(.infinity) == "-" && DeadLetter.isoTime(1e20) == "-" && DeadLetter.isoTime(-0.0) == "1970-01-01T00:00:00.000Z")
     }
 
     /// A broker started from the journal keeps a failed activation's backoff (from its wall-clock

@@ -112,8 +112,19 @@ extension Motherboard {
             motherboard.reply(to: envelope, from: inbound.peer, with: try motherboard.boardInfo(name, now: inbound.now))
         },
         ControlOperation.deadLetters: .init { motherboard, envelope, inbound in
-            motherboard.reply(
-                to: envelope, from: inbound.peer, with: DeadLetterList(letters: motherboard.deliveries.ledger.deadLetters.map(\.letter)))
+            let letters = motherboard.deliveries.ledger.deadLetters.map { kept in
+                var letter = kept.letter
+                letter.at = DeadLetter.isoTime(letter.time)
+                return letter
+            }
+            motherboard.reply(to: envelope, from: inbound.peer, with: DeadLetterList(letters: letters))
+        },
+        ControlOperation.deadLettersShow: .init { motherboard, envelope, inbound in
+            motherboard.reply(to: envelope, from: inbound.peer, with: try motherboard.showDeadLetter(envelope))
+        },
+        ControlOperation.deadLettersDrop: .init { motherboard, envelope, inbound in
+            try motherboard.dropDeadLetter(envelope)
+            motherboard.reply(to: envelope, from: inbound.peer, with: Delivery(delivered: 1))
         },
         ControlOperation.deadLettersReplay: .init { motherboard, envelope, inbound in
             try motherboard.replayDeadLetter(envelope, from: inbound.peer, now: inbound.now)

@@ -180,13 +180,15 @@ struct DeliveryLedger {
     /// Takes `id` off the ledger onto the dead-letter list; past the bounds the oldest letters
     /// go (the new one too, when it alone is larger than the bytes allowed), and are returned as
     /// `dropped`.
-    mutating func deadLetter(_ id: UInt64, reason: String, time: Double) -> (entry: Pending, letter: DeadLetter, dropped: [DeadLetter])? {
+    mutating func deadLetter(_ id: UInt64, reason: String, time: Double, lastError: BusError? = nil) -> (
+        entry: Pending, letter: DeadLetter, dropped: [DeadLetter]
+    )? {
         guard let entry = remove(id) else { return nil }
         // Every board on the ledger has a valid id (a live board's, or one checked on restore).
         guard let board = try? BoardID(validating: entry.board.name) else { return nil }
         let letter = DeadLetter(
             id: id & ~Self.idBit, board: board, scope: entry.board.scope, type: entry.envelope.header.typeName,
-            attempts: entry.deliveries, reason: reason, payloadBytes: entry.envelope.payload.count, time: time)
+            attempts: entry.deliveries, reason: reason, payloadBytes: entry.envelope.payload.count, time: time, lastError: lastError)
         return (entry, letter, keepDeadLetter(letter, entry.envelope))
     }
 

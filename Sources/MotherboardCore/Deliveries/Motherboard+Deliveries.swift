@@ -106,7 +106,7 @@ extension Motherboard {
             return
         }
         let why = givesUp ? "its board gave it up (\(what))" : "its board failed it \(held.deliveries) time(s) (last: \(what))"
-        guard let letter = deadLetter(held.id, reason: why), let sender = registry[held.board] else { return }
+        guard let letter = deadLetter(held.id, reason: why, lastError: error), let sender = registry[held.board] else { return }
         var told = answer
         if !givesUp, var failure = try? PayloadCodec.decode(BusError.self, from: answer.payload) {
             failure = BusError(
@@ -240,9 +240,13 @@ extension Motherboard {
         }
     }
 
-    /// Puts `id` on the dead-letter list: counted and logged.
-    func deadLetter(_ id: UInt64, reason: String) -> DeadLetter? {
-        guard let (entry, letter, dropped) = deliveries.ledger.deadLetter(id, reason: reason, time: Date().timeIntervalSince1970) else { return nil }
+    /// Puts `id` on the dead-letter list: counted and logged. `lastError`: what its board answered
+    /// its last delivery with, when it answered one.
+    func deadLetter(_ id: UInt64, reason: String, lastError: BusError? = nil) -> DeadLetter? {
+        guard
+            let (entry, letter, dropped) = deliveries.ledger.deadLetter(
+                id, reason: reason, time: Date().timeIntervalSince1970, lastError: lastError)
+        else { return nil }
         deliveries.journal?.remove(id)
         deliveries.journal?.putDeadLetter(letter, envelope: entry.envelope)
         for letter in dropped { deliveries.journal?.removeDeadLetter(letter.id) }
@@ -283,6 +287,34 @@ extension Motherboard {
         }
         activate(name, with: replayed, client: nil, now: now)
         reply(to: envelope, from: peer, with: Delivery(delivered: 1))
+    }
+
+    /// `dead-letters.show`: a letter with its payload (JSON where it is, else base64).
+    func showDeadLetter(_ envelope: Envelope) throws -> DeadLetterDetail {
+        let request = try PayloadCodec.decode(DeadLetterReplay.self, from: envelope.payload)
+        guard let kept = deliveries.ledger.deadLetters.first(where: { $0.letter.id == request.id }) else {
+            throw BusError(.badArgument, "no dead letter \(request.id) (busctl dead-letters lists them)")
+        }
+        var letter = kept.letter
+        letter.at = DeadLetter.isoTime(letter.time)
+        let payload = kept.envelope.payload
+        let contentType = kept.envelope.header.contentType
+        let isJSON =
+            (contentType == nil || contentType == "application/json")
+            && (try? JSONSerialization.jsonObject(with: payload, options: [.fragmentsAllowed])) != nil
+        return DeadLetterDetail(
+            letter: letter, payloadJSON: isJSON ? String(decoding: payload, as: UTF8.self) : nil,
+            payloadBase64: isJSON ? nil : payload.base64EncodedString(), contentType: contentType)
+    }
+
+    /// `dead-letters.drop`: a letter off the list, and off the journal, for good.
+    func dropDeadLetter(_ envelope: Envelope) throws {
+        let request = try PayloadCodec.decode(DeadLetterReplay.self, from: envelope.payload)
+        guard let (letter, _) = deliveries.ledger.takeDeadLetter(request.id) else {
+            throw BusError(.badArgument, "no dead letter \(request.id) (busctl dead-letters lists them)")
+        }
+        deliveries.journal?.removeDeadLetter(letter.id)
+        logger.notice("dead letter dropped", metadata: ["id": "\(letter.id)", "board": "\(letter.board)"])
     }
 
     /// Why `name` cannot be handed a replayed letter of `bytes` now; nil when it can.
