@@ -425,4 +425,8 @@ final class InProcessProducer: BoardProducer, @unchecked Sendable {
     func isRunning(_ pid: Int32) -> Bool { false }
 
     func forgetAdopted(_ pid: Int32) {}
+
+    /// Never asked: a board of this process is never busy (``isRunning(_:)`` is false), so the
+    /// watchdog, which ends only busy boards, never fires here.
+    func end(_ pid: Int32, _ how: EndSignal) {}
 }

@@ -27,6 +27,7 @@ extension Motherboard {
                         "board busy: silent past the liveness timeout, its process and connection alive",
                         metadata: ["board": "\(board.name)", "pid": "\(board.process ?? 0)", "silentFor": "\(settings.livenessTimeout)"])
                 }
+                watch(board, now: now)
             } else if let since = board.busySince {
                 board.busySince = nil
                 logger.notice("board answers again", metadata: ["board": "\(board.name)", "busyFor": "\(since.duration(to: now))"])
@@ -63,6 +64,31 @@ extension Motherboard {
 
     /// Whether a silent board is only busy: its connection is one whose other end the kernel
     /// named at registration, and that process still runs, not stopped.
+    /// A busy board past its watchdog is stuck: its process is sent SIGABRT, and SIGKILL
+    /// ``watchdogGrace`` later if it still runs. Its end is then any process's end (its
+    /// activations delivered again, its restart policy applied).
+    func watch(_ board: LiveBoard, now: ContinuousClock.Instant) {
+        guard let watchdog = board.watchdog, let process = board.process, let producer, board.lastSeen.duration(to: now) > watchdog else {
+            return
+        }
+        guard let fired = board.watchdogFired else {
+            board.watchdogFired = now
+            counters.watchdogEnds += 1
+            logger.error(
+                "watchdog: board stuck, its process sent SIGABRT",
+                metadata: ["board": "\(board.name)", "pid": "\(process)", "silentFor": "\(board.lastSeen.duration(to: now))"])
+            return producer.end(process, .abort)
+        }
+        if !board.watchdogKilled, fired.duration(to: now) > Self.watchdogGrace {
+            board.watchdogKilled = true
+            logger.error("watchdog: the stuck board outlived SIGABRT, sent SIGKILL", metadata: ["board": "\(board.name)", "pid": "\(process)"])
+            producer.end(process, .kill)
+        }
+    }
+
+    /// How long a stuck board's process has after SIGABRT (to write its core) before SIGKILL.
+    static let watchdogGrace: Duration = .seconds(5)
+
     func isBusy(_ board: LiveBoard) -> Bool {
         guard let process = board.process, let producer else { return false }
         return producer.isRunning(process) && !producer.isStopped(process)

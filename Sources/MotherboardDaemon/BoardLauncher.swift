@@ -276,6 +276,13 @@ public final class BoardLauncher: Sendable {
         }
     }
 
+    /// Sends a board process it started or adopted SIGABRT or SIGKILL (the watchdog's); a pid it
+    /// does not know is left alone.
+    public func end(_ pid: Int32, _ how: EndSignal) {
+        guard children.withLock({ $0[pid] != nil }) else { return }
+        kill(pid, how == .abort ? SIGABRT : SIGKILL)
+    }
+
     /// Forgets an adopted process that is gone, removing its pid file.
     public func forgetAdopted(_ pid: Int32) {
         _ = forget(pid) { $0.process == nil }

@@ -266,4 +266,5 @@ final class LauncherProducer: BoardProducer {
     func isRunning(_ pid: Int32) -> Bool { launcher.isRunning(pid) }
     func isStopped(_ pid: Int32) -> Bool { launcher.isStopped(pid) }
     func forgetAdopted(_ pid: Int32) { launcher.forgetAdopted(pid) }
+    func end(_ pid: Int32, _ how: EndSignal) { launcher.end(pid, how) }
 }

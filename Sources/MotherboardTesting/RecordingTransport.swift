@@ -61,4 +61,7 @@ package final class RecordingProducer: BoardProducer {
     package func isRunning(_ pid: Int32) -> Bool { running.contains(pid) }
     package func isStopped(_ pid: Int32) -> Bool { stopped.contains(pid) }
     package func forgetAdopted(_ pid: Int32) {}
+    /// The processes the broker ended, and how, in order.
+    package var ended: [(pid: Int32, how: EndSignal)] = []
+    package func end(_ pid: Int32, _ how: EndSignal) { ended.append((pid, how)) }
 }

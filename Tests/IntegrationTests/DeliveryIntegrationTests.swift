@@ -10,12 +10,27 @@ import Testing
 struct DeliveryIntegrationTests {
     static let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("Python/delivery_board.py").path
 
-    /// The board `py.pay`, on demand, at least once, 3 deliveries; its log and poison marker in `directory`.
-    static func manifest(_ directory: String) -> String {
+    /// The board `py.pay`, on demand, at least once, 3 deliveries; its log and poison marker in
+    /// `directory`; `extra`, more of its manifest entry.
+    static func manifest(_ directory: String, extra: String = "") -> String {
         """
         { "boards": [ { "id": "py.pay", "executable": "/usr/bin/python3", "arguments": ["\(script)", "\(directory)/deliveries.log", "\(directory)/poison"],
-                        "start": "on-demand", "delivery": "at-least-once", "maxDeliveries": 3, "backoff": [0.2] } ] }
+                        "start": "on-demand", "delivery": "at-least-once", "maxDeliveries": 3, "backoff": [0.2]\(extra) } ] }
         """
+    }
+
+    /// A board whose loop is stuck (its handler sleeps, its process runs) is busy until its
+    /// watchdog (3 s here): then the broker sends its process SIGABRT, and the activation it held
+    /// goes to the next instance. Issue: such a board was `busy` for ever, the work never redelivered.
+    @Test func aBoardStuckPastItsWatchdogIsEndedAndItsWorkDeliveredAgain() async throws {
+        let directory = try temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try await TestFleet.with(manifest: Self.manifest(directory, extra: #", "watchdogSeconds": 3"#)) { fleet in
+            let held = try await fleet.busctl("activate", "py.pay", #""hold""#, "--timeout", "40", timeout: .seconds(60))
+            #expect(held.exitCode == 0, "\(held.standardError)")
+            #expect(Self.log(directory) == [#""hold" 1"#, #""hold" 2"#])
+            #expect(fleet.brokerLog.contains("watchdog: board stuck, its process sent SIGABRT"), "\(fleet.brokerLog.suffix(2_000))")
+        }
     }
 
     static func log(_ directory: String) -> [String] {

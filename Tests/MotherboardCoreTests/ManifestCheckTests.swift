@@ -95,6 +95,14 @@ struct ManifestCheckTests {
         #expect(manifest?.boards.first?.backoff == [1, 5, 30])
     }
 
+    @Test func aWatchdogIsASecondToADay() {
+        for value in ["0.5", "-0", "1e20", "86401", "0"] {
+            let error = refusal(#"{"boards": [{"id": "a.b", "executable": "A", "watchdogSeconds": \#(value)}]}"#)
+            #expect(error?.message.contains("watchdogSeconds must be from 1 to 86400") == true, "\(value): \(error?.message ?? "none")")
+        }
+        #expect(refusal(#"{"boards": [{"id": "a.b", "executable": "A", "watchdogSeconds": 30}]}"#) == nil)
+    }
+
     @Test func everyBoardNeedsItsExecutableOnDemandOnesToo() throws {
         let manifest = FleetManifest(boards: [
             .init(id: "a.b", executable: "/bin/sh"), .init(id: "c.d", executable: "NoSuchProgram", start: .onDemand),

@@ -92,6 +92,57 @@ struct SupervisionTests {
         try harness.list().boards.first { $0.id == "svc" }?.state
     }
 
+    /// A board stuck past its manifest's `watchdogSeconds` (busy: silent, its process running)
+    /// is ended: SIGABRT once, SIGKILL once 5 s later if it still runs; without a watchdog, or
+    /// speaking again in time, nothing is sent. Its end is then any process's end.
+    @Test func aBoardStuckPastItsWatchdogIsAbortedThenKilled() throws {
+        let producer = RecordingProducer()
+        let guarded = FleetManifest(boards: [
+            .init(id: "svc", executable: "Svc", start: .always, restart: .onFailure, watchdogSeconds: 8)
+        ])
+        let harness = try Harness(manifest: guarded, producer: producer)
+        producer.running = [4242]
+        registerLocal(harness, process: 4242, claiming: 4242)
+        func pass(_ duration: Duration) {
+            for _ in 0..<Int(duration / .milliseconds(100)) {
+                harness.now = harness.now.advanced(by: .milliseconds(100))
+                harness.motherboard.tick(now: harness.now)
+            }
+        }
+        pass(.seconds(6))
+        #expect(try state(harness) == .busy && producer.ended.isEmpty)
+        // Speaking again in time resets the watch.
+        harness.deliver(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: "svc")), from: board)
+        pass(.seconds(7.5))
+        #expect(producer.ended.isEmpty)
+        pass(.seconds(1))
+        #expect(producer.ended.map(\.pid) == [4242] && producer.ended.map(\.how) == [.abort])
+        #expect(harness.motherboard.counters.watchdogEnds == 1)
+        // It fired at the first tick past 8 s of silence (8.1 s); SIGKILL past 5 s after that.
+        pass(.seconds(4.5))
+        #expect(producer.ended.count == 1, "SIGKILL only after the grace")
+        pass(.seconds(0.5))
+        #expect(producer.ended.map(\.how) == [.abort, .kill])
+        pass(.seconds(10))
+        #expect(producer.ended.count == 2, "each signal once")
+        // No watchdog: busy for as long as it lasts.
+        let unguarded = try Harness(manifest: manifest(.no), producer: producer)
+        producer.running = [4343]
+        producer.ended = []
+        let registration = Registration(id: "svc", pid: 4343, commands: ["greet"])
+        var header = EnvelopeHeader(kind: .register, source: "svc")
+        header.flags.insert(.replyExpected)
+        header.correlationID = 1
+        unguarded.motherboard.receive(
+            .success(Envelope(header: header, payload: try PayloadCodec.encode(registration))), from: board, now: unguarded.now, process: 4343)
+        for _ in 0..<600 {
+            unguarded.now = unguarded.now.advanced(by: .milliseconds(100))
+            unguarded.motherboard.tick(now: unguarded.now)
+        }
+        #expect(producer.ended.isEmpty)
+        #expect(try unguarded.list().boards.first?.state == .busy)
+    }
+
     /// A handler that holds the board's thread (a lock, a long computation) stops its heartbeats;
     /// while its process runs and its connection stays, it is busy, not gone, and its callers
     /// wait out their own deadlines. Once its connection closes, it is gone at the next tick, and

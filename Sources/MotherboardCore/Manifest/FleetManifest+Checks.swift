@@ -10,7 +10,9 @@ extension FleetManifest {
         "manifest": ["scopes", "boards", "flows", "metricsListen", "listen", "attach", "mdp", "policy", "nats"],
         "attach": ["address", "serverKey", "clientKey", "insecure"],
         "nats": ["servers", "fleet", "host", "credentials", "tlsCA", "principal", "maximumInFlight"],
-        "board": ["id", "executable", "arguments", "scope", "start", "restart", "restartLimit", "delivery", "maxDeliveries", "backoff"],
+        "board": [
+            "id", "executable", "arguments", "scope", "start", "restart", "restartLimit", "delivery", "maxDeliveries", "backoff", "watchdogSeconds",
+        ],
         "restartLimit": ["count", "windowSeconds"],
         "scope": ["name", "parent"],
         "flow": ["from", "output", "on", "to", "scope"],
@@ -160,6 +162,11 @@ extension FleetManifest {
             guard (1...Board.maximumBackoffEntries).contains(board.backoff.count) else {
                 throw BusError(
                     .badArgument, "board '\(board.id)': backoff must list 1 to \(Board.maximumBackoffEntries) waits, not \(board.backoff.count)")
+            }
+            if let watchdog = board.watchdogSeconds, !(watchdog.isFinite && watchdog >= 1 && watchdog <= Board.maximumWatchdogSeconds) {
+                throw BusError(
+                    .badArgument,
+                    "board '\(board.id)': watchdogSeconds must be from 1 to \(Int(Board.maximumWatchdogSeconds)), not \(watchdog)")
             }
             for (index, seconds) in board.backoff.enumerated()
             where !(seconds.isFinite && seconds >= 0 && seconds <= Board.maximumBackoffSeconds) || seconds.sign == .minus {

@@ -69,6 +69,11 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         /// with a transient error) waits before it is delivered again: the first entry after the
         /// first failure, and so on, the last for every later one.
         public var backoff: [Double]
+        /// How long the board may stay silent while its process runs (busy, PROTOCOL 5.1) before
+        /// the broker ends it (SIGABRT, then SIGKILL); nil: never (the default).
+        public var watchdogSeconds: Double?
+        /// The longest `watchdogSeconds` (a day).
+        public static let maximumWatchdogSeconds: Double = 86_400
 
         /// The deliveries an at-least-once activation gets by default.
         public static let defaultMaxDeliveries = 3
@@ -81,8 +86,9 @@ public struct FleetManifest: Sendable, Hashable, Codable {
         public init(
             id: BoardID, executable: String, arguments: [String] = [], scope: Scope = .root, start: StartPolicy = .always,
             restart: RestartPolicy = .no, restartLimit: RestartLimit = RestartLimit(), delivery: DeliveryMode = .atMostOnce,
-            maxDeliveries: Int = Board.defaultMaxDeliveries, backoff: [Double] = Board.defaultBackoff
+            maxDeliveries: Int = Board.defaultMaxDeliveries, backoff: [Double] = Board.defaultBackoff, watchdogSeconds: Double? = nil
         ) {
+            self.watchdogSeconds = watchdogSeconds
             self.delivery = delivery
             self.maxDeliveries = maxDeliveries
             self.backoff = backoff
@@ -107,6 +113,7 @@ public struct FleetManifest: Sendable, Hashable, Codable {
             delivery = try container.decodeIfPresent(DeliveryMode.self, forKey: .delivery) ?? .atMostOnce
             maxDeliveries = try container.decodeIfPresent(Int.self, forKey: .maxDeliveries) ?? Board.defaultMaxDeliveries
             backoff = try container.decodeIfPresent([Double].self, forKey: .backoff) ?? Board.defaultBackoff
+            watchdogSeconds = try container.decodeIfPresent(Double.self, forKey: .watchdogSeconds)
         }
     }
 

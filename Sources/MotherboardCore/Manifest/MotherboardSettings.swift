@@ -68,6 +68,8 @@ public struct MotherboardCounters: Sendable, Hashable {
     public var deadLettered = 0
     /// At-least-once activations their board failed (a transient error), to deliver again after its backoff.
     public var failedDeliveries = 0
+    /// Stuck boards the watchdog ended.
+    public var watchdogEnds = 0
     /// Activations nobody waited for that their board refused (`input.refused`).
     public var refusedInputs = 0
     /// Requests refused because their sender's or their board's share of the pending requests was spent.

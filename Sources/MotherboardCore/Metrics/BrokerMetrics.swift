@@ -62,6 +62,7 @@ public final class BrokerMetrics: @unchecked Sendable {
     let redeliveries: Counter
     let deadLettered: Counter
     let failedDeliveries: Counter
+    let watchdogEnds: Counter
     let refusedInputs: Counter
     let refusedPending: Counter
     let refusedSubscriptions: Counter
@@ -104,6 +105,7 @@ public final class BrokerMetrics: @unchecked Sendable {
         redeliveries = counter("boardbus_redeliveries_total")
         deadLettered = counter("boardbus_dead_letters_total")
         failedDeliveries = counter("boardbus_failed_deliveries_total")
+        watchdogEnds = counter("boardbus_watchdog_ends_total")
         refusedInputs = counter("boardbus_refused_inputs_total")
         refusedPending = counter("boardbus_refused_pending_total")
         refusedSubscriptions = counter("boardbus_refused_subscriptions_total")
@@ -216,6 +218,7 @@ public final class BrokerMetrics: @unchecked Sendable {
         add(redeliveries, counters.redeliveries, exported.redeliveries)
         add(deadLettered, counters.deadLettered, exported.deadLettered)
         add(failedDeliveries, counters.failedDeliveries, exported.failedDeliveries)
+        add(watchdogEnds, counters.watchdogEnds, exported.watchdogEnds)
         add(refusedInputs, counters.refusedInputs, exported.refusedInputs)
         add(refusedPending, counters.refusedPending, exported.refusedPending)
         add(refusedSubscriptions, counters.refusedSubscriptions, exported.refusedSubscriptions)

@@ -41,6 +41,10 @@ final class LiveBoard {
     let process: Int32?
     /// Since when it is silent past the liveness timeout while its process runs (nil: it is not).
     var busySince: ContinuousClock.Instant?
+    /// Its manifest entry's watchdog (nil: none), and when it fired (the process was sent SIGABRT).
+    var watchdog: Duration?
+    var watchdogFired: ContinuousClock.Instant?
+    var watchdogKilled = false
     /// Its scope's UTF-8 then its id's, as a header names it, and where the id starts: compared
     /// with a command's target without making strings of it.
     private let headerName: [UInt8]

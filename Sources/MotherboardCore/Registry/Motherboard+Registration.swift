@@ -56,6 +56,7 @@ extension Motherboard {
             process: process)
         board.principal = principal ?? remote?.keyName
         board.maxDeliveries = maxDeliveries(of: name)
+        board.watchdog = manifest.board(named: name.name, scope: name.scope)?.watchdogSeconds.map { .milliseconds(Int64($0 * 1_000)) }
         board.scheduleHeartbeats(every: settings.heartbeatInterval)
         registry.insert(board)
         if !board.sharesConnection { registry.noteArrival(peer) }

@@ -16,6 +16,14 @@ public protocol BoardProducer: AnyObject {
     func isStopped(_ pid: Int32) -> Bool
     /// Forgets an adopted process that ended.
     func forgetAdopted(_ pid: Int32)
+    /// Ends a process it started or adopted whose board the watchdog found stuck: `abort` (a core
+    /// dump, where the system keeps them), then, if it still runs, `kill`.
+    func end(_ pid: Int32, _ how: EndSignal)
+}
+
+/// How the broker ends a stuck board's process.
+public enum EndSignal: Sendable, Hashable {
+    case abort, kill
 }
 
 extension BoardProducer {
