@@ -30,6 +30,8 @@ extension Motherboard {
                 watch(board, now: now)
             } else if let since = board.busySince {
                 board.busySince = nil
+                // A process that outlived SIGABRT and speaks again is watched afresh.
+                (board.watchdogFired, board.watchdogKilled) = (nil, false)
                 logger.notice("board answers again", metadata: ["board": "\(board.name)", "busyFor": "\(since.duration(to: now))"])
             }
             if board.takeHeartbeat(at: now, every: settings.heartbeatInterval) {

@@ -118,13 +118,17 @@ struct SupervisionTests {
         pass(.seconds(1))
         #expect(producer.ended.map(\.pid) == [4242] && producer.ended.map(\.how) == [.abort])
         #expect(harness.motherboard.counters.watchdogEnds == 1)
+        // It outlived SIGABRT and speaks again: watched afresh, aborted again, not killed at once.
+        harness.deliver(Envelope(header: EnvelopeHeader(kind: .heartbeat, source: "svc")), from: board)
+        pass(.seconds(8.5))
+        #expect(producer.ended.map(\.how) == [.abort, .abort])
         // It fired at the first tick past 8 s of silence (8.1 s); SIGKILL past 5 s after that.
         pass(.seconds(4.5))
-        #expect(producer.ended.count == 1, "SIGKILL only after the grace")
+        #expect(producer.ended.count == 2, "SIGKILL only after the grace")
         pass(.seconds(0.5))
-        #expect(producer.ended.map(\.how) == [.abort, .kill])
+        #expect(producer.ended.map(\.how) == [.abort, .abort, .kill])
         pass(.seconds(10))
-        #expect(producer.ended.count == 2, "each signal once")
+        #expect(producer.ended.count == 3, "each signal once")
         // No watchdog: busy for as long as it lasts.
         let unguarded = try Harness(manifest: manifest(.no), producer: producer)
         producer.running = [4343]
