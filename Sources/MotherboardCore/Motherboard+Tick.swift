@@ -64,8 +64,6 @@ extension Motherboard {
             unreachable: links.unreachable.count, subscriptions: subscriptions.count)
     }
 
-    /// Whether a silent board is only busy: its connection is one whose other end the kernel
-    /// named at registration, and that process still runs, not stopped.
     /// A busy board past its watchdog is stuck: its process is sent SIGABRT, and SIGKILL
     /// ``watchdogGrace`` later if it still runs. Its end is then any process's end (its
     /// activations delivered again, its restart policy applied).
@@ -91,6 +89,8 @@ extension Motherboard {
     /// How long a stuck board's process has after SIGABRT (to write its core) before SIGKILL.
     static let watchdogGrace: Duration = .seconds(5)
 
+    /// Whether a silent board is only busy: its connection is one whose other end the kernel
+    /// named at registration, and that process still runs, not stopped.
     func isBusy(_ board: LiveBoard) -> Bool {
         guard let process = board.process, let producer else { return false }
         return producer.isRunning(process) && !producer.isStopped(process)

@@ -88,7 +88,8 @@ extension Motherboard {
 
     /// The board's error answer to `held`: a retry after its backoff, or a dead letter.
     private func failDelivery(_ held: DeliveryLedger.Pending, answer: Envelope, maxDeliveries: Int, now: ContinuousClock.Instant) {
-        let error = (try? PayloadCodec.decode(BusError.self, from: answer.payload)) ?? BusError(.handlerFailed, "an error answer without a BusError")
+        let decoded = try? PayloadCodec.decode(BusError.self, from: answer.payload)
+        let error = decoded ?? BusError(.handlerFailed, "an error answer without a BusError")
         let what = "\(error.code.name): \(error.message.escapedForDisplay(limit: 300))"
         let givesUp = Self.givingUpCodes.contains(error.code)
         guard givesUp || held.deliveries >= maxDeliveries else {
@@ -108,9 +109,9 @@ extension Motherboard {
         let why = givesUp ? "its board gave it up (\(what))" : "its board failed it \(held.deliveries) time(s) (last: \(what))"
         guard let letter = deadLetter(held.id, reason: why, lastError: error), let sender = registry[held.board] else { return }
         var told = answer
-        if !givesUp, var failure = try? PayloadCodec.decode(BusError.self, from: answer.payload) {
-            failure = BusError(
-                failure.code, "\(failure.message) (after \(held.deliveries) deliveries: dead letter \(letter.id), busctl dead-letters)")
+        if !givesUp, let decoded {
+            let failure = BusError(
+                decoded.code, "\(decoded.message) (after \(held.deliveries) deliveries: dead letter \(letter.id), busctl dead-letters)")
             told = Envelope(header: answer.header, payload: PayloadCodec.encodeOrEmpty(failure))
         }
         relayAnswer(told, of: held, from: sender)
@@ -138,12 +139,16 @@ extension Motherboard {
     /// The failed activations whose backoff is over are delivered again: to their live board, or
     /// to one started for them as an on-demand activation would start it.
     func redeliverDueRetries(now: ContinuousClock.Instant) {
-        for held in deliveries.ledger.takeDueRetries(now: now) {
-            var header = held.envelope.header
-            header.correlationID = held.id
-            header.deliveryCount = UInt32(clamping: held.deliveries + 1)
-            activate(held.board, with: Envelope(header: header, payload: held.envelope.payload), client: nil, now: now)
-        }
+        for held in deliveries.ledger.takeDueRetries(now: now) { deliverAgain(held, now: now) }
+    }
+
+    /// Hands `held` to its board once more, under its ledger id with its count one higher: to the
+    /// live board, or to one started for it as an on-demand activation would start it.
+    private func deliverAgain(_ held: DeliveryLedger.Pending, now: ContinuousClock.Instant) {
+        var header = held.envelope.header
+        header.correlationID = held.id
+        header.deliveryCount = UInt32(clamping: held.deliveries + 1)
+        activate(held.board, with: Envelope(header: header, payload: held.envelope.payload), client: nil, now: now)
     }
 
     func redeliver(heldBy board: LiveBoard, reason: String, now: ContinuousClock.Instant) {
@@ -192,12 +197,9 @@ extension Motherboard {
                 }
                 continue
             }
-            var header = held.envelope.header
-            header.correlationID = held.id
-            header.deliveryCount = UInt32(clamping: held.deliveries + 1)
             logger.notice(
                 "activation delivered again", metadata: ["board": "\(name)", "delivery": "\(held.deliveries + 1)", "after": "\(reason)"])
-            activate(name, with: Envelope(header: header, payload: held.envelope.payload), client: nil, now: now)
+            deliverAgain(held, now: now)
         }
     }
 
@@ -266,15 +268,12 @@ extension Motherboard {
     /// refused with why. Once taken off, it is on the ledger: should its board's start fail
     /// after all, it goes back on the list (under a new id) rather than being lost.
     func replayDeadLetter(_ envelope: Envelope, from peer: PeerID, now: ContinuousClock.Instant) throws {
-        let request = try PayloadCodec.decode(DeadLetterReplay.self, from: envelope.payload)
-        guard let kept = deliveries.ledger.deadLetters.first(where: { $0.letter.id == request.id }) else {
-            throw BusError(.badArgument, "no dead letter \(request.id) (busctl dead-letters lists them)")
-        }
+        let kept = try keptDeadLetter(askedFor: envelope)
         let name = ScopedName(scope: kept.letter.scope, name: kept.letter.board.rawValue)
         if let refusal = replayRefusal(name, bytes: kept.envelope.payload.count) {
-            throw BusError(refusal.code, "dead letter \(request.id) is kept, not delivered: \(refusal.message)")
+            throw BusError(refusal.code, "dead letter \(kept.letter.id) is kept, not delivered: \(refusal.message)")
         }
-        guard let (letter, original) = deliveries.ledger.takeDeadLetter(request.id) else { return }
+        guard let (letter, original) = deliveries.ledger.takeDeadLetter(kept.letter.id) else { return }
         deliveries.journal?.removeDeadLetter(letter.id)
         var header = original.header
         header.correlationID = 0
@@ -291,10 +290,7 @@ extension Motherboard {
 
     /// `dead-letters.show`: a letter with its payload (JSON where it is, else base64).
     func showDeadLetter(_ envelope: Envelope) throws -> DeadLetterDetail {
-        let request = try PayloadCodec.decode(DeadLetterReplay.self, from: envelope.payload)
-        guard let kept = deliveries.ledger.deadLetters.first(where: { $0.letter.id == request.id }) else {
-            throw BusError(.badArgument, "no dead letter \(request.id) (busctl dead-letters lists them)")
-        }
+        let kept = try keptDeadLetter(askedFor: envelope)
         var letter = kept.letter
         letter.at = DeadLetter.isoTime(letter.time)
         let payload = kept.envelope.payload
@@ -309,12 +305,19 @@ extension Motherboard {
 
     /// `dead-letters.drop`: a letter off the list, and off the journal, for good.
     func dropDeadLetter(_ envelope: Envelope) throws {
-        let request = try PayloadCodec.decode(DeadLetterReplay.self, from: envelope.payload)
-        guard let (letter, _) = deliveries.ledger.takeDeadLetter(request.id) else {
-            throw BusError(.badArgument, "no dead letter \(request.id) (busctl dead-letters lists them)")
-        }
+        guard let (letter, _) = deliveries.ledger.takeDeadLetter(try keptDeadLetter(askedFor: envelope).letter.id) else { return }
         deliveries.journal?.removeDeadLetter(letter.id)
         logger.notice("dead letter dropped", metadata: ["id": "\(letter.id)", "board": "\(letter.board)"])
+    }
+
+    /// The letter a `DeadLetterReplay` payload names (for `replay`, `show`, `drop`); `badArgument`
+    /// for an id not on the list.
+    private func keptDeadLetter(askedFor envelope: Envelope) throws -> (letter: DeadLetter, envelope: Envelope) {
+        let request = try PayloadCodec.decode(DeadLetterReplay.self, from: envelope.payload)
+        guard let kept = deliveries.ledger.deadLetters.first(where: { $0.letter.id == request.id }) else {
+            throw BusError(.badArgument, "no dead letter \(request.id) (busctl dead-letters lists them)")
+        }
+        return kept
     }
 
     /// Why `name` cannot be handed a replayed letter of `bytes` now; nil when it can.

@@ -44,10 +44,9 @@ extension Motherboard {
             return reply(
                 to: envelope, from: peer, error: noScopeError(store.scope) ?? BusError(.noSuchStore, "no live board owns a store '\(store)'"))
         }
-        var request = envelope
         // The owner takes `source` as the board that asked (its owner-only actions, who holds a
-        // query): a sender that is not a registered board names none, whatever it wrote.
-        if sender == nil { request.header.source = "" }
+        // query).
+        var request = Self.withoutForgedSource(envelope, sender: sender)
         if envelope.header.kind == .store && envelope.header.typeName == StoreOperation.subscribe {
             // Subscribe first, then ask for the snapshot: every change the owner publishes after
             // the snapshot reaches the subscriber after it, in order.
